@@ -1,0 +1,120 @@
+package loop
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Message is one chat message in the OpenAI chat-completions format; the
+// transcript of a run is a []Message that any compatible API accepts.
+type Message struct {
+	Role       string     `json:"role"` // "system", "user", "assistant" or "tool"
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+// ToolCall is one call the model asked for, as the model wrote it. Every
+// field is untrusted.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"` // "function"
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the tool and carries its arguments as the JSON text the
+// model produced (which may not be valid JSON).
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// ToolDef is what the model is told about one tool.
+type ToolDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Request is one model call: the transcript so far and the tools on offer.
+type Request struct {
+	Messages []Message
+	Tools    []ToolDef
+}
+
+// Usage counts tokens when the model reports them.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// Response is the model's answer: one assistant message, with or without
+// tool calls.
+type Response struct {
+	Message      Message
+	Usage        Usage
+	FinishReason string
+}
+
+// Model is a chat model that can call tools.
+type Model interface {
+	// Complete asks the model for its next assistant message. Errors end the
+	// run with termination reason "error" after every open call id has been
+	// answered.
+	Complete(ctx context.Context, req Request) (*Response, error)
+}
+
+// Catalog lists the tools the fleet serves.
+type Catalog interface {
+	// Tools returns the current specs. The loop calls it once per round.
+	Tools(ctx context.Context) ([]protocol.ToolSpec, error)
+}
+
+// Dispatcher moves calls to workers and their results back. It is only a
+// transport: deadlines, deduplication, synthesized outcomes and ordering are
+// the loop's job.
+type Dispatcher interface {
+	// Open starts receiving a run's results and progress notices. It is
+	// called once per run, before any call of the run is published.
+	Open(ctx context.Context, run protocol.RunID) (Inbox, error)
+	// Publish hands one call to the fleet. An error means the call was not
+	// accepted; the loop answers it itself.
+	Publish(ctx context.Context, call protocol.Call) error
+	// Cancel asks whichever worker runs a call to stop. Best effort.
+	Cancel(ctx context.Context, c protocol.Cancel) error
+}
+
+// Inbox delivers what workers send back for one run. Events may be
+// duplicated, late, for unknown call keys or forged; the loop copes.
+type Inbox interface {
+	Events() <-chan Event
+	Close() error
+}
+
+// Event is one message from the fleet: exactly one field is set.
+type Event struct {
+	Result   *protocol.Result
+	Progress *protocol.Progress
+}
+
+// Gate asks a human whether a call may run.
+type Gate interface {
+	// Approve blocks until a decision arrives, req.Deadline passes or ctx
+	// ends. Any error means the call does not run.
+	Approve(ctx context.Context, req protocol.ApprovalRequest) (Decision, error)
+}
+
+// Decision is a gate's answer.
+type Decision struct {
+	// Approved is true only for a valid, matching, in-time approval.
+	Approved bool
+	// Expired is true when no decision arrived before the deadline; it is
+	// never attributed to a human.
+	Expired bool
+	// Reason is the operator's reason, if any.
+	Reason string
+	// Approver names who decided, as they said.
+	Approver string
+}

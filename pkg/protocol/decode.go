@@ -1,0 +1,112 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// DefaultMaxMessageBytes is the decode limit used when a caller passes 0:
+// NATS's default max_payload, 1 MiB.
+const DefaultMaxMessageBytes = 1 << 20
+
+// message is implemented by every wire message.
+type message interface {
+	Validate() error
+}
+
+// decode parses data into m strictly: one JSON object, no unknown fields, no
+// trailing data, at most limit bytes (0 means [DefaultMaxMessageBytes]), and
+// then m's own rules.
+func decode(data []byte, limit int, m message) error {
+	if limit <= 0 {
+		limit = DefaultMaxMessageBytes
+	}
+	if len(data) > limit {
+		return &Error{Code: CodeTooLarge, Msg: fmt.Sprintf("%d bytes, limit %d", len(data), limit)}
+	}
+	if len(bytes.TrimSpace(data)) == 0 || bytes.TrimSpace(data)[0] != '{' {
+		return &Error{Code: CodeMalformed, Msg: "not a JSON object"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(m); err != nil {
+		return &Error{Code: CodeMalformed, Msg: describeJSONError(err)}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &Error{Code: CodeMalformed, Msg: "trailing data after the JSON object"}
+	}
+	return m.Validate()
+}
+
+// describeJSONError says what is wrong without quoting the input.
+func describeJSONError(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("invalid JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q: want %s", clip(typ.Field), typ.Type)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "truncated JSON"
+	default:
+		// encoding/json's other messages name fields (unknown field "x"),
+		// never values; clip them anyway.
+		return clip(err.Error())
+	}
+}
+
+// DecodeCall decodes and validates a [Call].
+func DecodeCall(data []byte, limit int) (Call, error) {
+	var m Call
+	err := decode(data, limit, &m)
+	return m, err
+}
+
+// DecodeResult decodes and validates a [Result].
+func DecodeResult(data []byte, limit int) (Result, error) {
+	var m Result
+	err := decode(data, limit, &m)
+	return m, err
+}
+
+// DecodeProgress decodes and validates a [Progress].
+func DecodeProgress(data []byte, limit int) (Progress, error) {
+	var m Progress
+	err := decode(data, limit, &m)
+	return m, err
+}
+
+// DecodeCancel decodes and validates a [Cancel].
+func DecodeCancel(data []byte, limit int) (Cancel, error) {
+	var m Cancel
+	err := decode(data, limit, &m)
+	return m, err
+}
+
+// DecodeApprovalRequest decodes and validates an [ApprovalRequest].
+func DecodeApprovalRequest(data []byte, limit int) (ApprovalRequest, error) {
+	var m ApprovalRequest
+	err := decode(data, limit, &m)
+	return m, err
+}
+
+// DecodeApprovalDecision decodes and validates an [ApprovalDecision].
+func DecodeApprovalDecision(data []byte, limit int) (ApprovalDecision, error) {
+	var m ApprovalDecision
+	err := decode(data, limit, &m)
+	return m, err
+}
+
+// DecodeToolSpec decodes and validates a [ToolSpec].
+func DecodeToolSpec(data []byte, limit int) (ToolSpec, error) {
+	var m ToolSpec
+	err := decode(data, limit, &m)
+	return m, err
+}
+
+// Encode marshals a message. Messages built by this package always encode.
+func Encode(m message) ([]byte, error) { return json.Marshal(m) }

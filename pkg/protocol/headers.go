@@ -1,0 +1,23 @@
+package protocol
+
+// Header names. NATS headers are case-sensitive: use these constants.
+const (
+	// HeaderMsgID is JetStream's dedup header: the same call or result is
+	// never stored twice within the stream's duplicate window.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderReplyTo names the subject a call's result must be published on.
+	// JetStream does not keep a publisher's reply subject, so it travels here.
+	HeaderReplyTo = "Fleet-Reply-To"
+	// HeaderDeadline is the call's absolute deadline, RFC 3339 with
+	// nanoseconds, so a worker can refuse an expired call before decoding it.
+	HeaderDeadline = "Fleet-Deadline"
+	// HeaderVersion is the protocol version of the body.
+	HeaderVersion = "Fleet-Version"
+)
+
+// CallMsgID is the dedup id of a call: one per call key and attempt.
+func CallMsgID(key CallKey) string { return "call-" + key }
+
+// ResultMsgID is the dedup id of a call's result, so a redelivered call that
+// runs again cannot store a second result.
+func ResultMsgID(key CallKey) string { return "result-" + key }

@@ -1,0 +1,278 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// Call asks a worker to run one tool call. It travels on [Subjects.Call]
+// in the calls stream.
+type Call struct {
+	V         int             `json:"v"`
+	RunID     RunID           `json:"run_id"`
+	Round     int             `json:"round"`
+	CallKey   CallKey         `json:"call_key"`
+	CallID    CallID          `json:"call_id"`
+	Tool      ToolName        `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	// Deadline is absolute: time spent queued counts against it.
+	Deadline time.Time `json:"deadline"`
+	// Attempt counts the coordinator's publications of this call, from 1.
+	Attempt int `json:"attempt"`
+}
+
+// Validate checks the fields' rules.
+func (c *Call) Validate() error {
+	if err := checkV(c.V); err != nil {
+		return err
+	}
+	switch {
+	case c.RunID == "":
+		return missing("run_id")
+	case !ValidToken(c.RunID):
+		return invalid("run_id", "must match "+TokenPattern)
+	case c.CallKey == "":
+		return missing("call_key")
+	case !ValidToken(c.CallKey):
+		return invalid("call_key", "must match "+TokenPattern)
+	case c.Tool == "":
+		return missing("tool")
+	case !ValidToken(c.Tool):
+		return invalid("tool", "must match "+TokenPattern)
+	case len(c.Arguments) == 0:
+		return missing("arguments")
+	case c.Deadline.IsZero():
+		return missing("deadline")
+	case c.Round < 1:
+		return invalid("round", "must be >= 1")
+	case c.Attempt < 1:
+		return invalid("attempt", "must be >= 1")
+	case len(c.CallID) > MaxCallIDLen:
+		return invalid("call_id", "too long")
+	}
+	return nil
+}
+
+// MaxCallIDLen bounds the model's call id carried on the wire.
+const MaxCallIDLen = 256
+
+// Result answers one call. Workers publish it on the subject named by the
+// call's [HeaderReplyTo] header, into the results stream.
+type Result struct {
+	V       int     `json:"v"`
+	RunID   RunID   `json:"run_id"`
+	CallKey CallKey `json:"call_key"`
+	Outcome Outcome `json:"outcome"`
+	// Output is the tool's output (outcome ok) or, for invalid_arguments,
+	// the validator's message. It is already truncated by the worker.
+	Output    string `json:"output,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	// ErrorType is the Go type or exec status of a failure, never its message.
+	ErrorType  string `json:"error_type,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	Worker     string `json:"worker,omitempty"`
+	// Attempt is the JetStream delivery count of the call that produced it.
+	Attempt int `json:"attempt,omitempty"`
+}
+
+// Validate checks the fields' rules.
+func (r *Result) Validate() error {
+	if err := checkV(r.V); err != nil {
+		return err
+	}
+	switch {
+	case r.RunID == "":
+		return missing("run_id")
+	case !ValidToken(r.RunID):
+		return invalid("run_id", "must match "+TokenPattern)
+	case r.CallKey == "":
+		return missing("call_key")
+	case !ValidToken(r.CallKey):
+		return invalid("call_key", "must match "+TokenPattern)
+	case r.Outcome == "":
+		return missing("outcome")
+	case !r.Outcome.Valid():
+		return invalid("outcome", "unknown outcome")
+	case r.DurationMS < 0:
+		return invalid("duration_ms", "must be >= 0")
+	}
+	return nil
+}
+
+// Progress tells the coordinator that a worker started a call. It travels on
+// core NATS ([Subjects.Progress]); losing one only weakens the distinction
+// between timeout and outcome_unknown.
+type Progress struct {
+	V       int     `json:"v"`
+	RunID   RunID   `json:"run_id"`
+	CallKey CallKey `json:"call_key"`
+	Worker  string  `json:"worker,omitempty"`
+	Attempt int     `json:"attempt,omitempty"`
+}
+
+// Validate checks the fields' rules.
+func (p *Progress) Validate() error {
+	if err := checkV(p.V); err != nil {
+		return err
+	}
+	return checkRunKey(p.RunID, p.CallKey)
+}
+
+// Cancel asks whichever worker runs a call to stop it. Core NATS,
+// [Subjects.Cancel].
+type Cancel struct {
+	V       int     `json:"v"`
+	RunID   RunID   `json:"run_id"`
+	CallKey CallKey `json:"call_key"`
+	Reason  string  `json:"reason,omitempty"`
+}
+
+// Validate checks the fields' rules.
+func (c *Cancel) Validate() error {
+	if err := checkV(c.V); err != nil {
+		return err
+	}
+	return checkRunKey(c.RunID, c.CallKey)
+}
+
+// ApprovalRequest asks an operator to approve one call. It is published into
+// the approvals stream on [Subjects.ApprovalRequest].
+type ApprovalRequest struct {
+	V         int             `json:"v"`
+	RunID     RunID           `json:"run_id"`
+	CallKey   CallKey         `json:"call_key"`
+	CallID    CallID          `json:"call_id,omitempty"`
+	Round     int             `json:"round"`
+	Tool      ToolName        `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	// Digest is [Digest] of run id, call key, tool and arguments. A decision
+	// must echo it.
+	Digest string `json:"digest"`
+	// Deadline is when the request expires and the call is not run.
+	Deadline time.Time `json:"deadline"`
+	// DecisionSubject is where the decision must be published.
+	DecisionSubject string `json:"decision_subject"`
+}
+
+// Validate checks the fields' rules.
+func (a *ApprovalRequest) Validate() error {
+	if err := checkV(a.V); err != nil {
+		return err
+	}
+	if err := checkRunKey(a.RunID, a.CallKey); err != nil {
+		return err
+	}
+	switch {
+	case !ValidToken(a.Tool):
+		return invalid("tool", "must match "+TokenPattern)
+	case len(a.Arguments) == 0:
+		return missing("arguments")
+	case a.Digest == "":
+		return missing("digest")
+	case a.Deadline.IsZero():
+		return missing("deadline")
+	}
+	return nil
+}
+
+// ApprovalDecision is an operator's answer, published on
+// [Subjects.ApprovalDecision]. "v" may be omitted (people type these by hand);
+// if present it must be 1. Approved is required: a decision that does not say
+// true or false is malformed, never a yes.
+type ApprovalDecision struct {
+	V        int    `json:"v,omitempty"`
+	Digest   string `json:"digest"`
+	Approved *bool  `json:"approved"`
+	Reason   string `json:"reason,omitempty"`
+	Approver string `json:"approver,omitempty"`
+}
+
+// MaxReasonLen bounds an operator's reason, which reaches the model.
+const MaxReasonLen = 500
+
+// Validate checks the fields' rules.
+func (d *ApprovalDecision) Validate() error {
+	if d.V != 0 {
+		if err := checkV(d.V); err != nil {
+			return err
+		}
+	}
+	switch {
+	case d.Digest == "":
+		return missing("digest")
+	case d.Approved == nil:
+		return missing("approved")
+	case len(d.Reason) > MaxReasonLen:
+		return invalid("reason", "longer than 500 bytes")
+	case len(d.Approver) > 128:
+		return invalid("approver", "longer than 128 bytes")
+	}
+	return nil
+}
+
+// ToolSpec describes a tool to coordinators. Workers write it into the
+// catalog bucket under the tool's name.
+type ToolSpec struct {
+	V           int             `json:"v"`
+	Name        ToolName        `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	// TimeoutMS is the tool's own timeout; 0 means the fleet default (30s).
+	TimeoutMS        int64 `json:"timeout_ms,omitempty"`
+	Idempotent       bool  `json:"idempotent,omitempty"`
+	RequiresApproval bool  `json:"requires_approval,omitempty"`
+	// SchemaDigest is [SchemaDigest] of Parameters, so coordinators and
+	// workers can tell whether they agree on the schema.
+	SchemaDigest string `json:"schema_digest"`
+}
+
+// Validate checks the fields' rules.
+func (s *ToolSpec) Validate() error {
+	if err := checkV(s.V); err != nil {
+		return err
+	}
+	switch {
+	case s.Name == "":
+		return missing("name")
+	case !ValidToken(s.Name):
+		return invalid("name", "must match "+TokenPattern)
+	case len(s.Parameters) == 0:
+		return missing("parameters")
+	case s.TimeoutMS < 0:
+		return invalid("timeout_ms", "must be >= 0")
+	case s.SchemaDigest == "":
+		return missing("schema_digest")
+	}
+	return nil
+}
+
+// Timeout returns the tool's own timeout, or 0 when it has none.
+func (s *ToolSpec) Timeout() time.Duration { return time.Duration(s.TimeoutMS) * time.Millisecond }
+
+func checkV(v int) error {
+	switch v {
+	case Version:
+		return nil
+	case 0:
+		return missing("v")
+	default:
+		return &Error{Code: CodeVersion, Field: "v", Msg: "this build speaks version 1"}
+	}
+}
+
+func checkRunKey(run RunID, key CallKey) error {
+	switch {
+	case run == "":
+		return missing("run_id")
+	case !ValidToken(run):
+		return invalid("run_id", "must match "+TokenPattern)
+	case key == "":
+		return missing("call_key")
+	case !ValidToken(key):
+		return invalid("call_key", "must match "+TokenPattern)
+	}
+	return nil
+}

@@ -1,0 +1,52 @@
+package protocol
+
+// Outcome is the typed result of one tool call. The vocabulary is
+// append-only: codes are never renamed or reused.
+type Outcome string
+
+// The outcomes of a tool call.
+const (
+	// OutcomeOK means the tool ran and returned output.
+	OutcomeOK Outcome = "ok"
+	// OutcomeFailed means the tool ran and returned an error or panicked.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeInvalidArguments means the arguments were not a JSON object or
+	// failed the tool's schema; the tool did not run.
+	OutcomeInvalidArguments Outcome = "invalid_arguments"
+	// OutcomeUnknownTool means no tool of that name is served; nothing ran.
+	OutcomeUnknownTool Outcome = "unknown_tool"
+	// OutcomeTimeout means no result arrived before the call's deadline.
+	OutcomeTimeout Outcome = "timeout"
+	// OutcomeRejected means the call was over the per-round cap or repeated an
+	// earlier call id; it did not run.
+	OutcomeRejected Outcome = "rejected"
+	// OutcomeDenied means the approval gate said no, or could not be asked;
+	// the call did not run.
+	OutcomeDenied Outcome = "denied"
+	// OutcomeApprovalExpired means no decision arrived in time; the call did
+	// not run. It is never attributed to a human.
+	OutcomeApprovalExpired Outcome = "approval_expired"
+	// OutcomeCancelled means the run was cancelled before the call finished.
+	OutcomeCancelled Outcome = "cancelled"
+	// OutcomeUnknown means a worker started the call and then stopped
+	// answering: the call may or may not have taken effect. Non-idempotent
+	// calls are never retried, so the model must check before retrying.
+	OutcomeUnknown Outcome = "outcome_unknown"
+)
+
+// Outcomes lists every outcome in the order they were added.
+var Outcomes = []Outcome{
+	OutcomeOK, OutcomeFailed, OutcomeInvalidArguments, OutcomeUnknownTool,
+	OutcomeTimeout, OutcomeRejected, OutcomeDenied, OutcomeApprovalExpired,
+	OutcomeCancelled, OutcomeUnknown,
+}
+
+// Valid reports whether o is one of [Outcomes].
+func (o Outcome) Valid() bool {
+	for _, k := range Outcomes {
+		if o == k {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,124 @@
+package protocol
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the first token of every subject when none is configured.
+const DefaultPrefix = "fleet"
+
+// Subjects spells every subject, stream, consumer and bucket name of one
+// fleet. Its zero value uses [DefaultPrefix]. Builders refuse tokens that do
+// not match [TokenPattern].
+type Subjects struct {
+	// Prefix is the first subject token. Default: "fleet".
+	Prefix string
+}
+
+// NewSubjects returns the Subjects for prefix, or an error if prefix is not a
+// valid token. An empty prefix means [DefaultPrefix].
+func NewSubjects(prefix string) (Subjects, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !ValidToken(prefix) {
+		return Subjects{}, &Error{Code: CodeInvalidField, Field: "prefix", Msg: "must match " + TokenPattern}
+	}
+	return Subjects{Prefix: prefix}, nil
+}
+
+func (s Subjects) p() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+func (s Subjects) join(kind string, tokens ...string) (string, error) {
+	for _, t := range tokens {
+		if !ValidToken(t) {
+			return "", &Error{Code: CodeInvalidField, Field: kind, Msg: fmt.Sprintf("subject token %q must match %s", clip(t), TokenPattern)}
+		}
+	}
+	return s.p() + "." + kind + "." + strings.Join(tokens, "."), nil
+}
+
+// Call is the subject a call to tool is published on: <prefix>.call.<tool>.
+func (s Subjects) Call(tool ToolName) (string, error) { return s.join("call", tool) }
+
+// Calls is the wildcard covering every call subject.
+func (s Subjects) Calls() string { return s.p() + ".call.>" }
+
+// Result is the subject a run's results are published on:
+// <prefix>.result.<run>.
+func (s Subjects) Result(run RunID) (string, error) { return s.join("result", run) }
+
+// Results is the wildcard covering every result subject.
+func (s Subjects) Results() string { return s.p() + ".result.>" }
+
+// Progress is the core-NATS subject on which workers say they started a
+// run's call: <prefix>.progress.<run>.
+func (s Subjects) Progress(run RunID) (string, error) { return s.join("progress", run) }
+
+// Cancel is the core-NATS subject that cancels one call:
+// <prefix>.cancel.<run>.<key>.
+func (s Subjects) Cancel(run RunID, key CallKey) (string, error) {
+	return s.join("cancel", run, key)
+}
+
+// Cancels is the wildcard covering every cancel subject.
+func (s Subjects) Cancels() string { return s.p() + ".cancel.>" }
+
+// ApprovalRequest is the subject an approval request is published on:
+// <prefix>.approval.request.<run>.<key>.
+func (s Subjects) ApprovalRequest(run RunID, key CallKey) (string, error) {
+	return s.join("approval.request", run, key)
+}
+
+// ApprovalRequests is the wildcard operators watch for pending requests.
+func (s Subjects) ApprovalRequests() string { return s.p() + ".approval.request.>" }
+
+// ApprovalDecision is the subject an operator answers one request on:
+// <prefix>.approval.decision.<run>.<key>.
+func (s Subjects) ApprovalDecision(run RunID, key CallKey) (string, error) {
+	return s.join("approval.decision", run, key)
+}
+
+// ApprovalDecisions is the wildcard covering every decision subject.
+func (s Subjects) ApprovalDecisions() string { return s.p() + ".approval.decision.>" }
+
+// Approvals is the wildcard covering requests and decisions.
+func (s Subjects) Approvals() string { return s.p() + ".approval.>" }
+
+func (s Subjects) upper() string { return strings.ToUpper(strings.ReplaceAll(s.p(), "-", "_")) }
+
+// CallsStream names the work-queue stream of calls (FLEET_CALLS by default).
+func (s Subjects) CallsStream() string { return s.upper() + "_CALLS" }
+
+// ResultsStream names the stream that keeps results (FLEET_RESULTS).
+func (s Subjects) ResultsStream() string { return s.upper() + "_RESULTS" }
+
+// ApprovalsStream names the audit stream of approvals (FLEET_APPROVALS).
+func (s Subjects) ApprovalsStream() string { return s.upper() + "_APPROVALS" }
+
+// CatalogBucket names the KV bucket of tool specs (fleet_tools).
+func (s Subjects) CatalogBucket() string { return strings.ReplaceAll(s.p(), "-", "_") + "_tools" }
+
+// Consumer names the durable pull consumer shared by every worker serving
+// tool. The tool must be a valid token.
+func (s Subjects) Consumer(tool ToolName) (string, error) {
+	if !ValidToken(tool) {
+		return "", &Error{Code: CodeInvalidField, Field: "tool", Msg: "must match " + TokenPattern}
+	}
+	return "tool_" + tool, nil
+}
+
+// clip bounds untrusted text quoted in an error message.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}
