@@ -22,6 +22,9 @@ type Call struct {
 	Deadline time.Time `json:"deadline"`
 	// Attempt counts the coordinator's publications of this call, from 1.
 	Attempt int `json:"attempt"`
+	// MaxOutputChars is the coordinator's bound on the observation; the
+	// worker truncates output to min(this, its own bound). 0: the worker's.
+	MaxOutputChars int `json:"max_output_chars,omitempty"`
 }
 
 // Validate checks the fields' rules.
@@ -52,6 +55,8 @@ func (c *Call) Validate() error {
 		return invalid("attempt", "must be >= 1")
 	case len(c.CallID) > MaxCallIDLen:
 		return invalid("call_id", "too long")
+	case c.MaxOutputChars < 0:
+		return invalid("max_output_chars", "must be >= 0")
 	}
 	return nil
 }
