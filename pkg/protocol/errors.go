@@ -47,6 +47,8 @@ var (
 	ErrInvalidField = &Error{Code: CodeInvalidField}
 )
 
-func missing(field string) error { return &Error{Code: CodeMissingField, Field: field, Msg: "required"} }
+func missing(field string) error {
+	return &Error{Code: CodeMissingField, Field: field, Msg: "required"}
+}
 
 func invalid(field, msg string) error { return &Error{Code: CodeInvalidField, Field: field, Msg: msg} }
