@@ -88,7 +88,17 @@ func (s Subjects) ApprovalDecision(run RunID, key CallKey) (string, error) {
 // ApprovalDecisions is the wildcard covering every decision subject.
 func (s Subjects) ApprovalDecisions() string { return s.p() + ".approval.decision.>" }
 
-// Approvals is the wildcard covering requests and decisions.
+// ApprovalOutcome is the subject on which the coordinator records, for audit,
+// how it settled one approval request (approved, denied, expired, cancelled):
+// <prefix>.approval.outcome.<run>.<key>. Only coordinators publish here.
+func (s Subjects) ApprovalOutcome(run RunID, key CallKey) (string, error) {
+	return s.join("approval.outcome", run, key)
+}
+
+// ApprovalOutcomes is the wildcard covering every outcome subject.
+func (s Subjects) ApprovalOutcomes() string { return s.p() + ".approval.outcome.>" }
+
+// Approvals is the wildcard covering requests, decisions and outcomes.
 func (s Subjects) Approvals() string { return s.p() + ".approval.>" }
 
 func (s Subjects) upper() string { return strings.ToUpper(strings.ReplaceAll(s.p(), "-", "_")) }
