@@ -1,0 +1,116 @@
+package embedded_test
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/embedded"
+)
+
+func TestStartDefaultsUseLoopbackAndTemporaryStore(t *testing.T) {
+	s, err := embedded.Start(embedded.Config{})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer s.Shutdown()
+	if !strings.HasPrefix(s.ClientURL(), "nats://127.0.0.1:") {
+		t.Fatalf("ClientURL = %q, want nats://127.0.0.1:<port>", s.ClientURL())
+	}
+	if s.Port() <= 0 {
+		t.Fatalf("Port = %d, want the resolved random port", s.Port())
+	}
+	if !s.NATSServer().JetStreamEnabled() {
+		t.Fatal("JetStream not enabled")
+	}
+	dir := s.StoreDir()
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("store dir: %v", err)
+	}
+
+	// Both the TCP listener and in-process connections work.
+	for name, connect := range map[string]func() (*nats.Conn, error){
+		"tcp":        func() (*nats.Conn, error) { return nats.Connect(s.ClientURL()) },
+		"in-process": func() (*nats.Conn, error) { return nats.Connect("", s.InProcess()) },
+	} {
+		nc, err := connect()
+		if err != nil {
+			t.Fatalf("%s connect: %v", name, err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatalf("%s flush: %v", name, err)
+		}
+		nc.Close()
+	}
+
+	s.Shutdown()
+	s.Shutdown() // idempotent
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("temporary store %s still present after Shutdown (stat error %v)", dir, err)
+	}
+}
+
+func TestStartKeepsGivenStoreDir(t *testing.T) {
+	dir := t.TempDir()
+	s, err := embedded.Start(embedded.Config{StoreDir: dir})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	s.Shutdown()
+	if _, err := os.Stat(dir + "/jetstream"); err != nil {
+		t.Fatalf("given store dir was not kept: %v", err)
+	}
+}
+
+func TestStartRefusesBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  embedded.Config
+	}{
+		{"port out of range", embedded.Config{StoreDir: t.TempDir(), Port: 70000}},
+		{"config text does not parse", embedded.Config{StoreDir: t.TempDir(), ConfigText: "authorization { "}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := embedded.Start(tc.cfg)
+			if err == nil {
+				s.Shutdown()
+				t.Fatal("Start succeeded, want an error")
+			}
+		})
+	}
+}
+
+func TestLoggerReceivesServerNotices(t *testing.T) {
+	var buf syncBuffer
+	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Logger: zerolog.New(&buf).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	s.Shutdown()
+	if !strings.Contains(buf.String(), `"component":"nats-server"`) {
+		t.Fatalf("no server log lines reached the logger; got %q", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
