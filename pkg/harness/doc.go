@@ -1,0 +1,54 @@
+// Package harness is the worker-side sandbox that runs one tool call: it
+// looks the tool up, validates the arguments against the tool's JSON Schema
+// (draft 2020-12), runs the tool under the call's deadline, isolates panics,
+// reduces errors to their type, bounds the output and logs what happened
+// without values.
+//
+// It knows nothing of NATS or of the coordinator's loop: a [Call] goes in, a
+// [Result] comes out, so it is tested with plain Go and reused by any
+// transport.
+//
+// Tools are Go functions ([Func]), subprocesses described by a JSON manifest
+// ([ParseManifest], [LoadManifest]) or the built-in [Calculator] and [Echo].
+//
+// # Invariants
+//
+//   - Arguments are validated before anything runs. Invalid arguments yield
+//     outcome invalid_arguments with the validator's message; the tool does
+//     not run.
+//   - [Harness.Execute] never panics and returns by the call's deadline (plus
+//     a few milliseconds), whatever the tool does.
+//   - A failure is reported by its type only: a returned error as its Go type
+//     (fmt "%T"), a panic as "panic: <type of the value>", an exec tool as
+//     "exit status N". Error messages, panic values, stack traces, argument
+//     values, outputs and stderr never reach a [Result]'s ErrorType or the log.
+//   - Output is truncated rune-safely to the call's bound with
+//     [protocol.TruncationMarker], and [Result].Truncated says so.
+//   - Exec tools get argv exec (no shell, nothing of the model's in argv), the
+//     arguments on stdin, a clean environment (PATH plus the manifest's env),
+//     their own process group, which is killed with SIGKILL at the deadline or
+//     on cancel, and a stdout read only up to a byte bound.
+//
+// # Caveats
+//
+// Go cannot stop a goroutine. When a Go tool's deadline passes or its call is
+// cancelled, Execute stops waiting, answers timeout or cancelled and cancels
+// the tool's context; a tool that ignores its context keeps running. Such
+// goroutines are counted ([Harness.Abandoned]) until they return. When the
+// count reaches [Config].MaxAbandoned, new calls of Go tools are refused with
+// outcome failed and ErrorType "harness.Overloaded" (exec tools still run:
+// they can be killed). The count can briefly exceed the bound by the number of
+// calls already running when it was reached, so the leak is bounded by
+// MaxAbandoned plus the caller's concurrency. Go tools that do blocking work
+// must honour ctx; put anything that cannot into an exec tool.
+//
+// Killing an exec tool's process group reaches every process that stayed in
+// the group. A process that moves itself to another group or session (setsid)
+// escapes the kill; its hold on stdout delays Execute by at most a short
+// grace period, after which the pipes are closed. Killed grandchildren are
+// reparented to init (or the nearest subreaper), which reaps them.
+//
+// Memory is bounded for exec tools (stdout and stderr are read up to a bound
+// and the rest is discarded), but not for Go tools: a Go tool's output string
+// is already in memory when it returns and is truncated afterwards.
+package harness

@@ -1,0 +1,263 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/schema"
+)
+
+// Error types the harness reports itself (in [Result].ErrorType).
+const (
+	// ErrorTypeOverloaded: the call was refused, never run, because
+	// [Config].MaxAbandoned Go tools are still running past their deadline.
+	ErrorTypeOverloaded = "harness.Overloaded"
+	// ErrorTypeGoexit: the tool called runtime.Goexit instead of returning.
+	ErrorTypeGoexit = "harness.Goexit"
+)
+
+// abandonGrace is how long Execute still waits, after the call's context
+// ended, for a tool that honours it to return before counting it abandoned.
+const abandonGrace = 5 * time.Millisecond
+
+// Call is one tool call to execute.
+type Call struct {
+	Tool      string
+	Arguments json.RawMessage
+	// Deadline is absolute. Zero: now + the tool's timeout.
+	Deadline time.Time
+	// MaxOutputChars bounds the output, in runes. 0: the config's bound;
+	// otherwise min(this, the config's bound).
+	MaxOutputChars int
+}
+
+// Result is what a call produced.
+type Result struct {
+	// Outcome is one of ok, failed, invalid_arguments, unknown_tool, timeout
+	// and cancelled.
+	Outcome protocol.Outcome
+	// Output is the tool's output (ok, truncated) or the validator's message
+	// (invalid_arguments); empty otherwise.
+	Output    string
+	Truncated bool
+	// ErrorType is set for failed: the error's Go type ("*fs.PathError"),
+	// "panic: <type of the value>", "exit status N" for exec tools, or one of
+	// the ErrorType constants. Never a message.
+	ErrorType string
+	Duration  time.Duration
+}
+
+// errDeadline is the cause of a call context that reached its deadline.
+var errDeadline = errors.New("harness: call deadline")
+
+// Execute runs one call. It never panics and returns by the call's deadline
+// (plus a few milliseconds). If ctx ends first, the outcome is cancelled; if
+// the deadline passes, timeout.
+func (h *Harness) Execute(ctx context.Context, call Call) Result {
+	start := h.cfg.Now()
+	res, keys := h.execute(ctx, call, start)
+	res.Duration = max(h.cfg.Now().Sub(start), 0)
+	h.logCall(call, res, keys)
+	return res
+}
+
+func (h *Harness) execute(ctx context.Context, call Call, start time.Time) (Result, []string) {
+	e, ok := h.tools[call.Tool]
+	if !ok {
+		return Result{Outcome: protocol.OutcomeUnknownTool}, nil
+	}
+	limit := h.cfg.MaxOutputChars
+	if call.MaxOutputChars > 0 && call.MaxOutputChars < limit {
+		limit = call.MaxOutputChars
+	}
+	if err := e.schema.Validate(call.Arguments); err != nil {
+		msg := "arguments do not match the schema"
+		var ae *schema.ArgumentError
+		if errors.As(err, &ae) {
+			msg = ae.Msg
+		}
+		out, trunc := protocol.Truncate(msg, limit)
+		return Result{Outcome: protocol.OutcomeInvalidArguments, Output: out, Truncated: trunc}, nil
+	}
+	keys := argKeys(call.Arguments)
+
+	deadline := call.Deadline
+	if deadline.IsZero() {
+		deadline = start.Add(e.timeout)
+	}
+	if ctx.Err() != nil {
+		return Result{Outcome: protocol.OutcomeCancelled}, keys
+	}
+	tctx, cancel := context.WithDeadlineCause(ctx, deadline, errDeadline)
+	defer cancel()
+	if tctx.Err() != nil { // the deadline has passed: do not start
+		return Result{Outcome: endOutcome(tctx)}, keys
+	}
+	args := slices.Clone(call.Arguments)
+
+	if e.tool.cmd != nil {
+		return h.runCommand(tctx, e, args, limit), keys
+	}
+	if h.abandoned.Load() >= int64(h.cfg.MaxAbandoned) {
+		h.cfg.Logger.Error().Str(logKeyTool, e.tool.Name).Int(logKeyAbandoned, h.Abandoned()).
+			Msg("tool call refused: too many abandoned tool goroutines")
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeOverloaded}, keys
+	}
+	r, finished := h.runGo(tctx, e, args)
+	if !finished {
+		return Result{Outcome: endOutcome(tctx)}, keys
+	}
+	switch {
+	case r.panicType != "":
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: r.panicType}, keys
+	case r.goexit:
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeGoexit}, keys
+	case r.err != nil && tctx.Err() != nil:
+		// Most likely the tool returned ctx.Err(): report why the context ended.
+		return Result{Outcome: endOutcome(tctx)}, keys
+	case r.err != nil:
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: fmt.Sprintf("%T", r.err)}, keys
+	}
+	out, trunc := protocol.Truncate(r.out, limit)
+	return Result{Outcome: protocol.OutcomeOK, Output: out, Truncated: trunc}, keys
+}
+
+// endOutcome says why a call context ended: its own deadline (timeout) or the
+// caller's context (cancelled).
+func endOutcome(tctx context.Context) protocol.Outcome {
+	if errors.Is(context.Cause(tctx), errDeadline) {
+		return protocol.OutcomeTimeout
+	}
+	return protocol.OutcomeCancelled
+}
+
+// goResult is what a Go tool's goroutine produced.
+type goResult struct {
+	out       string
+	err       error
+	panicType string
+	goexit    bool
+}
+
+// States of a Go tool's goroutine.
+const (
+	stateRunning int32 = iota
+	stateFinished
+	stateAbandoned
+)
+
+// runGo runs a Go tool in its own goroutine. It returns when the tool
+// returns (finished) or shortly after tctx ends (not finished: the goroutine
+// is counted in Abandoned until it returns).
+func (h *Harness) runGo(tctx context.Context, e *entry, args []byte) (goResult, bool) {
+	var state atomic.Int32
+	done := make(chan goResult, 1)
+	name := e.tool.Name
+	go func() {
+		var r goResult
+		returned := false
+		defer func() {
+			if p := recover(); p != nil {
+				// The value and the stack may carry arguments or secrets: log
+				// neither.
+				r = goResult{panicType: fmt.Sprintf("panic: %T", p)}
+				h.cfg.Logger.Error().Str(logKeyTool, name).Str(logKeyErrorType, r.panicType).Msg("tool panicked")
+			} else if !returned {
+				r = goResult{goexit: true}
+			}
+			if state.CompareAndSwap(stateRunning, stateFinished) {
+				done <- r
+				return
+			}
+			n := h.abandoned.Add(-1)
+			h.cfg.Logger.Info().Str(logKeyTool, name).Int64(logKeyAbandoned, n).Msg("abandoned tool returned")
+		}()
+		r.out, r.err = e.tool.Run(tctx, args)
+		returned = true
+	}()
+
+	select {
+	case r := <-done:
+		return r, true
+	case <-tctx.Done():
+	}
+	grace := time.NewTimer(abandonGrace)
+	defer grace.Stop()
+	select {
+	case r := <-done:
+		return r, true
+	case <-grace.C:
+	}
+	// Count first, so the goroutine's decrement can never come before it.
+	n := h.abandoned.Add(1)
+	if !state.CompareAndSwap(stateRunning, stateAbandoned) {
+		h.abandoned.Add(-1)
+		return <-done, true // it is sending now
+	}
+	h.cfg.Logger.Warn().Str(logKeyTool, name).Int64(logKeyAbandoned, n).
+		Msg("tool ignored its context: abandoned while still running")
+	return goResult{}, false
+}
+
+// argKeys returns the sorted top-level keys of validated arguments, bounded
+// for logging.
+func argKeys(args []byte) []string {
+	obj, err := schema.ParseObject(args)
+	if err != nil {
+		return nil
+	}
+	keys := make([]string, 0, min(len(obj), maxLoggedKeys))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) > maxLoggedKeys {
+		keys = keys[:maxLoggedKeys]
+	}
+	for i, k := range keys {
+		keys[i], _ = protocol.Truncate(k, maxLoggedKeyLen)
+	}
+	return keys
+}
+
+// logCall writes the one line every call gets.
+func (h *Harness) logCall(call Call, res Result, keys []string) {
+	var ev *zerolog.Event
+	switch res.Outcome {
+	case protocol.OutcomeOK:
+		ev = h.cfg.Logger.Debug()
+	default:
+		ev = h.cfg.Logger.Info()
+	}
+	if ev == nil {
+		return
+	}
+	if protocol.ValidToken(call.Tool) {
+		ev = ev.Str(logKeyTool, call.Tool)
+	} else {
+		ev = ev.Int(logKeyToolNameLen, len(call.Tool))
+	}
+	ev = ev.Str(logKeyOutcome, string(res.Outcome)).
+		Int64(logKeyDurationMS, res.Duration.Milliseconds()).
+		Int(logKeyArgsBytes, len(call.Arguments))
+	if keys != nil {
+		ev = ev.Strs(logKeyArgKeys, keys).Str(logKeyArgsDigest, protocol.ArgsDigest(call.Arguments))
+	}
+	if res.Outcome == protocol.OutcomeOK {
+		ev = ev.Int(logKeyOutputChars, utf8.RuneCountInString(res.Output)).Bool(logKeyTruncated, res.Truncated)
+	}
+	if res.ErrorType != "" {
+		ev = ev.Str(logKeyErrorType, res.ErrorType)
+	}
+	ev.Msg("tool call")
+}
