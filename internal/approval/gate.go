@@ -1,0 +1,221 @@
+package approval
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Gate asks operators over NATS whether a call may run. It is safe for
+// concurrent use: every Approve has its own subscription and nothing is
+// shared between calls.
+type Gate struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects protocol.Subjects
+	cfg      GateConfig
+}
+
+var _ loop.Gate = (*Gate)(nil)
+
+// NewGate returns a gate that publishes requests with js into the approvals
+// stream (which must exist: see [StreamConfig]) and listens for decisions on
+// nc. nc and js must use the same connection.
+func NewGate(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects, cfg GateConfig) *Gate {
+	return &Gate{nc: nc, js: js, subjects: subjects, cfg: cfg.withDefaults()}
+}
+
+// Approve publishes req and blocks until the first valid decision, req's
+// deadline or the end of ctx. It fills req.DecisionSubject, and req.Digest
+// and req.V when they are empty; a digest that is set must match the call.
+//
+// An approval returns Decision{Approved: true}; a denial returns the
+// operator's reason; the deadline returns Decision{Expired: true}. Any
+// failure to ask or to wait — an invalid request, NATS unreachable, the
+// connection closed, ctx ended — returns an error, and the call must not run.
+func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return loop.Decision{}, fmt.Errorf("approval: %w", err)
+	}
+	reqSubj, decSubj, err := g.prepare(&req)
+	if err != nil {
+		return loop.Decision{}, err
+	}
+	data, err := protocol.Encode(&req)
+	if err != nil {
+		return loop.Decision{}, fmt.Errorf("approval: encoding request: %w", err)
+	}
+	if len(data) > g.cfg.MaxMessageBytes {
+		return loop.Decision{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), g.cfg.MaxMessageBytes)
+	}
+	log := g.cfg.Logger.With().Str(logRun, req.RunID).Str(logKey, req.CallKey).Str(logTool, req.Tool).Logger()
+
+	start := g.cfg.Now()
+	remaining := req.Deadline.Sub(start)
+	if remaining <= 0 {
+		log.Info().Str(logOutcome, NoteExpired).Msg("approval deadline passed before the request was published")
+		return loop.Decision{Expired: true}, nil
+	}
+
+	// Subscribe before publishing: the SUB reaches the server before the
+	// request is stored, so no decision can be published before we listen.
+	sub, err := g.nc.SubscribeSync(decSubj)
+	if err != nil {
+		return loop.Decision{}, fmt.Errorf("approval: subscribing to decisions: %w", err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // best effort; the subscription dies with the connection otherwise
+	if err := sub.SetPendingLimits(maxPendingDecisions, maxPendingDecisions*g.cfg.decisionLimit()); err != nil {
+		return loop.Decision{}, fmt.Errorf("approval: limiting pending decisions: %w", err)
+	}
+
+	waitCtx, cancel := context.WithTimeout(ctx, remaining)
+	defer cancel()
+
+	msg := nats.NewMsg(reqSubj)
+	msg.Data = data
+	msg.Header.Set(protocol.HeaderVersion, "1")
+	msg.Header.Set(protocol.HeaderDeadline, req.Deadline.UTC().Format(time.RFC3339Nano))
+	if _, err := g.js.PublishMsg(waitCtx, msg,
+		jetstream.WithMsgID(RequestMsgID(req.CallKey)),
+		jetstream.WithExpectStream(g.subjects.ApprovalsStream()),
+	); err != nil {
+		if ctx.Err() != nil {
+			return loop.Decision{}, fmt.Errorf("approval: publishing request: %w", ctx.Err())
+		}
+		return loop.Decision{}, fmt.Errorf("approval: publishing request: %w", err)
+	}
+	log.Info().Msg("approval requested")
+
+	for {
+		m, err := sub.NextMsgWithContext(waitCtx)
+		switch {
+		case err == nil:
+		case errors.Is(err, nats.ErrSlowConsumer):
+			// Decisions were dropped because too many piled up; a valid
+			// one may be among them, and the operator can send it again.
+			log.Warn().Str(logReason, "slow_consumer").Msg("approval decisions dropped")
+			continue
+		case ctx.Err() != nil:
+			g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", ctx.Err())
+		case waitCtx.Err() != nil:
+			log.Info().Str(logOutcome, NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
+			g.record(ctx, req, Note{Outcome: NoteExpired}, log)
+			return loop.Decision{Expired: true}, nil
+		default:
+			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", err)
+		}
+
+		d, reason := g.check(&req, m.Data)
+		if reason != "" {
+			log.Warn().Str(logReason, reason).Msg("approval decision ignored")
+			if reason == ignoreLate {
+				log.Info().Str(logOutcome, NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
+				g.record(ctx, req, Note{Outcome: NoteExpired}, log)
+				return loop.Decision{Expired: true}, nil
+			}
+			continue
+		}
+		// First valid decision: stop listening before anything else, so a
+		// second decision cannot be seen.
+		_ = sub.Unsubscribe()
+		note := Note{Outcome: NoteDenied, Approver: d.Approver, Reason: d.Reason}
+		if *d.Approved {
+			note.Outcome = NoteApproved
+		}
+		log.Info().Str(logOutcome, note.Outcome).Str(logApprover, d.Approver).
+			Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval decided")
+		g.record(ctx, req, note, log)
+		if *d.Approved {
+			return loop.Decision{Approved: true, Approver: d.Approver, Reason: d.Reason}, nil
+		}
+		return loop.Decision{Reason: d.Reason, Approver: d.Approver}, nil
+	}
+}
+
+// prepare checks req, fills its defaults and returns its request and decision
+// subjects.
+func (g *Gate) prepare(req *protocol.ApprovalRequest) (reqSubj, decSubj string, err error) {
+	if req.V == 0 {
+		req.V = protocol.Version
+	}
+	if reqSubj, err = g.subjects.ApprovalRequest(req.RunID, req.CallKey); err != nil {
+		return "", "", fmt.Errorf("approval: %w", err)
+	}
+	if decSubj, err = g.subjects.ApprovalDecision(req.RunID, req.CallKey); err != nil {
+		return "", "", fmt.Errorf("approval: %w", err)
+	}
+	req.DecisionSubject = decSubj
+	digest, err := protocol.Digest(req.RunID, req.CallKey, req.Tool, req.Arguments)
+	if err != nil {
+		return "", "", fmt.Errorf("approval: digest of the arguments: %w", err)
+	}
+	switch {
+	case req.Digest == "":
+		req.Digest = digest
+	case req.Digest != digest:
+		return "", "", ErrDigestMismatch
+	}
+	if err := req.Validate(); err != nil {
+		return "", "", fmt.Errorf("approval: %w", err)
+	}
+	return reqSubj, decSubj, nil
+}
+
+// check returns the decision in data if it counts for req, or a reason code
+// saying why it does not.
+func (g *Gate) check(req *protocol.ApprovalRequest, data []byte) (protocol.ApprovalDecision, string) {
+	d, err := protocol.DecodeApprovalDecision(data, g.cfg.decisionLimit())
+	switch {
+	case errors.Is(err, protocol.ErrTooLarge):
+		return d, ignoreTooLarge
+	case err != nil:
+		return d, ignoreMalformed
+	case subtle.ConstantTimeCompare([]byte(d.Digest), []byte(req.Digest)) != 1:
+		return d, ignoreDigest
+	case !g.cfg.Now().Before(req.Deadline):
+		return d, ignoreLate
+	}
+	return d, ""
+}
+
+// record publishes how the gate settled req into the approvals stream. It is
+// best effort: a failure is logged and changes nothing about the decision.
+func (g *Gate) record(ctx context.Context, req protocol.ApprovalRequest, n Note, log zerolog.Logger) {
+	subj, err := g.subjects.ApprovalOutcome(req.RunID, req.CallKey)
+	if err != nil {
+		return // cannot happen: the request's tokens were checked
+	}
+	n.V, n.RunID, n.CallKey, n.Tool, n.Digest, n.At = protocol.Version, req.RunID, req.CallKey, req.Tool, req.Digest, g.cfg.Now().UTC()
+	data, err := encodeNote(&n)
+	if err != nil {
+		return
+	}
+	if !g.nc.IsConnected() {
+		log.Warn().Str(logReason, "disconnected").Msg("approval outcome not recorded")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.NoteTimeout)
+	defer cancel()
+	if _, err := g.js.Publish(ctx, subj, data,
+		jetstream.WithMsgID(OutcomeMsgID(req.CallKey)),
+		jetstream.WithExpectStream(g.subjects.ApprovalsStream()),
+	); err != nil {
+		log.Warn().Str(logReason, "publish_failed").Msg("approval outcome not recorded")
+	}
+}
+
+// RequestMsgID is the JetStream dedup id of the approval request of key.
+func RequestMsgID(key protocol.CallKey) string { return "approval-request-" + key }
+
+// OutcomeMsgID is the JetStream dedup id of the outcome note of key.
+func OutcomeMsgID(key protocol.CallKey) string { return "approval-outcome-" + key }
