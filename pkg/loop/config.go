@@ -1,0 +1,163 @@
+package loop
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Defaults, applied to every zero-valued field of [Config].
+const (
+	DefaultMaxRounds            = 8
+	DefaultMaxToolCallsPerRound = 32
+	DefaultMaxObservationChars  = 12000
+	// DefaultToolTimeout bounds a call whose tool declares no timeout of its
+	// own, when Config.ToolTimeout is not set.
+	DefaultToolTimeout     = 30 * time.Second
+	DefaultApprovalTimeout = 2 * time.Minute
+	DefaultGrace           = 500 * time.Millisecond
+	DefaultCancelTimeout   = 2 * time.Second
+)
+
+// Config tunes a [Runner]. Its zero value is ready to use: every zero field
+// means the default named in its comment. Negative values are refused by
+// [Config.Validate].
+type Config struct {
+	// MaxRounds bounds the model calls of a run. Default: 8.
+	MaxRounds int
+	// MaxToolCallsPerRound bounds the calls of one assistant message that
+	// are executed; the rest are rejected unseen. It is also the bound on
+	// the goroutines a round uses. Default: 32.
+	MaxToolCallsPerRound int
+	// MaxObservationChars bounds every tool message, in runes, marker
+	// included. Default: 12000.
+	MaxObservationChars int
+	// ToolTimeout, when set, overrides every tool's own timeout. When zero,
+	// each call gets its tool's TimeoutMS, or DefaultToolTimeout (30s) if
+	// the tool declares none. Time queued counts against it.
+	ToolTimeout time.Duration
+	// ApprovalTimeout bounds the wait for a human's decision; no decision in
+	// time denies the call as approval_expired. Default: 2m.
+	ApprovalTimeout time.Duration
+	// RequireApproval names the tools whose calls need approval, or holds
+	// "*" for all of them. Tools whose spec says RequiresApproval always
+	// need it.
+	RequireApproval []string
+	// TraceArgs logs argument values in tool-call trace lines. Default:
+	// off, only argument keys and a digest are logged.
+	TraceArgs bool
+	// Grace is how long past a call's deadline the loop still waits for its
+	// result before answering timeout. Default: 500ms.
+	Grace time.Duration
+	// CancelTimeout bounds the publishing of cancel messages, which goes on
+	// after the run's context has ended. Default: 2s.
+	CancelTimeout time.Duration
+	// Logger receives the trace lines. The zero value discards them.
+	Logger zerolog.Logger
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+	// NewID makes run ids, call keys and replacement call ids; it must
+	// return strings that match protocol.TokenPattern. Default:
+	// protocol.NewID.
+	NewID func() string
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.MaxRounds == 0 {
+		c.MaxRounds = DefaultMaxRounds
+	}
+	if c.MaxToolCallsPerRound == 0 {
+		c.MaxToolCallsPerRound = DefaultMaxToolCallsPerRound
+	}
+	if c.MaxObservationChars == 0 {
+		c.MaxObservationChars = DefaultMaxObservationChars
+	}
+	if c.ApprovalTimeout == 0 {
+		c.ApprovalTimeout = DefaultApprovalTimeout
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.CancelTimeout == 0 {
+		c.CancelTimeout = DefaultCancelTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.NewID == nil {
+		c.NewID = protocol.NewID
+	}
+	return c
+}
+
+// ErrInvalidConfig is the error every [*ConfigError] wraps, so callers can
+// tell a refused configuration (a usage error) from a failed run.
+var ErrInvalidConfig = errors.New("invalid loop config")
+
+// ConfigError names a configuration field, its value and the rule it
+// breaks. Field is spelled as the command-line flag is, with underscores.
+type ConfigError struct {
+	Field string
+	Value any
+	Rule  string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("%s %s, got %v", e.Field, e.Rule, e.Value)
+}
+
+// Unwrap returns [ErrInvalidConfig].
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Validate checks c after defaults are applied: every count must be >= 1,
+// every duration > 0 (ToolTimeout may be 0, meaning each tool's own), and
+// RequireApproval must hold tool names or "*". The error is a
+// [*ConfigError].
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	type intRule struct {
+		field string
+		v     int
+	}
+	for _, r := range []intRule{
+		{"max_rounds", c.MaxRounds},
+		{"max_tool_calls_per_round", c.MaxToolCallsPerRound},
+		{"max_observation_chars", c.MaxObservationChars},
+	} {
+		if r.v < 1 {
+			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be >= 1"}
+		}
+	}
+	type durRule struct {
+		field string
+		v     time.Duration
+	}
+	for _, r := range []durRule{
+		{"tool_timeout", c.ToolTimeout},
+		{"approval_timeout", c.ApprovalTimeout},
+		{"grace", c.Grace},
+		{"cancel_timeout", c.CancelTimeout},
+	} {
+		if r.v < 0 || (r.v == 0 && r.field != "tool_timeout") {
+			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be > 0"}
+		}
+	}
+	for _, name := range c.RequireApproval {
+		if name != "*" && !validToolName(name) {
+			return &ConfigError{Field: "require_approval", Value: quoteClipped(name), Rule: "must list tool names or *"}
+		}
+	}
+	return nil
+}
+
+// validToolName reports whether name may be a tool's name (and so a subject
+// token). The length check keeps a huge model-written name away from the
+// regular expression.
+func validToolName(name string) bool {
+	return len(name) <= 64 && protocol.ValidToken(name)
+}

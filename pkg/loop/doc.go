@@ -1,0 +1,90 @@
+// Package loop is the coordinator side of a toolfleet agent: the ReAct loop
+// that asks a [Model] for its next message, hands the tool calls it asks for
+// to the fleet through a [Dispatcher], gathers their results against
+// deadlines and appends one observation per call, until the model answers
+// without calling a tool or [Config.MaxRounds] is reached.
+//
+// The package is transport-free: it imports no NATS package. Production
+// wiring supplies a Dispatcher, [Catalog] and [Gate] backed by JetStream;
+// tests use the in-memory ones of package looptest.
+//
+// # A round
+//
+// For the tool calls of one assistant message, in request order:
+//
+//  1. Calls beyond MaxToolCallsPerRound are never validated, traced, sent
+//     to the gate or executed; each is answered "rejected" with a text
+//     naming the limit.
+//  2. Call ids are made usable (see "Call ids" below); a repeat is answered
+//     once and never executed twice.
+//  3. An unknown tool is answered unknown_tool; arguments that are not a
+//     JSON object or fail the tool's schema are answered invalid_arguments
+//     with the validator's message. Neither is ever published. Empty
+//     arguments mean {}.
+//  4. Calls that need approval go to the Gate, concurrently, after
+//     validation. Only a timely, explicit approval lets a call run.
+//  5. The remaining calls are published concurrently, each with an absolute
+//     deadline (now + timeout).
+//  6. Results are gathered until every call is answered or its deadline plus
+//     Grace passes; unanswered calls get timeout (or outcome_unknown, when a
+//     worker said it started a non-idempotent call) and a Cancel is
+//     published for them.
+//  7. Every observation is bounded to MaxObservationChars and appended as a
+//     tool message, in request order.
+//
+// # Invariants
+//
+//   - Every tool call id of every assistant message the loop stores is
+//     answered by exactly one tool message, right after that message and in
+//     request order — after a cap, bad arguments, an unknown tool, a denial,
+//     a timeout, a dead worker, a transport failure, a model error or a
+//     cancelled context alike. [Result.Messages] is always a transcript a
+//     model API accepts.
+//   - Nothing the model wrote reaches a subject, a log line or a worker
+//     before it is validated: tool names must match protocol.TokenPattern,
+//     arguments are sent in canonical form only after they pass the schema,
+//     call ids never leave the coordinator except as the model's own label
+//     in [protocol.Call.CallID]. The wire uses coordinator-made call keys.
+//   - A run costs at most MaxRounds model calls × MaxToolCallsPerRound
+//     executed calls, each bounded by its timeout, with observations bounded
+//     by MaxObservationChars. A round uses at most MaxToolCallsPerRound
+//     goroutines per phase, however many calls the model asks for.
+//   - A result counts only if it is valid, of this run, for an open call
+//     key, with an outcome a worker may report. Anything else — a duplicate,
+//     a late result, an unknown key, another run's result, a forged
+//     outcome — is dropped and logged with ids only.
+//   - The gate fails closed: an error, a nil gate, an expiry or an answer
+//     after the deadline all keep the call from running. Only an explicit
+//     "no" is reported as a human's denial.
+//   - Trace lines carry ids, tool names, argument keys, an argument digest,
+//     outcomes, durations and counts — never argument values (unless
+//     [Config.TraceArgs]), tool output, validation messages, operator
+//     reasons or error messages.
+//
+// # Call ids
+//
+// Model APIs refuse a transcript in which an assistant tool call has no tool
+// message, or two. Models nevertheless send empty ids, repeat an id within
+// one message, or restart their numbering every turn. Before anything else
+// the loop rewrites, in the stored assistant message, every id that is
+// empty, longer than protocol.MaxCallIDLen, or already used in the
+// transcript, to a fresh coordinator-made id ("call_" + a new id), and
+// answers that id. So every id in the transcript is unique.
+//
+//   - An empty, over-long or earlier-round id is only renamed: the call is
+//     new and runs normally.
+//   - An id that repeats an earlier call of the same message is renamed and
+//     its call is answered "rejected" ("call id '<id>' repeats an earlier
+//     call in this round") without running: it is the same call asked
+//     twice. It counts in rejected_tool_calls, not tool_calls_made.
+//
+// [CallRecord.CallID] is the id as stored.
+//
+// # Caveats
+//
+// Go cannot stop a goroutine: a Gate or Dispatcher that ignores its context
+// is abandoned at its deadline (plus grace) and the call answered, but its
+// goroutine lives until it returns. The loop reads the Inbox only while a
+// round gathers, so a Dispatcher must buffer or drop events between rounds.
+// The loop never retries a call; a timed-out call is the model's to retry.
+package loop

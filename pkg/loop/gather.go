@@ -1,0 +1,339 @@
+package loop
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Cancel reasons sent to workers.
+const (
+	cancelTimeout   = "timeout"
+	cancelUnknown   = "outcome_unknown"
+	cancelRun       = "run_cancelled"
+	cancelUnpublish = "publish_interrupted"
+)
+
+// publishResult is one Publish's answer.
+type publishResult struct {
+	i   int
+	err error
+}
+
+// dispatch publishes every call still open (valid, and approved where
+// needed), concurrently, then gathers their results. It answers every call
+// it was given.
+func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
+	var todo []int
+	for i := range slots {
+		if !slots[i].done {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	if ctx.Err() != nil {
+		for _, i := range todo {
+			ru.answer(&slots[i], protocol.OutcomeCancelled, obsCancelled(slots[i].name))
+		}
+		return
+	}
+	if ru.inbox == nil {
+		inbox, err := ru.r.disp.Open(ctx, ru.id)
+		if err != nil || inbox == nil {
+			ru.log.Warn().Str(logKeyEvent, evDispatchFailed).Str(logKeyDropReason, "open_failed").
+				Str(logKeyErrorType, errType(err)).Int(logKeyRound, round).Send()
+			for _, i := range todo {
+				ru.failDispatch(ctx, &slots[i])
+			}
+			return
+		}
+		ru.inbox = inbox
+	}
+
+	ch := make(chan publishResult, len(todo))
+	open := make(map[int]bool, len(todo))
+	var last time.Time
+	for _, i := range todo {
+		s := &slots[i]
+		s.timeout = ru.cfg.ToolTimeout
+		if s.timeout == 0 {
+			s.timeout = s.entry.spec.Timeout()
+		}
+		if s.timeout <= 0 {
+			s.timeout = DefaultToolTimeout
+		}
+		s.deadline = ru.now().Add(s.timeout)
+		last = maxTime(last, s.deadline)
+		call := protocol.Call{
+			V: protocol.Version, RunID: ru.id, Round: round, CallKey: s.key, CallID: s.id,
+			Tool: s.name, Arguments: bytes.Clone(s.args), Deadline: s.deadline, Attempt: 1,
+			MaxOutputChars: ru.cfg.MaxObservationChars,
+		}
+		ru.keys[s.key] = keyOpen
+		open[i] = true
+		go func() {
+			pctx, cancel := context.WithDeadline(ctx, call.Deadline)
+			defer cancel()
+			ch <- publishResult{i: i, err: ru.r.disp.Publish(pctx, call)}
+		}()
+	}
+
+	// Wait for every Publish, but never past the last deadline plus grace:
+	// a Publish that has not returned by then is treated as published (its
+	// result, if any, is still gathered) and answered timeout.
+	backstop := time.NewTimer(last.Sub(ru.now()) + ru.cfg.Grace)
+	defer backstop.Stop()
+	pending := make(map[protocol.CallKey]*slot, len(todo))
+wait:
+	for len(open) > 0 {
+		select {
+		case p := <-ch:
+			delete(open, p.i)
+			s := &slots[p.i]
+			if p.err != nil {
+				ru.log.Warn().Str(logKeyEvent, evDispatchFailed).Str(logKeyDropReason, "publish_failed").
+					Str(logKeyCallKey, s.key).Str(logKeyErrorType, errType(p.err)).Int(logKeyRound, round).Send()
+				ru.failDispatch(ctx, s)
+				continue
+			}
+			pending[s.key] = s
+		case <-backstop.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	for i := range open {
+		pending[slots[i].key] = &slots[i]
+	}
+	ru.gather(ctx, round, pending)
+}
+
+// failDispatch answers a call whose Publish failed. If the run was being
+// cancelled the call may have gone out, so a Cancel follows it.
+func (ru *run) failDispatch(ctx context.Context, s *slot) {
+	if ctx.Err() != nil {
+		s.cancelWhy = cancelUnpublish
+		ru.closeKey(s.key, keyBySynth)
+		ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
+		return
+	}
+	ru.closeKey(s.key, keyBySynth)
+	ru.answer(s, protocol.OutcomeFailed, obsDispatchFailed(s.name))
+}
+
+func (ru *run) closeKey(key protocol.CallKey, st keyState) {
+	if _, ok := ru.keys[key]; ok {
+		ru.keys[key] = st
+	}
+}
+
+// gather reads the inbox until every pending call is answered, its deadline
+// plus grace has passed (timeout, or outcome_unknown for a started
+// non-idempotent call), or ctx ends (cancelled).
+func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallKey]*slot) {
+	var events <-chan Event
+	if ru.inbox != nil {
+		events = ru.inbox.Events()
+	}
+	drops := 0
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for len(pending) > 0 {
+		now := ru.now()
+		var next time.Time
+		for key, s := range pending {
+			limit := s.deadline.Add(ru.cfg.Grace)
+			if !now.Before(limit) {
+				ru.expire(s)
+				delete(pending, key)
+				continue
+			}
+			if next.IsZero() || limit.Before(next) {
+				next = limit
+			}
+		}
+		if len(pending) == 0 {
+			break
+		}
+		timer.Reset(next.Sub(now))
+		select {
+		case <-ctx.Done():
+			for key, s := range pending {
+				s.cancelWhy = cancelRun
+				ru.closeKey(key, keyBySynth)
+				ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
+				delete(pending, key)
+			}
+		case ev, ok := <-events:
+			if !ok {
+				events = nil // the inbox closed: wait out the deadlines
+				continue
+			}
+			ru.handle(round, ev, pending, &drops)
+		case <-timer.C:
+		}
+	}
+	if drops > maxLoggedDropsPerRound {
+		ru.log.Warn().Str(logKeyEvent, evDropsSuppress).Int(logKeyRound, round).
+			Int(logKeyCount, drops-maxLoggedDropsPerRound).Send()
+	}
+}
+
+// expire answers a call whose deadline and grace passed without a result.
+func (ru *run) expire(s *slot) {
+	ru.closeKey(s.key, keyBySynth)
+	if s.started && !s.entry.spec.Idempotent {
+		s.cancelWhy = cancelUnknown
+		ru.answer(s, protocol.OutcomeUnknown, obsOutcomeUnknown(s.name))
+		return
+	}
+	s.cancelWhy = cancelTimeout
+	ru.answer(s, protocol.OutcomeTimeout, obsTimeout(s.name, s.timeout))
+}
+
+// workerOutcome reports whether a worker may report o; the other outcomes
+// are the coordinator's own.
+func workerOutcome(o protocol.Outcome) bool {
+	switch o {
+	case protocol.OutcomeOK, protocol.OutcomeFailed, protocol.OutcomeInvalidArguments,
+		protocol.OutcomeUnknownTool, protocol.OutcomeTimeout, protocol.OutcomeCancelled:
+		return true
+	}
+	return false
+}
+
+// handle applies one inbox event. Anything that does not answer an open
+// call of this run is dropped and logged with ids only.
+func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, drops *int) {
+	drop := func(key, why string) {
+		*drops++
+		if *drops <= maxLoggedDropsPerRound {
+			ru.log.Warn().Str(logKeyEvent, evEventDropped).Int(logKeyRound, round).
+				Str(logKeyCallKey, clipName(key)).Str(logKeyDropReason, why).Send()
+		}
+	}
+	switch {
+	case ev.Result != nil && ev.Progress == nil:
+		res := *ev.Result
+		switch {
+		case res.Validate() != nil:
+			drop(res.CallKey, dropInvalid)
+		case res.RunID != ru.id:
+			drop(res.CallKey, dropOtherRun)
+		case !workerOutcome(res.Outcome):
+			drop(res.CallKey, dropInvalidOutcome)
+		default:
+			s := pending[res.CallKey]
+			if s == nil {
+				switch st, known := ru.keys[res.CallKey]; {
+				case !known:
+					drop(res.CallKey, dropUnknownKey)
+				case st == keyByResult:
+					drop(res.CallKey, dropDuplicate)
+				default:
+					drop(res.CallKey, dropLate)
+				}
+				return
+			}
+			delete(pending, res.CallKey)
+			ru.keys[res.CallKey] = keyByResult
+			ru.fromResult(s, res)
+		}
+	case ev.Progress != nil && ev.Result == nil:
+		p := *ev.Progress
+		switch {
+		case p.Validate() != nil:
+			drop(p.CallKey, dropInvalid)
+		case p.RunID != ru.id:
+			drop(p.CallKey, dropOtherRun)
+		default:
+			if s := pending[p.CallKey]; s != nil {
+				s.started = true
+				s.worker, s.attempt = clipName(p.Worker), p.Attempt
+				ru.log.Debug().Str(logKeyEvent, evProgress).Int(logKeyRound, round).
+					Str(logKeyCallKey, p.CallKey).Str(logKeyWorker, s.worker).Send()
+			} else if _, known := ru.keys[p.CallKey]; !known {
+				drop(p.CallKey, dropUnknownKey)
+			}
+			// Progress for a call already answered is normal: it travels
+			// apart from results and may arrive after them.
+		}
+	default:
+		drop("", dropMalformed)
+	}
+}
+
+// fromResult answers a call from its worker's result (DESIGN §4 step 7).
+func (ru *run) fromResult(s *slot, res protocol.Result) {
+	if res.Worker != "" {
+		s.worker = clipName(res.Worker)
+	}
+	if res.Attempt != 0 {
+		s.attempt = res.Attempt
+	}
+	switch res.Outcome {
+	case protocol.OutcomeOK:
+		s.truncated = res.Truncated
+		ru.answer(s, protocol.OutcomeOK, res.Output)
+	case protocol.OutcomeFailed:
+		ru.answer(s, protocol.OutcomeFailed, obsFailed(s.name, res.ErrorType))
+	case protocol.OutcomeInvalidArguments:
+		ru.answer(s, protocol.OutcomeInvalidArguments, obsArgumentError(s.name, res.Output))
+	case protocol.OutcomeUnknownTool:
+		ru.answer(s, protocol.OutcomeUnknownTool, obsUnknownTool(s.name))
+	case protocol.OutcomeTimeout:
+		ru.answer(s, protocol.OutcomeTimeout, obsTimeout(s.name, s.timeout))
+	default: // protocol.OutcomeCancelled
+		ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
+	}
+}
+
+// publishCancels asks workers to stop every call the round gave up on,
+// concurrently, with a context that outlives the run's own but is bounded
+// by CancelTimeout.
+func (ru *run) publishCancels(ctx context.Context, slots []slot) {
+	var list []*slot
+	for i := range slots {
+		if slots[i].cancelWhy != "" {
+			list = append(list, &slots[i])
+		}
+	}
+	if len(list) == 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ru.cfg.CancelTimeout)
+	defer cancel()
+	type cancelResult struct {
+		key protocol.CallKey
+		err error
+	}
+	ch := make(chan cancelResult, len(list))
+	for _, s := range list {
+		c := protocol.Cancel{V: protocol.Version, RunID: ru.id, CallKey: s.key, Reason: s.cancelWhy}
+		go func() { ch <- cancelResult{key: c.CallKey, err: ru.r.disp.Cancel(cctx, c)} }()
+	}
+	for range list {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				ru.log.Warn().Str(logKeyEvent, evCancelFailed).Str(logKeyCallKey, r.key).
+					Str(logKeyErrorType, errType(r.err)).Send()
+			}
+		case <-cctx.Done():
+			ru.log.Warn().Str(logKeyEvent, evCancelFailed).Str(logKeyDropReason, "cancel_timeout").Send()
+			return
+		}
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,104 @@
+package loop
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Log keys and event names of the loop's trace lines. Lines carry ids, tool
+// names, argument keys, digests, outcomes, durations, counts and sizes;
+// never argument values (unless Config.TraceArgs), tool output, validation
+// messages, operator reasons or error messages.
+const (
+	logKeyEvent            = "event"
+	logKeyRun              = "run_id"
+	logKeyRound            = "round"
+	logKeyCallKey          = "call_key"
+	logKeyCallID           = "call_id"
+	logKeyTool             = "tool"
+	logKeyArgKeys          = "arg_keys"
+	logKeyArgs             = "args"
+	logKeyArgsDigest       = "args_digest"
+	logKeyArgsBytes        = "args_bytes"
+	logKeyOutcome          = "outcome"
+	logKeyDurationMS       = "duration_ms"
+	logKeyWorker           = "worker"
+	logKeyAttempt          = "attempt"
+	logKeyMessages         = "messages"
+	logKeyTools            = "tools"
+	logKeyToolCalls        = "tool_calls"
+	logKeyPromptTokens     = "prompt_tokens"
+	logKeyCompletionTokens = "completion_tokens"
+	logKeyFinishReason     = "finish_reason"
+	logKeyErrorType        = "error_type"
+	logKeyDropReason       = "drop_reason"
+	logKeyRequested        = "requested"
+	logKeyLimit            = "limit"
+	logKeyCount            = "count"
+	logKeyTermination      = "termination_reason"
+	logKeyApproval         = "approval"
+
+	evModelCallStart = "model_call_start"
+	evModelCallEnd   = "model_call_end"
+	evToolCallStart  = "tool_call_start"
+	evToolCallEnd    = "tool_call_end"
+	evCallsRejected  = "tool_calls_rejected"
+	evCallIDReplaced = "call_id_replaced"
+	evEventDropped   = "event_dropped"
+	evDropsSuppress  = "events_dropped_unlogged"
+	evToolSkipped    = "tool_skipped"
+	evCancelFailed   = "cancel_failed"
+	evDispatchFailed = "dispatch_failed"
+	evInboxClose     = "inbox_close_failed"
+	evProgress       = "call_started"
+	evRunEnd         = "run_end"
+)
+
+// Reasons for dropping an inbox event (logKeyDropReason).
+const (
+	dropMalformed      = "malformed_event"
+	dropInvalid        = "invalid_message"
+	dropOtherRun       = "other_run"
+	dropInvalidOutcome = "invalid_outcome"
+	dropUnknownKey     = "unknown_call_key"
+	dropDuplicate      = "duplicate"
+	dropLate           = "late"
+)
+
+// maxLoggedDropsPerRound rate-limits event_dropped lines: a flood of forged
+// results costs one summary line, not one line each.
+const maxLoggedDropsPerRound = 16
+
+// maxLoggedArgKeys bounds the argument keys of one trace line.
+const maxLoggedArgKeys = 32
+
+// maxLoggedArgBytes bounds argument values logged under Config.TraceArgs.
+const maxLoggedArgBytes = 4096
+
+// argKeys returns the sorted, clipped keys of a parsed argument object,
+// at most maxLoggedArgKeys of them (a last "…" says there were more).
+func argKeys(obj map[string]any) []string {
+	keys := make([]string, 0, min(len(obj), maxLoggedArgKeys+1))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) > maxLoggedArgKeys {
+		keys = append(keys[:maxLoggedArgKeys], "…")
+	}
+	for i, k := range keys {
+		keys[i] = clipName(k)
+	}
+	return keys
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// errType names an error's Go type, which is all a trace line says of it.
+func errType(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf("%T", err)
+}

@@ -1,0 +1,140 @@
+package loop
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// The observation texts. Each names the tool as the model wrote it, clipped
+// and escaped by [clipName]. Texts that match ExecutionKit keep its wording.
+
+// obsCapRejected answers a call over the per-round cap.
+func obsCapRejected(requested, limit int) string {
+	return fmt.Sprintf("Tool call rejected: this round requested %d tool calls, exceeding the limit of %d. Retry with fewer calls.", requested, limit)
+}
+
+// obsRepeatRejected answers a call whose id repeats an earlier call of the
+// same assistant message.
+func obsRepeatRejected(id string) string {
+	return "Tool call rejected: call id '" + clipName(id) + "' repeats an earlier call in this round."
+}
+
+func obsUnknownTool(name string) string { return "Error: Unknown tool '" + clipName(name) + "'" }
+
+func obsArgumentError(name, msg string) string {
+	return "Tool '" + clipName(name) + "' argument error: " + msg
+}
+
+func obsDenied(name, reason string) string {
+	if reason == "" {
+		return "Tool '" + clipName(name) + "' blocked by approval"
+	}
+	return "Tool '" + clipName(name) + "' blocked by approval: " + reason
+}
+
+func obsApprovalExpired(name string, d time.Duration) string {
+	return "Tool '" + clipName(name) + "' blocked by approval: no decision within " + fmtDuration(d)
+}
+
+func obsApprovalUnavailable(name string) string {
+	return "Tool '" + clipName(name) + "' blocked by approval: approval unavailable (no decision was made)"
+}
+
+func obsDispatchFailed(name string) string {
+	return "Tool '" + clipName(name) + "' failed: dispatch error (the call was not sent and did not run)"
+}
+
+func obsFailed(name, errorType string) string {
+	return "Tool '" + clipName(name) + "' failed: " + cleanErrorType(errorType)
+}
+
+func obsTimeout(name string, d time.Duration) string {
+	return "Tool '" + clipName(name) + "' timed out after " + fmtDuration(d)
+}
+
+func obsOutcomeUnknown(name string) string {
+	return "Tool '" + clipName(name) + "' outcome unknown: a worker started this call and stopped answering, so it may or may not have taken effect. Check before calling it again."
+}
+
+func obsCancelled(name string) string { return "Tool '" + clipName(name) + "' was cancelled" }
+
+// maxNameRunes bounds a model-written name or id quoted in an observation
+// or a log line.
+const maxNameRunes = 64
+
+// clipName makes model-written text safe to quote: at most 64 runes (then
+// "…"), with non-printable runes, invalid UTF-8, quotes and backslashes
+// escaped. A valid tool name comes back unchanged.
+func clipName(s string) string {
+	if validToolName(s) {
+		return s
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(s); {
+		if n == maxNameRunes {
+			b.WriteString("…")
+			break
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\'' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRuneToASCII(r) // 'ሴ' → '\u1234'
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+		n++
+	}
+	return b.String()
+}
+
+// quoteClipped is clipName for values in errors and logs.
+func quoteClipped(s string) string { return "'" + clipName(s) + "'" }
+
+// cleanErrorType bounds a worker-reported error type, which is wire data:
+// printable ASCII only, at most 64 bytes, "error" when empty.
+func cleanErrorType(s string) string {
+	if s == "" {
+		return "error"
+	}
+	var b strings.Builder
+	for i := 0; i < len(s) && b.Len() < 64; i++ {
+		c := s[i]
+		if c >= 0x20 && c < 0x7f {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}
+
+// fmtDuration prints a duration without trailing zero units: 2m, 1h30m,
+// 50ms, 1.5s.
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// bound truncates an observation to max runes with the protocol's marker,
+// reporting whether it cut anything.
+func bound(obs string, max int) (string, bool) { return protocol.Truncate(obs, max) }

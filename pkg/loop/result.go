@@ -1,0 +1,87 @@
+package loop
+
+import (
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// TerminationReason says why a run stopped.
+type TerminationReason string
+
+// The termination reasons.
+const (
+	// ReasonNatural: the model answered without calling a tool.
+	ReasonNatural TerminationReason = "natural"
+	// ReasonMaxRounds: MaxRounds model calls all asked for tools.
+	ReasonMaxRounds TerminationReason = "max_rounds"
+	// ReasonCancelled: the run's context ended.
+	ReasonCancelled TerminationReason = "cancelled"
+	// ReasonError: the model or the catalog failed; Run also returns the
+	// error.
+	ReasonError TerminationReason = "error"
+)
+
+// Result is the outcome of a run. Its JSON form is the coordinator's
+// --output json document.
+type Result struct {
+	RunID             protocol.RunID    `json:"run_id"`
+	Answer            string            `json:"answer"`
+	TerminationReason TerminationReason `json:"termination_reason"`
+	Metadata          Metadata          `json:"metadata"`
+	// Calls has one entry per tool_call_id of the transcript's assistant
+	// messages produced in this run, in transcript order.
+	Calls []CallRecord `json:"calls"`
+	// Messages is the whole transcript, input included. Every tool call in
+	// it is answered by exactly one tool message, in request order.
+	Messages []Message `json:"messages"`
+}
+
+// Metadata counts what a run did.
+type Metadata struct {
+	// Rounds counts the model calls that returned an assistant message.
+	Rounds int `json:"rounds"`
+	// ToolCallsMade counts the calls within the cap that were attempted:
+	// unknown, invalid, denied, failed and timed-out calls included.
+	ToolCallsMade int `json:"tool_calls_made"`
+	// RejectedToolCalls counts calls answered "rejected": over the cap, or
+	// repeating an earlier call id of the same message. ToolCallsMade +
+	// RejectedToolCalls is the number of tool calls the model made.
+	RejectedToolCalls int `json:"rejected_tool_calls"`
+	// TruncatedObservations counts tool messages cut to
+	// MaxObservationChars, by the worker or by the loop.
+	TruncatedObservations int `json:"truncated_observations"`
+	// Outcomes counts every answered call id by outcome.
+	Outcomes         map[protocol.Outcome]int `json:"outcomes"`
+	PromptTokens     int                      `json:"prompt_tokens"`
+	CompletionTokens int                      `json:"completion_tokens"`
+	// ModelCalls counts calls of Model.Complete, failed ones included.
+	ModelCalls int `json:"model_calls"`
+}
+
+// CallRecord is what happened to one tool call id.
+type CallRecord struct {
+	Round int `json:"round"`
+	// CallID is the id in the transcript, which the loop may have replaced
+	// (see the package documentation).
+	CallID string `json:"call_id"`
+	// CallKey is the coordinator's key for the call; empty for rejected
+	// calls.
+	CallKey protocol.CallKey `json:"call_key,omitempty"`
+	// Tool is the name the model wrote, clipped and escaped when it is not
+	// a valid tool name.
+	Tool    string           `json:"tool"`
+	Outcome protocol.Outcome `json:"outcome"`
+	// DurationMS is the coordinator's wall time from the start of the
+	// call's handling (validation, approval, dispatch) to its answer.
+	DurationMS int64 `json:"duration_ms"`
+	// Worker and Attempt come from the worker's result or progress notice.
+	Worker  string `json:"worker,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
+}
+
+func newResult(run protocol.RunID) *Result {
+	return &Result{
+		RunID:    run,
+		Metadata: Metadata{Outcomes: map[protocol.Outcome]int{}},
+		Calls:    []CallRecord{},
+	}
+}

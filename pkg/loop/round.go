@@ -1,0 +1,360 @@
+package loop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/schema"
+)
+
+// MaxArgumentsBytes bounds a call's arguments. Larger arguments are
+// answered invalid_arguments and never published.
+const MaxArgumentsBytes = 512 << 10
+
+// slot is one call within the cap, from validation to its answer. Only the
+// round's own goroutine touches it.
+type slot struct {
+	id       string // the call id in the transcript (maybe replaced)
+	origID   string // the id the model wrote, for a repeat's rejection
+	name     string // the tool name as the model wrote it
+	repeat   bool   // repeats an earlier id of the same message
+	entry    *toolEntry
+	args     []byte // canonical arguments, once valid
+	key      protocol.CallKey
+	start    time.Time
+	approval bool // needs the gate
+
+	timeout  time.Duration
+	deadline time.Time
+	started  bool // a worker said it started the call
+
+	done       bool
+	outcome    protocol.Outcome
+	obs        string
+	end        time.Time
+	worker     string
+	attempt    int
+	truncated  bool   // the worker cut the output
+	cancelWhy  string // non-empty: publish a Cancel for the call
+	gateResult string // how the gate answered, for the trace
+}
+
+// round runs DESIGN §4 for one assistant message: it stores the message
+// (with any replaced ids) and appends one tool message per call, in request
+// order, whatever happens.
+func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry) {
+	calls := msg.ToolCalls
+	n, limit := len(calls), ru.cfg.MaxToolCallsPerRound
+	within := min(n, limit)
+
+	// Ids first: the stored assistant message must carry unique, bounded,
+	// non-empty ids before anything answers them.
+	slots := make([]slot, within)
+	seen := make(map[string]struct{}, within)
+	for i := range calls {
+		orig := calls[i].ID
+		var why string
+		_, inRound := seen[orig]
+		_, inRun := ru.ids[orig]
+		switch {
+		case orig == "":
+			why = "empty"
+		case len(orig) > protocol.MaxCallIDLen:
+			why = "too_long"
+		case i < within && inRound:
+			why = "repeat"
+		case inRun:
+			why = "reused"
+		}
+		if i < within && orig != "" {
+			seen[orig] = struct{}{}
+		}
+		if why != "" {
+			calls[i].ID = ru.freshCallID()
+		}
+		ru.ids[calls[i].ID] = struct{}{}
+		if calls[i].Type == "" {
+			calls[i].Type = "function"
+		}
+		if i < within {
+			slots[i] = slot{id: calls[i].ID, origID: orig, name: calls[i].Function.Name, repeat: why == "repeat"}
+			if why != "" {
+				ru.log.Info().Str(logKeyEvent, evCallIDReplaced).Int(logKeyRound, round).
+					Str(logKeyCallID, calls[i].ID).Str(logKeyDropReason, why).Send()
+			}
+		}
+	}
+	ru.msgs = append(ru.msgs, msg)
+
+	// Step 1 is the tail below; steps 2 and 3: repeats, tools, arguments.
+	start := ru.now()
+	for i := range slots {
+		s := &slots[i]
+		s.start = start
+		if s.repeat {
+			ru.answer(s, protocol.OutcomeRejected, obsRepeatRejected(s.origID))
+			continue
+		}
+		ru.res.Metadata.ToolCallsMade++
+		s.key = ru.newKey()
+		obj := ru.validate(s, calls[i].Function.Arguments, tools)
+		ru.traceStart(round, s, calls[i].Function.Arguments, obj)
+		if !s.done {
+			s.approval = ru.r.approveAll || ru.r.approve[s.name] || s.entry.spec.RequiresApproval
+		}
+	}
+	if n > within {
+		ru.log.Warn().Str(logKeyEvent, evCallsRejected).Int(logKeyRound, round).
+			Int(logKeyRequested, n).Int(logKeyLimit, limit).Int(logKeyCount, n-within).Send()
+	}
+
+	// Step 4: approvals, concurrently. Step 5 and 6: dispatch and gather.
+	ru.approve(ctx, round, slots)
+	ru.dispatch(ctx, round, slots)
+	ru.publishCancels(ctx, slots)
+
+	// Step 7: one tool message per call, in request order.
+	for i := range slots {
+		s := &slots[i]
+		if !s.done { // unreachable; never leave an id open
+			ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
+		}
+		ru.record(round, s)
+		if !s.repeat {
+			ru.traceEnd(round, s)
+		}
+	}
+	if n > within {
+		text, cut := bound(obsCapRejected(n, limit), ru.cfg.MaxObservationChars)
+		for i := within; i < n; i++ {
+			if cut {
+				ru.res.Metadata.TruncatedObservations++
+			}
+			ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: calls[i].ID, Content: text})
+			ru.res.Metadata.RejectedToolCalls++
+			ru.res.Metadata.Outcomes[protocol.OutcomeRejected]++
+			ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: calls[i].ID,
+				Tool: clipName(calls[i].Function.Name), Outcome: protocol.OutcomeRejected})
+		}
+	}
+}
+
+// validate resolves the tool and checks the arguments; on failure it
+// answers the call. It returns the parsed arguments (for trace keys) when
+// they are a JSON object.
+func (ru *run) validate(s *slot, raw string, tools map[string]*toolEntry) map[string]any {
+	if validToolName(s.name) {
+		s.entry = tools[s.name]
+	}
+	if s.entry == nil {
+		ru.answer(s, protocol.OutcomeUnknownTool, obsUnknownTool(s.name))
+		return nil
+	}
+	if strings.TrimSpace(raw) == "" {
+		raw = "{}"
+	}
+	if len(raw) > MaxArgumentsBytes {
+		ru.answer(s, protocol.OutcomeInvalidArguments, obsArgumentError(s.name,
+			fmt.Sprintf("arguments are too large: %d bytes, limit %d", len(raw), MaxArgumentsBytes)))
+		return nil
+	}
+	obj, err := schema.ParseObject([]byte(raw))
+	if err == nil {
+		err = s.entry.schema.Validate([]byte(raw))
+	}
+	if err == nil {
+		s.args, err = protocol.Canonical([]byte(raw))
+		if err != nil {
+			err = &schema.ArgumentError{Msg: "arguments are not valid JSON"}
+		}
+	}
+	if err != nil {
+		msg := "arguments do not match the schema"
+		var ae *schema.ArgumentError
+		if errors.As(err, &ae) {
+			msg = ae.Msg
+		}
+		s.args = nil
+		ru.answer(s, protocol.OutcomeInvalidArguments, obsArgumentError(s.name, msg))
+	}
+	return obj
+}
+
+// answer closes a call with its outcome and observation.
+func (ru *run) answer(s *slot, o protocol.Outcome, obs string) {
+	s.done, s.outcome, s.obs, s.end = true, o, obs, ru.now()
+}
+
+// record appends a call's tool message and its record.
+func (ru *run) record(round int, s *slot) {
+	obs, cut := bound(s.obs, ru.cfg.MaxObservationChars)
+	m := &ru.res.Metadata
+	if cut || s.truncated {
+		m.TruncatedObservations++
+	}
+	ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: s.id, Content: obs})
+	m.Outcomes[s.outcome]++
+	if s.outcome == protocol.OutcomeRejected {
+		m.RejectedToolCalls++
+	}
+	ru.res.Calls = append(ru.res.Calls, CallRecord{
+		Round: round, CallID: s.id, CallKey: s.key, Tool: clipName(s.name), Outcome: s.outcome,
+		DurationMS: ms(s.end.Sub(s.start)), Worker: s.worker, Attempt: s.attempt,
+	})
+}
+
+// traceStart logs a call's start: ids, tool, argument keys and digest, and
+// argument values only under Config.TraceArgs.
+func (ru *run) traceStart(round int, s *slot, raw string, obj map[string]any) {
+	ev := ru.log.Info()
+	if !ev.Enabled() {
+		return
+	}
+	args := s.args
+	if args == nil {
+		args = []byte(raw)
+	}
+	ev.Str(logKeyEvent, evToolCallStart).Int(logKeyRound, round).Str(logKeyCallKey, s.key).
+		Str(logKeyCallID, clipName(s.id)).Str(logKeyTool, clipName(s.name)).
+		Str(logKeyArgsDigest, protocol.ArgsDigest(args)).Int(logKeyArgsBytes, len(raw))
+	if obj != nil {
+		ev.Strs(logKeyArgKeys, argKeys(obj))
+	}
+	if ru.cfg.TraceArgs {
+		v, _ := protocol.Truncate(string(args), maxLoggedArgBytes)
+		ev.Str(logKeyArgs, v)
+	}
+	ev.Send()
+}
+
+// traceEnd logs a call's outcome, never its observation.
+func (ru *run) traceEnd(round int, s *slot) {
+	var ev *zerolog.Event
+	switch s.outcome {
+	case protocol.OutcomeOK:
+		ev = ru.log.Info()
+	default:
+		ev = ru.log.Warn()
+	}
+	ev = ev.Str(logKeyEvent, evToolCallEnd).Int(logKeyRound, round).Str(logKeyCallKey, s.key).
+		Str(logKeyCallID, clipName(s.id)).Str(logKeyTool, clipName(s.name)).
+		Str(logKeyOutcome, string(s.outcome)).Int64(logKeyDurationMS, ms(s.end.Sub(s.start)))
+	if s.worker != "" {
+		ev = ev.Str(logKeyWorker, s.worker).Int(logKeyAttempt, s.attempt)
+	}
+	if s.gateResult != "" {
+		ev = ev.Str(logKeyApproval, s.gateResult)
+	}
+	ev.Send()
+}
+
+// approval is one gate answer.
+type approval struct {
+	i       int
+	d       Decision
+	err     error
+	expired bool // the gate answered after deadline+grace
+}
+
+// approve asks the gate about every valid call that needs approval, all at
+// once, and answers the calls it does not approve. It never waits past
+// the approval deadline plus twice the grace, even for a gate that ignores
+// its context.
+func (ru *run) approve(ctx context.Context, round int, slots []slot) {
+	var waiting []int
+	for i := range slots {
+		if !slots[i].done && slots[i].approval {
+			waiting = append(waiting, i)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	gate := ru.r.gate
+	if gate == nil || ctx.Err() != nil {
+		for _, i := range waiting {
+			s := &slots[i]
+			if gate == nil {
+				s.gateResult = "no_gate"
+				ru.answer(s, protocol.OutcomeDenied, obsApprovalUnavailable(s.name))
+			} else {
+				ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
+			}
+		}
+		return
+	}
+	timeout := ru.cfg.ApprovalTimeout
+	deadline := ru.now().Add(timeout)
+	ch := make(chan approval, len(waiting))
+	open := make(map[int]bool, len(waiting))
+	for _, i := range waiting {
+		s := &slots[i]
+		digest, err := protocol.Digest(ru.id, s.key, s.name, s.args)
+		if err != nil {
+			s.gateResult = "digest_error"
+			ru.answer(s, protocol.OutcomeDenied, obsApprovalUnavailable(s.name))
+			continue
+		}
+		req := protocol.ApprovalRequest{
+			V: protocol.Version, RunID: ru.id, CallKey: s.key, CallID: s.id, Round: round,
+			Tool: s.name, Arguments: bytes.Clone(s.args), Digest: digest, Deadline: deadline,
+		}
+		open[i] = true
+		go func() {
+			actx, cancel := context.WithDeadline(ctx, deadline.Add(ru.cfg.Grace))
+			defer cancel()
+			d, err := gate.Approve(actx, req)
+			ch <- approval{i: i, d: d, err: err, expired: errors.Is(actx.Err(), context.DeadlineExceeded)}
+		}()
+	}
+	backstop := time.NewTimer(deadline.Sub(ru.now()) + 2*ru.cfg.Grace)
+	defer backstop.Stop()
+	for len(open) > 0 {
+		select {
+		case a := <-ch:
+			delete(open, a.i)
+			ru.applyDecision(ctx, &slots[a.i], a, timeout)
+		case <-backstop.C:
+			for i := range open {
+				s := &slots[i]
+				s.gateResult = "no_answer"
+				ru.answer(s, protocol.OutcomeApprovalExpired, obsApprovalExpired(s.name, timeout))
+			}
+			return
+		case <-ctx.Done():
+			for i := range open {
+				ru.answer(&slots[i], protocol.OutcomeCancelled, obsCancelled(slots[i].name))
+			}
+			return
+		}
+	}
+}
+
+// applyDecision maps a gate answer onto the call. Anything but a timely,
+// explicit approval keeps the call from running; only an explicit "no" is
+// reported as a denial with a reason, never a timeout or a gate failure.
+func (ru *run) applyDecision(ctx context.Context, s *slot, a approval, timeout time.Duration) {
+	switch {
+	case ctx.Err() != nil:
+		ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
+	case a.expired || (a.err == nil && a.d.Expired):
+		s.gateResult = "expired"
+		ru.answer(s, protocol.OutcomeApprovalExpired, obsApprovalExpired(s.name, timeout))
+	case a.err != nil:
+		s.gateResult = "gate_error:" + errType(a.err)
+		ru.answer(s, protocol.OutcomeDenied, obsApprovalUnavailable(s.name))
+	case a.d.Approved:
+		s.gateResult = "approved"
+	default:
+		s.gateResult = "denied"
+		reason, _ := protocol.Truncate(a.d.Reason, protocol.MaxReasonLen)
+		ru.answer(s, protocol.OutcomeDenied, obsDenied(s.name, reason))
+	}
+}

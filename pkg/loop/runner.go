@@ -1,0 +1,386 @@
+package loop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/schema"
+)
+
+// ErrInvalidInput is wrapped by every error about a run's input (an empty
+// prompt, an invalid transcript); such runs return a nil Result.
+var ErrInvalidInput = errors.New("invalid run input")
+
+// Runner runs the ReAct loop. It is safe for concurrent use: each Run has
+// its own state, and runs share only the compiled-schema cache.
+type Runner struct {
+	cfg        Config
+	model      Model
+	catalog    Catalog
+	disp       Dispatcher
+	gate       Gate
+	approveAll bool
+	approve    map[string]bool
+	schemas    schemaCache
+}
+
+// New returns a Runner after validating cfg (the error is a [*ConfigError]).
+// model, catalog and d are required. gate may be nil: every call that needs
+// approval is then denied, as "approval unavailable" — the loop fails
+// closed.
+func New(cfg Config, model Model, catalog Catalog, d Dispatcher, gate Gate) (*Runner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case model == nil:
+		return nil, &ConfigError{Field: "model", Value: "nil", Rule: "must be set"}
+	case catalog == nil:
+		return nil, &ConfigError{Field: "catalog", Value: "nil", Rule: "must be set"}
+	case d == nil:
+		return nil, &ConfigError{Field: "dispatcher", Value: "nil", Rule: "must be set"}
+	}
+	cfg = cfg.withDefaults()
+	r := &Runner{cfg: cfg, model: model, catalog: catalog, disp: d, gate: gate, approve: map[string]bool{}}
+	for _, name := range cfg.RequireApproval {
+		if name == "*" {
+			r.approveAll = true
+		}
+		r.approve[name] = true
+	}
+	r.schemas.m = map[string]*schemaEntry{}
+	return r, nil
+}
+
+// Run runs the loop on a single user prompt.
+func (r *Runner) Run(ctx context.Context, prompt string) (*Result, error) {
+	if strings.TrimSpace(prompt) == "" {
+		return nil, fmt.Errorf("loop: %w: empty prompt", ErrInvalidInput)
+	}
+	return r.run(ctx, []Message{{Role: "user", Content: prompt}})
+}
+
+// RunMessages runs the loop on a transcript, which it copies and never
+// mutates. The transcript must be non-empty, use the roles system, user,
+// assistant and tool, and answer every tool call of an assistant message
+// with one tool message right after it.
+//
+// The returned Result is nil only when the input is refused. Otherwise it is
+// complete — every tool call id answered — whatever happened: a model or
+// catalog error (reason "error", and the error is returned too), MaxRounds
+// exhausted (reason "max_rounds", nil error) or ctx ended (reason
+// "cancelled", nil error; open calls are answered "cancelled" and cancels
+// are published with a fresh context bounded by CancelTimeout).
+func (r *Runner) RunMessages(ctx context.Context, msgs []Message) (*Result, error) {
+	if err := checkInput(msgs); err != nil {
+		return nil, err
+	}
+	return r.run(ctx, cloneMessages(msgs))
+}
+
+// keyState records how a call key of the run was closed, so a later result
+// for it is logged as a duplicate or as late.
+type keyState uint8
+
+const (
+	keyOpen keyState = iota
+	keyByResult
+	keyBySynth
+)
+
+// run is the state of one Run.
+type run struct {
+	r     *Runner
+	cfg   *Config
+	log   zerolog.Logger
+	id    protocol.RunID
+	res   *Result
+	msgs  []Message
+	inbox Inbox
+	// ids holds every call id of the transcript, so ids stay unique.
+	ids map[string]struct{}
+	// keys holds every call key this run published.
+	keys map[protocol.CallKey]keyState
+	// skipped remembers catalog entries already logged as unusable.
+	skipped map[string]bool
+}
+
+func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
+	ru := &run{r: r, cfg: &r.cfg, msgs: msgs, ids: map[string]struct{}{},
+		keys: map[protocol.CallKey]keyState{}, skipped: map[string]bool{}}
+	ru.id = ru.token(nil)
+	ru.log = r.cfg.Logger.With().Str(logKeyRun, ru.id).Logger()
+	ru.res = newResult(ru.id)
+	for _, m := range msgs {
+		for _, tc := range m.ToolCalls {
+			ru.ids[tc.ID] = struct{}{}
+		}
+	}
+	defer ru.closeInbox()
+	return ru.loop(ctx)
+}
+
+func (ru *run) loop(ctx context.Context) (*Result, error) {
+	for round := 1; round <= ru.cfg.MaxRounds; round++ {
+		if ctx.Err() != nil {
+			return ru.finish(ReasonCancelled, "", nil)
+		}
+		tools, defs, err := ru.tools(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ru.finish(ReasonCancelled, "", nil)
+			}
+			return ru.finish(ReasonError, "", fmt.Errorf("loop: reading the tool catalog: %w", err))
+		}
+		resp, err := ru.complete(ctx, round, defs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ru.finish(ReasonCancelled, "", nil)
+			}
+			return ru.finish(ReasonError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
+		}
+		ru.res.Metadata.Rounds = round
+		msg := Message{Role: "assistant", Content: resp.Message.Content, ToolCalls: cloneToolCalls(resp.Message.ToolCalls)}
+		if len(msg.ToolCalls) == 0 {
+			ru.msgs = append(ru.msgs, msg)
+			return ru.finish(ReasonNatural, msg.Content, nil)
+		}
+		ru.round(ctx, round, msg, tools)
+		if ctx.Err() != nil {
+			return ru.finish(ReasonCancelled, "", nil)
+		}
+	}
+	return ru.finish(ReasonMaxRounds, "", nil)
+}
+
+// complete makes one model call and traces it (never its content).
+func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Response, error) {
+	req := Request{Messages: cloneMessages(ru.msgs), Tools: defs}
+	ru.log.Info().Str(logKeyEvent, evModelCallStart).Int(logKeyRound, round).
+		Int(logKeyMessages, len(req.Messages)).Int(logKeyTools, len(defs)).Send()
+	start := ru.cfg.Now()
+	ru.res.Metadata.ModelCalls++
+	resp, err := ru.r.model.Complete(ctx, req)
+	if err == nil && resp == nil {
+		err = errors.New("model returned no response")
+	}
+	ev := ru.log.Info().Str(logKeyEvent, evModelCallEnd).Int(logKeyRound, round).
+		Int64(logKeyDurationMS, ms(ru.cfg.Now().Sub(start)))
+	if err != nil {
+		ev.Str(logKeyErrorType, errType(err)).Send()
+		return nil, err
+	}
+	ru.res.Metadata.PromptTokens += max(resp.Usage.PromptTokens, 0)
+	ru.res.Metadata.CompletionTokens += max(resp.Usage.CompletionTokens, 0)
+	ev.Int(logKeyPromptTokens, resp.Usage.PromptTokens).Int(logKeyCompletionTokens, resp.Usage.CompletionTokens).
+		Str(logKeyFinishReason, clipName(resp.FinishReason)).Int(logKeyToolCalls, len(resp.Message.ToolCalls)).Send()
+	return resp, nil
+}
+
+// finish completes the Result.
+func (ru *run) finish(reason TerminationReason, answer string, err error) (*Result, error) {
+	ru.res.TerminationReason = reason
+	ru.res.Answer = answer
+	ru.res.Messages = ru.msgs
+	m := &ru.res.Metadata
+	ev := ru.log.Info().Str(logKeyEvent, evRunEnd).Str(logKeyTermination, string(reason)).
+		Int(logKeyRound, m.Rounds).Int(logKeyToolCalls, m.ToolCallsMade).Int(logKeyCount, m.RejectedToolCalls)
+	if err != nil {
+		ev.Str(logKeyErrorType, errType(errors.Unwrap(err)))
+	}
+	ev.Send()
+	return ru.res, err
+}
+
+func (ru *run) closeInbox() {
+	if ru.inbox == nil {
+		return
+	}
+	if err := ru.inbox.Close(); err != nil {
+		ru.log.Warn().Str(logKeyEvent, evInboxClose).Str(logKeyErrorType, errType(err)).Send()
+	}
+}
+
+// token returns a fresh id from Config.NewID that is a valid subject token
+// and not in used (falling back to protocol.NewID for a bad NewID).
+func (ru *run) token(used func(string) bool) string {
+	for i := 0; ; i++ {
+		id := ru.cfg.NewID()
+		if i > 0 || !validToolName(id) {
+			id = protocol.NewID()
+		}
+		if used == nil || !used(id) {
+			return id
+		}
+	}
+}
+
+// newKey returns a call key unused in this run.
+func (ru *run) newKey() protocol.CallKey {
+	return ru.token(func(k string) bool { _, ok := ru.keys[k]; return ok })
+}
+
+// freshCallID returns a coordinator-made call id unused in the transcript.
+func (ru *run) freshCallID() string {
+	return "call_" + ru.token(func(k string) bool { _, ok := ru.ids["call_"+k]; return ok })
+}
+
+// toolEntry is one usable catalog entry.
+type toolEntry struct {
+	spec   protocol.ToolSpec
+	schema *schema.Schema
+}
+
+// tools reads the catalog and keeps the usable specs: valid, first of their
+// name, with a schema that compiles and matches its digest. The model is
+// told only about those, so a call to any other name is unknown_tool.
+func (ru *run) tools(ctx context.Context) (map[string]*toolEntry, []ToolDef, error) {
+	specs, err := ru.r.catalog.Tools(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := make(map[string]*toolEntry, len(specs))
+	defs := make([]ToolDef, 0, len(specs))
+	for _, s := range specs {
+		if err := s.Validate(); err != nil {
+			ru.skip(s.Name, "invalid_spec")
+			continue
+		}
+		if _, dup := m[s.Name]; dup {
+			ru.skip(s.Name, "duplicate_name")
+			continue
+		}
+		sc, err := ru.r.schemas.get(s)
+		if err != nil {
+			ru.skip(s.Name, "unusable_schema")
+			continue
+		}
+		m[s.Name] = &toolEntry{spec: s, schema: sc}
+		defs = append(defs, ToolDef{Name: s.Name, Description: s.Description, Parameters: bytes.Clone(s.Parameters)})
+	}
+	return m, defs, nil
+}
+
+func (ru *run) skip(name, why string) {
+	k := why + "\x00" + name
+	if ru.skipped[k] || len(ru.skipped) > 256 {
+		return
+	}
+	ru.skipped[k] = true
+	ru.log.Warn().Str(logKeyEvent, evToolSkipped).Str(logKeyTool, clipName(name)).Str(logKeyDropReason, why).Send()
+}
+
+// maxCachedSchemas bounds the compiled-schema cache; when full it starts
+// over.
+const maxCachedSchemas = 1024
+
+// schemaCache holds compiled schemas by their declared SchemaDigest, so a
+// schema is compiled once, not once per round.
+type schemaCache struct {
+	mu sync.Mutex
+	m  map[string]*schemaEntry
+}
+
+type schemaEntry struct {
+	params []byte
+	s      *schema.Schema
+	err    error
+}
+
+// get returns s's compiled schema. A schema whose digest is not its
+// declared SchemaDigest is refused: coordinator and workers must agree on
+// what they validate.
+func (c *schemaCache) get(s protocol.ToolSpec) (*schema.Schema, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[s.SchemaDigest]
+	if ok && bytes.Equal(e.params, s.Parameters) {
+		return e.s, e.err
+	}
+	d, err := protocol.SchemaDigest(s.Parameters)
+	if err == nil && d != s.SchemaDigest {
+		err = errors.New("schema digest mismatch")
+	}
+	if ok && err == nil && e.err == nil {
+		// The same schema spelled differently: reuse the compiled one.
+		return e.s, nil
+	}
+	var sc *schema.Schema
+	if err == nil {
+		sc, err = schema.Compile(s.Name, s.Parameters)
+	}
+	if len(c.m) >= maxCachedSchemas {
+		clear(c.m)
+	}
+	c.m[s.SchemaDigest] = &schemaEntry{params: bytes.Clone(s.Parameters), s: sc, err: err}
+	return sc, err
+}
+
+// checkInput refuses transcripts a model API would refuse.
+func checkInput(msgs []Message) error {
+	if len(msgs) == 0 {
+		return fmt.Errorf("loop: %w: no messages", ErrInvalidInput)
+	}
+	bad := func(i int, format string, a ...any) error {
+		return fmt.Errorf("loop: %w: message %d: %s", ErrInvalidInput, i, fmt.Sprintf(format, a...))
+	}
+	var open map[string]bool // ids of the last assistant message not yet answered
+	for i, m := range msgs {
+		switch m.Role {
+		case "system", "user", "assistant", "tool":
+		default:
+			return bad(i, "unknown role %s", quoteClipped(m.Role))
+		}
+		if m.Role == "tool" {
+			if !open[m.ToolCallID] {
+				return bad(i, "tool message for call id %s, which is not an open call of the assistant message before it", quoteClipped(m.ToolCallID))
+			}
+			delete(open, m.ToolCallID)
+			continue
+		}
+		if len(open) > 0 {
+			return bad(i, "%d tool calls of the assistant message before it are not answered", len(open))
+		}
+		if len(m.ToolCalls) > 0 && m.Role != "assistant" {
+			return bad(i, "only assistant messages carry tool calls")
+		}
+		open = make(map[string]bool, len(m.ToolCalls))
+		for _, tc := range m.ToolCalls {
+			if tc.ID == "" || open[tc.ID] {
+				return bad(i, "tool call ids must be non-empty and distinct")
+			}
+			open[tc.ID] = true
+		}
+	}
+	if len(open) > 0 {
+		return bad(len(msgs)-1, "%d tool calls of the last assistant message are not answered", len(open))
+	}
+	return nil
+}
+
+func cloneMessages(msgs []Message) []Message {
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m
+		out[i].ToolCalls = cloneToolCalls(m.ToolCalls)
+	}
+	return out
+}
+
+func cloneToolCalls(tcs []ToolCall) []ToolCall {
+	if len(tcs) == 0 {
+		return nil
+	}
+	return append([]ToolCall(nil), tcs...)
+}
+
+// now is the run's clock.
+func (ru *run) now() time.Time { return ru.cfg.Now() }
