@@ -1,12 +1,40 @@
 #!/usr/bin/env bash
-# The project's test command (see README): formatting, vet, the race-enabled
-# test suite and a short run of every fuzz target.
+# The project's test command (see README): formatting, vet, the test suite
+# (race-enabled where cgo is available) and a short run of every fuzz target.
+#
+#   FUZZTIME=30s ./test.sh     fuzz each target longer (default 5s; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")"
+FUZZTIME=${FUZZTIME:-5s}
 
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
+
+echo "== go vet"
 go vet ./...
-go test -race -count=1 -timeout 20m ./...
+
+race=-race
+if [ "$(go env CGO_ENABLED)" != "1" ] || ! command -v "$(go env CC)" >/dev/null 2>&1; then
+  echo "note: no C compiler for cgo, so the race detector is off for this run"
+  race=
+fi
+
+echo "== go test $race ./..."
+go test $race -count=1 -timeout 20m ./...
+
+if [ "$FUZZTIME" != "0" ]; then
+  echo "== fuzz (each target for $FUZZTIME)"
+  # Every func FuzzX in a _test.go file, with its package directory.
+  grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' . | sort | while read -r file; do
+    dir=$(dirname "$file")
+    grep -oE '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //' | while read -r target; do
+      echo "-- $dir $target"
+      go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$dir" >/tmp/toolfleet-fuzz.log 2>&1 || {
+        cat /tmp/toolfleet-fuzz.log; echo "fuzz target $target in $dir failed (crasher kept in $dir/testdata/fuzz)"; exit 1; }
+    done
+  done
+fi
+echo "== all tests passed"
