@@ -89,6 +89,8 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 		jetstream.WithExpectStream(g.subjects.ApprovalsStream()),
 	); err != nil {
 		if ctx.Err() != nil {
+			// The request may be stored already: say it was withdrawn.
+			g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
 			return loop.Decision{}, fmt.Errorf("approval: publishing request: %w", ctx.Err())
 		}
 		return loop.Decision{}, fmt.Errorf("approval: publishing request: %w", err)

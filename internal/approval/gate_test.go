@@ -153,9 +153,11 @@ func TestGateIgnoresInvalidDecisions(t *testing.T) {
 			want:  loop.Decision{Expired: true},
 		},
 		{
-			name:  "missing approved is never a yes",
-			steps: []step{{raw: nil, dec: func(req protocol.ApprovalRequest) protocol.ApprovalDecision { return protocol.ApprovalDecision{Digest: req.Digest} }, code: ignoreMalformed}},
-			want:  loop.Decision{Expired: true},
+			name: "missing approved is never a yes",
+			steps: []step{{raw: nil, dec: func(req protocol.ApprovalRequest) protocol.ApprovalDecision {
+				return protocol.ApprovalDecision{Digest: req.Digest}
+			}, code: ignoreMalformed}},
+			want: loop.Decision{Expired: true},
 		},
 	}
 	for _, tt := range tests {
