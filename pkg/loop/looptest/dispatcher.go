@@ -1,0 +1,217 @@
+package looptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Handler plays a worker for one call. Its context ends at the call's
+// deadline or when the call is cancelled. Returning false means the worker
+// never answers (a dead or hung worker).
+type Handler func(ctx context.Context, c protocol.Call) (protocol.Result, bool)
+
+// InboxBuffer is how many undelivered events an inbox holds before senders
+// wait.
+const InboxBuffer = 1024
+
+// Dispatcher is an in-memory [loop.Dispatcher]: each published call runs
+// Handler in its own goroutine and its result comes back through the run's
+// inbox. It records published calls and cancels and can inject arbitrary
+// events (duplicates, late or forged results).
+type Dispatcher struct {
+	// Progress makes every call send a Progress event before its handler
+	// runs, as a worker does when it starts a call.
+	Progress bool
+	// PublishErr, when set, is asked before each publish; an error refuses
+	// the call.
+	PublishErr func(protocol.Call) error
+	// OpenErr, when set, makes Open fail.
+	OpenErr error
+
+	handler Handler
+
+	mu        sync.Mutex
+	inboxes   map[protocol.RunID]*inbox
+	opens     int
+	published []protocol.Call
+	cancels   []protocol.Cancel
+	running   map[protocol.CallKey]context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+var _ loop.Dispatcher = (*Dispatcher)(nil)
+
+// New returns a Dispatcher that runs handler for every published call.
+func New(handler Handler) *Dispatcher {
+	return &Dispatcher{handler: handler, inboxes: map[protocol.RunID]*inbox{}, running: map[protocol.CallKey]context.CancelFunc{}}
+}
+
+// Open implements [loop.Dispatcher]. Opening a run twice is an error.
+func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, error) {
+	if d.OpenErr != nil {
+		return nil, d.OpenErr
+	}
+	if !protocol.ValidToken(run) {
+		return nil, fmt.Errorf("looptest: invalid run id %q", run)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.inboxes[run]; ok {
+		return nil, fmt.Errorf("looptest: run %s opened twice", run)
+	}
+	d.opens++
+	ib := &inbox{ch: make(chan loop.Event, InboxBuffer), done: make(chan struct{})}
+	d.inboxes[run] = ib
+	return ib, nil
+}
+
+// Publish implements [loop.Dispatcher]. It refuses invalid calls and calls
+// of runs that have not opened an inbox.
+func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("looptest: invalid call: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.PublishErr != nil {
+		if err := d.PublishErr(c); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ib := d.inboxes[c.RunID]
+	if ib == nil {
+		return errors.New("looptest: publish before Open")
+	}
+	d.published = append(d.published, c)
+	hctx, cancel := context.WithDeadline(context.Background(), c.Deadline)
+	d.running[c.CallKey] = cancel
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer cancel()
+		if d.Progress {
+			ib.send(loop.Event{Progress: &protocol.Progress{V: protocol.Version, RunID: c.RunID, CallKey: c.CallKey, Worker: "looptest", Attempt: 1}})
+		}
+		res, ok := d.handler(hctx, c)
+		if !ok {
+			return
+		}
+		if res.V == 0 {
+			res.V = protocol.Version
+		}
+		if res.RunID == "" {
+			res.RunID = c.RunID
+		}
+		if res.CallKey == "" {
+			res.CallKey = c.CallKey
+		}
+		if res.Outcome == "" {
+			res.Outcome = protocol.OutcomeOK
+		}
+		if res.Worker == "" {
+			res.Worker = "looptest"
+		}
+		if res.Attempt == 0 {
+			res.Attempt = c.Attempt
+		}
+		ib.send(loop.Event{Result: &res})
+	}()
+	return nil
+}
+
+// Cancel implements [loop.Dispatcher]: it records c and ends the call's
+// handler context.
+func (d *Dispatcher) Cancel(ctx context.Context, c protocol.Cancel) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("looptest: invalid cancel: %w", err)
+	}
+	d.mu.Lock()
+	d.cancels = append(d.cancels, c)
+	cancel := d.running[c.CallKey]
+	d.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	return nil
+}
+
+// Inject delivers ev to run's inbox as if a worker had sent it. It reports
+// false if the run has no open inbox.
+func (d *Dispatcher) Inject(run protocol.RunID, ev loop.Event) bool {
+	d.mu.Lock()
+	ib := d.inboxes[run]
+	d.mu.Unlock()
+	return ib != nil && ib.send(ev)
+}
+
+// Published returns the calls published so far.
+func (d *Dispatcher) Published() []protocol.Call {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]protocol.Call(nil), d.published...)
+}
+
+// Cancels returns the cancels received so far.
+func (d *Dispatcher) Cancels() []protocol.Cancel {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]protocol.Cancel(nil), d.cancels...)
+}
+
+// Opens counts the inboxes opened.
+func (d *Dispatcher) Opens() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.opens
+}
+
+// Wait blocks until every handler goroutine has returned.
+func (d *Dispatcher) Wait() { d.wg.Wait() }
+
+// inbox is one run's event queue.
+type inbox struct {
+	ch   chan loop.Event
+	done chan struct{}
+	once sync.Once
+}
+
+func (ib *inbox) Events() <-chan loop.Event { return ib.ch }
+
+func (ib *inbox) Close() error {
+	ib.once.Do(func() { close(ib.done) })
+	return nil
+}
+
+// send queues ev unless the inbox is closed; it waits while the buffer is
+// full.
+func (ib *inbox) send(ev loop.Event) bool {
+	select {
+	case <-ib.done:
+		return false
+	default:
+	}
+	select {
+	case ib.ch <- ev:
+		return true
+	case <-ib.done:
+		return false
+	}
+}
+
+// OK is a successful result with output.
+func OK(output string) protocol.Result {
+	return protocol.Result{Outcome: protocol.OutcomeOK, Output: output}
+}
+
+// Failed is a failed result with an error type.
+func Failed(errorType string) protocol.Result {
+	return protocol.Result{Outcome: protocol.OutcomeFailed, ErrorType: errorType}
+}
