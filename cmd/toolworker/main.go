@@ -1,0 +1,121 @@
+// Command toolworker serves tools to a toolfleet: it pulls tool calls from
+// NATS JetStream, runs them in the sandbox harness and publishes their
+// results. Run it with --help for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/toolfleet/toolfleet/internal/logging"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/toolworker"
+)
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitError  = 1
+	exitConfig = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stderr, os.Getenv))
+}
+
+// run is the whole program; it returns the exit status.
+func run(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("toolworker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		url         = fs.String("nats-url", "", "NATS server URL(s), comma-separated (env NATS_URL; default nats://127.0.0.1:4222)")
+		creds       = fs.String("creds", "", "NATS credentials file (env NATS_CREDS)")
+		user        = fs.String("user", "", "NATS user name (env NATS_USER)")
+		password    = fs.String("password", "", "NATS password; prefer env NATS_PASSWORD, flags are visible to other users")
+		tools       = fs.String("tools", "", "tool manifest `FILE` (JSON)")
+		builtin     = fs.String("builtin", "", "comma-separated built-in tools to serve: calculator, echo (default \"calculator,echo\" when --tools is not given)")
+		concurrency = fs.Int("concurrency", natsbus.DefaultConcurrency, "calls run at once, all tools together")
+		name        = fs.String("name", "", "worker `ID` in results and logs (default <hostname>-<pid>)")
+		prefix      = fs.String("prefix", "", "first token of every subject (default \"fleet\")")
+		logStderr   = fs.Bool("log-stderr", false, "log exec tools' stderr (it may hold secrets)")
+		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: toolworker [flags]\n\nServes tools to a toolfleet over NATS JetStream.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitConfig
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "toolworker: unexpected argument %q (flags only; see --help)\n", fs.Arg(0))
+		return exitConfig
+	}
+	log, err := logging.New(stderr, *logLevel, "toolworker")
+	if err != nil {
+		fmt.Fprintf(stderr, "toolworker: %v\n", err)
+		return exitConfig
+	}
+	if *concurrency < 1 {
+		fmt.Fprintf(stderr, "toolworker: --concurrency: must be >= 1, got %d\n", *concurrency)
+		return exitConfig
+	}
+	builtins := splitList(*builtin)
+	if *tools == "" && *builtin == "" {
+		builtins = []string{"calculator", "echo"}
+	}
+
+	cfg := toolworker.Config{
+		Conn: natsbus.ConnConfig{
+			URL:       *url,
+			CredsFile: *creds,
+			User:      *user,
+			Password:  *password,
+			Getenv:    getenv,
+		},
+		Prefix:      *prefix,
+		ToolsFile:   *tools,
+		Builtins:    builtins,
+		Concurrency: *concurrency,
+		Name:        *name,
+		LogStderr:   *logStderr,
+		Logger:      log,
+	}
+	err = toolworker.Run(ctx, cfg)
+	var ce *toolworker.ConfigError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ce):
+		fmt.Fprintf(stderr, "toolworker: %v\n", err)
+		return exitConfig
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return exitOK // stopped by a signal before serving
+	default:
+		log.Error().Err(err).Msg("toolworker stopped")
+		return exitError
+	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,231 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Environment variables read by [Connect] for fields left empty; the same
+// names the nats CLI uses.
+const (
+	EnvURL      = "NATS_URL"
+	EnvCreds    = "NATS_CREDS"
+	EnvUser     = "NATS_USER"
+	EnvPassword = "NATS_PASSWORD"
+	EnvToken    = "NATS_TOKEN"
+	EnvNKey     = "NATS_NKEY"
+)
+
+// Connection defaults.
+const (
+	// DefaultConnName is the connection name servers show when none is set.
+	DefaultConnName = "toolfleet"
+	// reconnectWait is the pause between reconnect attempts (plus jitter).
+	reconnectWait = 500 * time.Millisecond
+	// reconnectBufSize bounds what is buffered while disconnected; publishes
+	// beyond it fail instead of growing memory.
+	reconnectBufSize = 8 << 20
+)
+
+// ConnConfig says how to reach NATS. Empty fields are read from the
+// standard environment variables (EnvURL, ...). The auth variables are read
+// only when no auth field is set, so flags and environment never mix into
+// two credentials.
+type ConnConfig struct {
+	// URL is one server URL or a comma-separated list. Default: $NATS_URL,
+	// else nats://127.0.0.1:4222. Ignored when an in-process option is given.
+	URL string
+	// Name is the connection name servers show. Default: "toolfleet".
+	Name string
+	// CredsFile is a JWT credentials file. Default: $NATS_CREDS.
+	CredsFile string
+	// User and Password authenticate with a user name. Default: $NATS_USER,
+	// $NATS_PASSWORD.
+	User     string
+	Password string
+	// Token authenticates with a token. Default: $NATS_TOKEN.
+	Token string
+	// NKeyFile is a file holding an NKey seed. Default: $NATS_NKEY.
+	NKeyFile string
+	// Logger receives connection state changes. The zero value discards.
+	Logger zerolog.Logger
+	// Getenv reads the environment. Default: os.Getenv.
+	Getenv func(string) string
+}
+
+// resolved returns cfg with environment defaults applied, and checks that
+// at most one way to authenticate is configured.
+func (cfg ConnConfig) resolved() (ConnConfig, error) {
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if cfg.URL == "" {
+		cfg.URL = getenv(EnvURL)
+	}
+	if cfg.URL == "" {
+		cfg.URL = nats.DefaultURL
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultConnName
+	}
+	if cfg.CredsFile == "" && cfg.User == "" && cfg.Password == "" && cfg.Token == "" && cfg.NKeyFile == "" {
+		cfg.CredsFile = getenv(EnvCreds)
+		cfg.User, cfg.Password = getenv(EnvUser), getenv(EnvPassword)
+		cfg.Token = getenv(EnvToken)
+		cfg.NKeyFile = getenv(EnvNKey)
+	}
+	var methods []string
+	if cfg.CredsFile != "" {
+		methods = append(methods, "creds")
+	}
+	if cfg.User != "" || cfg.Password != "" {
+		methods = append(methods, "user")
+	}
+	if cfg.Token != "" {
+		methods = append(methods, "token")
+	}
+	if cfg.NKeyFile != "" {
+		methods = append(methods, "nkey")
+	}
+	if len(methods) > 1 {
+		return cfg, configErr("auth", "more than one way to authenticate is set (%s); use one", strings.Join(methods, ", "))
+	}
+	if cfg.Password != "" && cfg.User == "" {
+		return cfg, configErr("User", "a password is set without a user")
+	}
+	for field, path := range map[string]string{"CredsFile": cfg.CredsFile, "NKeyFile": cfg.NKeyFile} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			return cfg, configErr(field, "%w", err)
+		}
+	}
+	return cfg, nil
+}
+
+// Connect connects to NATS. The connection reconnects forever, buffers a
+// bounded amount while disconnected and logs every state change. The first
+// connection is retried while the servers cannot be reached, until ctx
+// ends; an authentication or configuration error is returned at once. opts
+// are applied last (e.g. an embedded server's InProcess option).
+func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Conn, error) {
+	cfg, err := cfg.resolved()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	asyncLog := sampled(log)
+	options := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(reconnectWait),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.ReconnectBufSize(reconnectBufSize),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			ev := log.Warn().Str(logURL, nc.ConnectedUrlRedacted())
+			if err != nil {
+				ev = ev.Err(err)
+			}
+			ev.Msg("disconnected from NATS; reconnecting")
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info().Str(logURL, nc.ConnectedUrlRedacted()).Msg("reconnected to NATS")
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { log.Debug().Msg("NATS connection closed") }),
+		nats.LameDuckModeHandler(func(nc *nats.Conn) {
+			log.Warn().Str(logURL, nc.ConnectedUrlRedacted()).Msg("NATS server entering lame duck mode")
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			ev := asyncLog.Warn().Err(err)
+			if sub != nil {
+				ev = ev.Str(logSubject, sub.Subject)
+			}
+			ev.Msg("NATS asynchronous error")
+		}),
+	}
+	switch {
+	case cfg.CredsFile != "":
+		options = append(options, nats.UserCredentials(cfg.CredsFile))
+	case cfg.NKeyFile != "":
+		opt, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
+		if err != nil {
+			// The error may describe the seed's content: keep only its kind.
+			return nil, configErr("NKeyFile", "not a readable NKey seed file")
+		}
+		options = append(options, opt)
+	case cfg.Token != "":
+		options = append(options, nats.Token(cfg.Token))
+	case cfg.User != "":
+		options = append(options, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	options = append(options, opts...)
+
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		nc, err := nats.Connect(cfg.URL, options...)
+		if err == nil {
+			log.Info().Str(logURL, nc.ConnectedUrlRedacted()).Msg("connected to NATS")
+			return nc, nil
+		}
+		if !retryableConnectError(err) {
+			return nil, fmt.Errorf("natsbus: connecting to %s: %w", redactURL(cfg.URL), err)
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			log.Warn().Err(err).Str(logURL, redactURL(cfg.URL)).Int("attempt", attempt).
+				Msg("cannot reach NATS yet; retrying")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("natsbus: connecting to %s: %w (last error: %v)", redactURL(cfg.URL), ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// retryableConnectError reports whether a failed first connection may
+// succeed later (the server is not up yet) rather than being refused.
+func retryableConnectError(err error) bool {
+	for _, fatal := range []error{
+		nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked, nats.ErrAccountAuthExpired,
+		nats.ErrNkeysNotSupported, nats.ErrSecureConnRequired, nats.ErrSecureConnWanted,
+		nats.ErrNoEchoNotSupported, nats.ErrHeadersNotSupported,
+	} {
+		if errors.Is(err, fatal) {
+			return false
+		}
+	}
+	msg := strings.ToLower(err.Error())
+	return !strings.Contains(msg, "authoriz") && !strings.Contains(msg, "authentic") &&
+		!strings.Contains(msg, "permissions violation") && !strings.Contains(msg, "tls")
+}
+
+// redactURL hides passwords in a comma-separated list of server URLs.
+func redactURL(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		u, err := url.Parse(p)
+		switch {
+		case err != nil:
+			if strings.Contains(p, "@") {
+				p = "[unparsable URL]"
+			}
+		case u.User != nil:
+			u.User = url.User("[redacted]")
+			p = u.String()
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
+}

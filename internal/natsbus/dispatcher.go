@@ -1,0 +1,266 @@
+package natsbus
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// DefaultInboxSize is how many events an [Inbox] buffers before it drops.
+const DefaultInboxSize = 1024
+
+// defaultOpTimeout bounds a NATS operation whose context has no deadline.
+const defaultOpTimeout = 5 * time.Second
+
+// DispatcherConfig configures a [Dispatcher]. The zero value means the
+// defaults.
+type DispatcherConfig struct {
+	// Logger receives refusals and drops. The zero value discards.
+	Logger zerolog.Logger
+	// MaxMessageBytes bounds a published call and a decoded result or
+	// progress notice. Default: protocol.DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// InboxSize is how many events each run's inbox buffers; when the loop
+	// falls that far behind, further events are dropped and counted.
+	// Default: 1024.
+	InboxSize int
+}
+
+// Dispatcher publishes a coordinator's calls into the calls stream and
+// brings results and progress notices back. It implements
+// [loop.Dispatcher] and is safe for concurrent use.
+type Dispatcher struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects protocol.Subjects
+	cfg      DispatcherConfig
+	log      zerolog.Logger
+	garbage  zerolog.Logger
+}
+
+var _ loop.Dispatcher = (*Dispatcher)(nil)
+
+// NewDispatcher returns a Dispatcher for the fleet named by subjects.
+func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects, cfg DispatcherConfig) *Dispatcher {
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = protocol.DefaultMaxMessageBytes
+	}
+	if cfg.InboxSize <= 0 {
+		cfg.InboxSize = DefaultInboxSize
+	}
+	return &Dispatcher{
+		nc: nc, js: js, subjects: subjects, cfg: cfg,
+		log:     cfg.Logger,
+		garbage: sampled(cfg.Logger),
+	}
+}
+
+// Open subscribes to run's result and progress subjects and returns the
+// inbox their events arrive in. The subscriptions are registered with the
+// server before Open returns, so no result published afterwards is missed.
+func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, error) {
+	resultSubj, err := d.subjects.Result(run)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: run id: %w", err)
+	}
+	progressSubj, err := d.subjects.Progress(run)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: run id: %w", err)
+	}
+	in := &Inbox{
+		run:     run,
+		events:  make(chan loop.Event, d.cfg.InboxSize),
+		limit:   d.cfg.MaxMessageBytes,
+		log:     d.log.With().Str(logRun, run).Logger(),
+		garbage: d.garbage,
+	}
+	for _, s := range []struct {
+		subject string
+		cb      nats.MsgHandler
+	}{{resultSubj, in.onResult}, {progressSubj, in.onProgress}} {
+		sub, err := d.nc.Subscribe(s.subject, s.cb)
+		if err != nil {
+			in.Close()
+			return nil, fmt.Errorf("natsbus: subscribing to %s: %w", s.subject, err)
+		}
+		in.subs = append(in.subs, sub)
+	}
+	fctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if err := d.nc.FlushWithContext(fctx); err != nil {
+		in.Close()
+		return nil, fmt.Errorf("natsbus: registering the inbox of run %s: %w", run, err)
+	}
+	return in, nil
+}
+
+// Publish stores call in the calls stream on its tool's subject, with the
+// headers workers need: dedup id, reply subject, deadline and version. A
+// call published twice within the duplicate window is stored once.
+func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
+	if err := call.Validate(); err != nil {
+		return fmt.Errorf("natsbus: call: %w", err)
+	}
+	subject, err := d.subjects.Call(call.Tool)
+	if err != nil {
+		return fmt.Errorf("natsbus: call: %w", err)
+	}
+	replyTo, err := d.subjects.Result(call.RunID)
+	if err != nil {
+		return fmt.Errorf("natsbus: call: %w", err)
+	}
+	data, err := protocol.Encode(&call)
+	if err != nil {
+		return fmt.Errorf("natsbus: encoding call: %w", err)
+	}
+	if len(data) > d.cfg.MaxMessageBytes {
+		return fmt.Errorf("natsbus: call is %d bytes, limit %d: %w", len(data), d.cfg.MaxMessageBytes, protocol.ErrTooLarge)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	msg.Header.Set(protocol.HeaderMsgID, protocol.CallMsgID(call.CallKey))
+	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
+	msg.Header.Set(protocol.HeaderDeadline, call.Deadline.UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	pctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if _, err := d.js.PublishMsg(pctx, msg); err != nil {
+		return fmt.Errorf("natsbus: publishing call to %s: %w", subject, err)
+	}
+	return nil
+}
+
+// Cancel asks whichever worker runs the call to stop it (core NATS, best
+// effort).
+func (d *Dispatcher) Cancel(ctx context.Context, c protocol.Cancel) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.V == 0 {
+		c.V = protocol.Version
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("natsbus: cancel: %w", err)
+	}
+	subject, err := d.subjects.Cancel(c.RunID, c.CallKey)
+	if err != nil {
+		return fmt.Errorf("natsbus: cancel: %w", err)
+	}
+	data, err := protocol.Encode(&c)
+	if err != nil {
+		return fmt.Errorf("natsbus: encoding cancel: %w", err)
+	}
+	if err := d.nc.Publish(subject, data); err != nil {
+		return fmt.Errorf("natsbus: publishing cancel: %w", err)
+	}
+	return nil
+}
+
+// Inbox receives one run's results and progress notices. Its Events
+// channel is bounded: when the reader falls behind, events are dropped and
+// counted rather than blocking NATS. Garbage (undecodable messages or
+// messages of another run) is dropped, counted and logged by subject and
+// error code.
+type Inbox struct {
+	run     protocol.RunID
+	limit   int
+	log     zerolog.Logger
+	garbage zerolog.Logger
+	subs    []*nats.Subscription
+
+	mu      sync.Mutex // serialises sends with Close
+	closed  bool
+	events  chan loop.Event
+	dropped atomic.Int64
+	refused atomic.Int64
+}
+
+var _ loop.Inbox = (*Inbox)(nil)
+
+// Events delivers the run's events until Close.
+func (in *Inbox) Events() <-chan loop.Event { return in.events }
+
+// Dropped counts events lost because the channel was full.
+func (in *Inbox) Dropped() int64 { return in.dropped.Load() }
+
+// Garbage counts messages refused as malformed or of another run.
+func (in *Inbox) Garbage() int64 { return in.refused.Load() }
+
+// Close unsubscribes and closes the Events channel. It is idempotent.
+func (in *Inbox) Close() error {
+	for _, s := range in.subs {
+		s.Unsubscribe()
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.closed {
+		in.closed = true
+		close(in.events)
+	}
+	return nil
+}
+
+func (in *Inbox) onResult(m *nats.Msg) {
+	r, err := protocol.DecodeResult(m.Data, in.limit)
+	if err == nil && r.RunID != in.run {
+		err = codedError("run_mismatch")
+	}
+	if err != nil {
+		in.refuse(m.Subject, err)
+		return
+	}
+	in.deliver(loop.Event{Result: &r})
+}
+
+func (in *Inbox) onProgress(m *nats.Msg) {
+	p, err := protocol.DecodeProgress(m.Data, in.limit)
+	if err == nil && p.RunID != in.run {
+		err = codedError("run_mismatch")
+	}
+	if err != nil {
+		in.refuse(m.Subject, err)
+		return
+	}
+	in.deliver(loop.Event{Progress: &p})
+}
+
+func (in *Inbox) refuse(subject string, err error) {
+	in.refused.Add(1)
+	in.garbage.Warn().Str(logSubject, subject).Str(logCode, errorCode(err)).Msg("dropped a malformed message")
+}
+
+// deliver never blocks: NATS callbacks must return promptly.
+func (in *Inbox) deliver(ev loop.Event) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return
+	}
+	select {
+	case in.events <- ev:
+	default:
+		n := in.dropped.Add(1)
+		if n == 1 || n%100 == 0 {
+			in.log.Warn().Int64(logDropped, n).Msg("inbox full: dropped an event")
+		}
+	}
+}
+
+// withDefaultTimeout returns ctx, bounded by defaultOpTimeout when it has
+// no deadline.
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, defaultOpTimeout)
+}

@@ -1,0 +1,41 @@
+// Package natsbus is toolfleet's NATS transport: the connection, the
+// JetStream streams and catalog bucket, the coordinator's [Dispatcher] and
+// [Catalog], and the toolworker's [Worker]. Apart from the embedded server,
+// its test helpers and the approval gate, it is the only package that
+// imports nats.go; pkg/loop and pkg/harness stay transport-free.
+//
+// # Streams
+//
+// [EnsureStreams] creates or updates, idempotently and safely when several
+// processes run it at once:
+//
+//   - the calls stream (work queue, <prefix>.call.>): one durable pull
+//     consumer per tool, shared by every worker serving it; a bounded queue
+//     that refuses new calls when full, so publishers feel back-pressure;
+//   - the results stream (<prefix>.result.>), so results outlive a
+//     coordinator restart and a redelivered call cannot store two results;
+//   - the approvals stream (<prefix>.approval.>), an audit log that refuses
+//     deletes and purges;
+//   - the catalog bucket of tool specs.
+//
+// # Worker invariants
+//
+//   - A worker never pulls more calls than it has free execution slots: the
+//     ack timer of a buffered call would run while nobody works on it.
+//   - A call whose deadline has passed is terminated, never run.
+//   - A non-idempotent tool's call is acknowledged (and the server's
+//     confirmation awaited) before it runs: at most once. An idempotent
+//     tool's call is acknowledged after its result is stored, with
+//     in-progress heartbeats while it runs: at least once.
+//   - A result is published only on <prefix>.result.<run> of the call's own
+//     run, whatever the call's headers say.
+//   - Logs carry subjects, tool names, run ids, call keys, outcomes,
+//     durations and error codes; never arguments, outputs or payloads.
+//
+// # Caveats
+//
+// Worker settings that live on the shared consumer (AckWait, MaxDeliver,
+// the tool's MaxAckPending) are fleet-wide: the last worker to start
+// decides them. A spec stays in the catalog after the last worker serving
+// the tool stops; calls to it then time out at their deadline.
+package natsbus

@@ -1,0 +1,43 @@
+package natsbus
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// ConfigError is a configuration value that cannot work; retrying does not
+// help. Field names the configuration field (or environment variable).
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("natsbus: %s: %v", e.Field, e.Err) }
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// errorCode returns a short stable code for err, for logs: the protocol
+// error code when there is one. It never returns the error's text, which may
+// quote a payload.
+func errorCode(err error) string {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	var ce codedError
+	if errors.As(err, &ce) {
+		return string(ce)
+	}
+	return "internal"
+}
+
+// codedError is a refusal whose text is its code.
+type codedError string
+
+func (e codedError) Error() string { return string(e) }

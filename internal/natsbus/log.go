@@ -1,0 +1,37 @@
+package natsbus
+
+import (
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Log keys. Values logged under them are ids, names, codes and numbers,
+// never arguments, outputs or payloads.
+const (
+	logTool      = "tool"
+	logRun       = "run"
+	logCallKey   = "call_key"
+	logOutcome   = "outcome"
+	logDuration  = "duration"
+	logAttempt   = "attempt"
+	logWorker    = "worker"
+	logSubject   = "subject"
+	logCode      = "code"
+	logStream    = "stream"
+	logConsumer  = "consumer"
+	logBucket    = "bucket"
+	logKey       = "key"
+	logURL       = "url"
+	logOld       = "old_digest"
+	logNew       = "new_digest"
+	logInFlight  = "in_flight"
+	logDropped   = "dropped"
+	logErrorType = "error_type"
+)
+
+// sampled returns l limited to a burst of lines per second, for lines that a
+// hostile or broken peer can trigger at will.
+func sampled(l zerolog.Logger) zerolog.Logger {
+	return l.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
+}

@@ -1,0 +1,326 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Timeouts of the worker's own NATS operations.
+const (
+	// ackTimeout bounds the confirmed ack of a non-idempotent call.
+	ackTimeout = 5 * time.Second
+	// publishTimeout bounds publishing one result.
+	publishTimeout = 5 * time.Second
+	// maxCancelBytes bounds a decoded cancel message.
+	maxCancelBytes = 4 << 10
+)
+
+// Causes of a call context that ended before its deadline.
+var (
+	errCancelRequested = errors.New("natsbus: the coordinator cancelled the call")
+	errShutdown        = errors.New("natsbus: the worker is shutting down")
+)
+
+// WorkerStats counts what a [Worker] did with the messages it took.
+type WorkerStats struct {
+	// Executed counts calls handed to the harness.
+	Executed int64
+	// Expired counts calls terminated unrun because their deadline had
+	// passed.
+	Expired int64
+	// Malformed counts messages terminated as malformed: undecodable, with
+	// a missing or forged reply subject, or on the wrong tool's subject.
+	Malformed int64
+	// Cancelled counts executed calls that ended cancelled.
+	Cancelled int64
+	// ResultErrors counts results that could not be published.
+	ResultErrors int64
+}
+
+// Worker serves the tools of one harness from the calls stream: it pulls
+// calls from each tool's shared consumer, runs them and publishes their
+// results. See the package documentation for its invariants.
+type Worker struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects protocol.Subjects
+	h        *harness.Harness
+	cfg      WorkerConfig
+	log      zerolog.Logger
+	garbage  zerolog.Logger
+	tools    []*toolConsumer
+	sem      *semaphore.Weighted
+	started  atomic.Bool
+	inflight sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]map[uint64]context.CancelCauseFunc // run.key → cancels
+	nextID  uint64
+
+	executed, expired, malformed, cancelled, resultErrors atomic.Int64
+}
+
+// toolConsumer is one tool this worker serves and its shared consumer.
+type toolConsumer struct {
+	name       string
+	idempotent bool
+	subject    string
+	config     jetstream.ConsumerConfig
+	cons       jetstream.Consumer
+}
+
+// NewWorker returns a worker for every tool of h. It validates cfg and
+// starts nothing: see Run.
+func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects, h *harness.Harness, cfg WorkerConfig) (*Worker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, configErr("harness", "required")
+	}
+	specs := h.Specs()
+	if len(specs) == 0 {
+		return nil, configErr("tools", "the harness serves no tool")
+	}
+	w := &Worker{
+		nc: nc, js: js, subjects: subjects, h: h, cfg: cfg,
+		log:     cfg.Logger.With().Str(logWorker, cfg.Name).Logger(),
+		sem:     semaphore.NewWeighted(int64(cfg.Concurrency)),
+		running: make(map[string]map[uint64]context.CancelCauseFunc),
+	}
+	w.garbage = sampled(w.log)
+	for _, spec := range specs {
+		subject, err := subjects.Call(spec.Name)
+		if err != nil {
+			return nil, fmt.Errorf("natsbus: tool %q: %w", spec.Name, err)
+		}
+		durable, err := subjects.Consumer(spec.Name)
+		if err != nil {
+			return nil, fmt.Errorf("natsbus: tool %q: %w", spec.Name, err)
+		}
+		w.tools = append(w.tools, &toolConsumer{
+			name:       spec.Name,
+			idempotent: spec.Idempotent,
+			subject:    subject,
+			config: jetstream.ConsumerConfig{
+				Durable:       durable,
+				Description:   "toolfleet workers serving " + spec.Name,
+				FilterSubject: subject,
+				DeliverPolicy: jetstream.DeliverAllPolicy,
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       cfg.AckWait,
+				MaxDeliver:    cfg.MaxDeliver,
+				MaxAckPending: cfg.ToolMaxAckPending,
+			},
+		})
+	}
+	return w, nil
+}
+
+// Name is the worker's name, as results and logs carry it.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() WorkerStats {
+	return WorkerStats{
+		Executed:     w.executed.Load(),
+		Expired:      w.expired.Load(),
+		Malformed:    w.malformed.Load(),
+		Cancelled:    w.cancelled.Load(),
+		ResultErrors: w.resultErrors.Load(),
+	}
+}
+
+// Run creates or updates each tool's consumer and serves calls until ctx
+// ends. Then it stops pulling, waits up to ShutdownGrace for the calls in
+// flight, cancels those still running (they answer cancelled) and returns
+// nil once every call has been answered. Run may be called once.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("natsbus: Worker.Run called twice")
+	}
+	for _, tc := range w.tools {
+		if err := w.ensureConsumer(ctx, tc); err != nil {
+			return err
+		}
+	}
+	sub, err := w.nc.Subscribe(w.subjects.Cancels(), w.onCancel)
+	if err != nil {
+		return fmt.Errorf("natsbus: subscribing to cancels: %w", err)
+	}
+	defer sub.Unsubscribe()
+
+	// Calls outlive ctx by up to ShutdownGrace.
+	execCtx, cancelExec := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelExec(nil)
+
+	var pullers sync.WaitGroup
+	for _, tc := range w.tools {
+		pullers.Go(func() { w.consume(ctx, execCtx, tc) })
+	}
+	w.log.Info().Int("tools", len(w.tools)).Int("concurrency", w.cfg.Concurrency).Msg("worker started")
+	<-ctx.Done()
+	pullers.Wait()
+
+	done := make(chan struct{})
+	go func() { w.inflight.Wait(); close(done) }()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		w.log.Warn().Dur("grace", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling the calls still running")
+		cancelExec(errShutdown)
+		<-done
+	}
+	w.log.Info().Msg("worker stopped")
+	return nil
+}
+
+func (w *Worker) ensureConsumer(ctx context.Context, tc *toolConsumer) error {
+	cctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	cons, err := w.js.CreateOrUpdateConsumer(cctx, w.subjects.CallsStream(), tc.config)
+	if err != nil {
+		return fmt.Errorf("natsbus: consumer %s on %s: %w", tc.config.Durable, w.subjects.CallsStream(), err)
+	}
+	tc.cons = cons
+	return nil
+}
+
+// consume pulls tc's calls while ctx lasts, one free slot per call, and
+// runs each in its own goroutine under execCtx.
+func (w *Worker) consume(ctx, execCtx context.Context, tc *toolConsumer) {
+	failures := 0
+	for {
+		if err := w.sem.Acquire(ctx, 1); err != nil {
+			return
+		}
+		slots := 1
+		for slots < w.cfg.MaxFetchBatch && w.sem.TryAcquire(1) {
+			slots++
+		}
+		msgs, err := w.pull(ctx, tc, slots)
+		for _, m := range msgs {
+			w.inflight.Add(1)
+			go func() {
+				defer w.inflight.Done()
+				defer w.sem.Release(1)
+				w.process(execCtx, tc, m)
+			}()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		failures++
+		w.garbage.Warn().Err(err).Str(logTool, tc.name).Int("failures", failures).Msg("pulling calls failed; retrying")
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if err := w.ensureConsumer(ctx, tc); err != nil {
+				w.garbage.Warn().Err(err).Str(logTool, tc.name).Msg("re-creating the consumer failed")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(time.Duration(failures)*50*time.Millisecond, 2*time.Second)):
+		}
+	}
+}
+
+// pull takes up to slots calls, for which the caller holds slots, and
+// releases the slots it does not fill. It first takes what is waiting
+// without waiting; if nothing is, it keeps one slot and waits up to
+// PollWait for one call. An empty poll is not an error.
+func (w *Worker) pull(ctx context.Context, tc *toolConsumer, slots int) ([]jetstream.Msg, error) {
+	if slots > 1 {
+		batch, err := tc.cons.FetchNoWait(slots)
+		if err != nil {
+			w.sem.Release(int64(slots))
+			return nil, err
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) > 0 || batch.Error() != nil {
+			w.sem.Release(int64(slots - len(msgs)))
+			return msgs, batch.Error()
+		}
+		w.sem.Release(int64(slots - 1))
+	}
+	pctx, cancel := context.WithTimeout(ctx, w.cfg.PollWait)
+	defer cancel()
+	m, err := tc.cons.Next(jetstream.FetchContext(pctx))
+	if err != nil {
+		w.sem.Release(1)
+		if ctx.Err() != nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+			errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return []jetstream.Msg{m}, nil
+}
+
+func (w *Worker) onCancel(m *nats.Msg) {
+	c, err := protocol.DecodeCancel(m.Data, maxCancelBytes)
+	if err == nil {
+		if want, _ := w.subjects.Cancel(c.RunID, c.CallKey); m.Subject != want {
+			err = codedError("subject_mismatch")
+		}
+	}
+	if err != nil {
+		w.garbage.Warn().Str(logSubject, m.Subject).Str(logCode, errorCode(err)).Msg("ignored a malformed cancel")
+		return
+	}
+	w.mu.Lock()
+	cancels := w.running[runKey(c.RunID, c.CallKey)]
+	for _, cancel := range cancels {
+		cancel(errCancelRequested)
+	}
+	w.mu.Unlock()
+	if len(cancels) > 0 {
+		w.log.Info().Str(logRun, c.RunID).Str(logCallKey, c.CallKey).Msg("cancel requested")
+	}
+}
+
+// register makes cancel reachable by cancel messages for the call; the
+// returned func removes it.
+func (w *Worker) register(run protocol.RunID, key protocol.CallKey, cancel context.CancelCauseFunc) func() {
+	ref := runKey(run, key)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nextID++
+	id := w.nextID
+	if w.running[ref] == nil {
+		w.running[ref] = make(map[uint64]context.CancelCauseFunc, 1)
+	}
+	w.running[ref][id] = cancel
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.running[ref], id)
+		if len(w.running[ref]) == 0 {
+			delete(w.running, ref)
+		}
+	}
+}
+
+func runKey(run protocol.RunID, key protocol.CallKey) string { return run + "." + key }

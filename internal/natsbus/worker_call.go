@@ -1,0 +1,228 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Term reasons, visible in the server's terminated-message advisories.
+const (
+	termMalformed = "malformed"
+	termExpired   = "expired"
+)
+
+// errExpired refuses a call whose deadline has passed.
+var errExpired = errors.New("natsbus: call deadline passed")
+
+// process handles one delivered call from acceptance to ack.
+func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg) {
+	attempt := 1
+	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
+		attempt = int(md.NumDelivered)
+	}
+	call, replyTo, err := w.accept(tc, m)
+	switch {
+	case errors.Is(err, errExpired):
+		w.expired.Add(1)
+		m.TermWithReason(termExpired)
+		w.log.Info().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
+			Int(logAttempt, attempt).Msg("call expired before it started: not run")
+		return
+	case err != nil:
+		w.malformed.Add(1)
+		m.TermWithReason(termMalformed)
+		w.garbage.Warn().Str(logSubject, m.Subject()).Str(logCode, errorCode(err)).Msg("terminated a malformed call")
+		return
+	}
+	log := w.log.With().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
+		Int(logAttempt, attempt).Logger()
+
+	if !tc.idempotent {
+		// At most once: the server must have the ack before the tool runs.
+		actx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+		err := m.DoubleAck(actx)
+		cancel()
+		if err != nil {
+			log.Warn().Err(err).Msg("could not acknowledge a non-idempotent call before running it: not run")
+			return
+		}
+	}
+	w.publishProgress(call, attempt)
+
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	unregister := w.register(call.RunID, call.CallKey, cancel)
+	stopHeartbeat := w.heartbeat(tc, m)
+	w.executed.Add(1)
+	res := w.h.Execute(cctx, harness.Call{
+		Tool:           call.Tool,
+		Arguments:      call.Arguments,
+		Deadline:       call.Deadline,
+		MaxOutputChars: call.MaxOutputChars,
+	})
+	stopHeartbeat()
+	unregister()
+	if res.Outcome == protocol.OutcomeCancelled {
+		w.cancelled.Add(1)
+	}
+
+	result := protocol.Result{
+		V:          protocol.Version,
+		RunID:      call.RunID,
+		CallKey:    call.CallKey,
+		Outcome:    res.Outcome,
+		Output:     res.Output,
+		Truncated:  res.Truncated,
+		ErrorType:  res.ErrorType,
+		DurationMS: res.Duration.Milliseconds(),
+		Worker:     w.cfg.Name,
+		Attempt:    attempt,
+	}
+	if err := w.publishResult(replyTo, &result); err != nil {
+		w.resultErrors.Add(1)
+		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
+		if tc.idempotent {
+			m.NakWithDelay(time.Second) // run again elsewhere, if the deadline allows
+		}
+		return
+	}
+	if tc.idempotent {
+		m.Ack()
+	}
+	ev := log.Info().Str(logOutcome, string(res.Outcome)).Dur(logDuration, res.Duration)
+	if res.ErrorType != "" {
+		ev = ev.Str(logErrorType, res.ErrorType)
+	}
+	ev.Msg("call finished")
+}
+
+// accept checks a delivered call: version, deadline header, strict body,
+// tool and reply subject. It returns the call and the only subject its
+// result may go to.
+func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, string, error) {
+	h := m.Headers()
+	if v := h.Get(protocol.HeaderVersion); v != "" && v != strconv.Itoa(protocol.Version) {
+		return protocol.Call{}, "", protocol.ErrVersion
+	}
+	if m.Subject() != tc.subject {
+		return protocol.Call{}, "", codedError("subject_mismatch")
+	}
+	var hdrDeadline time.Time
+	if d := h.Get(protocol.HeaderDeadline); d != "" {
+		t, err := time.Parse(time.RFC3339Nano, d)
+		if err != nil {
+			return protocol.Call{}, "", codedError("bad_deadline_header")
+		}
+		hdrDeadline = t
+	}
+	call, err := protocol.DecodeCall(m.Data(), w.cfg.MaxMessageBytes)
+	if err != nil {
+		return protocol.Call{}, "", err
+	}
+	if call.Tool != tc.name {
+		return protocol.Call{}, "", codedError("tool_mismatch")
+	}
+	replyTo, err := w.subjects.Result(call.RunID)
+	if err != nil {
+		return protocol.Call{}, "", err
+	}
+	switch got := h.Get(protocol.HeaderReplyTo); {
+	case got == "":
+		return protocol.Call{}, "", codedError("missing_reply_to")
+	case got != replyTo:
+		return protocol.Call{}, "", codedError("reply_to_mismatch")
+	}
+	if !hdrDeadline.IsZero() && hdrDeadline.Before(call.Deadline) {
+		call.Deadline = hdrDeadline
+	}
+	if !w.cfg.Now().Before(call.Deadline) {
+		return call, "", errExpired
+	}
+	return call, replyTo, nil
+}
+
+// heartbeat signals in-progress for an idempotent call every Heartbeat
+// until the returned func is called. A non-idempotent call is already
+// acknowledged and needs none.
+func (w *Worker) heartbeat(tc *toolConsumer, m jetstream.Msg) (stop func()) {
+	if !tc.idempotent {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(w.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				m.InProgress()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// publishProgress tells the coordinator the call started (core NATS, best
+// effort).
+func (w *Worker) publishProgress(call protocol.Call, attempt int) {
+	subject, err := w.subjects.Progress(call.RunID)
+	if err != nil {
+		return
+	}
+	data, err := protocol.Encode(&protocol.Progress{
+		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Worker: w.cfg.Name, Attempt: attempt,
+	})
+	if err != nil {
+		return
+	}
+	w.nc.Publish(subject, data)
+}
+
+// publishResult stores r in the results stream on replyTo, deduplicated by
+// the call key so a call run twice stores one result.
+func (w *Worker) publishResult(replyTo string, r *protocol.Result) error {
+	data, err := encodeResult(r, w.cfg.MaxMessageBytes)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(replyTo)
+	msg.Data = data
+	msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(r.CallKey))
+	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	_, err = w.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(w.subjects.ResultsStream()))
+	return err
+}
+
+// encodeResult encodes r, cutting its output further until the message
+// fits in limit bytes.
+func encodeResult(r *protocol.Result, limit int) ([]byte, error) {
+	for {
+		data, err := protocol.Encode(r)
+		if err != nil {
+			return nil, err
+		}
+		if len(data) <= limit {
+			return data, nil
+		}
+		if r.Output == "" {
+			return nil, protocol.ErrTooLarge
+		}
+		r.Output, _ = protocol.Truncate(r.Output, utf8.RuneCountInString(r.Output)/2)
+		r.Truncated = true
+	}
+}

@@ -1,0 +1,152 @@
+package natsbus
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Defaults of [WorkerConfig].
+const (
+	DefaultConcurrency       = 16
+	DefaultToolMaxAckPending = 256
+	DefaultAckWait           = 5 * time.Second
+	DefaultMaxDeliver        = 5
+	DefaultShutdownGrace     = 10 * time.Second
+	DefaultPollWait          = time.Second
+)
+
+// workerNameRE is the rule for worker names, which appear in results and
+// logs.
+var workerNameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// WorkerConfig configures a [Worker]. The zero value means the defaults.
+type WorkerConfig struct {
+	// Name identifies the worker in results and logs. Letters, digits, '.',
+	// '_' and '-', at most 128. Default: <hostname>-<pid>.
+	Name string
+	// Concurrency bounds the calls this worker runs at once, all tools
+	// together. It never pulls more calls than it has free slots.
+	// Default: 16.
+	Concurrency int
+	// ToolMaxAckPending bounds the calls of one tool in flight across the
+	// whole fleet (the shared consumer's MaxAckPending). Default: 256.
+	ToolMaxAckPending int
+	// AckWait is how long the server waits for a worker's ack or heartbeat
+	// before redelivering a call: how fast a dead worker is noticed.
+	// Default: 5s.
+	AckWait time.Duration
+	// Heartbeat is the interval of in-progress signals while an idempotent
+	// call runs. It must be shorter than AckWait. Default: AckWait/3.
+	Heartbeat time.Duration
+	// MaxDeliver bounds the deliveries of one call. Default: 5.
+	MaxDeliver int
+	// MaxMessageBytes bounds a decoded call and a published result.
+	// Default: protocol.DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// ShutdownGrace is how long Run waits, once its context ends, for calls
+	// in flight to finish before cancelling them. Default: 10s.
+	ShutdownGrace time.Duration
+	// PollWait is how long one pull waits for a call before it is renewed.
+	// Shorter means quicker recovery after a server restart and fairer
+	// sharing of slots when a worker serves more tools than it has slots.
+	// Default: 1s.
+	PollWait time.Duration
+	// MaxFetchBatch bounds the calls taken in one pull, never more than the
+	// free slots. Default: Concurrency.
+	MaxFetchBatch int
+	// Logger receives one line per call and the worker's warnings. The zero
+	// value discards.
+	Logger zerolog.Logger
+	// Now tells the time, for deadlines. Default: time.Now.
+	Now func() time.Time
+}
+
+func (c WorkerConfig) withDefaults() WorkerConfig {
+	if c.Name == "" {
+		c.Name = defaultWorkerName()
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.ToolMaxAckPending == 0 {
+		c.ToolMaxAckPending = DefaultToolMaxAckPending
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = c.AckWait / 3
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = protocol.DefaultMaxMessageBytes
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.PollWait == 0 {
+		c.PollWait = DefaultPollWait
+	}
+	if c.MaxFetchBatch == 0 || c.MaxFetchBatch > c.Concurrency {
+		c.MaxFetchBatch = c.Concurrency
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate checks the fields' rules; zero fields are valid (defaults).
+func (c WorkerConfig) Validate() error { return c.withDefaults().validate() }
+
+func (c WorkerConfig) validate() error {
+	switch {
+	case !workerNameRE.MatchString(c.Name):
+		return configErr("Name", "must be 1-128 letters, digits, '.', '_' or '-'")
+	case c.Concurrency < 1 || c.Concurrency > 10_000:
+		return configErr("Concurrency", "must be 1..10000")
+	case c.ToolMaxAckPending < 1:
+		return configErr("ToolMaxAckPending", "must be >= 1")
+	case c.AckWait < 10*time.Millisecond:
+		return configErr("AckWait", "must be >= 10ms")
+	case c.Heartbeat <= 0 || c.Heartbeat >= c.AckWait:
+		return configErr("Heartbeat", "must be > 0 and shorter than AckWait (%v)", c.AckWait)
+	case c.MaxDeliver < 1:
+		return configErr("MaxDeliver", "must be >= 1")
+	case c.MaxMessageBytes < 1024:
+		return configErr("MaxMessageBytes", "must be >= 1024")
+	case c.ShutdownGrace < 0:
+		return configErr("ShutdownGrace", "must be >= 0")
+	case c.PollWait < 10*time.Millisecond:
+		return configErr("PollWait", "must be >= 10ms")
+	case c.MaxFetchBatch < 1:
+		return configErr("MaxFetchBatch", "must be >= 1")
+	}
+	return nil
+}
+
+// defaultWorkerName is <hostname>-<pid>, reduced to the name rule.
+func defaultWorkerName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	b := []byte(host)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 100 {
+		b = b[:100]
+	}
+	return fmt.Sprintf("%s-%d", b, os.Getpid())
+}

@@ -1,0 +1,63 @@
+package toolworker
+
+import (
+	"fmt"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+)
+
+// Config configures a toolworker. Tools come from ToolsFile and Builtins
+// together; at least one tool is required.
+type Config struct {
+	// Conn says how to reach NATS (Run only; New takes a connection).
+	Conn natsbus.ConnConfig
+	// Prefix is the first token of every subject. Default: "fleet".
+	Prefix string
+	// ToolsFile is a tool manifest (see harness.ParseManifest). Default:
+	// none.
+	ToolsFile string
+	// Builtins names built-in tools to serve ("calculator", "echo").
+	// Default: none.
+	Builtins []string
+	// Concurrency bounds the calls run at once. Default: 16.
+	Concurrency int
+	// Name identifies the worker in results and logs. Default:
+	// <hostname>-<pid>.
+	Name string
+	// LogStderr logs exec tools' stderr, which may hold secrets. Default:
+	// false.
+	LogStderr bool
+	// MaxOutputChars bounds any tool output, in runes. Default: the
+	// harness's (100,000).
+	MaxOutputChars int
+	// Worker holds the worker's other settings; Concurrency, Name and Logger
+	// above take precedence over its fields.
+	Worker natsbus.WorkerConfig
+	// Streams sizes the fleet's streams when this worker creates them.
+	Streams natsbus.StreamConfig
+	// Logger receives the worker's logs. The zero value discards.
+	Logger zerolog.Logger
+}
+
+// ConfigError is a configuration value that cannot work. Flag names the
+// command-line flag (or environment variable) that set it.
+type ConfigError struct {
+	Flag string
+	Err  error
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("%s: %v", e.Flag, e.Err) }
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// flagOf maps a natsbus configuration field to the flag that sets it.
+var flagOf = map[string]string{
+	"CredsFile":   "--creds",
+	"User":        "--user",
+	"NKeyFile":    "NATS_NKEY",
+	"auth":        "--creds/--user/--password (or NATS_CREDS, NATS_USER, NATS_TOKEN, NATS_NKEY)",
+	"Name":        "--name",
+	"Concurrency": "--concurrency",
+}

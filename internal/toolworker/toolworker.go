@@ -1,0 +1,169 @@
+package toolworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Worker is a toolworker on a connection its caller owns.
+type Worker struct {
+	cfg      Config
+	js       jetstream.JetStream
+	subjects protocol.Subjects
+	harness  *harness.Harness
+	worker   *natsbus.Worker
+}
+
+// New validates cfg, builds the harness and the worker. It does no I/O
+// beyond reading the manifest: Run does the rest. Configuration errors are
+// *ConfigError.
+func New(nc *nats.Conn, cfg Config) (*Worker, error) {
+	p, err := prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p.attach(nc)
+}
+
+// prepared is a validated configuration with its harness, before a
+// connection exists.
+type prepared struct {
+	cfg      Config
+	subjects protocol.Subjects
+	harness  *harness.Harness
+	worker   natsbus.WorkerConfig
+}
+
+func prepare(cfg Config) (*prepared, error) {
+	subjects, err := protocol.NewSubjects(cfg.Prefix)
+	if err != nil {
+		return nil, &ConfigError{Flag: "--prefix", Err: err}
+	}
+	var tools []harness.Tool
+	if cfg.ToolsFile != "" {
+		t, err := harness.LoadManifest(cfg.ToolsFile)
+		if err != nil {
+			return nil, &ConfigError{Flag: "--tools", Err: err}
+		}
+		tools = append(tools, t...)
+	}
+	if len(cfg.Builtins) > 0 {
+		t, err := harness.Builtins(cfg.Builtins)
+		if err != nil {
+			return nil, &ConfigError{Flag: "--builtin", Err: err}
+		}
+		tools = append(tools, t...)
+	}
+	if len(tools) == 0 {
+		return nil, &ConfigError{Flag: "--tools/--builtin", Err: errors.New("no tools to serve")}
+	}
+	h, err := harness.New(harness.Config{
+		MaxOutputChars: cfg.MaxOutputChars,
+		LogStderr:      cfg.LogStderr,
+		Logger:         cfg.Logger,
+	}, tools...)
+	if err != nil {
+		return nil, &ConfigError{Flag: "--tools/--builtin", Err: err}
+	}
+	wc := cfg.Worker
+	if cfg.Concurrency != 0 {
+		wc.Concurrency = cfg.Concurrency
+	}
+	if cfg.Name != "" {
+		wc.Name = cfg.Name
+	}
+	wc.Logger = cfg.Logger
+	if err := wc.Validate(); err != nil {
+		return nil, asConfigError(err)
+	}
+	if err := cfg.Streams.Validate(); err != nil {
+		return nil, asConfigError(err)
+	}
+	return &prepared{cfg: cfg, subjects: subjects, harness: h, worker: wc}, nil
+}
+
+func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("toolworker: %w", err)
+	}
+	w, err := natsbus.NewWorker(nc, js, p.subjects, p.harness, p.worker)
+	if err != nil {
+		return nil, asConfigError(err)
+	}
+	return &Worker{cfg: p.cfg, js: js, subjects: p.subjects, harness: p.harness, worker: w}, nil
+}
+
+// Harness returns the worker's harness.
+func (w *Worker) Harness() *harness.Harness { return w.harness }
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() natsbus.WorkerStats { return w.worker.Stats() }
+
+// Run ensures the fleet's streams, publishes the tools' specs to the
+// catalog and serves calls until ctx ends, then shuts down gracefully (see
+// natsbus.Worker.Run).
+func (w *Worker) Run(ctx context.Context) error {
+	if err := natsbus.EnsureStreams(ctx, w.js, w.subjects, w.cfg.Streams); err != nil {
+		return fmt.Errorf("toolworker: %w", err)
+	}
+	if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, w.harness.Specs(), w.cfg.Logger); err != nil {
+		return fmt.Errorf("toolworker: %w", err)
+	}
+	return w.worker.Run(ctx)
+}
+
+// Run validates cfg, connects to NATS, runs a worker until ctx ends and
+// closes the connection. Configuration errors are *ConfigError and are
+// reported before any connection attempt.
+func Run(ctx context.Context, cfg Config) error {
+	p, err := prepare(cfg)
+	if err != nil {
+		return err
+	}
+	conn := cfg.Conn
+	if conn.Name == "" {
+		conn.Name = "toolfleet-toolworker"
+		if p.worker.Name != "" {
+			conn.Name += "-" + p.worker.Name
+		}
+	}
+	conn.Logger = cfg.Logger
+	nc, err := natsbus.Connect(ctx, conn)
+	if err != nil {
+		if ce := asConfigError(err); ce != err {
+			return ce
+		}
+		return fmt.Errorf("toolworker: %w", err)
+	}
+	defer nc.Close()
+	w, err := p.attach(nc)
+	if err != nil {
+		return err
+	}
+	err = w.Run(ctx)
+	nc.Flush() // acks are buffered core publishes: send them before closing
+	return err
+}
+
+// asConfigError turns a natsbus configuration error into a *ConfigError
+// naming the flag; other errors are returned as they are.
+func asConfigError(err error) error {
+	var ne *natsbus.ConfigError
+	if !errors.As(err, &ne) {
+		return err
+	}
+	flag, ok := flagOf[ne.Field]
+	if !ok {
+		flag = ne.Field
+	}
+	return &ConfigError{Flag: flag, Err: ne.Err}
+}
