@@ -33,8 +33,8 @@ type Config struct {
 	// Logger receives one line per call and the harness's warnings. The zero
 	// value discards.
 	Logger zerolog.Logger
-	// Now tells the time for durations and default deadlines. Default:
-	// time.Now.
+	// Now tells the time for [Result].Duration. Deadlines always use the
+	// real clock, as contexts do. Default: time.Now.
 	Now func() time.Time
 }
 

@@ -65,13 +65,13 @@ var errDeadline = errors.New("harness: call deadline")
 // the deadline passes, timeout.
 func (h *Harness) Execute(ctx context.Context, call Call) Result {
 	start := h.cfg.Now()
-	res, keys := h.execute(ctx, call, start)
+	res, keys := h.execute(ctx, call)
 	res.Duration = max(h.cfg.Now().Sub(start), 0)
 	h.logCall(call, res, keys)
 	return res
 }
 
-func (h *Harness) execute(ctx context.Context, call Call, start time.Time) (Result, []string) {
+func (h *Harness) execute(ctx context.Context, call Call) (Result, []string) {
 	e, ok := h.tools[call.Tool]
 	if !ok {
 		return Result{Outcome: protocol.OutcomeUnknownTool}, nil
@@ -93,7 +93,7 @@ func (h *Harness) execute(ctx context.Context, call Call, start time.Time) (Resu
 
 	deadline := call.Deadline
 	if deadline.IsZero() {
-		deadline = start.Add(e.timeout)
+		deadline = time.Now().Add(e.timeout) // contexts run on the real clock
 	}
 	if ctx.Err() != nil {
 		return Result{Outcome: protocol.OutcomeCancelled}, keys

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -154,7 +155,7 @@ func newEntry(i int, t Tool) (*entry, error) {
 	t.Parameters = slices.Clone(t.Parameters)
 	s, err := schema.Compile(t.Name, t.Parameters)
 	if err != nil {
-		return nil, terr("parameters", err)
+		return nil, terr("parameters", schemaError(t.Name, err))
 	}
 	timeout := t.Timeout
 	if timeout == 0 {
@@ -188,3 +189,13 @@ func (h *Harness) Tool(name string) (Tool, bool) {
 // Abandoned returns how many Go tools are still running after their call
 // ended (timeout or cancel) because they ignored their context.
 func (h *Harness) Abandoned() int { return int(h.abandoned.Load()) }
+
+// schemaError drops the tool name [schema.Compile] puts in front of its
+// errors: a ToolError names the tool already.
+func schemaError(name string, err error) error {
+	msg, ok := strings.CutPrefix(err.Error(), fmt.Sprintf("schema of tool %q: ", name))
+	if !ok {
+		return err
+	}
+	return errors.New(msg)
+}

@@ -165,7 +165,7 @@ func parseTool(i int, raw json.RawMessage, dir, pathEnv string) (Tool, error) {
 		params = slices.Clone(m.Parameters)
 	}
 	if _, err := schema.Compile(m.Name, params); err != nil {
-		return fail("parameters", errors.Unwrap(err))
+		return fail("parameters", schemaError(m.Name, err))
 	}
 
 	var timeout time.Duration
