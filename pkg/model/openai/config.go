@@ -1,0 +1,189 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults applied by [New] to zero-valued [Config] fields.
+const (
+	DefaultBaseURL          = "https://api.openai.com/v1/"
+	DefaultRequestTimeout   = 120 * time.Second
+	DefaultMaxRetries       = 3
+	DefaultRetryBaseDelay   = 500 * time.Millisecond
+	DefaultMaxRetryDelay    = 30 * time.Second
+	DefaultMaxResponseBytes = 8 << 20
+
+	// EnvBaseURL names the environment variable read when Config.BaseURL is empty.
+	EnvBaseURL = "OPENAI_BASE_URL"
+	// EnvAPIKey names the environment variable read when Config.APIKey is empty.
+	EnvAPIKey = "OPENAI_API_KEY"
+)
+
+// Config configures a [Model]. The zero value of every field but Model means
+// its default.
+type Config struct {
+	// Model is the model name sent with every request, e.g. "gpt-4.1-mini".
+	// Required.
+	Model string
+
+	// BaseURL is the API root that "chat/completions" is appended to, e.g.
+	// "http://localhost:8000/v1" for vLLM, "http://localhost:11434/v1" for
+	// Ollama or "http://localhost:8080/v1" for llama.cpp. Default: the
+	// OPENAI_BASE_URL environment variable, else the OpenAI API.
+	BaseURL string
+
+	// APIKey is sent as "Authorization: Bearer <key>". Default: the
+	// OPENAI_API_KEY environment variable. It may stay empty for local
+	// servers, in which case no Authorization header is sent. It never
+	// appears in errors or logs.
+	APIKey string
+
+	// RequestTimeout bounds one attempt, from sending the request to reading
+	// the whole response. Default: 120s. A run's context deadline, if
+	// shorter, wins.
+	RequestTimeout time.Duration
+
+	// MaxRetries is how many times a failed attempt is retried: after HTTP
+	// 429, any 5xx, a transport error or an attempt timeout; never after any
+	// other status. Default: 3. A negative value disables retries.
+	MaxRetries int
+
+	// RetryBaseDelay is the backoff before the first retry; each further
+	// retry doubles it, up to MaxRetryDelay, and every wait is jittered
+	// (between half and all of the computed delay). A Retry-After or
+	// Retry-After-Ms response header replaces the computed delay. Default:
+	// 500ms.
+	RetryBaseDelay time.Duration
+
+	// MaxRetryDelay bounds every wait between attempts. A server that asks
+	// (with Retry-After) for a longer wait gets no retry: the error is
+	// returned at once. Default: 30s.
+	MaxRetryDelay time.Duration
+
+	// Temperature is sent when set. Default: unset (the server's default).
+	Temperature *float64
+
+	// MaxTokens, when positive, is sent as max_completion_tokens. Default:
+	// unset (the server's default).
+	MaxTokens int
+
+	// MaxResponseBytes bounds the body read from one response, success or
+	// error; a larger body fails the call with [ErrResponseTooLarge] and is
+	// not retried. Default: 8 MiB.
+	MaxResponseBytes int64
+
+	// HTTPClient sends the requests. Default: a client of its own whose
+	// transport is a clone of http.DefaultTransport.
+	HTTPClient *http.Client
+
+	// Logger receives one debug line per attempt and a warning per retry:
+	// model, attempt, status, durations, counts and token usage — never
+	// prompts, content, arguments or the key. Default: discard.
+	Logger zerolog.Logger
+}
+
+// ValidationError is a [Config] field that breaks its rule. It names the
+// field but never quotes its value (it may be a key or a URL with
+// credentials).
+type ValidationError struct {
+	Field string
+	Err   error
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("openai: config: %s: %v", e.Field, e.Err)
+}
+
+func (e *ValidationError) Unwrap() error { return e.Err }
+
+// withDefaults returns c with every zero field replaced by its default and
+// the environment consulted for BaseURL and APIKey.
+func (c Config) withDefaults() Config {
+	if c.BaseURL == "" {
+		c.BaseURL = os.Getenv(EnvBaseURL)
+	}
+	if c.BaseURL == "" {
+		c.BaseURL = DefaultBaseURL
+	}
+	if c.APIKey == "" {
+		c.APIKey = os.Getenv(EnvAPIKey)
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	switch {
+	case c.MaxRetries == 0:
+		c.MaxRetries = DefaultMaxRetries
+	case c.MaxRetries < 0:
+		c.MaxRetries = 0
+	}
+	if c.RetryBaseDelay == 0 {
+		c.RetryBaseDelay = DefaultRetryBaseDelay
+	}
+	if c.MaxRetryDelay == 0 {
+		c.MaxRetryDelay = DefaultMaxRetryDelay
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	return c
+}
+
+// maxRetriesLimit bounds MaxRetries so that a typo cannot turn one model call
+// into an hour of attempts.
+const maxRetriesLimit = 20
+
+// Validate reports the first field of c, after defaults, that breaks its rule.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	return c.validate()
+}
+
+func (c Config) validate() error {
+	if c.Model == "" {
+		return &ValidationError{Field: "Model", Err: errors.New("required")}
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil {
+		return &ValidationError{Field: "BaseURL", Err: errors.New("not a URL")}
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return &ValidationError{Field: "BaseURL", Err: errors.New("scheme must be http or https")}
+	}
+	if u.Host == "" {
+		return &ValidationError{Field: "BaseURL", Err: errors.New("host required")}
+	}
+	if c.RequestTimeout < 0 {
+		return &ValidationError{Field: "RequestTimeout", Err: errors.New("must be > 0")}
+	}
+	if c.MaxRetries > maxRetriesLimit {
+		return &ValidationError{Field: "MaxRetries", Err: fmt.Errorf("must be <= %d", maxRetriesLimit)}
+	}
+	if c.RetryBaseDelay < 0 {
+		return &ValidationError{Field: "RetryBaseDelay", Err: errors.New("must be > 0")}
+	}
+	if c.MaxRetryDelay < 0 {
+		return &ValidationError{Field: "MaxRetryDelay", Err: errors.New("must be > 0")}
+	}
+	if c.RetryBaseDelay > c.MaxRetryDelay {
+		return &ValidationError{Field: "RetryBaseDelay", Err: errors.New("must be <= MaxRetryDelay")}
+	}
+	if t := c.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0) || *t < 0) {
+		return &ValidationError{Field: "Temperature", Err: errors.New("must be a finite number >= 0")}
+	}
+	if c.MaxTokens < 0 {
+		return &ValidationError{Field: "MaxTokens", Err: errors.New("must be >= 0")}
+	}
+	if c.MaxResponseBytes < 0 {
+		return &ValidationError{Field: "MaxResponseBytes", Err: errors.New("must be > 0")}
+	}
+	return nil
+}
