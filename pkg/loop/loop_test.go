@@ -27,7 +27,7 @@ func TestSimpleToolCallGivesFinalAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if res.Answer != "5" || res.TerminationReason != loop.ReasonNatural {
+	if res.Answer != "5" || res.TerminationReason != loop.TerminationNatural {
 		t.Fatalf("Answer=%q reason=%q, want 5 natural", res.Answer, res.TerminationReason)
 	}
 	if got := observation(t, res, 0); got != "5" {
@@ -261,7 +261,7 @@ func TestInvalidArguments(t *testing.T) {
 			if n := len(e.disp.Published()); n != 0 {
 				t.Fatalf("%d calls published, want none", n)
 			}
-			if res.TerminationReason != loop.ReasonNatural {
+			if res.TerminationReason != loop.TerminationNatural {
 				t.Fatalf("reason=%q, want natural: the loop goes on", res.TerminationReason)
 			}
 		})
@@ -415,7 +415,7 @@ func TestMaxRounds(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Run: %v, want nil for max_rounds", err)
 			}
-			if res.TerminationReason != loop.ReasonMaxRounds || res.Metadata.Rounds != 3 || res.Answer != "" {
+			if res.TerminationReason != loop.TerminationMaxRounds || res.Metadata.Rounds != 3 || res.Answer != "" {
 				t.Fatalf("reason=%q rounds=%d answer=%q", res.TerminationReason, res.Metadata.Rounds, res.Answer)
 			}
 			if len(res.Messages) != 1+3*2 || len(res.Calls) != 3 {
@@ -430,7 +430,7 @@ func TestNoTools(t *testing.T) {
 	e := newEnv(t, fastConfig(), m, nil, nil)
 	e.cat.Specs = nil
 	res, err := e.run(t, "hi")
-	if err != nil || res.Answer != "hello" || res.TerminationReason != loop.ReasonNatural {
+	if err != nil || res.Answer != "hello" || res.TerminationReason != loop.TerminationNatural {
 		t.Fatalf("res=%+v err=%v", res, err)
 	}
 	if len(m.Requests()[0].Tools) != 0 || len(res.Calls) != 0 || e.disp.Opens() != 0 {
@@ -605,7 +605,7 @@ func TestModelError(t *testing.T) {
 			if !errors.Is(err, boom) {
 				t.Fatalf("err=%v, want it to wrap the model's error", err)
 			}
-			if res.TerminationReason != loop.ReasonError || len(res.Calls) != tt.wantCalls {
+			if res.TerminationReason != loop.TerminationError || len(res.Calls) != tt.wantCalls {
 				t.Fatalf("reason=%q calls=%d, want error and %d", res.TerminationReason, len(res.Calls), tt.wantCalls)
 			}
 			if res.Metadata.ModelCalls != len(tt.turns) {
@@ -620,7 +620,7 @@ func TestCatalogError(t *testing.T) {
 	e := newEnv(t, fastConfig(), looptest.NewModel(looptest.Answer("x")), nil, nil)
 	e.cat.Err = boom
 	res, err := e.run(t, "go")
-	if !errors.Is(err, boom) || res.TerminationReason != loop.ReasonError {
+	if !errors.Is(err, boom) || res.TerminationReason != loop.TerminationError {
 		t.Fatalf("err=%v reason=%q, want the catalog error and reason error", err, res.TerminationReason)
 	}
 }
@@ -715,7 +715,7 @@ func TestCancelMidRound(t *testing.T) {
 	if time.Since(start) > 5*time.Second {
 		t.Fatal("cancellation waited for the tool timeout")
 	}
-	if res.TerminationReason != loop.ReasonCancelled || len(res.Calls) != 3 {
+	if res.TerminationReason != loop.TerminationCancelled || len(res.Calls) != 3 {
 		t.Fatalf("reason=%q calls=%d, want cancelled and 3", res.TerminationReason, len(res.Calls))
 	}
 	for _, i := range []int{1, 2} {
@@ -746,7 +746,7 @@ func TestCancelledBeforeStart(t *testing.T) {
 	cancel()
 	e := newEnv(t, fastConfig(), looptest.NewModel(looptest.Answer("x")), nil, nil)
 	res, err := e.runner.Run(ctx, "go")
-	if err != nil || res == nil || res.TerminationReason != loop.ReasonCancelled {
+	if err != nil || res == nil || res.TerminationReason != loop.TerminationCancelled {
 		t.Fatalf("res=%+v err=%v, want reason cancelled and no error", res, err)
 	}
 }

@@ -9,15 +9,15 @@ type TerminationReason string
 
 // The termination reasons.
 const (
-	// ReasonNatural: the model answered without calling a tool.
-	ReasonNatural TerminationReason = "natural"
-	// ReasonMaxRounds: MaxRounds model calls all asked for tools.
-	ReasonMaxRounds TerminationReason = "max_rounds"
-	// ReasonCancelled: the run's context ended.
-	ReasonCancelled TerminationReason = "cancelled"
-	// ReasonError: the model or the catalog failed; Run also returns the
+	// TerminationNatural: the model answered without calling a tool.
+	TerminationNatural TerminationReason = "natural"
+	// TerminationMaxRounds: MaxRounds model calls all asked for tools.
+	TerminationMaxRounds TerminationReason = "max_rounds"
+	// TerminationCancelled: the run's context ended.
+	TerminationCancelled TerminationReason = "cancelled"
+	// TerminationError: the model or the catalog failed; Run also returns the
 	// error.
-	ReasonError TerminationReason = "error"
+	TerminationError TerminationReason = "error"
 )
 
 // Result is the outcome of a run. Its JSON form is the coordinator's

@@ -131,34 +131,34 @@ func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
 func (ru *run) loop(ctx context.Context) (*Result, error) {
 	for round := 1; round <= ru.cfg.MaxRounds; round++ {
 		if ctx.Err() != nil {
-			return ru.finish(ReasonCancelled, "", nil)
+			return ru.finish(TerminationCancelled, "", nil)
 		}
 		tools, defs, err := ru.tools(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ru.finish(ReasonCancelled, "", nil)
+				return ru.finish(TerminationCancelled, "", nil)
 			}
-			return ru.finish(ReasonError, "", fmt.Errorf("loop: reading the tool catalog: %w", err))
+			return ru.finish(TerminationError, "", fmt.Errorf("loop: reading the tool catalog: %w", err))
 		}
 		resp, err := ru.complete(ctx, round, defs)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ru.finish(ReasonCancelled, "", nil)
+				return ru.finish(TerminationCancelled, "", nil)
 			}
-			return ru.finish(ReasonError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
+			return ru.finish(TerminationError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
 		}
 		ru.res.Metadata.Rounds = round
 		msg := Message{Role: "assistant", Content: resp.Message.Content, ToolCalls: cloneToolCalls(resp.Message.ToolCalls)}
 		if len(msg.ToolCalls) == 0 {
 			ru.msgs = append(ru.msgs, msg)
-			return ru.finish(ReasonNatural, msg.Content, nil)
+			return ru.finish(TerminationNatural, msg.Content, nil)
 		}
 		ru.round(ctx, round, msg, tools)
 		if ctx.Err() != nil {
-			return ru.finish(ReasonCancelled, "", nil)
+			return ru.finish(TerminationCancelled, "", nil)
 		}
 	}
-	return ru.finish(ReasonMaxRounds, "", nil)
+	return ru.finish(TerminationMaxRounds, "", nil)
 }
 
 // complete makes one model call and traces it (never its content).
