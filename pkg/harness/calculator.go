@@ -63,7 +63,14 @@ func (e *EvaluationError) Error() string {
 	return fmt.Sprintf("calculator: %s at offset %d", e.Reason, e.Offset)
 }
 
+// maxCalculatorArgs bounds the arguments the calculator decodes: 1000
+// characters, each escaped as a surrogate pair, fit with room to spare.
+const maxCalculatorArgs = 64 << 10
+
 func calculate(_ context.Context, args json.RawMessage) (string, error) {
+	if len(args) > maxCalculatorArgs {
+		return "", &EvaluationError{Reason: "expression too long"}
+	}
 	var in struct {
 		Expression *string `json:"expression"`
 	}

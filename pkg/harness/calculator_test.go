@@ -108,13 +108,15 @@ func TestCalculatorRefusesHostileInput(t *testing.T) {
 		{"10,000 nested parentheses", strings.Repeat("(", 10_000) + "1" + strings.Repeat(")", 10_000)},
 		{"1 MB of digits", strings.Repeat("9", 1<<20)},
 		{"1001 characters", strings.Repeat("1", 1001)},
+		{"1001 multi-byte characters", strings.Repeat("١", 1001)},
 		{"exponentiation chain", strings.Repeat("9**", 300) + "9"},
 		{"NUL", "1\x00"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			args := calcArgs(tt.expr)
 			start := time.Now()
-			out, err := tool.Run(t.Context(), calcArgs(tt.expr))
+			out, err := tool.Run(t.Context(), args)
 			if el := time.Since(start); el > time.Second {
 				t.Fatalf("took %v, want well under a second", el)
 			}
@@ -126,6 +128,16 @@ func TestCalculatorRefusesHostileInput(t *testing.T) {
 				t.Fatalf("output %q alongside an error", out)
 			}
 		})
+	}
+}
+
+func TestCalculatorLongestExpression(t *testing.T) {
+	// 1000 characters is allowed, even when every one is escaped in JSON.
+	expr := "1" + strings.Repeat("\u0020", 999)
+	args := json.RawMessage(`{"expression":"` + expr + `"}`)
+	out, err := harness.Calculator().Run(t.Context(), args)
+	if err != nil || out != "1" {
+		t.Fatalf("Run = %q, %v; want \"1\"", out, err)
 	}
 }
 

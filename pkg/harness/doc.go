@@ -17,7 +17,8 @@
 //     outcome invalid_arguments with the validator's message; the tool does
 //     not run.
 //   - [Harness.Execute] never panics and returns by the call's deadline (plus
-//     a few milliseconds), whatever the tool does.
+//     a few milliseconds), whatever the tool does (see Caveats for exec tools
+//     that leave the process group).
 //   - A failure is reported by its type only: a returned error as its Go type
 //     (fmt "%T"), a panic as "panic: <type of the value>", an exec tool as
 //     "exit status N". Error messages, panic values, stack traces, argument
@@ -43,10 +44,17 @@
 // must honour ctx; put anything that cannot into an exec tool.
 //
 // Killing an exec tool's process group reaches every process that stayed in
-// the group. A process that moves itself to another group or session (setsid)
-// escapes the kill; its hold on stdout delays Execute by at most a short
-// grace period, after which the pipes are closed. Killed grandchildren are
-// reparented to init (or the nearest subreaper), which reaps them.
+// the group; the group is also killed when the tool exits on its own, so
+// nothing it started in the background outlives the call. A process that
+// moves itself to another group or session (setsid) escapes the kill; if it
+// holds stdout open, Execute waits at most 100ms more and then closes the
+// pipe. Killed grandchildren are reparented to PID 1 (or the nearest
+// subreaper), which must reap them: in a container, run the worker under an
+// init that reaps zombies (tini, docker --init).
+//
+// An exec tool runs in the worker's working directory, as the worker's user:
+// the harness bounds time, output and environment, not file system or
+// network access. Use OS isolation (containers, seccomp, users) for that.
 //
 // Memory is bounded for exec tools (stdout and stderr are read up to a bound
 // and the rest is discarded), but not for Go tools: a Go tool's output string

@@ -89,12 +89,12 @@ func TestExecTimeoutKillsProcessTree(t *testing.T) {
 	piddir := t.TempDir()
 	h, _ := newHarness(t, harness.Config{}, execTool(t, "tree", treeScript, map[string]string{"PIDDIR": piddir}))
 	start := time.Now()
-	r := h.Execute(t.Context(), harness.Call{Tool: "tree", Arguments: json.RawMessage(`{}`), Deadline: start.Add(300 * time.Millisecond)})
+	r := h.Execute(t.Context(), harness.Call{Tool: "tree", Arguments: json.RawMessage(`{}`), Deadline: start.Add(time.Second)})
 	if r.Outcome != protocol.OutcomeTimeout {
 		t.Fatalf("result = %+v, want timeout", r)
 	}
-	if el := time.Since(start); el > 2*time.Second {
-		t.Fatalf("Execute took %v for a 300ms deadline", el)
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("Execute took %v for a 1s deadline", el)
 	}
 	pids := readPids(t, filepath.Join(piddir, "pids"))
 	if len(pids) != 3 {

@@ -23,7 +23,7 @@ func TestTools(t *testing.T) {
 		harnesstest.Block("block", release),
 		rec,
 	)
-	const short = 30 * time.Millisecond
+	const short = 200 * time.Millisecond
 	tests := []struct {
 		tool, args  string
 		timeout     time.Duration // 0: the tool's own
