@@ -120,15 +120,7 @@ func New(cfg Config, tools ...Tool) (*Harness, error) {
 			SchemaDigest:     digest,
 		})
 	}
-	slices.SortFunc(h.specs, func(a, b protocol.ToolSpec) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(h.specs, func(a, b protocol.ToolSpec) int { return strings.Compare(a.Name, b.Name) })
 	return h, nil
 }
 
