@@ -190,3 +190,30 @@ func TestValidationBeforeApproval(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelDuringApproval: the run's context ends while a human is being
+// asked; the run ends cancelled, the call never runs and is answered.
+func TestCancelDuringApproval(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	gate := &looptest.Gate{Func: func(gctx context.Context, req protocol.ApprovalRequest) (loop.Decision, error) {
+		cancel()
+		<-gctx.Done()
+		return loop.Decision{}, gctx.Err()
+	}}
+	m := looptest.NewModel(looptest.Calls(looptest.Call("c1", "echo", `{"text":"x"}`)), looptest.Answer("never"))
+	cfg := fastConfig()
+	cfg.RequireApproval = []string{"*"}
+	e := newEnv(t, cfg, m, nil, gate)
+	res, err := e.runner.Run(ctx, "go")
+	if err != nil || res == nil {
+		t.Fatalf("Run: res=%v err=%v", res, err)
+	}
+	checkInvariants(t, res)
+	if res.TerminationReason != loop.TerminationCancelled || res.Calls[0].Outcome != protocol.OutcomeCancelled {
+		t.Fatalf("reason=%q outcome=%q, want cancelled", res.TerminationReason, res.Calls[0].Outcome)
+	}
+	if n := len(e.disp.Published()); n != 0 {
+		t.Fatalf("%d calls published, want none", n)
+	}
+}

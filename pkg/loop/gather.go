@@ -123,6 +123,7 @@ func (ru *run) failDispatch(ctx context.Context, s *slot) {
 		return
 	}
 	ru.closeKey(s.key, keyBySynth)
+	s.errorType = "dispatch"
 	ru.answer(s, protocol.OutcomeFailed, obsDispatchFailed(s.name))
 }
 
@@ -281,6 +282,7 @@ func (ru *run) fromResult(s *slot, res protocol.Result) {
 		s.truncated = res.Truncated
 		ru.answer(s, protocol.OutcomeOK, res.Output)
 	case protocol.OutcomeFailed:
+		s.errorType = cleanErrorType(res.ErrorType)
 		ru.answer(s, protocol.OutcomeFailed, obsFailed(s.name, res.ErrorType))
 	case protocol.OutcomeInvalidArguments:
 		ru.answer(s, protocol.OutcomeInvalidArguments, obsArgumentError(s.name, res.Output))

@@ -38,6 +38,7 @@ const (
 	logKeyCount            = "count"
 	logKeyTermination      = "termination_reason"
 	logKeyApproval         = "approval"
+	logKeyIDProblem        = "id_problem"
 
 	evModelCallStart = "model_call_start"
 	evModelCallEnd   = "model_call_end"

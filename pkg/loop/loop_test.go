@@ -188,6 +188,9 @@ func TestFailingCallDoesNotDisturbSiblings(t *testing.T) {
 	if want := "Tool 'fail' failed: *errors.errorString"; obs["b"] != want {
 		t.Fatalf("failed observation=%q, want %q", obs["b"], want)
 	}
+	if res.Calls[1].ErrorType != "*errors.errorString" || res.Calls[0].ErrorType != "" {
+		t.Fatalf("error types %q %q, want only the failed call's", res.Calls[0].ErrorType, res.Calls[1].ErrorType)
+	}
 	if res.Metadata.ToolCallsMade != 3 || res.Calls[1].Outcome != protocol.OutcomeFailed {
 		t.Fatalf("made=%d outcome=%q, want 3 and failed", res.Metadata.ToolCallsMade, res.Calls[1].Outcome)
 	}
@@ -672,7 +675,7 @@ func TestDispatchFailures(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 			want := "Tool 'echo' failed: dispatch error (the call was not sent and did not run)"
-			if got := observation(t, res, 0); got != want || res.Calls[0].Outcome != protocol.OutcomeFailed {
+			if got := observation(t, res, 0); got != want || res.Calls[0].Outcome != protocol.OutcomeFailed || res.Calls[0].ErrorType != "dispatch" {
 				t.Fatalf("observation=%q outcome=%q, want %q failed", got, res.Calls[0].Outcome, want)
 			}
 		})

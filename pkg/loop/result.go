@@ -76,6 +76,10 @@ type CallRecord struct {
 	// Worker and Attempt come from the worker's result or progress notice.
 	Worker  string `json:"worker,omitempty"`
 	Attempt int    `json:"attempt,omitempty"`
+	// ErrorType is set for failed calls: the worker's error type (a type or
+	// exit status, never a message), or "dispatch" when the call could not
+	// be published.
+	ErrorType string `json:"error_type,omitempty"`
 }
 
 func newResult(run protocol.RunID) *Result {

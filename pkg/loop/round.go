@@ -42,6 +42,7 @@ type slot struct {
 	worker     string
 	attempt    int
 	truncated  bool   // the worker cut the output
+	errorType  string // for failed calls
 	cancelWhy  string // non-empty: publish a Cancel for the call
 	gateResult string // how the gate answered, for the trace
 }
@@ -87,7 +88,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 			slots[i] = slot{id: calls[i].ID, origID: orig, name: calls[i].Function.Name, repeat: why == "repeat"}
 			if why != "" {
 				ru.log.Info().Str(logKeyEvent, evCallIDReplaced).Int(logKeyRound, round).
-					Str(logKeyCallID, calls[i].ID).Str(logKeyDropReason, why).Send()
+					Str(logKeyCallID, calls[i].ID).Str(logKeyIDProblem, why).Send()
 			}
 		}
 	}
@@ -206,7 +207,7 @@ func (ru *run) record(round int, s *slot) {
 	}
 	ru.res.Calls = append(ru.res.Calls, CallRecord{
 		Round: round, CallID: s.id, CallKey: s.key, Tool: clipName(s.name), Outcome: s.outcome,
-		DurationMS: ms(s.end.Sub(s.start)), Worker: s.worker, Attempt: s.attempt,
+		DurationMS: ms(s.end.Sub(s.start)), Worker: s.worker, Attempt: s.attempt, ErrorType: s.errorType,
 	})
 }
 
@@ -248,6 +249,9 @@ func (ru *run) traceEnd(round int, s *slot) {
 		Str(logKeyOutcome, string(s.outcome)).Int64(logKeyDurationMS, ms(s.end.Sub(s.start)))
 	if s.worker != "" {
 		ev = ev.Str(logKeyWorker, s.worker).Int(logKeyAttempt, s.attempt)
+	}
+	if s.errorType != "" {
+		ev = ev.Str(logKeyErrorType, s.errorType)
 	}
 	if s.gateResult != "" {
 		ev = ev.Str(logKeyApproval, s.gateResult)

@@ -172,12 +172,13 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 	if err == nil && resp == nil {
 		err = errors.New("model returned no response")
 	}
-	ev := ru.log.Info().Str(logKeyEvent, evModelCallEnd).Int(logKeyRound, round).
-		Int64(logKeyDurationMS, ms(ru.cfg.Now().Sub(start)))
+	elapsed := ms(ru.cfg.Now().Sub(start))
 	if err != nil {
-		ev.Str(logKeyErrorType, errType(err)).Send()
+		ru.log.Warn().Str(logKeyEvent, evModelCallEnd).Int(logKeyRound, round).Int64(logKeyDurationMS, elapsed).
+			Str(logKeyErrorType, errType(err)).Send()
 		return nil, err
 	}
+	ev := ru.log.Info().Str(logKeyEvent, evModelCallEnd).Int(logKeyRound, round).Int64(logKeyDurationMS, elapsed)
 	ru.res.Metadata.PromptTokens += max(resp.Usage.PromptTokens, 0)
 	ru.res.Metadata.CompletionTokens += max(resp.Usage.CompletionTokens, 0)
 	ev.Int(logKeyPromptTokens, resp.Usage.PromptTokens).Int(logKeyCompletionTokens, resp.Usage.CompletionTokens).
