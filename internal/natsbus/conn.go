@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -210,20 +209,18 @@ func retryableConnectError(err error) bool {
 		!strings.Contains(msg, "permissions violation") && !strings.Contains(msg, "tls")
 }
 
-// redactURL hides passwords in a comma-separated list of server URLs.
+// redactURL hides credentials in a comma-separated list of server URLs:
+// whatever stands between the scheme and the last '@' of each URL.
 func redactURL(list string) string {
 	parts := strings.Split(list, ",")
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
-		u, err := url.Parse(p)
-		switch {
-		case err != nil:
-			if strings.Contains(p, "@") {
-				p = "[unparsable URL]"
+		if at := strings.LastIndex(p, "@"); at >= 0 {
+			start := 0
+			if j := strings.Index(p, "://"); j >= 0 && j < strings.Index(p, "@") {
+				start = j + len("://")
 			}
-		case u.User != nil:
-			u.User = url.User("[redacted]")
-			p = u.String()
+			p = p[:start] + "[redacted]" + p[at:]
 		}
 		parts[i] = p
 	}

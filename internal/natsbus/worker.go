@@ -295,8 +295,9 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	for _, cancel := range cancels {
 		cancel(errCancelRequested)
 	}
+	n := len(cancels)
 	w.mu.Unlock()
-	if len(cancels) > 0 {
+	if n > 0 {
 		w.log.Info().Str(logRun, c.RunID).Str(logCallKey, c.CallKey).Msg("cancel requested")
 	}
 }

@@ -1,0 +1,148 @@
+package natsbus_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
+	f := newFleet(t)
+	d := f.dispatcher(natsbus.DispatcherConfig{InboxSize: 2, MaxMessageBytes: 4096})
+	run := protocol.NewID()
+	in, err := d.Open(ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := in.(*natsbus.Inbox)
+	resultSubj, _ := f.subjects.Result(run)
+	progressSubj, _ := f.subjects.Progress(run)
+
+	result := func(r protocol.RunID) []byte {
+		data, _ := protocol.Encode(&protocol.Result{V: 1, RunID: r, CallKey: protocol.NewID(), Outcome: protocol.OutcomeOK})
+		return data
+	}
+	garbage := []struct {
+		subject string
+		data    []byte
+	}{
+		{resultSubj, []byte("SECRET-CANARY not json")},
+		{resultSubj, []byte(`{"v":2,"run_id":"` + run + `","call_key":"k","outcome":"ok"}`)},
+		{resultSubj, result(protocol.NewID())}, // another run's result
+		{progressSubj, []byte(`{"v":1}`)},
+		{resultSubj, []byte(`{"v":1,"run_id":"` + run + `","call_key":"k","outcome":"ok","output":"` + strings.Repeat("x", 8192) + `"}`)},
+	}
+	for _, g := range garbage {
+		if err := f.nc.Publish(g.subject, g.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if got := inbox.Garbage(); got != int64(len(garbage)) {
+			return fmt.Errorf("Garbage = %d, want %d", got, len(garbage))
+		}
+		return nil
+	})
+	if len(in.Events()) != 0 {
+		t.Fatalf("garbage reached the events channel")
+	}
+	if f.log.contains("SECRET-CANARY") {
+		t.Fatal("a garbage payload reached the logs")
+	}
+
+	// Nobody reads: two events are kept, the rest dropped without blocking.
+	for range 5 {
+		f.nc.Publish(resultSubj, result(run))
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if got := inbox.Dropped(); got != 3 {
+			return fmt.Errorf("Dropped = %d, want 3", got)
+		}
+		return nil
+	})
+	if got := len(in.Events()); got != 2 {
+		t.Fatalf("buffered events = %d, want 2", got)
+	}
+
+	in.Close()
+	in.Close() // idempotent
+	f.nc.Publish(resultSubj, result(run))
+	f.nc.Flush()
+	n := 0
+	for range in.Events() {
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("drained %d events after Close, want the 2 buffered", n)
+	}
+}
+
+// TestGarbageOnEverySubject publishes garbage, oversized and wrong-version
+// messages on the call, result, progress and cancel subjects, then checks
+// that the worker and the inbox still work and that every bad call was
+// terminated.
+func TestGarbageOnEverySubject(t *testing.T) {
+	f := newFleet(t)
+	h := harnesstest.New(t, harness.Config{}, harness.Echo())
+	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{MaxMessageBytes: 64 << 10})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, err := d.Open(ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+
+	valid := newCall(run, "echo", `{"text":"x"}`, 10*time.Second)
+	validJSON, _ := protocol.Encode(&valid)
+	wrongVersion := strings.Replace(string(validJSON), `"v":1`, `"v":99`, 1)
+	payloads := [][]byte{
+		nil,
+		[]byte("{"),
+		[]byte("[1,2,3]"),
+		[]byte(`{"v":1}`),
+		[]byte(wrongVersion),
+		[]byte(`{"v":1,"run_id":"../../etc","call_key":"k","tool":"echo","arguments":{},"deadline":"2999-01-01T00:00:00Z","round":1,"attempt":1}`),
+		append(append([]byte(`{"v":1,"pad":"`), strings.Repeat("A", 100<<10)...), `"}`...), // oversized for the worker
+		append(validJSON, []byte(" trailing")...),
+		[]byte("\x00\xff\xfe binary"),
+	}
+	callSubj, _ := f.subjects.Call("echo")
+	resultSubj, _ := f.subjects.Result(run)
+	progressSubj, _ := f.subjects.Progress(run)
+	cancelSubj, _ := f.subjects.Cancel(run, valid.CallKey)
+	for _, p := range payloads {
+		if _, err := f.js.Publish(ctx(t), callSubj, p); err != nil {
+			t.Fatalf("publishing garbage call: %v", err)
+		}
+		for _, s := range []string{resultSubj, progressSubj, cancelSubj, f.subjects.Cancels()[:len(f.subjects.Cancels())-1] + "x.y"} {
+			if err := f.nc.Publish(s, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if got := w.Stats().Malformed; got != int64(len(payloads)) {
+			return fmt.Errorf("Malformed = %d, want %d", got, len(payloads))
+		}
+		return nil
+	})
+	f.waitIdle(t, "echo")
+
+	if err := d.Publish(ctx(t), valid); err != nil {
+		t.Fatal(err)
+	}
+	if r := nextResult(t, in, valid.CallKey, 10*time.Second); r.Outcome != protocol.OutcomeOK || r.Output != "x" {
+		t.Fatalf("result after garbage = %+v", r)
+	}
+	if got := w.Stats().Executed; got != 1 {
+		t.Fatalf("Executed = %d, want only the valid call", got)
+	}
+}

@@ -1,0 +1,99 @@
+package natsbus
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+func TestEncodeResultFitsTheLimit(t *testing.T) {
+	tests := []struct {
+		name   string
+		output string
+		limit  int
+		cut    bool
+	}{
+		{"fits", "hello", 1024, false},
+		{"ascii too long", strings.Repeat("a", 10_000), 2048, true},
+		{"escapes expand", strings.Repeat("\x01", 5_000), 4096, true},
+		{"multibyte", strings.Repeat("é", 5_000), 4096, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := protocol.Result{V: 1, RunID: "r", CallKey: "k", Outcome: protocol.OutcomeOK, Output: tc.output}
+			data, err := encodeResult(&r, tc.limit)
+			if err != nil {
+				t.Fatalf("encodeResult: %v", err)
+			}
+			if len(data) > tc.limit {
+				t.Fatalf("encoded %d bytes, limit %d", len(data), tc.limit)
+			}
+			back, err := protocol.DecodeResult(data, tc.limit)
+			if err != nil {
+				t.Fatalf("does not decode: %v", err)
+			}
+			if back.Truncated != tc.cut || !utf8.ValidString(back.Output) {
+				t.Fatalf("Truncated = %v (valid UTF-8 %v), want %v", back.Truncated, utf8.ValidString(back.Output), tc.cut)
+			}
+			if tc.cut && !strings.HasSuffix(back.Output, protocol.TruncationMarker) {
+				t.Fatalf("cut output lacks the truncation marker")
+			}
+		})
+	}
+}
+
+func TestRetryableConnectError(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{nats.ErrNoServers, true},
+		{nats.ErrTimeout, true},
+		{nats.ErrAuthorization, false},
+		{errors.New("nats: Authorization Violation"), false},
+		{errors.New("tls: handshake failure"), false},
+	}
+	for _, tc := range tests {
+		if got := retryableConnectError(tc.err); got != tc.want {
+			t.Errorf("retryableConnectError(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	got := redactURL("nats://alice:s3cret@a:4222, nats://b:4222,tls://tok-9@c:4443")
+	if strings.Contains(got, "s3cret") || strings.Contains(got, "tok-9") || strings.Contains(got, "alice") {
+		t.Fatalf("redactURL leaked credentials: %s", got)
+	}
+	if !strings.Contains(got, "nats://b:4222") {
+		t.Fatalf("redactURL lost a plain URL: %s", got)
+	}
+}
+
+// FuzzRedactURL checks that no password or token in a URL list survives
+// redaction.
+func FuzzRedactURL(f *testing.F) {
+	for _, s := range []string{
+		"nats://u:p@host:4222", "nats://tok@h", "a,b,c", "nats://h:1,nats://x:y@z:2",
+		"%zz://u:p@h", "nats://u:p@[::1]:4222", ":@", "nats://@h",
+	} {
+		f.Add(s, "SECRETVALUE")
+	}
+	f.Fuzz(func(t *testing.T, list, secret string) {
+		if len(secret) < 6 || strings.ContainsAny(secret, ",@:/?#[]%") || strings.Contains(list, secret) {
+			return
+		}
+		in := strings.Replace(list, "@", ":"+secret+"@", 1)
+		if !strings.Contains(in, secret) {
+			in = "nats://user:" + secret + "@" + list
+		}
+		if out := redactURL(in); strings.Contains(out, secret) {
+			t.Fatalf("redactURL(%q) = %q keeps the secret", in, out)
+		}
+	})
+}

@@ -1,0 +1,517 @@
+package natsbus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+var emptyObject = json.RawMessage(`{"type":"object","additionalProperties":false}`)
+
+// counting returns an idempotent tool that counts its runs and waits d
+// (honouring its context) before answering "done".
+func counting(name string, runs *atomic.Int64, d time.Duration, idempotent bool) harness.Tool {
+	return harness.Tool{
+		Name: name, Parameters: emptyObject, Idempotent: idempotent,
+		Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			runs.Add(1)
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return "done", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		},
+	}
+}
+
+func TestCallRoundTrip(t *testing.T) {
+	f := newFleet(t)
+	h := harnesstest.New(t, harness.Config{}, harness.Echo())
+	f.startWorker(t, h, natsbus.WorkerConfig{Name: "w1"})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, err := d.Open(ctx(t), run)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer in.Close()
+
+	call := newCall(run, "echo", `{"text":"hello"}`, 10*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	p := nextProgress(t, in, call.CallKey, 10*time.Second)
+	if p.Worker != "w1" || p.Attempt != 1 {
+		t.Errorf("progress = %+v, want worker w1, attempt 1", p)
+	}
+	r := nextResult(t, in, call.CallKey, 10*time.Second)
+	if r.Outcome != protocol.OutcomeOK || r.Output != "hello" || r.Worker != "w1" || r.Attempt != 1 || r.RunID != run {
+		t.Fatalf("result = %+v, want ok \"hello\" from w1, attempt 1", r)
+	}
+
+	// The result is stored in the results stream too, on the run's subject.
+	subj, _ := f.subjects.Result(run)
+	s, err := f.js.Stream(ctx(t), f.subjects.ResultsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.GetLastMsgForSubject(ctx(t), subj)
+	if err != nil {
+		t.Fatalf("result not in the results stream: %v", err)
+	}
+	sr, err := protocol.DecodeResult(stored.Data, 0)
+	if err != nil || sr.CallKey != call.CallKey || sr.Output != "hello" {
+		t.Fatalf("stored result = %+v (%v), want the call's result", sr, err)
+	}
+	if got := stored.Header.Get(protocol.HeaderMsgID); got != protocol.ResultMsgID(call.CallKey) {
+		t.Errorf("stored result %s = %q, want %q", protocol.HeaderMsgID, got, protocol.ResultMsgID(call.CallKey))
+	}
+	f.waitIdle(t, "echo")
+}
+
+func TestPublishDeduplicatesAndAppliesBackPressure(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, _ := jetstream.New(nc)
+	subjects := protocol.Subjects{}
+	if err := natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{MaxPendingCallsPerTool: 2}); err != nil {
+		t.Fatal(err)
+	}
+	d := natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	first := newCall(run, "nobody", `{}`, time.Minute)
+	for range 2 {
+		if err := d.Publish(ctx(t), first); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	s, _ := js.Stream(ctx(t), subjects.CallsStream())
+	info, _ := s.Info(ctx(t))
+	if info.State.Msgs != 1 {
+		t.Fatalf("calls stream holds %d messages after publishing one call twice, want 1", info.State.Msgs)
+	}
+	if err := d.Publish(ctx(t), newCall(run, "nobody", `{}`, time.Minute)); err != nil {
+		t.Fatalf("second call: %v", err)
+	}
+	if err := d.Publish(ctx(t), newCall(run, "nobody", `{}`, time.Minute)); err == nil {
+		t.Fatal("third call for a tool with 2 pending calls was accepted, want back-pressure")
+	}
+	// Another tool is not blocked by the full one.
+	if err := d.Publish(ctx(t), newCall(run, "other", `{}`, time.Minute)); err != nil {
+		t.Fatalf("call to another tool: %v", err)
+	}
+}
+
+func TestPublishRefusesInvalidCalls(t *testing.T) {
+	f := newFleet(t)
+	d := f.dispatcher(natsbus.DispatcherConfig{MaxMessageBytes: 2048})
+	run := protocol.NewID()
+	big := newCall(run, "echo", `{"text":"`+string(make([]byte, 0))+fmt.Sprintf("%04000d", 0)+`"}`, time.Minute)
+	tests := []struct {
+		name string
+		call protocol.Call
+	}{
+		{"bad tool name", newCall(run, "no.dots", `{}`, time.Minute)},
+		{"no run id", func() protocol.Call { c := newCall(run, "echo", `{}`, time.Minute); c.RunID = ""; return c }()},
+		{"too large", big},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := d.Publish(ctx(t), tc.call); err == nil {
+				t.Fatal("Publish accepted an invalid call")
+			}
+		})
+	}
+}
+
+func TestWorkersShareAToolsConsumer(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	tool := counting("slow", &runs, 20*time.Millisecond, true)
+	w1, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{Name: "w1", Concurrency: 2})
+	w2, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{Name: "w2", Concurrency: 2})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, err := d.Open(ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	const n = 40
+	keys := map[protocol.CallKey]bool{}
+	for range n {
+		c := newCall(run, "slow", `{}`, 20*time.Second)
+		keys[c.CallKey] = true
+		if err := d.Publish(ctx(t), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byWorker := map[string]int{}
+	deadline := time.After(20 * time.Second)
+	for len(keys) > 0 {
+		select {
+		case ev := <-in.Events():
+			if ev.Result != nil && keys[ev.Result.CallKey] {
+				delete(keys, ev.Result.CallKey)
+				byWorker[ev.Result.Worker]++
+				if ev.Result.Outcome != protocol.OutcomeOK {
+					t.Errorf("outcome %s, want ok", ev.Result.Outcome)
+				}
+			}
+		case <-deadline:
+			t.Fatalf("%d calls unanswered", len(keys))
+		}
+	}
+	s1, s2 := w1.Stats(), w2.Stats()
+	if s1.Executed == 0 || s2.Executed == 0 || s1.Executed+s2.Executed != n {
+		t.Fatalf("executed w1=%d w2=%d, want both > 0 and %d in all", s1.Executed, s2.Executed, n)
+	}
+	if byWorker["w1"] != int(s1.Executed) || byWorker["w2"] != int(s2.Executed) {
+		t.Fatalf("results by worker %v do not match executed counts %d/%d", byWorker, s1.Executed, s2.Executed)
+	}
+	f.waitIdle(t, "slow")
+}
+
+func TestExpiredCallIsNeverRun(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	h := harnesstest.New(t, harness.Config{}, counting("effect", &runs, 0, false))
+	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	call := newCall(protocol.NewID(), "effect", `{}`, -time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if got := w.Stats().Expired; got != 1 {
+			return fmt.Errorf("Expired = %d, want 1", got)
+		}
+		return nil
+	})
+	f.waitIdle(t, "effect")
+	if got := runs.Load(); got != 0 {
+		t.Fatalf("the expired call ran %d times, want 0", got)
+	}
+	if got := w.Stats().Executed; got != 0 {
+		t.Fatalf("Executed = %d, want 0", got)
+	}
+}
+
+func TestCancelStopsARunningExecTool(t *testing.T) {
+	f := newFleet(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "sleepy.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "tools.json")
+	if err := os.WriteFile(manifest, []byte(`{"tools":[{"name":"sleepy","description":"sleeps",`+
+		`"command":["./sleepy.sh"],"timeout":"60s","idempotent":true}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tools, err := harness.LoadManifest(manifest)
+	if err != nil {
+		t.Fatalf("LoadManifest: %v", err)
+	}
+	w, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, tools...), natsbus.WorkerConfig{})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, err := d.Open(ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	call := newCall(run, "sleepy", `{}`, 30*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	nextProgress(t, in, call.CallKey, 10*time.Second)
+	// The call is registered for cancels just after the progress notice:
+	// keep cancelling until the worker has counted one.
+	start := time.Now()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if err := d.Cancel(ctx(t), protocol.Cancel{RunID: run, CallKey: call.CallKey}); err != nil {
+			return err
+		}
+		if w.Stats().Cancelled == 0 {
+			return errors.New("not cancelled yet")
+		}
+		return nil
+	})
+	r := nextResult(t, in, call.CallKey, 5*time.Second)
+	if r.Outcome != protocol.OutcomeCancelled {
+		t.Fatalf("outcome = %s, want cancelled", r.Outcome)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("cancel took %v, want well under the tool's 30s", took)
+	}
+	f.waitIdle(t, "sleepy")
+}
+
+func TestMalformedCallIsTerminated(t *testing.T) {
+	f := newFleet(t)
+	h := harnesstest.New(t, harness.Config{}, harness.Echo())
+	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{})
+	subj, _ := f.subjects.Call("echo")
+	if _, err := f.js.Publish(ctx(t), subj, []byte("this is not a call")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if got := w.Stats().Malformed; got != 1 {
+			return fmt.Errorf("Malformed = %d, want 1", got)
+		}
+		return nil
+	})
+	f.waitIdle(t, "echo")
+	if info := f.consumerInfo(t, "echo"); info.Delivered.Consumer != 1 || info.NumRedelivered != 0 {
+		t.Fatalf("consumer delivered %d (redelivered %d), want the garbage delivered once", info.Delivered.Consumer, info.NumRedelivered)
+	}
+	if f.log.contains("this is not a call") {
+		t.Fatal("the malformed payload reached the logs")
+	}
+	// The worker still serves calls.
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, _ := d.Open(ctx(t), run)
+	defer in.Close()
+	call := newCall(run, "echo", `{"text":"still here"}`, 10*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	if r := nextResult(t, in, call.CallKey, 10*time.Second); r.Output != "still here" {
+		t.Fatalf("result after garbage = %+v", r)
+	}
+}
+
+func TestNonIdempotentCallIsAckedBeforeItRuns(t *testing.T) {
+	f := newFleet(t)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	tool := harness.Tool{Name: "charge", Parameters: emptyObject, Idempotent: false,
+		Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			close(started)
+			select {
+			case <-release:
+				return "charged", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}}
+	f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, _ := d.Open(ctx(t), run)
+	defer in.Close()
+	call := newCall(run, "charge", `{}`, 20*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("tool did not start")
+	}
+	info := f.consumerInfo(t, "charge")
+	if info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Fatalf("while the tool runs: NumAckPending=%d NumPending=%d, want 0 (acked before running)", info.NumAckPending, info.NumPending)
+	}
+	close(release)
+	if r := nextResult(t, in, call.CallKey, 10*time.Second); r.Outcome != protocol.OutcomeOK || r.Output != "charged" {
+		t.Fatalf("result = %+v", r)
+	}
+}
+
+func TestHeartbeatPreventsRedeliveryOfALongCall(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	h := harnesstest.New(t, harness.Config{}, counting("long", &runs, time.Second, true))
+	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{AckWait: 300 * time.Millisecond, Concurrency: 4})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, _ := d.Open(ctx(t), run)
+	defer in.Close()
+	call := newCall(run, "long", `{}`, 10*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	r := nextResult(t, in, call.CallKey, 10*time.Second)
+	if r.Outcome != protocol.OutcomeOK || r.Attempt != 1 {
+		t.Fatalf("result = %+v, want ok on attempt 1", r)
+	}
+	f.waitIdle(t, "long")
+	if got := runs.Load(); got != 1 {
+		t.Fatalf("tool ran %d times, want exactly once", got)
+	}
+	if got := w.Stats().Executed; got != 1 {
+		t.Fatalf("Executed = %d, want 1", got)
+	}
+	if info := f.consumerInfo(t, "long"); info.Delivered.Consumer != 1 {
+		t.Fatalf("consumer delivered the call %d times, want 1", info.Delivered.Consumer)
+	}
+}
+
+func TestForgedReplySubjectIsRefused(t *testing.T) {
+	f := newFleet(t)
+	h := harnesstest.New(t, harness.Config{}, harness.Echo())
+	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{Concurrency: 1})
+	watch, err := f.nc.SubscribeSync(">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Unsubscribe()
+	f.nc.Flush()
+
+	run := protocol.NewID()
+	callSubj, _ := f.subjects.Call("echo")
+	otherRun, _ := f.subjects.Result(protocol.NewID())
+	tests := []struct {
+		name    string
+		replyTo string // "" leaves the header out
+	}{
+		{"other run", otherRun},
+		{"foreign subject", "evil.sink"},
+		{"wildcard", "fleet.result.>"},
+		{"missing", ""},
+	}
+	for i, tc := range tests {
+		call := newCall(run, "echo", `{"text":"forged"}`, 10*time.Second)
+		data, _ := protocol.Encode(&call)
+		msg := nats.NewMsg(callSubj)
+		msg.Data = data
+		msg.Header.Set(protocol.HeaderMsgID, protocol.CallMsgID(call.CallKey))
+		if tc.replyTo != "" {
+			msg.Header.Set(protocol.HeaderReplyTo, tc.replyTo)
+		}
+		if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
+			t.Fatal(err)
+		}
+		natstest.WaitFor(t, 10*time.Second, func() error {
+			if got := w.Stats().Malformed; got != int64(i+1) {
+				return fmt.Errorf("%s: Malformed = %d, want %d", tc.name, got, i+1)
+			}
+			return nil
+		})
+	}
+	if got := w.Stats().Executed; got != 0 {
+		t.Fatalf("Executed = %d, want 0", got)
+	}
+	f.waitIdle(t, "echo")
+	// Nothing went to any result, progress or forged subject.
+	for {
+		m, err := watch.NextMsg(50 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		switch {
+		case m.Subject == "evil.sink", len(m.Subject) > 12 && m.Subject[:12] == "fleet.result",
+			len(m.Subject) > 14 && m.Subject[:14] == "fleet.progress":
+			t.Fatalf("worker published on %s for a forged call", m.Subject)
+		}
+	}
+}
+
+func TestShutdownLetsCallsInFlightFinish(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	h := harnesstest.New(t, harness.Config{}, counting("work", &runs, 300*time.Millisecond, true))
+	_, stop := f.startWorker(t, h, natsbus.WorkerConfig{ShutdownGrace: 5 * time.Second})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, _ := d.Open(ctx(t), run)
+	defer in.Close()
+	call := newCall(run, "work", `{}`, 10*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	nextProgress(t, in, call.CallKey, 10*time.Second)
+	stop() // returns once Run has returned
+	r := nextResult(t, in, call.CallKey, time.Second)
+	if r.Outcome != protocol.OutcomeOK {
+		t.Fatalf("outcome = %s, want ok: the call should finish within the grace period", r.Outcome)
+	}
+	f.waitIdle(t, "work")
+}
+
+func TestShutdownCancelsCallsPastTheGrace(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	h := harnesstest.New(t, harness.Config{}, counting("forever", &runs, time.Minute, true))
+	_, stop := f.startWorker(t, h, natsbus.WorkerConfig{ShutdownGrace: 100 * time.Millisecond})
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, _ := d.Open(ctx(t), run)
+	defer in.Close()
+	call := newCall(run, "forever", `{}`, 30*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	nextProgress(t, in, call.CallKey, 10*time.Second)
+	start := time.Now()
+	stop()
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("shutdown took %v with a 100ms grace", took)
+	}
+	if r := nextResult(t, in, call.CallKey, time.Second); r.Outcome != protocol.OutcomeCancelled {
+		t.Fatalf("outcome = %s, want cancelled", r.Outcome)
+	}
+	f.waitIdle(t, "forever")
+}
+
+func TestWorkerConfigValidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   natsbus.WorkerConfig
+		field string // "" means valid
+	}{
+		{"zero value", natsbus.WorkerConfig{}, ""},
+		{"bad name", natsbus.WorkerConfig{Name: "a b"}, "Name"},
+		{"negative concurrency", natsbus.WorkerConfig{Concurrency: -1}, "Concurrency"},
+		{"heartbeat not below ack wait", natsbus.WorkerConfig{AckWait: time.Second, Heartbeat: time.Second}, "Heartbeat"},
+		{"tiny ack wait", natsbus.WorkerConfig{AckWait: time.Millisecond}, "AckWait"},
+		{"negative max deliver", natsbus.WorkerConfig{MaxDeliver: -1}, "MaxDeliver"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			var ce *natsbus.ConfigError
+			switch {
+			case tc.field == "" && err != nil:
+				t.Fatalf("Validate = %v, want nil", err)
+			case tc.field != "" && (!errors.As(err, &ce) || ce.Field != tc.field):
+				t.Fatalf("Validate = %v, want a ConfigError for %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestNewWorkerRefusesAHarnessWithoutTools(t *testing.T) {
+	f := newFleet(t)
+	h, err := harness.New(harness.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsbus.NewWorker(f.nc, f.js, f.subjects, h, natsbus.WorkerConfig{}); err == nil {
+		t.Fatal("NewWorker accepted a harness with no tools")
+	}
+}
+
+var _ = strconv.Itoa
