@@ -49,6 +49,7 @@
 // The package does not bound the number of tool calls in a response: the
 // loop caps calls per round.
 //
-// Package [openaitest] is a fake server that speaks the wire format and
-// refuses, as the API does, a transcript that leaves a tool call unanswered.
+// Package openaitest, beside this one, is a fake server that speaks the wire
+// format and refuses, as the API does, a transcript that leaves a tool call
+// unanswered.
 package openai
