@@ -58,7 +58,9 @@ type Config struct {
 	CancelTimeout time.Duration
 	// Logger receives the trace lines. The zero value discards them.
 	Logger zerolog.Logger
-	// Now is the clock. Default: time.Now.
+	// Now is the clock that stamps deadlines and measures durations; the
+	// loop waits on real timers, so it must advance with real time.
+	// Default: time.Now.
 	Now func() time.Time
 	// NewID makes run ids, call keys and replacement call ids; it must
 	// return strings that match protocol.TokenPattern. Default:

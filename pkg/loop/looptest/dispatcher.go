@@ -96,7 +96,12 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		defer cancel()
+		defer func() {
+			cancel()
+			d.mu.Lock()
+			delete(d.running, c.CallKey)
+			d.mu.Unlock()
+		}()
 		if d.Progress {
 			ib.send(loop.Event{Progress: &protocol.Progress{V: protocol.Version, RunID: c.RunID, CallKey: c.CallKey, Worker: "looptest", Attempt: 1}})
 		}
