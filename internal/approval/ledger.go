@@ -87,7 +87,7 @@ func scanLedger(ctx context.Context, js jetstream.JetStream, subjects protocol.S
 	if len(filters) == 0 {
 		filters = []string{subjects.Approvals()}
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: 30 * time.Second}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: 10 * time.Second}
 	if !since.IsZero() {
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cfg.OptStartTime = &since
@@ -100,6 +100,10 @@ func scanLedger(ctx context.Context, js jetstream.JetStream, subjects protocol.S
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
+	defer func() {
+		// Best effort: the server removes it after InactiveThreshold anyway.
+		_ = js.DeleteConsumer(context.WithoutCancel(ctx), name, cons.CachedInfo().Name)
+	}()
 	if cinfo.NumPending == 0 {
 		return l, nil
 	}

@@ -1,0 +1,438 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/natscli"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+var passwords = map[string]string{
+	"coordinator": "tf-coord-0a1b2c",
+	"worker":      "tf-worker-3d4e5f",
+	"operator":    "tf-operator-6a7b8c",
+}
+
+// startFromConf starts a server from nats-server.conf, parsed by
+// nats-server's own parser, on a random loopback port with its store in a
+// temporary directory.
+func startFromConf(t *testing.T) *server.Server {
+	t.Helper()
+	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", passwords["coordinator"])
+	t.Setenv("TOOLFLEET_WORKER_PASSWORD", passwords["worker"])
+	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", passwords["operator"])
+	opts, err := server.ProcessConfigFile("nats-server.conf")
+	if err != nil {
+		t.Fatalf("ProcessConfigFile: %v", err)
+	}
+	if !opts.JetStream || opts.StoreDir == "" {
+		t.Fatalf("JetStream=%v StoreDir=%q, want JetStream with a store dir", opts.JetStream, opts.StoreDir)
+	}
+	opts.Host, opts.Port, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, t.TempDir()
+	opts.NoSigs, opts.NoLog = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+type client struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func connectAs(t *testing.T, s *server.Server, user string) client {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, passwords[user]), nats.Name(user),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // errors are read with LastError
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client{nc, js}
+}
+
+// refusedPub publishes on subj and reports whether the server answered with
+// a permissions violation naming it.
+func refusedPub(t *testing.T, c client, subj string) bool {
+	t.Helper()
+	if err := c.nc.Publish(subj, []byte(`{}`)); err != nil {
+		t.Fatalf("publish %s: %v", subj, err)
+	}
+	return violated(t, c, "Publish", subj)
+}
+
+func refusedSub(t *testing.T, c client, subj string) bool {
+	t.Helper()
+	sub, err := c.nc.SubscribeSync(subj)
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", subj, err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck
+	return violated(t, c, "Subscription", subj)
+}
+
+func violated(t *testing.T, c client, op, subj string) bool {
+	t.Helper()
+	if err := c.nc.Flush(); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	err := c.nc.LastError()
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), fmt.Sprintf("%s to %q", op, subj))
+}
+
+func TestConfRefusesUnknownClients(t *testing.T) {
+	s := startFromConf(t)
+	for name, opts := range map[string][]nats.Option{
+		"anonymous":      nil,
+		"wrong password": {nats.UserInfo("operator", "guess")},
+		"unknown user":   {nats.UserInfo("admin", "admin")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nc, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
+			if err == nil {
+				nc.Close()
+				t.Fatal("connected")
+			}
+			if !errors.Is(err, nats.ErrAuthorization) {
+				t.Errorf("err=%v, want an authorization error", err)
+			}
+		})
+	}
+}
+
+func TestConfNeedsEveryPassword(t *testing.T) {
+	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", "tf-a")
+	t.Setenv("TOOLFLEET_WORKER_PASSWORD", "tf-b")
+	// TOOLFLEET_OPERATOR_PASSWORD is unset: the server must refuse to start.
+	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", "") // restored after the test
+	os.Unsetenv("TOOLFLEET_OPERATOR_PASSWORD")
+	if _, err := server.ProcessConfigFile("nats-server.conf"); err == nil {
+		t.Fatal("config accepted without an operator password")
+	}
+}
+
+func TestConfPermissions(t *testing.T) {
+	s := startFromConf(t)
+	ctx := t.Context()
+	coord := connectAs(t, s, "coordinator")
+	worker := connectAs(t, s, "worker")
+	op := connectAs(t, s, "operator")
+	subjects := protocol.Subjects{}
+
+	// The coordinator creates the streams; the worker the catalog.
+	if _, err := coord.js.CreateOrUpdateStream(ctx, approval.StreamConfig(subjects)); err != nil {
+		t.Fatalf("coordinator creating %s: %v", subjects.ApprovalsStream(), err)
+	}
+	if _, err := coord.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subjects.CallsStream(), Subjects: []string{subjects.Calls()}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatalf("coordinator creating %s: %v", subjects.CallsStream(), err)
+	}
+	if _, err := worker.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subjects.ResultsStream(), Subjects: []string{subjects.Results()}}); err != nil {
+		t.Fatalf("worker creating %s: %v", subjects.ResultsStream(), err)
+	}
+	kv, err := worker.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subjects.CatalogBucket()})
+	if err != nil {
+		t.Fatalf("worker creating the catalog: %v", err)
+	}
+	if _, err := kv.Put(ctx, "echo", []byte(`{}`)); err != nil {
+		t.Fatalf("worker writing the catalog: %v", err)
+	}
+	ckv, err := coord.js.KeyValue(ctx, subjects.CatalogBucket())
+	if err != nil {
+		t.Fatalf("coordinator opening the catalog: %v", err)
+	}
+	if _, err := ckv.Get(ctx, "echo"); err != nil {
+		t.Fatalf("coordinator reading the catalog: %v", err)
+	}
+
+	decision := "fleet.approval.decision.run1.key1"
+
+	t.Run("only the operator publishes decisions", func(t *testing.T) {
+		sub, err := coord.nc.SubscribeSync(decision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := coord.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if !refusedPub(t, worker, decision) {
+			t.Errorf("worker publish on %s not refused (last error %v)", decision, worker.nc.LastError())
+		}
+		if !refusedPub(t, coord, decision) {
+			t.Errorf("coordinator publish on %s not refused (last error %v)", decision, coord.nc.LastError())
+		}
+		if err := op.nc.Publish(decision, []byte(`{"digest":"d","approved":true}`)); err != nil {
+			t.Fatal(err)
+		}
+		if violated(t, op, "Publish", decision) {
+			t.Fatal("operator publish on the decision subject refused")
+		}
+		m, err := sub.NextMsg(2 * time.Second)
+		if err != nil {
+			t.Fatalf("operator's decision did not arrive: %v", err)
+		}
+		if string(m.Data) != `{"digest":"d","approved":true}` {
+			t.Errorf("got %q", m.Data)
+		}
+		if _, err := sub.NextMsgWithContext(quick(t)); err == nil {
+			t.Error("a refused decision was delivered")
+		}
+		// JetStream publishing is publishing: refused the same way.
+		if _, err := worker.js.Publish(quick(t), decision, []byte(`{}`)); err == nil {
+			t.Error("worker JetStream publish of a decision succeeded")
+		}
+	})
+
+	t.Run("worker", func(t *testing.T) {
+		for _, subj := range []string{
+			"fleet.approval.request.run1.key1",
+			"fleet.approval.outcome.run1.key1",
+			"fleet.call.echo",
+			"fleet.cancel.run1.key1",
+			"$JS.API.STREAM.CREATE.FLEET_APPROVALS",
+			"$JS.API.STREAM.UPDATE.FLEET_APPROVALS",
+			"$JS.API.STREAM.PURGE.FLEET_APPROVALS",
+			"$JS.API.STREAM.DELETE.FLEET_CALLS",
+			"$JS.API.STREAM.MSG.GET.FLEET_APPROVALS",
+			"$JS.API.CONSUMER.CREATE.FLEET_APPROVALS.x",
+		} {
+			if !refusedPub(t, worker, subj) {
+				t.Errorf("worker publish on %s not refused", subj)
+			}
+		}
+		for _, subj := range []string{"fleet.approval.>", "fleet.approval.request.>", "fleet.result.>", ">"} {
+			if !refusedSub(t, worker, subj) {
+				t.Errorf("worker subscribe on %s not refused", subj)
+			}
+		}
+	})
+
+	t.Run("worker does its job", func(t *testing.T) {
+		cancels, err := worker.nc.SubscribeSync("fleet.cancel.>")
+		if err != nil || violated(t, worker, "Subscription", "fleet.cancel.>") {
+			t.Fatalf("worker cannot subscribe to cancels: %v", err)
+		}
+		if _, err := coord.js.Publish(ctx, "fleet.call.echo", []byte(`call`)); err != nil {
+			t.Fatalf("coordinator publishing a call: %v", err)
+		}
+		cons, err := worker.js.CreateOrUpdateConsumer(ctx, subjects.CallsStream(), jetstream.ConsumerConfig{
+			Durable: "tool_echo", FilterSubject: "fleet.call.echo", AckPolicy: jetstream.AckExplicitPolicy,
+		})
+		if err != nil {
+			t.Fatalf("worker creating its consumer: %v", err)
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			t.Fatalf("worker pulling a call: %v", err)
+		}
+		if _, err := worker.js.Publish(ctx, "fleet.result.run1", []byte(`result`)); err != nil {
+			t.Fatalf("worker publishing a result: %v", err)
+		}
+		if err := worker.nc.Publish("fleet.progress.run1", []byte(`p`)); err != nil || violated(t, worker, "Publish", "fleet.progress.run1") {
+			t.Fatalf("worker publishing progress refused: %v", err)
+		}
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatalf("worker acking: %v", err)
+		}
+		if err := coord.nc.Publish("fleet.cancel.run1.key1", []byte(`c`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cancels.NextMsg(2 * time.Second); err != nil {
+			t.Fatalf("worker did not get the cancel: %v", err)
+		}
+	})
+
+	t.Run("coordinator cannot erase the audit log", func(t *testing.T) {
+		for _, subj := range []string{
+			"$JS.API.STREAM.PURGE.FLEET_APPROVALS",
+			"$JS.API.STREAM.DELETE.FLEET_APPROVALS",
+			"$JS.API.STREAM.MSG.DELETE.FLEET_APPROVALS",
+		} {
+			if !refusedPub(t, coord, subj) {
+				t.Errorf("coordinator publish on %s not refused", subj)
+			}
+		}
+	})
+
+	t.Run("operator", func(t *testing.T) {
+		for _, subj := range []string{
+			"fleet.approval.request.run1.key1",
+			"fleet.approval.outcome.run1.key1",
+			"fleet.call.echo",
+			"fleet.result.run1",
+			"$KV.fleet_tools.echo",
+			"$JS.API.STREAM.PURGE.FLEET_APPROVALS",
+			"$JS.API.STREAM.UPDATE.FLEET_APPROVALS",
+			"$JS.API.STREAM.INFO.FLEET_CALLS",
+		} {
+			if !refusedPub(t, op, subj) {
+				t.Errorf("operator publish on %s not refused", subj)
+			}
+		}
+		if !refusedSub(t, op, "fleet.call.>") {
+			t.Error("operator subscribe on fleet.call.> not refused")
+		}
+		st, err := op.js.Stream(ctx, subjects.ApprovalsStream())
+		if err != nil {
+			t.Fatalf("operator reading the approvals stream: %v", err)
+		}
+		if _, err := st.GetLastMsgForSubject(ctx, decision); err != nil {
+			t.Fatalf("operator reading a decision from the stream: %v", err)
+		}
+	})
+}
+
+// TestConfOperatorWorkflow runs an approval end to end under the shipped
+// permissions: the coordinator user runs the gate, the operator user lists
+// and answers with the approvals commands and with the nats CLI.
+func TestConfOperatorWorkflow(t *testing.T) {
+	s := startFromConf(t)
+	ctx := t.Context()
+	coord := connectAs(t, s, "coordinator")
+	subjects := protocol.Subjects{}
+	if _, err := coord.js.CreateOrUpdateStream(ctx, approval.StreamConfig(subjects)); err != nil {
+		t.Fatal(err)
+	}
+	gate := approval.NewGate(coord.nc, coord.js, subjects, approval.GateConfig{})
+	operatorConn := func(ctx context.Context) (*nats.Conn, error) {
+		return nats.Connect(s.ClientURL(), nats.UserInfo("operator", passwords["operator"]))
+	}
+
+	type res struct {
+		approved bool
+		reason   string
+		err      error
+	}
+	ask := func(key, args string) <-chan res {
+		ch := make(chan res, 1)
+		go func() {
+			d, err := gate.Approve(ctx, protocol.ApprovalRequest{
+				RunID: "run1", CallKey: key, Round: 1, Tool: "deploy",
+				Arguments: []byte(args), Deadline: time.Now().Add(20 * time.Second),
+			})
+			ch <- res{d.Approved, d.Reason, err}
+		}()
+		return ch
+	}
+	first := ask("key1", `{"env":"prod"}`)
+	second := ask("key2", `{"env":"staging"}`)
+
+	// Both show up in "approvals list", run as the operator user.
+	var out, errb bytes.Buffer
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out.Reset()
+		errb.Reset()
+		if code := approval.Command(ctx, []string{"list"}, &out, &errb, operatorConn); code != 0 {
+			t.Fatalf("approvals list as operator: exit %d: %s", code, errb.String())
+		}
+		if strings.Contains(out.String(), "2 pending") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "2 pending") || !strings.Contains(out.String(), `arguments: {"env":"prod"}`) {
+		t.Fatalf("approvals list:\n%s", out.String())
+	}
+
+	// Approve the first with the command.
+	out.Reset()
+	errb.Reset()
+	if code := approval.Command(ctx, []string{"approve", "run1", "key1", "--approver", "alice"}, &out, &errb, operatorConn); code != 0 {
+		t.Fatalf("approvals approve as operator: exit %d: %s\n%s", code, errb.String(), out.String())
+	}
+	if r := <-first; r.err != nil || !r.approved {
+		t.Fatalf("first call: %+v, want approved", r)
+	}
+
+	// Deny the second with the nats CLI, exactly as the list printed it.
+	var denyLine string
+	for _, line := range strings.Split(out.String()+listAgain(t, ctx, operatorConn), "\n") {
+		if strings.HasPrefix(line, "deny:") && strings.Contains(line, "run1.key2") {
+			denyLine = strings.TrimSpace(strings.TrimPrefix(line, "deny:"))
+		}
+	}
+	if denyLine == "" {
+		t.Fatal("no deny command printed for key2")
+	}
+	denyLine = strings.Replace(denyLine, "REASON", "staging is frozen", 1)
+	nats := natscli.Path(t)
+	cmd := exec.CommandContext(ctx, "sh", "-c", strings.Replace(denyLine, "nats pub", `"$NATS_BIN" pub`, 1))
+	cmd.Env = append(natscli.Env(t), "NATS_BIN="+nats, "NATS_URL="+s.ClientURL(), "NATS_USER=operator", "NATS_PASSWORD="+passwords["operator"])
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", denyLine, err, b)
+	}
+	if r := <-second; r.err != nil || r.approved || r.reason != "staging is frozen" {
+		t.Fatalf("second call: %+v, want denied with the reason", r)
+	}
+
+	// The operator reads the audit log with the nats CLI.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"stream", "info", "FLEET_APPROVALS"}, "Allows Purge: false"},
+		{[]string{"stream", "get", "FLEET_APPROVALS", "-S", "fleet.approval.request.run1.key2"}, `"arguments":{"env":"staging"}`},
+		{[]string{"stream", "get", "FLEET_APPROVALS", "-S", "fleet.approval.outcome.run1.key1"}, `"outcome":"approved"`},
+		{[]string{"sub", "fleet.approval.decision.run1.key2", "--stream", "FLEET_APPROVALS", "--all", "--count", "1", "--raw"}, `"reason":"staging is frozen"`},
+	} {
+		c := exec.CommandContext(ctx, nats, tc.args...)
+		c.Env = cmd.Env
+		c.Stdin = strings.NewReader("")
+		b, err := runWithin(c, 20*time.Second)
+		if err != nil || !strings.Contains(string(b), tc.want) {
+			t.Errorf("nats %s: %v; want output with %q:\n%s", strings.Join(tc.args, " "), err, tc.want, b)
+		}
+	}
+}
+
+// runWithin runs c and kills it if it has not finished within d.
+func runWithin(c *exec.Cmd, d time.Duration) ([]byte, error) {
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	timer := time.AfterFunc(d, func() { _ = c.Process.Kill() })
+	defer timer.Stop()
+	err := c.Wait()
+	return out.Bytes(), err
+}
+
+func listAgain(t *testing.T, ctx context.Context, conn func(context.Context) (*nats.Conn, error)) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := approval.Command(ctx, []string{"list"}, &out, &errb, conn); code != 0 {
+		t.Fatalf("approvals list: exit %d: %s", code, errb.String())
+	}
+	return out.String()
+}
+
+func quick(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	t.Cleanup(cancel)
+	return ctx
+}
