@@ -1,0 +1,60 @@
+// Command coordinator runs the coordinator side of a toolfleet: the ReAct
+// loop whose tool calls execute on toolworkers over NATS JetStream.
+//
+//	coordinator run [flags] PROMPT        run one prompt and print the result
+//	coordinator approvals list|approve|deny ...   answer pending approvals
+//
+// Run "coordinator run --help" for the flags.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit statuses of DESIGN.md §6.
+const (
+	exitOK        = 0
+	exitError     = 1
+	exitUsage     = 2
+	exitMaxRounds = 3
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "run":
+		return runCommand(ctx, args[1:], stdout, stderr)
+	case "approvals":
+		return approvalsCommand(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "coordinator: unknown command %q\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  coordinator run [flags] PROMPT                  run one prompt over the fleet
+  coordinator approvals list|approve|deny [...]   see and answer pending approvals
+
+"coordinator run --help" lists the flags.
+`)
+}

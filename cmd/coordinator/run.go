@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/logging"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/openai"
+	"github.com/toolfleet/toolfleet/pkg/model/scripted"
+)
+
+// demoPrompt is the prompt of the bundled demo script.
+const demoPrompt = "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?"
+
+// runFlags are the flags of "coordinator run".
+type runFlags struct {
+	natsURL, creds, user, password, prefix string
+	workers                                int
+	tools, builtins                        string
+	model, modelBaseURL                    string
+	maxRounds, maxCalls, maxObsChars       int
+	toolTimeout, approvalTimeout           time.Duration
+	requireApproval                        string
+	traceArgs                              bool
+	output, logLevel                       string
+}
+
+func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("coordinator run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.natsURL, "nats-url", os.Getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty: start an embedded JetStream server")
+	fs.StringVar(&f.creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&f.user, "user", "", "NATS user (env NATS_USER)")
+	fs.StringVar(&f.password, "password", "", "NATS password (env NATS_PASSWORD)")
+	fs.StringVar(&f.prefix, "prefix", "fleet", "first token of every subject")
+	fs.IntVar(&f.workers, "workers", -1, "in-process toolworkers (default 1 with the embedded server, else 0)")
+	fs.StringVar(&f.tools, "tools", "", "tool manifest for in-process workers")
+	fs.StringVar(&f.builtins, "builtin", "", "built-in tools for in-process workers (default calculator,echo when --tools is empty)")
+	fs.StringVar(&f.model, "model", "", "scripted:FILE | openai:MODEL_NAME (default: the bundled demo script)")
+	fs.StringVar(&f.modelBaseURL, "model-base-url", os.Getenv("OPENAI_BASE_URL"), "OpenAI-compatible API base URL (env OPENAI_BASE_URL); key from OPENAI_API_KEY")
+	fs.IntVar(&f.maxRounds, "max-rounds", 8, "model rounds before giving up (>= 1)")
+	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 32, "tool calls executed per round; the rest are rejected (>= 1)")
+	fs.IntVar(&f.maxObsChars, "max-observation-chars", 12000, "bound on each observation, in characters (>= 1)")
+	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, "override every tool's own timeout (> 0)")
+	fs.StringVar(&f.requireApproval, "require-approval", "", "tools that need a human's approval: comma list, or * (tools declaring requires_approval always do)")
+	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 2*time.Minute, "how long to wait for an approval before the call expires (> 0)")
+	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values (default: keys only)")
+	fs.StringVar(&f.output, "output", "text", "text | json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	return fs
+}
+
+// parseInterleaved parses flags that may stand before or after positional
+// arguments, and returns the positional ones.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// usageError is a bad flag value: exit status 2 with its message.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func (f *runFlags) validate(set map[string]bool) error {
+	checks := []struct {
+		name string
+		bad  bool
+		rule string
+		got  any
+	}{
+		{"max-rounds", f.maxRounds < 1, ">= 1", f.maxRounds},
+		{"max-tool-calls-per-round", f.maxCalls < 1, ">= 1", f.maxCalls},
+		{"max-observation-chars", f.maxObsChars < 1, ">= 1", f.maxObsChars},
+		{"tool-timeout", set["tool-timeout"] && f.toolTimeout <= 0, "> 0", f.toolTimeout},
+		{"approval-timeout", f.approvalTimeout <= 0, "> 0", f.approvalTimeout},
+		{"workers", f.workers < -1, ">= 0", f.workers},
+	}
+	for _, c := range checks {
+		if c.bad {
+			return &usageError{fmt.Sprintf("--%s must be %s, got %v", c.name, c.rule, c.got)}
+		}
+	}
+	if f.output != "text" && f.output != "json" {
+		return &usageError{fmt.Sprintf("--output must be text or json, got %q", f.output)}
+	}
+	return nil
+}
+
+func (f *runFlags) newModel(log zerolog.Logger) (loop.Model, error) {
+	switch kind, arg, _ := strings.Cut(f.model, ":"); kind {
+	case "":
+		return scripted.Demo(), nil
+	case "scripted":
+		if arg == "" {
+			return nil, &usageError{"--model scripted:FILE needs a file"}
+		}
+		m, err := scripted.Load(arg)
+		if err != nil {
+			return nil, &usageError{fmt.Sprintf("--model: %v", err)}
+		}
+		return m, nil
+	case "openai":
+		if arg == "" {
+			return nil, &usageError{"--model openai:MODEL_NAME needs a model name"}
+		}
+		m, err := openai.New(openai.Config{Model: arg, BaseURL: f.modelBaseURL, Logger: log})
+		if err != nil {
+			return nil, &usageError{fmt.Sprintf("--model: %v", err)}
+		}
+		return m, nil
+	default:
+		return nil, &usageError{fmt.Sprintf("--model must be scripted:FILE or openai:MODEL_NAME, got %q", f.model)}
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f runFlags
+	fs := newRunFlagSet(&f, stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: coordinator run [flags] PROMPT")
+		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\nexit status: 0 final answer, 3 max rounds reached, 2 bad usage or config, 1 other error")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := f.validate(set); err != nil {
+		fmt.Fprintln(stderr, "coordinator run:", err)
+		return exitUsage
+	}
+	prompt := strings.Join(pos, " ")
+	if prompt == "" {
+		if f.model != "" {
+			fmt.Fprintln(stderr, "coordinator run: a PROMPT is required with --model")
+			return exitUsage
+		}
+		prompt = demoPrompt
+	}
+	log, err := logging.New(stderr, f.logLevel, "coordinator")
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator run:", err)
+		return exitUsage
+	}
+	model, err := f.newModel(log)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator run:", err)
+		return exitUsage
+	}
+	workers := f.workers
+	if workers < 0 {
+		workers = 0 // the default: 1 embedded, none remote
+	}
+	cfg := coordinator.Config{
+		Conn: natsbus.ConnConfig{
+			URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password,
+		},
+		Prefix:    f.prefix,
+		Workers:   workers,
+		ToolsFile: f.tools,
+		Builtins:  splitList(f.builtins),
+		Model:     model,
+		Loop: loop.Config{
+			MaxRounds:            f.maxRounds,
+			MaxToolCallsPerRound: f.maxCalls,
+			MaxObservationChars:  f.maxObsChars,
+			ToolTimeout:          f.toolTimeout,
+			ApprovalTimeout:      f.approvalTimeout,
+			RequireApproval:      splitList(f.requireApproval),
+			TraceArgs:            f.traceArgs,
+		},
+		Logger: log,
+	}
+	c, err := coordinator.Open(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator run:", err)
+		var ce *loop.ConfigError
+		if errors.As(err, &ce) {
+			return exitUsage
+		}
+		return exitError
+	}
+	defer c.Close()
+
+	res, runErr := c.Run(ctx, prompt)
+	if res != nil {
+		if err := printResult(stdout, f.output, res); err != nil {
+			fmt.Fprintln(stderr, "coordinator run: writing the result:", err)
+			return exitError
+		}
+	}
+	switch {
+	case runErr != nil:
+		fmt.Fprintln(stderr, "coordinator run:", runErr)
+		return exitError
+	case res.TerminationReason == loop.TerminationMaxRounds:
+		return exitMaxRounds
+	case res.TerminationReason != loop.TerminationNatural:
+		return exitError
+	}
+	return exitOK
+}
+
+func printResult(w io.Writer, format string, res *loop.Result) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return writeTranscript(w, res)
+}

@@ -1,0 +1,57 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+)
+
+// Config configures a Coordinator. The zero value runs the bundled demo on an
+// embedded server with one in-process worker serving the built-in tools.
+type Config struct {
+	// Conn says how to reach NATS. An empty URL (and no NATS_URL in the
+	// environment) starts an embedded JetStream server in StoreDir.
+	Conn natsbus.ConnConfig
+	// Prefix is the first token of every subject. Default: "fleet".
+	Prefix string
+	// StoreDir holds the embedded server's JetStream store. Default: a new
+	// temporary directory, removed by Close.
+	StoreDir string
+	// Workers is the number of in-process toolworkers. Default (0): 1 with
+	// the embedded server, none with a remote one.
+	Workers int
+	// ToolsFile is a tool manifest for in-process workers.
+	ToolsFile string
+	// Builtins names built-in tools for in-process workers. Default:
+	// calculator and echo when ToolsFile is empty.
+	Builtins []string
+	// CatalogWait bounds how long Open waits for the catalog to list at
+	// least one tool. Default: 5s.
+	CatalogWait time.Duration
+	// Model answers the loop. Required.
+	Model loop.Model
+	// Loop configures the ReAct loop; its zero value means the defaults.
+	Loop loop.Config
+	// Logger receives the coordinator's and the loop's logs. The zero value
+	// discards them.
+	Logger zerolog.Logger
+}
+
+func (c Config) withDefaults(embedded bool) Config {
+	if c.Workers <= 0 && embedded {
+		c.Workers = 1
+	}
+	if c.Workers < 0 {
+		c.Workers = 0
+	}
+	if c.ToolsFile == "" && len(c.Builtins) == 0 {
+		c.Builtins = []string{"calculator", "echo"}
+	}
+	if c.CatalogWait <= 0 {
+		c.CatalogWait = 5 * time.Second
+	}
+	return c
+}

@@ -1,0 +1,125 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/scripted"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// TestDemoOnEmbeddedServer runs the zero-value configuration: an embedded
+// server, one in-process worker and the bundled demo script.
+func TestDemoOnEmbeddedServer(t *testing.T) {
+	c, err := coordinator.Open(t.Context(), coordinator.Config{
+		Model:    scripted.Demo(),
+		StoreDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Run(t.Context(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("termination = %q, want natural", res.TerminationReason)
+	}
+	if want := "(17 + 25) * 3 = 126, 2 ** 10 = 1024, and their sum is 1150."; res.Answer != want {
+		t.Fatalf("answer = %q, want %q", res.Answer, want)
+	}
+	if res.Metadata.Rounds != 3 || res.Metadata.Outcomes[protocol.OutcomeOK] != 3 {
+		t.Fatalf("metadata = %+v, want 3 rounds and 3 ok calls", res.Metadata)
+	}
+}
+
+// TestMultiRoundWithRemoteWorkers runs a coordinator against an external
+// server with two separately started workers, and checks that every call was
+// answered by one of them and the final answer carries the real results.
+func TestMultiRoundWithRemoteWorkers(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 2)
+	for i := range 2 {
+		w, err := toolworker.New(natstest.Connect(t, srv), toolworker.Config{
+			Builtins: []string{"calculator", "echo"},
+			Name:     fmt.Sprintf("w%d", i+1),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- w.Run(ctx) }()
+	}
+	t.Cleanup(func() { cancel(); <-done; <-done })
+
+	script := `{"turns": [
+	  {"tool_calls": [
+	    {"id": "a", "name": "calculator", "arguments": {"expression": "6 * 7"}},
+	    {"id": "b", "name": "calculator", "arguments": {"expression": "2 ** 8"}},
+	    {"id": "c", "name": "echo", "arguments": {"text": "hello"}},
+	    {"id": "d", "name": "calculator", "arguments": {"expression": "1 / 0"}},
+	    {"id": "e", "name": "nope", "arguments": {}},
+	    {"id": "f", "name": "calculator", "arguments": {"expression": true}}
+	  ]},
+	  {"tool_calls": [{"id": "g", "name": "calculator", "arguments": {"expression": "42 + 256"}}]},
+	  {"content": "a={{result \"a\"}} b={{result \"b\"}} c={{result \"c\"}} g={{result \"g\"}}"}
+	]}`
+	model, err := scripted.Parse([]byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := coordinator.Open(t.Context(), coordinator.Config{
+		Conn:  natsbus.ConnConfig{URL: srv.ClientURL()},
+		Model: model,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Run(t.Context(), "compute")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "a=42 b=256 c=hello g=298"; res.Answer != want {
+		t.Fatalf("answer = %q, want %q", res.Answer, want)
+	}
+	want := map[string]protocol.Outcome{
+		"a": protocol.OutcomeOK, "b": protocol.OutcomeOK, "c": protocol.OutcomeOK,
+		"d": protocol.OutcomeFailed, "e": protocol.OutcomeUnknownTool,
+		"f": protocol.OutcomeInvalidArguments, "g": protocol.OutcomeOK,
+	}
+	if len(res.Calls) != len(want) {
+		t.Fatalf("%d call records, want %d", len(res.Calls), len(want))
+	}
+	for _, rec := range res.Calls {
+		if rec.Outcome != want[rec.CallID] {
+			t.Errorf("call %s outcome = %q, want %q", rec.CallID, rec.Outcome, want[rec.CallID])
+		}
+		if rec.Outcome == protocol.OutcomeOK && rec.Worker != "w1" && rec.Worker != "w2" {
+			t.Errorf("call %s answered by %q, want w1 or w2", rec.CallID, rec.Worker)
+		}
+	}
+	answered := map[string]int{}
+	for _, m := range res.Messages {
+		if m.Role == "tool" {
+			answered[m.ToolCallID]++
+		}
+		if m.Role == "tool" && m.ToolCallID == "d" && !strings.Contains(m.Content, "failed: *harness.EvaluationError") {
+			t.Errorf("observation for 1/0 = %q", m.Content)
+		}
+	}
+	for id := range want {
+		if answered[id] != 1 {
+			t.Errorf("call %s answered %d times, want 1", id, answered[id])
+		}
+	}
+}

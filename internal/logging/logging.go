@@ -1,0 +1,40 @@
+// Package logging builds the process logger of toolfleet's commands: zerolog
+// JSON on stderr, or a human-readable console when stderr is a terminal.
+// Packages under pkg/ never use it: they take a zerolog.Logger in their
+// Config.
+package logging
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// New returns a logger writing to w at level ("debug", "info", "warn",
+// "error"; empty means "info"), tagged with the service name.
+func New(w io.Writer, level, service string) (zerolog.Logger, error) {
+	if level == "" {
+		level = "info"
+	}
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil || lvl == zerolog.NoLevel {
+		return zerolog.Nop(), fmt.Errorf("--log-level: unknown level %q (want debug, info, warn or error)", level)
+	}
+	if isTerminal(w) {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Str("svc", service).Logger(), nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
