@@ -24,8 +24,15 @@ func New(w io.Writer, level, service string) (zerolog.Logger, error) {
 	if err != nil || lvl == zerolog.NoLevel {
 		return zerolog.Nop(), fmt.Errorf("--log-level: unknown level %q (want debug, info, warn or error)", level)
 	}
-	if isTerminal(w) {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	switch {
+	case isTerminal(w):
+		w = zerolog.SyncWriter(zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly})
+	default:
+		if _, ok := w.(*os.File); !ok {
+			// Files take each line in one write(2); other writers may not be
+			// safe for the concurrent lines of a fleet.
+			w = zerolog.SyncWriter(w)
+		}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Str("svc", service).Logger(), nil
 }
