@@ -61,7 +61,9 @@ func TestRunJSONMatchesSchema(t *testing.T) {
 	}
 	var res struct {
 		Messages []json.RawMessage `json:"messages"`
-		Calls    []struct{ CallID string `json:"call_id"` }
+		Calls    []struct {
+			CallID string `json:"call_id"`
+		}
 	}
 	json.Unmarshal([]byte(out), &res)
 	if len(res.Calls) != 3 {

@@ -59,7 +59,14 @@ func ctx(t *testing.T) context.Context {
 // ends (or stop is called) and checks that Run returns nil.
 func (f *fleet) startWorker(t *testing.T, h *harness.Harness, cfg natsbus.WorkerConfig) (w *natsbus.Worker, stop func()) {
 	t.Helper()
-	nc := natstest.Connect(t, f.srv)
+	w, stop, _ = f.startWorkerConn(t, h, cfg)
+	return w, stop
+}
+
+// startWorkerConn is startWorker, also returning the worker's connection.
+func (f *fleet) startWorkerConn(t *testing.T, h *harness.Harness, cfg natsbus.WorkerConfig) (w *natsbus.Worker, stop func(), nc *nats.Conn) {
+	t.Helper()
+	nc = natstest.Connect(t, f.srv)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +104,7 @@ func (f *fleet) startWorker(t *testing.T, h *harness.Harness, cfg natsbus.Worker
 	}
 	t.Cleanup(stop)
 	f.waitConsumers(t, h)
-	return w, stop
+	return w, stop, nc
 }
 
 // waitConsumers waits until every tool of h has its consumer.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -513,5 +512,3 @@ func TestNewWorkerRefusesAHarnessWithoutTools(t *testing.T) {
 		t.Fatal("NewWorker accepted a harness with no tools")
 	}
 }
-
-var _ = strconv.Itoa
