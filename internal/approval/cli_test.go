@@ -43,7 +43,7 @@ func TestOperatorWithNatsCLI(t *testing.T) {
 			env := append(natscli.Env(t), "NATS_URL="+f.srv.ClientURL())
 
 			// nats sub 'fleet.approval.request.>' --count 1 --raw
-			var subOut, subErr bytes.Buffer
+			var subOut, subErr syncBuffer
 			sub := exec.CommandContext(t.Context(), bin, "sub", "fleet.approval.request.>", "--count", "1", "--raw")
 			sub.Env, sub.Stdout, sub.Stderr = env, &subOut, &subErr
 			if err := sub.Start(); err != nil {
@@ -74,7 +74,7 @@ func TestOperatorWithNatsCLI(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatalf("nats sub saw no request; stderr: %s", subErr.String())
 			}
-			seen, err := protocol.DecodeApprovalRequest(bytes.TrimSpace(subOut.Bytes()), 0)
+			seen, err := protocol.DecodeApprovalRequest(bytes.TrimSpace([]byte(subOut.String())), 0)
 			if err != nil {
 				t.Fatalf("nats sub --raw printed %q: %v", subOut.String(), err)
 			}
