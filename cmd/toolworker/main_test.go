@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -59,9 +60,9 @@ func TestServesUntilSignalled(t *testing.T) {
 	srv := natstest.Start(t)
 	c, stop := context.WithCancel(t.Context())
 	done := make(chan int, 1)
-	var out syncBuffer
+	out := natstest.NewLogBuffer(t)
 	go func() {
-		done <- run(c, []string{"--name", "cli-1", "--log-level", "debug"}, &out,
+		done <- run(c, []string{"--name", "cli-1", "--log-level", "debug"}, out,
 			func(k string) string {
 				if k == "NATS_URL" {
 					return srv.ClientURL()
@@ -71,7 +72,7 @@ func TestServesUntilSignalled(t *testing.T) {
 	}()
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if !strings.Contains(out.String(), "worker started") {
-			return errNotYet
+			return errors.New("worker not started yet")
 		}
 		return nil
 	})

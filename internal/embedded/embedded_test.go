@@ -1,16 +1,15 @@
 package embedded_test
 
 import (
-	"bytes"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/embedded"
+	"github.com/toolfleet/toolfleet/internal/natstest"
 )
 
 func TestStartDefaultsUseLoopbackAndTemporaryStore(t *testing.T) {
@@ -87,8 +86,8 @@ func TestStartRefusesBadConfig(t *testing.T) {
 }
 
 func TestLoggerReceivesServerNotices(t *testing.T) {
-	var buf syncBuffer
-	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Logger: zerolog.New(&buf).Level(zerolog.InfoLevel)})
+	buf := natstest.NewLogBuffer(t)
+	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Logger: zerolog.New(buf).Level(zerolog.InfoLevel)})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -96,21 +95,4 @@ func TestLoggerReceivesServerNotices(t *testing.T) {
 	if !strings.Contains(buf.String(), `"component":"nats-server"`) {
 		t.Fatalf("no server log lines reached the logger; got %q", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -33,7 +33,7 @@ func TestCatalogListsPublishedSpecsAndFollowsUpdates(t *testing.T) {
 	if err := natsbus.PublishSpecs(ctx(t), f.js, f.subjects, h.Specs(), zerolog.Nop()); err != nil {
 		t.Fatalf("PublishSpecs: %v", err)
 	}
-	cat, err := natsbus.NewCatalog(ctx(t), f.js, f.subjects, f.log.logger())
+	cat, err := natsbus.NewCatalog(ctx(t), f.js, f.subjects, f.log.Logger())
 	if err != nil {
 		t.Fatalf("NewCatalog: %v", err)
 	}
@@ -71,12 +71,12 @@ func TestCatalogListsPublishedSpecsAndFollowsUpdates(t *testing.T) {
 	}
 	waitTools(t, cat, "echo,wc")
 	natstest.WaitFor(t, 5*time.Second, func() error {
-		if !f.log.contains(`"key":"bogus"`) || !f.log.contains(`"key":"liar"`) {
+		if !f.log.Contains(`"key":"bogus"`) || !f.log.Contains(`"key":"liar"`) {
 			return fmt.Errorf("malformed entries not logged: %s", f.log.String())
 		}
 		return nil
 	})
-	if f.log.contains("SECRET-CANARY") {
+	if f.log.Contains("SECRET-CANARY") {
 		t.Fatal("a malformed entry's content reached the logs")
 	}
 	cat.Close()
@@ -91,19 +91,19 @@ func TestPublishSpecsWarnsAboutConflictingSchemas(t *testing.T) {
 	v2.Parameters = json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"}}}`)
 	h1, _ := harness.New(harness.Config{}, v1)
 	h2, _ := harness.New(harness.Config{}, v2)
-	log := newLogBuffer(t)
-	if err := natsbus.PublishSpecs(ctx(t), f.js, f.subjects, h1.Specs(), log.logger()); err != nil {
+	log := natstest.NewLogBuffer(t)
+	if err := natsbus.PublishSpecs(ctx(t), f.js, f.subjects, h1.Specs(), log.Logger()); err != nil {
 		t.Fatal(err)
 	}
-	if log.contains("differs") {
+	if log.Contains("differs") {
 		t.Fatal("warned on the first publication")
 	}
-	if err := natsbus.PublishSpecs(ctx(t), f.js, f.subjects, h2.Specs(), log.logger()); err != nil {
+	if err := natsbus.PublishSpecs(ctx(t), f.js, f.subjects, h2.Specs(), log.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	d1, d2 := h1.Specs()[0].SchemaDigest, h2.Specs()[0].SchemaDigest
 	for _, want := range []string{`"tool":"lookup"`, d1, d2, `"level":"warn"`} {
-		if !log.contains(want) {
+		if !log.Contains(want) {
 			t.Fatalf("conflict warning lacks %s: %s", want, log.String())
 		}
 	}

@@ -21,9 +21,9 @@ func env(m map[string]string) func(string) string { return func(k string) string
 
 func TestConnectReadsTheEnvironment(t *testing.T) {
 	srv := natstest.StartWithConfig(t, `authorization { token: "tok-123" }`)
-	log := newLogBuffer(t)
+	log := natstest.NewLogBuffer(t)
 	nc, err := natsbus.Connect(ctx(t), natsbus.ConnConfig{
-		Logger: log.logger(),
+		Logger: log.Logger(),
 		Getenv: env(map[string]string{natsbus.EnvURL: srv.ClientURL(), natsbus.EnvToken: "tok-123"}),
 	})
 	if err != nil {
@@ -36,7 +36,7 @@ func TestConnectReadsTheEnvironment(t *testing.T) {
 	if nc.Opts.MaxReconnect != -1 {
 		t.Fatalf("MaxReconnect = %d, want -1 (forever)", nc.Opts.MaxReconnect)
 	}
-	if log.contains("tok-123") {
+	if log.Contains("tok-123") {
 		t.Fatal("the token reached the logs")
 	}
 }

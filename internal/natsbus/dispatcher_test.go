@@ -53,7 +53,7 @@ func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
 	if len(in.Events()) != 0 {
 		t.Fatalf("garbage reached the events channel")
 	}
-	if f.log.contains("SECRET-CANARY") {
+	if f.log.Contains("SECRET-CANARY") {
 		t.Fatal("a garbage payload reached the logs")
 	}
 
@@ -92,13 +92,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 	f := newFleet(t)
 	h := harnesstest.New(t, harness.Config{}, harness.Echo())
 	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{MaxMessageBytes: 64 << 10})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, err := d.Open(ctx(t), run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	d, run, in := f.openRun(t)
 
 	valid := newCall(run, "echo", `{"text":"x"}`, 10*time.Second)
 	validJSON, _ := protocol.Encode(&valid)

@@ -47,10 +47,7 @@ func TestDeadWorkersCallsAreRedelivered(t *testing.T) {
 			cfg.Name = "doomed"
 			_, _, doomedConn := f.startWorkerConn(t, harnesstest.New(t, harness.Config{}, tool), cfg)
 
-			d := f.dispatcher(natsbus.DispatcherConfig{})
-			run := protocol.NewID()
-			in, _ := d.Open(ctx(t), run)
-			defer in.Close()
+			d, run, in := f.openRun(t)
 			call := newCall(run, "job", `{}`, 20*time.Second)
 			if err := d.Publish(ctx(t), call); err != nil {
 				t.Fatal(err)
@@ -87,10 +84,7 @@ func TestWorkerSurvivesAServerRestart(t *testing.T) {
 	f := newFleet(t)
 	h := harnesstest.New(t, harness.Config{}, harness.Echo())
 	f.startWorker(t, h, natsbus.WorkerConfig{})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, _ := d.Open(ctx(t), run)
-	defer in.Close()
+	d, run, in := f.openRun(t)
 
 	f.srv = natstest.Restart(t, f.srv)
 	// Publish until the dispatcher's connection is back; then the worker
@@ -108,10 +102,7 @@ func TestMoreToolsThanSlots(t *testing.T) {
 	f := newFleet(t)
 	h := harnesstest.New(t, harness.Config{}, harness.Echo(), harnesstest.Static("static", "s"))
 	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{Concurrency: 1, PollWait: 100 * time.Millisecond})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, _ := d.Open(ctx(t), run)
-	defer in.Close()
+	d, run, in := f.openRun(t)
 	for i := range 6 {
 		tool, args := "echo", `{"text":"e"}`
 		if i%2 == 1 {

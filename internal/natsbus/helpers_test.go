@@ -1,18 +1,15 @@
 package natsbus_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -29,7 +26,7 @@ type fleet struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	subjects protocol.Subjects
-	log      *logBuffer
+	log      *natstest.LogBuffer
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -40,7 +37,7 @@ func newFleet(t *testing.T) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fleet{srv: srv, nc: nc, js: js, subjects: protocol.Subjects{}, log: newLogBuffer(t)}
+	f := &fleet{srv: srv, nc: nc, js: js, subjects: protocol.Subjects{}, log: natstest.NewLogBuffer(t)}
 	if err := natsbus.EnsureStreams(ctx(t), js, f.subjects, natsbus.StreamConfig{}); err != nil {
 		t.Fatalf("EnsureStreams: %v", err)
 	}
@@ -71,7 +68,7 @@ func (f *fleet) startWorkerConn(t *testing.T, h *harness.Harness, cfg natsbus.Wo
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Logger = f.log.logger()
+	cfg.Logger = f.log.Logger()
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 2 * time.Second
 	}
@@ -120,7 +117,7 @@ func (f *fleet) waitConsumers(t *testing.T, h *harness.Harness) {
 }
 
 func (f *fleet) dispatcher(cfg natsbus.DispatcherConfig) *natsbus.Dispatcher {
-	cfg.Logger = f.log.logger()
+	cfg.Logger = f.log.Logger()
 	return natsbus.NewDispatcher(f.nc, f.js, f.subjects, cfg)
 }
 
@@ -171,77 +168,49 @@ func newCall(run protocol.RunID, tool, args string, d time.Duration) protocol.Ca
 	}
 }
 
+// openRun opens an inbox for a new run on a dispatcher of f; the inbox
+// closes when the test ends.
+func (f *fleet) openRun(t *testing.T) (*natsbus.Dispatcher, protocol.RunID, loop.Inbox) {
+	t.Helper()
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, err := d.Open(ctx(t), run)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { in.Close() })
+	return d, run, in
+}
+
 // nextResult reads in until a result for key arrives, skipping other
 // events.
 func nextResult(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Result {
 	t.Helper()
-	timer := time.NewTimer(within)
-	defer timer.Stop()
-	for {
-		select {
-		case ev, ok := <-in.Events():
-			if !ok {
-				t.Fatalf("inbox closed while waiting for the result of %s", key)
-			}
-			if ev.Result != nil && ev.Result.CallKey == key {
-				return *ev.Result
-			}
-		case <-timer.C:
-			t.Fatalf("no result for %s within %v", key, within)
-		}
-	}
+	return *nextEvent(t, in, within, func(ev loop.Event) bool { return ev.Result != nil && ev.Result.CallKey == key }).Result
 }
 
 // nextProgress reads in until a progress notice for key arrives.
 func nextProgress(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Progress {
 	t.Helper()
+	return *nextEvent(t, in, within, func(ev loop.Event) bool { return ev.Progress != nil && ev.Progress.CallKey == key }).Progress
+}
+
+// nextEvent reads in until an event matches, failing after within.
+func nextEvent(t *testing.T, in loop.Inbox, within time.Duration, match func(loop.Event) bool) loop.Event {
+	t.Helper()
 	timer := time.NewTimer(within)
 	defer timer.Stop()
 	for {
 		select {
 		case ev, ok := <-in.Events():
 			if !ok {
-				t.Fatalf("inbox closed while waiting for progress of %s", key)
+				t.Fatal("inbox closed while waiting for an event")
 			}
-			if ev.Progress != nil && ev.Progress.CallKey == key {
-				return *ev.Progress
+			if match(ev) {
+				return ev
 			}
 		case <-timer.C:
-			t.Fatalf("no progress for %s within %v", key, within)
+			t.Fatalf("no matching event within %v", within)
 		}
 	}
 }
-
-// logBuffer collects component logs and prints them only when the test
-// fails, so no goroutine writes to t.Log after the test ends.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func newLogBuffer(t *testing.T) *logBuffer {
-	b := &logBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("component logs:\n%s", b.String())
-		}
-	})
-	return b
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) logger() zerolog.Logger { return zerolog.New(b).Level(zerolog.DebugLevel) }
-
-// contains reports whether the logs hold s.
-func (b *logBuffer) contains(s string) bool { return strings.Contains(b.String(), s) }

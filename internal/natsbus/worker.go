@@ -59,7 +59,7 @@ type Worker struct {
 	h        *harness.Harness
 	cfg      WorkerConfig
 	log      zerolog.Logger
-	garbage  zerolog.Logger
+	limited  zerolog.Logger
 	tools    []*toolConsumer
 	sem      *semaphore.Weighted
 	started  atomic.Bool
@@ -101,7 +101,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		sem:     semaphore.NewWeighted(int64(cfg.Concurrency)),
 		running: make(map[string]map[uint64]context.CancelCauseFunc),
 	}
-	w.garbage = sampled(w.log)
+	w.limited = sampled(w.log)
 	for _, spec := range specs {
 		subject, err := subjects.Call(spec.Name)
 		if err != nil {
@@ -230,10 +230,10 @@ func (w *Worker) consume(ctx, execCtx context.Context, tc *toolConsumer) {
 			continue
 		}
 		failures++
-		w.garbage.Warn().Err(err).Str(logTool, tc.name).Int("failures", failures).Msg("pulling calls failed; retrying")
+		w.limited.Warn().Err(err).Str(logTool, tc.name).Int("failures", failures).Msg("pulling calls failed; retrying")
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			if err := w.ensureConsumer(ctx, tc); err != nil {
-				w.garbage.Warn().Err(err).Str(logTool, tc.name).Msg("re-creating the consumer failed")
+				w.limited.Warn().Err(err).Str(logTool, tc.name).Msg("re-creating the consumer failed")
 			}
 		}
 		select {
@@ -287,7 +287,7 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		}
 	}
 	if err != nil {
-		w.garbage.Warn().Str(logSubject, m.Subject).Str(logCode, errorCode(err)).Msg("ignored a malformed cancel")
+		w.limited.Warn().Str(logSubject, m.Subject).Str(logCode, errorCode(err)).Msg("ignored a malformed cancel")
 		return
 	}
 	w.mu.Lock()

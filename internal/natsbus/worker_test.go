@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -46,23 +47,28 @@ func TestCallRoundTrip(t *testing.T) {
 	f := newFleet(t)
 	h := harnesstest.New(t, harness.Config{}, harness.Echo())
 	f.startWorker(t, h, natsbus.WorkerConfig{Name: "w1"})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, err := d.Open(ctx(t), run)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	defer in.Close()
+	d, run, in := f.openRun(t)
 
 	call := newCall(run, "echo", `{"text":"hello"}`, 10*time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	p := nextProgress(t, in, call.CallKey, 10*time.Second)
+	// Progress and result travel on two subscriptions: either may come
+	// first.
+	var p *protocol.Progress
+	var r protocol.Result
+	for p == nil || r.RunID == "" {
+		ev := nextEvent(t, in, 10*time.Second, func(loop.Event) bool { return true })
+		switch {
+		case ev.Progress != nil && ev.Progress.CallKey == call.CallKey:
+			p = ev.Progress
+		case ev.Result != nil && ev.Result.CallKey == call.CallKey:
+			r = *ev.Result
+		}
+	}
 	if p.Worker != "w1" || p.Attempt != 1 {
 		t.Errorf("progress = %+v, want worker w1, attempt 1", p)
 	}
-	r := nextResult(t, in, call.CallKey, 10*time.Second)
 	if r.Outcome != protocol.OutcomeOK || r.Output != "hello" || r.Worker != "w1" || r.Attempt != 1 || r.RunID != run {
 		t.Fatalf("result = %+v, want ok \"hello\" from w1, attempt 1", r)
 	}
@@ -148,13 +154,7 @@ func TestWorkersShareAToolsConsumer(t *testing.T) {
 	tool := counting("slow", &runs, 20*time.Millisecond, true)
 	w1, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{Name: "w1", Concurrency: 2})
 	w2, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{Name: "w2", Concurrency: 2})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, err := d.Open(ctx(t), run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	d, run, in := f.openRun(t)
 	const n = 40
 	keys := map[protocol.CallKey]bool{}
 	for range n {
@@ -232,13 +232,7 @@ func TestCancelStopsARunningExecTool(t *testing.T) {
 		t.Fatalf("LoadManifest: %v", err)
 	}
 	w, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, tools...), natsbus.WorkerConfig{})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, err := d.Open(ctx(t), run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	d, run, in := f.openRun(t)
 	call := newCall(run, "sleepy", `{}`, 30*time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
 		t.Fatal(err)
@@ -284,14 +278,11 @@ func TestMalformedCallIsTerminated(t *testing.T) {
 	if info := f.consumerInfo(t, "echo"); info.Delivered.Consumer != 1 || info.NumRedelivered != 0 {
 		t.Fatalf("consumer delivered %d (redelivered %d), want the garbage delivered once", info.Delivered.Consumer, info.NumRedelivered)
 	}
-	if f.log.contains("this is not a call") {
+	if f.log.Contains("this is not a call") {
 		t.Fatal("the malformed payload reached the logs")
 	}
 	// The worker still serves calls.
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, _ := d.Open(ctx(t), run)
-	defer in.Close()
+	d, run, in := f.openRun(t)
 	call := newCall(run, "echo", `{"text":"still here"}`, 10*time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
 		t.Fatal(err)
@@ -316,10 +307,7 @@ func TestNonIdempotentCallIsAckedBeforeItRuns(t *testing.T) {
 			}
 		}}
 	f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, _ := d.Open(ctx(t), run)
-	defer in.Close()
+	d, run, in := f.openRun(t)
 	call := newCall(run, "charge", `{}`, 20*time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
 		t.Fatal(err)
@@ -344,10 +332,7 @@ func TestHeartbeatPreventsRedeliveryOfALongCall(t *testing.T) {
 	var runs atomic.Int64
 	h := harnesstest.New(t, harness.Config{}, counting("long", &runs, time.Second, true))
 	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{AckWait: 300 * time.Millisecond, Concurrency: 4})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, _ := d.Open(ctx(t), run)
-	defer in.Close()
+	d, run, in := f.openRun(t)
 	call := newCall(run, "long", `{}`, 10*time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
 		t.Fatal(err)
@@ -428,51 +413,41 @@ func TestForgedReplySubjectIsRefused(t *testing.T) {
 	}
 }
 
-func TestShutdownLetsCallsInFlightFinish(t *testing.T) {
-	f := newFleet(t)
-	var runs atomic.Int64
-	h := harnesstest.New(t, harness.Config{}, counting("work", &runs, 300*time.Millisecond, true))
-	_, stop := f.startWorker(t, h, natsbus.WorkerConfig{ShutdownGrace: 5 * time.Second})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, _ := d.Open(ctx(t), run)
-	defer in.Close()
-	call := newCall(run, "work", `{}`, 10*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
-		t.Fatal(err)
+func TestShutdown(t *testing.T) {
+	tests := []struct {
+		name     string
+		runFor   time.Duration // how long the tool runs
+		grace    time.Duration
+		want     protocol.Outcome
+		maxTaken time.Duration // bound on Run's return after its context ends
+	}{
+		{"calls in flight finish within the grace", 300 * time.Millisecond, 5 * time.Second, protocol.OutcomeOK, 4 * time.Second},
+		{"calls past the grace are cancelled", time.Minute, 100 * time.Millisecond, protocol.OutcomeCancelled, 3 * time.Second},
 	}
-	nextProgress(t, in, call.CallKey, 10*time.Second)
-	stop() // returns once Run has returned
-	r := nextResult(t, in, call.CallKey, time.Second)
-	if r.Outcome != protocol.OutcomeOK {
-		t.Fatalf("outcome = %s, want ok: the call should finish within the grace period", r.Outcome)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet(t)
+			var runs atomic.Int64
+			h := harnesstest.New(t, harness.Config{}, counting("work", &runs, tc.runFor, true))
+			_, stop := f.startWorker(t, h, natsbus.WorkerConfig{ShutdownGrace: tc.grace})
+			d, run, in := f.openRun(t)
+			call := newCall(run, "work", `{}`, 30*time.Second)
+			if err := d.Publish(ctx(t), call); err != nil {
+				t.Fatal(err)
+			}
+			nextProgress(t, in, call.CallKey, 10*time.Second)
+			start := time.Now()
+			stop() // returns once Run has returned
+			if took := time.Since(start); took > tc.maxTaken {
+				t.Fatalf("shutdown took %v, want under %v", took, tc.maxTaken)
+			}
+			// Run returned after the call was answered.
+			if r := nextResult(t, in, call.CallKey, time.Second); r.Outcome != tc.want {
+				t.Fatalf("outcome = %s, want %s", r.Outcome, tc.want)
+			}
+			f.waitIdle(t, "work")
+		})
 	}
-	f.waitIdle(t, "work")
-}
-
-func TestShutdownCancelsCallsPastTheGrace(t *testing.T) {
-	f := newFleet(t)
-	var runs atomic.Int64
-	h := harnesstest.New(t, harness.Config{}, counting("forever", &runs, time.Minute, true))
-	_, stop := f.startWorker(t, h, natsbus.WorkerConfig{ShutdownGrace: 100 * time.Millisecond})
-	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
-	in, _ := d.Open(ctx(t), run)
-	defer in.Close()
-	call := newCall(run, "forever", `{}`, 30*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
-		t.Fatal(err)
-	}
-	nextProgress(t, in, call.CallKey, 10*time.Second)
-	start := time.Now()
-	stop()
-	if took := time.Since(start); took > 3*time.Second {
-		t.Fatalf("shutdown took %v with a 100ms grace", took)
-	}
-	if r := nextResult(t, in, call.CallKey, time.Second); r.Outcome != protocol.OutcomeCancelled {
-		t.Fatalf("outcome = %s, want cancelled", r.Outcome)
-	}
-	f.waitIdle(t, "forever")
 }
 
 func TestWorkerConfigValidate(t *testing.T) {
