@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -48,6 +49,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		prefix      = fs.String("prefix", "", "first token of every subject (default \"fleet\")")
 		logStderr   = fs.Bool("log-stderr", false, "log exec tools' stderr (it may hold secrets)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		ackWait     = fs.Duration("ack-wait", natsbus.DefaultAckWait, "how long the server waits for a call's ack or heartbeat before redelivering it to another worker; running idempotent calls heartbeat every third of it (fleet-wide: the last worker to start sets it)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: toolworker [flags]\n\nServes tools to a toolfleet over NATS JetStream.\n\nFlags:\n")
@@ -72,6 +74,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		fmt.Fprintf(stderr, "toolworker: --concurrency: must be >= 1, got %d\n", *concurrency)
 		return exitConfig
 	}
+	if *ackWait < 10*time.Millisecond {
+		fmt.Fprintf(stderr, "toolworker: --ack-wait: must be >= 10ms, got %v\n", *ackWait)
+		return exitConfig
+	}
 	builtins := splitList(*builtin)
 	if *tools == "" && *builtin == "" {
 		builtins = []string{"calculator", "echo"}
@@ -91,6 +97,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		Concurrency: *concurrency,
 		Name:        *name,
 		LogStderr:   *logStderr,
+		Worker:      natsbus.WorkerConfig{AckWait: *ackWait},
 		Logger:      log,
 	}
 	err = toolworker.Run(ctx, cfg)

@@ -18,7 +18,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if code := run(t.Context(), []string{"--help"}, &out, noEnv); code != exitOK {
 		t.Fatalf("--help exit = %d, want 0", code)
 	}
-	for _, f := range []string{"nats-url", "creds", "user", "password", "tools", "builtin", "concurrency", "name", "prefix", "log-stderr", "log-level"} {
+	for _, f := range []string{"nats-url", "creds", "user", "password", "tools", "builtin", "concurrency", "name", "prefix", "log-stderr", "log-level", "ack-wait"} {
 		if !strings.Contains(out.String(), "-"+f) {
 			t.Errorf("--help does not list --%s:\n%s", f, out.String())
 		}
@@ -34,6 +34,7 @@ func TestBadUsageExitsTwoNamingTheFlag(t *testing.T) {
 		{"unknown flag", []string{"--bogus"}, "bogus"},
 		{"stray argument", []string{"serve"}, "unexpected argument"},
 		{"bad concurrency", []string{"--concurrency", "0"}, "--concurrency"},
+		{"bad ack wait", []string{"--ack-wait", "1ms"}, "--ack-wait"},
 		{"bad log level", []string{"--log-level", "loud"}, "--log-level"},
 		{"unknown builtin", []string{"--builtin", "rm"}, "--builtin"},
 		{"missing manifest", []string{"--tools", "/nonexistent/tools.json"}, "--tools"},
