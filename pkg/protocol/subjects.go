@@ -124,6 +124,41 @@ func (s Subjects) Consumer(tool ToolName) (string, error) {
 	return "tool_" + tool, nil
 }
 
+// RunSubmit is the core-NATS subject on which run requests are submitted
+// (request-reply): <prefix>.run.submit. Coordinators serve it in the
+// [Subjects.RunSubmitGroup] queue group.
+func (s Subjects) RunSubmit() string { return s.p() + ".run.submit" }
+
+// RunSubmitGroup is the queue group in which coordinators serve
+// [Subjects.RunSubmit], so each request is answered by one of them.
+func (s Subjects) RunSubmitGroup() string { return "coordinators" }
+
+// RunQueue is the subject an accepted run request is stored on, in the runs
+// stream: <prefix>.run.queue.<run>.
+func (s Subjects) RunQueue(run RunID) (string, error) { return s.join("run.queue", run) }
+
+// RunQueues is the wildcard covering every queued run request.
+func (s Subjects) RunQueues() string { return s.p() + ".run.queue.*" }
+
+// RunResult is the core-NATS subject a run's result is announced on:
+// <prefix>.run.result.<run>.
+func (s Subjects) RunResult(run RunID) (string, error) { return s.join("run.result", run) }
+
+// RunResults is the wildcard covering every run result announcement.
+func (s Subjects) RunResults() string { return s.p() + ".run.result.>" }
+
+// RunsStream names the work-queue stream of queued run requests
+// (FLEET_RUNS).
+func (s Subjects) RunsStream() string { return s.upper() + "_RUNS" }
+
+// RunsConsumer names the durable pull consumer of the runs stream, shared
+// by every coordinator that serves runs.
+func (s Subjects) RunsConsumer() string { return "coordinators" }
+
+// RunsBucket names the KV bucket of run results, keyed by run id
+// (fleet_runs).
+func (s Subjects) RunsBucket() string { return strings.ReplaceAll(s.p(), "-", "_") + "_runs" }
+
 // clip bounds untrusted text quoted in an error message.
 func clip(s string) string {
 	const max = 64
