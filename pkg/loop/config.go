@@ -58,6 +58,9 @@ type Config struct {
 	CancelTimeout time.Duration
 	// Logger receives the trace lines. The zero value discards them.
 	Logger zerolog.Logger
+	// Observer receives measurements (model calls, call outcomes,
+	// approvals, runs) for metrics. Default: nil, observe nothing.
+	Observer Observer
 	// Now is the clock that stamps deadlines and measures durations; the
 	// loop waits on real timers, so it must advance with real time.
 	// Default: time.Now.
@@ -93,6 +96,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NewID == nil {
 		c.NewID = protocol.NewID
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 	return c
 }

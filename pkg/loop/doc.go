@@ -80,6 +80,15 @@
 //
 // [CallRecord.CallID] is the id as stored.
 //
+// # Observing
+//
+// [Config.Observer] receives measurements for metrics without the loop
+// importing a metrics library: each run's start and termination reason,
+// each model call's latency and tokens, each answered call's tool, outcome
+// and duration, and how the gate settled each call that needed approval.
+// It is given catalog tool names only — a name the model made up is passed
+// as "" — so metric labels stay bounded.
+//
 // # Caveats
 //
 // Go cannot stop a goroutine: a Gate or Dispatcher that ignores its context

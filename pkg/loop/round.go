@@ -131,6 +131,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		if !s.repeat {
 			ru.traceEnd(round, s)
 		}
+		ru.observe(s, tools)
 	}
 	if n > within {
 		text, cut := bound(obsCapRejected(n, limit), ru.cfg.MaxObservationChars)
@@ -143,6 +144,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 			ru.res.Metadata.Outcomes[protocol.OutcomeRejected]++
 			ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: calls[i].ID,
 				Tool: clipName(calls[i].Function.Name), Outcome: protocol.OutcomeRejected})
+			ru.cfg.Observer.CallEnded(catalogName(calls[i].Function.Name, tools), protocol.OutcomeRejected, 0)
 		}
 	}
 }
@@ -209,6 +211,29 @@ func (ru *run) record(round int, s *slot) {
 		Round: round, CallID: s.id, CallKey: s.key, Tool: clipName(s.name), Outcome: s.outcome,
 		DurationMS: ms(s.end.Sub(s.start)), Worker: s.worker, Attempt: s.attempt, ErrorType: s.errorType,
 	})
+}
+
+// observe reports an answered call to the Observer: its catalog tool name
+// (never the model's text for an unknown tool), outcome, handling time and
+// how the gate settled it.
+func (ru *run) observe(s *slot, tools map[string]*toolEntry) {
+	tool := catalogName(s.name, tools)
+	if s.entry != nil {
+		tool = s.entry.spec.Name
+	}
+	ru.cfg.Observer.CallEnded(tool, s.outcome, s.end.Sub(s.start))
+	if s.approval {
+		ru.cfg.Observer.Approval(approvalResult(s))
+	}
+}
+
+// catalogName returns name when it names a tool of the round's catalog,
+// else "".
+func catalogName(name string, tools map[string]*toolEntry) string {
+	if validToolName(name) && tools[name] != nil {
+		return name
+	}
+	return ""
 }
 
 // traceStart logs a call's start: ids, tool, argument keys and digest, and

@@ -125,6 +125,7 @@ func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
 		}
 	}
 	defer ru.closeInbox()
+	r.cfg.Observer.RunStarted()
 	return ru.loop(ctx)
 }
 
@@ -172,12 +173,15 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 	if err == nil && resp == nil {
 		err = errors.New("model returned no response")
 	}
-	elapsed := ms(ru.cfg.Now().Sub(start))
+	took := ru.cfg.Now().Sub(start)
+	elapsed := ms(took)
 	if err != nil {
+		ru.cfg.Observer.ModelCall(took, Usage{}, err)
 		ru.log.Warn().Str(logKeyEvent, evModelCallEnd).Int(logKeyRound, round).Int64(logKeyDurationMS, elapsed).
 			Str(logKeyErrorType, errType(err)).Send()
 		return nil, err
 	}
+	ru.cfg.Observer.ModelCall(took, resp.Usage, nil)
 	ev := ru.log.Info().Str(logKeyEvent, evModelCallEnd).Int(logKeyRound, round).Int64(logKeyDurationMS, elapsed)
 	ru.res.Metadata.PromptTokens += max(resp.Usage.PromptTokens, 0)
 	ru.res.Metadata.CompletionTokens += max(resp.Usage.CompletionTokens, 0)
@@ -198,6 +202,7 @@ func (ru *run) finish(reason TerminationReason, answer string, err error) (*Resu
 		ev.Str(logKeyErrorType, errType(errors.Unwrap(err)))
 	}
 	ev.Send()
+	ru.cfg.Observer.RunEnded(reason)
 	return ru.res, err
 }
 

@@ -1,0 +1,91 @@
+package loop
+
+import (
+	"time"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Observer receives the loop's measurements, for metrics. The loop calls it
+// synchronously from the run's goroutine, so its methods must be quick and
+// must not block; they are called concurrently by concurrent runs. A nil
+// [Config.Observer] observes nothing.
+//
+// Implementations should embed [NopObserver], so that methods added later
+// have a default.
+type Observer interface {
+	// RunStarted is called when a run starts, before its first model call.
+	RunStarted()
+	// RunEnded is called once per started run, with the run's termination
+	// reason.
+	RunEnded(reason TerminationReason)
+	// ModelCall is called after every call of Model.Complete, failed ones
+	// included (err non-nil; usage is then zero). d is its wall time.
+	ModelCall(d time.Duration, usage Usage, err error)
+	// CallEnded is called once per answered tool call id, rejected ones
+	// included. tool is the name of a catalog tool, or "" when the model
+	// named none (an unknown or invalid name): the model's own text is
+	// never passed. d is the coordinator's handling time (0 for calls
+	// rejected over the cap).
+	CallEnded(tool string, outcome protocol.Outcome, d time.Duration)
+	// Approval is called once per valid call that needed approval, with how
+	// the gate settled it.
+	Approval(result ApprovalResult)
+}
+
+// ApprovalResult says how the gate settled one call. The vocabulary is
+// fixed and append-only.
+type ApprovalResult string
+
+// The approval results.
+const (
+	// ApprovalApproved: a human approved the call in time; it ran.
+	ApprovalApproved ApprovalResult = "approved"
+	// ApprovalDenied: a human said no.
+	ApprovalDenied ApprovalResult = "denied"
+	// ApprovalExpired: no decision arrived in time.
+	ApprovalExpired ApprovalResult = "expired"
+	// ApprovalUnavailable: there is no gate, or it failed; the call was
+	// denied (fail closed).
+	ApprovalUnavailable ApprovalResult = "unavailable"
+	// ApprovalCancelled: the run ended before a decision.
+	ApprovalCancelled ApprovalResult = "cancelled"
+)
+
+// NopObserver is an [Observer] that observes nothing. Embed it in an
+// Observer that implements only some methods.
+type NopObserver struct{}
+
+var _ Observer = NopObserver{}
+
+// RunStarted does nothing.
+func (NopObserver) RunStarted() {}
+
+// RunEnded does nothing.
+func (NopObserver) RunEnded(TerminationReason) {}
+
+// ModelCall does nothing.
+func (NopObserver) ModelCall(time.Duration, Usage, error) {}
+
+// CallEnded does nothing.
+func (NopObserver) CallEnded(string, protocol.Outcome, time.Duration) {}
+
+// Approval does nothing.
+func (NopObserver) Approval(ApprovalResult) {}
+
+// approvalResult maps how the gate answered a slot onto the fixed
+// vocabulary of [ApprovalResult].
+func approvalResult(s *slot) ApprovalResult {
+	switch {
+	case s.gateResult == "approved":
+		return ApprovalApproved
+	case s.gateResult == "denied":
+		return ApprovalDenied
+	case s.gateResult == "expired" || s.gateResult == "no_answer":
+		return ApprovalExpired
+	case s.gateResult == "" && s.outcome == protocol.OutcomeCancelled:
+		return ApprovalCancelled
+	default:
+		return ApprovalUnavailable
+	}
+}
