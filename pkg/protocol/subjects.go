@@ -50,6 +50,14 @@ func (s Subjects) Call(tool ToolName) (string, error) { return s.join("call", to
 // Calls is the wildcard covering every call subject.
 func (s Subjects) Calls() string { return s.p() + ".call.>" }
 
+// ToolInfo is the core-NATS subject on which every worker serving tool
+// answers a request with its spec: <prefix>.tool.<tool>. It is discovery
+// only; calls travel on [Subjects.Call].
+func (s Subjects) ToolInfo(tool ToolName) (string, error) { return s.join("tool", tool) }
+
+// ToolInfos is the wildcard covering every tool-info subject.
+func (s Subjects) ToolInfos() string { return s.p() + ".tool.>" }
+
 // Result is the subject a run's results are published on:
 // <prefix>.result.<run>.
 func (s Subjects) Result(run RunID) (string, error) { return s.join("result", run) }
