@@ -168,11 +168,26 @@ func catalogConfig(s protocol.Subjects, c StreamConfig) jetstream.KeyValueConfig
 // them to this configuration. It is idempotent and safe to run from several
 // processes at once.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig) error {
+	return ensure(ctx, js, s, cfg, true)
+}
+
+// EnsureWorkerStreams is EnsureStreams without the approvals stream, which
+// is the audit log: workers have no business with it, and under
+// deploy/nats-server.conf they are not allowed to touch it (whoever may
+// update a stream may shorten its MaxAge and so erase it).
+func EnsureWorkerStreams(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig) error {
+	return ensure(ctx, js, s, cfg, false)
+}
+
+func ensure(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig, approvals bool) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	cfg = cfg.withDefaults()
 	for _, sc := range streamConfigs(s, cfg) {
+		if !approvals && sc.Name == s.ApprovalsStream() {
+			continue
+		}
 		if err := retryCreate(ctx, func() error {
 			_, err := js.CreateOrUpdateStream(ctx, sc)
 			return err

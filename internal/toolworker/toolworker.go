@@ -112,7 +112,7 @@ func (w *Worker) Stats() natsbus.WorkerStats { return w.worker.Stats() }
 // catalog and serves calls until ctx ends, then shuts down gracefully (see
 // natsbus.Worker.Run).
 func (w *Worker) Run(ctx context.Context) error {
-	if err := natsbus.EnsureStreams(ctx, w.js, w.subjects, w.cfg.Streams); err != nil {
+	if err := natsbus.EnsureWorkerStreams(ctx, w.js, w.subjects, w.cfg.Streams); err != nil {
 		return fmt.Errorf("toolworker: %w", err)
 	}
 	if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, w.harness.Specs(), w.cfg.Logger); err != nil {
