@@ -43,6 +43,15 @@
 // MaxAbandoned plus the caller's concurrency. Go tools that do blocking work
 // must honour ctx; put anything that cannot into an exec tool.
 //
+// On Linux an exec tool also dies with its worker: the kernel sends it
+// SIGKILL when the worker process ends, even by SIGKILL, so a call that is
+// redelivered after a worker crash never runs next to the dead worker's copy.
+// That parent-death signal reaches the tool's own process, not the processes
+// it started, and it is tied to the OS thread that started the tool, which
+// the Go runtime keeps for the life of the process unless a goroutine exits
+// while locked to it (runtime.LockOSThread). Elsewhere a tool may outlive a
+// worker killed with SIGKILL.
+//
 // Killing an exec tool's process group reaches every process that stayed in
 // the group; the group is also killed when the tool exits on its own, so
 // nothing it started in the background outlives the call. A process that

@@ -69,6 +69,7 @@ func (c *command) exec(ctx context.Context, args []byte, limitRunes int) execRun
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	diesWithWorker(cmd.SysProcAttr)
 	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid) }
 	cmd.WaitDelay = execWaitDelay
 
