@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// bins are the commands under test, built once by TestMain.
+var bins struct {
+	coordinator, toolworker, sidefx string
+	race                            bool // built with the race detector
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "toolfleet-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	code := 1
+	if err := buildBinaries(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+	} else {
+		code = m.Run()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildBinaries builds the coordinator and toolworker (race-enabled when
+// cgo works, as test.sh decides) and the sidefx exec tool into dir.
+func buildBinaries(dir string) error {
+	bins.coordinator = filepath.Join(dir, "coordinator")
+	bins.toolworker = filepath.Join(dir, "toolworker")
+	bins.sidefx = filepath.Join(dir, "sidefx")
+	bins.race = raceAvailable()
+	args := []string{"build", "-o", dir}
+	if bins.race {
+		args = append(args, "-race")
+	}
+	if err := goCommand(append(args, "./cmd/coordinator", "./cmd/toolworker")...); err != nil {
+		return err
+	}
+	return goCommand("build", "-o", bins.sidefx, "./e2e/sidefx")
+}
+
+func goCommand(args ...string) error {
+	cmd := exec.Command("go", args...)
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// raceAvailable mirrors test.sh: the race detector needs cgo and a C
+// compiler.
+func raceAvailable() bool {
+	out, err := exec.Command("go", "env", "CGO_ENABLED", "CC").Output()
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(out))
+	if len(f) < 2 || f[0] != "1" {
+		return false
+	}
+	_, err = exec.LookPath(f[1])
+	return err == nil
+}
