@@ -65,6 +65,9 @@ type Worker struct {
 	started  atomic.Bool
 	inflight sync.WaitGroup
 
+	// toolByName indexes tools; read-only after NewWorker.
+	toolByName map[string]*toolConsumer
+
 	mu      sync.Mutex
 	running map[string]map[uint64]context.CancelCauseFunc // run.key → cancels
 	nextID  uint64
@@ -77,6 +80,8 @@ type toolConsumer struct {
 	name       string
 	idempotent bool
 	subject    string
+	spec       protocol.ToolSpec
+	meter      *toolMeter
 	config     jetstream.ConsumerConfig
 	cons       jetstream.Consumer
 }
@@ -115,6 +120,8 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 			name:       spec.Name,
 			idempotent: spec.Idempotent,
 			subject:    subject,
+			spec:       spec,
+			meter:      newToolMeter(spec.Name, subject, cfg.Observer),
 			config: jetstream.ConsumerConfig{
 				Durable:       durable,
 				Description:   "toolfleet workers serving " + spec.Name,
@@ -127,11 +134,25 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 			},
 		})
 	}
+	w.toolByName = make(map[string]*toolConsumer, len(w.tools))
+	for _, tc := range w.tools {
+		w.toolByName[tc.name] = tc
+	}
 	return w, nil
 }
 
 // Name is the worker's name, as results and logs carry it.
 func (w *Worker) Name() string { return w.cfg.Name }
+
+// ToolStats returns the counters of one of the worker's tools, and false
+// when the worker does not serve it.
+func (w *Worker) ToolStats(tool string) (ToolStats, bool) {
+	tc := w.toolByName[tool]
+	if tc == nil {
+		return ToolStats{}, false
+	}
+	return tc.meter.stats(), true
+}
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
@@ -171,8 +192,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, tc := range w.tools {
 		pullers.Go(func() { w.consume(ctx, execCtx, tc) })
 	}
+	svc := w.startDiscovery()
 	w.log.Info().Int("tools", len(w.tools)).Int("concurrency", w.cfg.Concurrency).Msg("worker started")
 	<-ctx.Done()
+	if svc != nil {
+		svc.Stop() // leave discovery first: coordinators stop counting on this worker
+	}
 	pullers.Wait()
 
 	done := make(chan struct{})

@@ -30,16 +30,19 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
 		attempt = int(md.NumDelivered)
 	}
+	tc.meter.onDelivered(attempt)
 	call, replyTo, err := w.accept(tc, m)
 	switch {
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
+		tc.meter.onTerminated(TerminatedExpired)
 		m.TermWithReason(termExpired)
 		w.log.Info().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
 			Int(logAttempt, attempt).Msg("call expired before it started: not run")
 		return
 	case err != nil:
 		w.malformed.Add(1)
+		tc.meter.onTerminated(TerminatedMalformed)
 		m.TermWithReason(termMalformed)
 		w.limited.Warn().Str(logSubject, m.Subject()).Str(logCode, errorCode(err)).Msg("terminated a malformed call")
 		return
@@ -64,6 +67,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	unregister := w.register(call.RunID, call.CallKey, cancel)
 	stopHeartbeat := w.heartbeat(tc, m)
 	w.executed.Add(1)
+	tc.meter.onStarted()
 	res := w.h.Execute(cctx, harness.Call{
 		Tool:           call.Tool,
 		Arguments:      call.Arguments,
@@ -72,6 +76,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	})
 	stopHeartbeat()
 	unregister()
+	tc.meter.onFinished(res.Outcome, res.Duration)
 	if res.Outcome == protocol.OutcomeCancelled {
 		w.cancelled.Add(1)
 	}
@@ -90,6 +95,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	}
 	if err := w.publishResult(replyTo, &result); err != nil {
 		w.resultErrors.Add(1)
+		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
 		if tc.idempotent {
 			m.NakWithDelay(time.Second) // run again elsewhere, if the deadline allows

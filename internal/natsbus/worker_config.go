@@ -63,6 +63,17 @@ type WorkerConfig struct {
 	// Logger receives one line per call and the worker's warnings. The zero
 	// value discards.
 	Logger zerolog.Logger
+	// Observer receives the worker's measurements, for metrics. Default:
+	// nil, observe nothing.
+	Observer WorkerObserver
+	// Version is the version the worker's discovery service announces; it
+	// must be a semantic version. Default: DefaultServiceVersion.
+	Version string
+	// NoDiscovery keeps the worker from registering its NATS micro service
+	// (ServiceName), which lists it and its tools in "nats micro ls" and
+	// lets coordinators detect workers that disagree on a tool's schema.
+	// Default: false, the worker registers.
+	NoDiscovery bool
 	// Now tells the time, for deadlines. Default: time.Now.
 	Now func() time.Time
 }
@@ -101,6 +112,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Version == "" {
+		c.Version = DefaultServiceVersion
+	}
 	return c
 }
 
@@ -129,6 +143,8 @@ func (c WorkerConfig) validate() error {
 		return configErr("PollWait", "must be >= 10ms")
 	case c.MaxFetchBatch < 1:
 		return configErr("MaxFetchBatch", "must be >= 1")
+	case len(c.Version) > 64 || !semverRE.MatchString(c.Version):
+		return configErr("Version", "must be a semantic version such as 1.2.3")
 	}
 	return nil
 }
