@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Tools the fleet serves in the benchmark.
+const (
+	echoTool  = "echo"
+	sleepTool = "sleep20"
+	sleepFor  = 20 * time.Millisecond
+	// echoText is what every echo call sends and expects back: 128 bytes.
+	echoText = "The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. Sphinx of black quartz, judge my vow!!!!!"
+	// callTimeout is the deadline of every call the benchmark makes.
+	callTimeout = 5 * time.Second
+)
+
+var (
+	echoArgs  = mustJSON(map[string]string{"text": echoText})
+	sleepArgs = "{}"
+)
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// sleeper is a Go tool that sleeps 20 ms, honouring its context.
+func sleeper() harness.Tool {
+	return harness.Tool{
+		Name:        sleepTool,
+		Description: "Sleep 20 ms and answer.",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
+		Timeout:     callTimeout,
+		Idempotent:  true,
+		Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			t := time.NewTimer(sleepFor)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return "slept", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		},
+	}
+}
+
+// fleet is the coordinator side of the benchmark: one connection with its
+// dispatcher and catalog, on the fleet's streams.
+type fleet struct {
+	url      string
+	log      zerolog.Logger
+	subjects protocol.Subjects
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	disp     *natsbus.Dispatcher
+	catalog  *natsbus.Catalog
+}
+
+func openFleet(ctx context.Context, url string, log zerolog.Logger) (*fleet, error) {
+	f := &fleet{url: url, log: log}
+	var err error
+	f.nc, err = natsbus.Connect(ctx, natsbus.ConnConfig{URL: url, Name: "fleetbench-coordinator", Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if f.js, err = jetstream.New(f.nc); err != nil {
+		f.close()
+		return nil, err
+	}
+	if err := natsbus.EnsureStreams(ctx, f.js, f.subjects, natsbus.StreamConfig{}); err != nil {
+		f.close()
+		return nil, err
+	}
+	h, err := harness.New(harness.Config{}, harness.Echo(), sleeper())
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	if err := natsbus.PublishSpecs(ctx, f.js, f.subjects, h.Specs(), log); err != nil {
+		f.close()
+		return nil, err
+	}
+	if f.catalog, err = natsbus.NewCatalog(ctx, f.js, f.subjects, log); err != nil {
+		f.close()
+		return nil, err
+	}
+	f.disp = natsbus.NewDispatcher(f.nc, f.js, f.subjects, natsbus.DispatcherConfig{Logger: log})
+	return f, nil
+}
+
+func (f *fleet) close() {
+	if f.catalog != nil {
+		f.catalog.Close()
+	}
+	if f.nc != nil {
+		f.nc.Close()
+	}
+}
+
+// workers is a set of running workers, each on its own connection.
+type workers struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	conns  []*nats.Conn
+	errs   chan error
+}
+
+// startWorkers starts n workers serving tool with concurrency slots each,
+// and waits until every one of them is pulling.
+func (f *fleet) startWorkers(ctx context.Context, n, concurrency int, tool harness.Tool) (*workers, error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ws := &workers{cancel: cancel, errs: make(chan error, n)}
+	for i := range n {
+		nc, err := natsbus.Connect(ctx, natsbus.ConnConfig{URL: f.url, Name: fmt.Sprintf("fleetbench-worker-%d", i+1), Logger: f.log})
+		if err != nil {
+			ws.stop()
+			return nil, err
+		}
+		ws.conns = append(ws.conns, nc)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			ws.stop()
+			return nil, err
+		}
+		h, err := harness.New(harness.Config{Logger: f.log}, tool)
+		if err != nil {
+			ws.stop()
+			return nil, err
+		}
+		w, err := natsbus.NewWorker(nc, js, f.subjects, h, natsbus.WorkerConfig{
+			Name:        fmt.Sprintf("bench-%d", i+1),
+			Concurrency: concurrency,
+			Logger:      f.log,
+		})
+		if err != nil {
+			ws.stop()
+			return nil, err
+		}
+		ws.wg.Go(func() {
+			if err := w.Run(wctx); err != nil {
+				ws.errs <- err
+			}
+		})
+	}
+	// Ready when the tool's consumer holds a waiting pull from every worker.
+	durable, err := f.subjects.Consumer(tool.Name)
+	if err != nil {
+		ws.stop()
+		return nil, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := f.js.Consumer(ctx, f.subjects.CallsStream(), durable)
+		if err == nil {
+			info, err := c.Info(ctx)
+			if err == nil && info.NumWaiting >= n {
+				return ws, nil
+			}
+		}
+		select {
+		case err := <-ws.errs:
+			ws.stop()
+			return nil, fmt.Errorf("worker: %w", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			ws.stop()
+			return nil, fmt.Errorf("%d workers of %s not pulling within 10s", n, tool.Name)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server, not synchronising
+	}
+}
+
+func (ws *workers) stop() {
+	ws.cancel()
+	ws.wg.Wait()
+	for _, nc := range ws.conns {
+		nc.Close()
+	}
+}
+
+// errNotOK is a call that did not answer ok.
+var errNotOK = errors.New("a call did not answer ok")
+
+// dispatchRound publishes n calls to tool through the dispatcher, one
+// goroutine per call as the loop does, and waits for their results on in.
+func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protocol.RunID, tool, args string, n int) error {
+	deadline := time.Now().Add(callTimeout)
+	open := make(map[protocol.CallKey]bool, n)
+	errs := make(chan error, n)
+	for i := range n {
+		call := protocol.Call{
+			V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewID(), CallID: "call_" + fmt.Sprint(i),
+			Tool: tool, Arguments: json.RawMessage(args), Deadline: deadline, Attempt: 1,
+			MaxOutputChars: loop.DefaultMaxObservationChars,
+		}
+		open[call.CallKey] = true
+		if n == 1 {
+			if err := f.disp.Publish(ctx, call); err != nil {
+				return err
+			}
+			continue
+		}
+		go func() { errs <- f.disp.Publish(ctx, call) }()
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	published := 0
+	if n == 1 {
+		published = 1
+	}
+	for len(open) > 0 || published < n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				return err
+			}
+			published++
+		case ev := <-in.Events():
+			if ev.Result == nil || !open[ev.Result.CallKey] {
+				continue
+			}
+			delete(open, ev.Result.CallKey)
+			if ev.Result.Outcome != protocol.OutcomeOK {
+				return fmt.Errorf("%w: %s", errNotOK, ev.Result.Outcome)
+			}
+		case <-timer.C:
+			return fmt.Errorf("%d of %d results missing after %v", len(open), n, callTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// openInbox opens a run's inbox on the dispatcher.
+func (f *fleet) openInbox(ctx context.Context) (*natsbus.Inbox, protocol.RunID, error) {
+	run := protocol.NewID()
+	in, err := f.disp.Open(ctx, run)
+	if err != nil {
+		return nil, "", err
+	}
+	return in.(*natsbus.Inbox), run, nil
+}
+
+// dispatchLatency is n sequential rounds of calls calls each on one inbox.
+func (f *fleet) dispatchLatency(ctx context.Context, n, calls int) (summary, error) {
+	in, run, err := f.openInbox(ctx)
+	if err != nil {
+		return summary{}, err
+	}
+	defer in.Close()
+	var s samples
+	cpu := startCPU()
+	for i := range warmup(n) + n {
+		start := time.Now()
+		if err := f.dispatchRound(ctx, in, run, echoTool, echoArgs, calls); err != nil {
+			return summary{}, err
+		}
+		if i >= warmup(n) {
+			s.add(time.Since(start))
+		}
+	}
+	sum := s.summary()
+	sum.cpu = cpu.per((warmup(n) + n) * calls)
+	return sum, nil
+}
+
+// window counts calls finished between its start and end, and the CPU
+// time the process used meanwhile.
+type window struct {
+	start, end time.Time
+	calls      atomic.Int64
+	cpuStart   atomic.Int64
+	cpuEnd     atomic.Int64
+}
+
+func newWindow(warm, d time.Duration) *window {
+	now := time.Now()
+	w := &window{start: now.Add(warm), end: now.Add(warm + d)}
+	time.AfterFunc(warm, func() { w.cpuStart.Store(int64(cpuTime())) })
+	time.AfterFunc(warm+d, func() { w.cpuEnd.Store(int64(cpuTime())) })
+	return w
+}
+
+// cpuPerCall is the process's CPU time per call counted in the window.
+func (w *window) cpuPerCall() time.Duration {
+	n, start, end := w.calls.Load(), w.cpuStart.Load(), w.cpuEnd.Load()
+	if n == 0 || start == 0 || end < start {
+		return 0
+	}
+	return time.Duration((end - start) / n)
+}
+
+func (w *window) record(n int) {
+	if now := time.Now(); now.After(w.start) && now.Before(w.end) {
+		w.calls.Add(int64(n))
+	}
+}
+
+func (w *window) rate() string { return rate(w.calls.Load(), w.end.Sub(w.start)) }
+
+// dispatchSustained keeps conc inboxes busy with rounds of 32 echo calls
+// until the window ends.
+func (f *fleet) dispatchSustained(ctx context.Context, conc int, warm, d time.Duration) (*window, error) {
+	w := newWindow(warm, d)
+	errs := make(chan error, conc)
+	for range conc {
+		go func() {
+			in, run, err := f.openInbox(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer in.Close()
+			for time.Now().Before(w.end) {
+				if err := f.dispatchRound(ctx, in, run, echoTool, echoArgs, fanout); err != nil {
+					errs <- err
+					return
+				}
+				w.record(fanout)
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range conc {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return w, first
+}

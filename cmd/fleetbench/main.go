@@ -1,0 +1,523 @@
+// Command fleetbench measures what toolfleet costs on top of the NATS it
+// rides on. In one run, on one embedded nats-server with a TCP loopback
+// listener, it measures bare NATS baselines (core request-reply, a
+// JetStream work-queue round trip, a 32-message JetStream fan-out and
+// gather) and then the fleet itself (single echo calls, rounds of 32,
+// sustained throughput with 1, 2 and 4 workers, rounds of a 20 ms tool, and
+// a coordinator holding many concurrent runs), and prints one table with
+// the fleet's ratios to the baselines. Every client, baseline or fleet,
+// connects over TCP to the loopback listener.
+//
+//	go run ./cmd/fleetbench                  # the full run, under two minutes
+//	go run ./cmd/fleetbench --short          # a few seconds, for CI
+//	go run ./cmd/fleetbench --only round --cpuprofile cpu.out --memprofile mem.out
+//
+// Numbers from a shared or busy machine are noisy; the table prints the
+// load average next to them. fleetbench asserts nothing about timing.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/embedded"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+)
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitError  = 1
+	exitConfig = 2
+)
+
+// fanout is the number of calls in a round.
+const fanout = 32
+
+// Phases that --only selects.
+var phases = []string{"baseline", "single", "round", "sustained", "sleep", "runs"}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// plan is how much of each measure a run takes.
+type plan struct {
+	core, js, fan          int // baseline iterations
+	single, loopSingle     int // single-call iterations (dispatch, loop rounds)
+	round, loopRound       int // 32-call rounds (dispatch, loop)
+	sleepRounds            int // 32-call rounds of the sleeping tool per worker count
+	duration, warm         time.Duration
+	runs                   int
+	runsDuration           time.Duration
+	sustainConc            int // concurrent runs or inboxes in the sustained phases
+	latencyWorkers         int
+	sleepConcurrency       int
+	workers                []int
+	only                   map[string]bool
+	cpuProfile, memProfile string
+	logLevel               string
+}
+
+func defaultPlan(short bool) plan {
+	if short {
+		return plan{core: 50, js: 50, fan: 10, single: 50, loopSingle: 14, round: 10, loopRound: 14,
+			sleepRounds: 7, duration: 300 * time.Millisecond, warm: 100 * time.Millisecond,
+			runs: 20, runsDuration: time.Second}
+	}
+	return plan{core: 5000, js: 3000, fan: 300, single: 3000, loopSingle: 1400, round: 300, loopRound: 301,
+		sleepRounds: 35, duration: 5 * time.Second, warm: 500 * time.Millisecond,
+		runs: 200, runsDuration: 10 * time.Second}
+}
+
+// run is the whole program; it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fleetbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		short      = fs.Bool("short", false, "a run of a few seconds (for CI); numbers are not meaningful")
+		duration   = fs.Duration("duration", 0, "length of each throughput measurement (default 5s, 300ms with --short)")
+		workerList = fs.String("workers", "1,2,4", "comma-separated worker counts for the throughput and 20 ms rounds")
+		runs       = fs.Int("runs", 0, "concurrent runs the coordinator holds (default 200, 20 with --short)")
+		only       = fs.String("only", "", "comma-separated phases to run: "+strings.Join(phases, ", ")+" (default all)")
+		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of the 32-call round phase to `FILE`")
+		memProfile = fs.String("memprofile", "", "write an allocation profile to `FILE` after the 32-call round phase")
+		logLevel   = fs.String("log-level", "info", "level of the fleet's logs, which go to "+os.DevNull+": debug, info, warn, error or disabled")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: fleetbench [flags]\n\nMeasures the fleet against bare NATS on one embedded server.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitConfig
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fleetbench: unexpected argument %q\n", fs.Arg(0))
+		return exitConfig
+	}
+	p := defaultPlan(*short)
+	p.latencyWorkers, p.sleepConcurrency, p.sustainConc = 1, 8, 8
+	p.cpuProfile, p.memProfile, p.logLevel = *cpuProfile, *memProfile, *logLevel
+	if *duration < 0 || (*duration > 0 && *duration < 100*time.Millisecond) {
+		fmt.Fprintln(stderr, "fleetbench: --duration: must be >= 100ms")
+		return exitConfig
+	}
+	if *duration > 0 {
+		p.duration = *duration
+	}
+	if *runs < 0 || *runs > 100_000 {
+		fmt.Fprintln(stderr, "fleetbench: --runs: must be 1..100000")
+		return exitConfig
+	}
+	if *runs > 0 {
+		p.runs = *runs
+	}
+	for _, w := range strings.Split(*workerList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 1 || n > 64 {
+			fmt.Fprintf(stderr, "fleetbench: --workers: %q is not a worker count 1..64\n", w)
+			return exitConfig
+		}
+		p.workers = append(p.workers, n)
+	}
+	p.only = map[string]bool{}
+	for _, ph := range strings.Split(*only, ",") {
+		if ph = strings.TrimSpace(ph); ph == "" {
+			continue
+		}
+		if !slices.Contains(phases, ph) {
+			fmt.Fprintf(stderr, "fleetbench: --only: unknown phase %q (want %s)\n", ph, strings.Join(phases, ", "))
+			return exitConfig
+		}
+		p.only[ph] = true
+	}
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		fmt.Fprintf(stderr, "fleetbench: %v\n", err)
+		return exitError
+	}
+	defer devnull.Close()
+	// JSON lines, one write(2) each, as the commands log to a file; not
+	// logging.New, which takes the character device for a terminal.
+	lvl, err := zerolog.ParseLevel(p.logLevel)
+	if err != nil || lvl == zerolog.NoLevel {
+		fmt.Fprintf(stderr, "fleetbench: --log-level: unknown level %q\n", p.logLevel)
+		return exitConfig
+	}
+	log := zerolog.New(devnull).Level(lvl).With().Timestamp().Str("svc", "fleetbench").Logger()
+	if p.memProfile != "" {
+		runtime.MemProfileRate = 16 << 10
+	}
+	b := &bench{p: p, log: log, out: stdout, progress: stderr, short: *short, loadStart: loadAvg()}
+	if err := b.run(ctx); err != nil {
+		fmt.Fprintf(stderr, "fleetbench: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// row is one line of the table.
+type row struct {
+	name  string
+	s     summary
+	cpu   time.Duration // process CPU time per call or message
+	rate  string
+	ratio string
+	note  string
+}
+
+type bench struct {
+	p        plan
+	log      zerolog.Logger
+	out      io.Writer
+	progress io.Writer
+	short    bool
+	rows     []row
+	// loadStart is the load average when the run started.
+	loadStart string
+
+	// Figures the ratios and targets refer to.
+	baseJS, baseFan               summary
+	single, loopSingle            summary
+	round, loopRound              summary
+	sustain2Loop, sustain2Disp    string
+	mem                           *memReport
+	sustainedLoop, sustainedDispN map[int]string
+}
+
+func (b *bench) want(phase string) bool { return len(b.p.only) == 0 || b.p.only[phase] }
+
+func (b *bench) step(format string, a ...any) {
+	fmt.Fprintf(b.progress, "fleetbench: "+format+"\n", a...)
+}
+
+func (b *bench) add(r row) { b.rows = append(b.rows, r) }
+
+func (b *bench) run(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "fleetbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{StoreDir: dir})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	url := srv.ClientURL()
+
+	if b.want("baseline") {
+		if err := b.baselines(ctx, url); err != nil {
+			return fmt.Errorf("baselines: %w", err)
+		}
+	}
+	f, err := openFleet(ctx, url, b.log)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	defer f.close()
+	if b.want("single") || b.want("round") {
+		if err := b.latency(ctx, f); err != nil {
+			return err
+		}
+	}
+	if b.want("sustained") {
+		if err := b.sustained(ctx, f); err != nil {
+			return fmt.Errorf("sustained: %w", err)
+		}
+	}
+	if b.want("sleep") {
+		if err := b.sleepRounds(ctx, f); err != nil {
+			return fmt.Errorf("20 ms rounds: %w", err)
+		}
+	}
+	if b.want("runs") {
+		if err := b.heldRuns(ctx, f); err != nil {
+			return fmt.Errorf("concurrent runs: %w", err)
+		}
+	}
+	b.print(url)
+	return nil
+}
+
+func (b *bench) baselines(ctx context.Context, url string) error {
+	bl := baselines{url: url}
+	b.step("baseline: core request-reply")
+	s, err := bl.coreRequestReply(b.p.core)
+	if err != nil {
+		return err
+	}
+	b.add(row{name: "baseline: core NATS request-reply, 256 B", s: s})
+	rig, err := bl.openJS(ctx)
+	if err != nil {
+		return err
+	}
+	defer rig.close()
+	b.step("baseline: JetStream round trip")
+	if b.baseJS, err = rig.roundTrip(ctx, b.p.js); err != nil {
+		return err
+	}
+	b.add(row{name: "baseline: JetStream round trip, 256 B (work queue, pull, ack, inbox reply)", s: b.baseJS})
+	b.step("baseline: JetStream fan-out and gather")
+	if b.baseFan, err = rig.fanOut(b.p.fan, fanout); err != nil {
+		return err
+	}
+	b.add(row{name: fmt.Sprintf("baseline: JetStream fan-out and gather, %d × 256 B (async publish)", fanout), s: b.baseFan})
+	return nil
+}
+
+func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
+	ws, err := f.startWorkers(ctx, b.p.latencyWorkers, 0, harness.Echo())
+	if err != nil {
+		return err
+	}
+	defer ws.stop()
+	wn := fmt.Sprintf("%d worker", b.p.latencyWorkers)
+	if b.want("single") {
+		b.step("fleet: single echo call")
+		if b.single, err = f.dispatchLatency(ctx, b.p.single, 1); err != nil {
+			return fmt.Errorf("single call: %w", err)
+		}
+		b.add(row{name: "fleet: 1 echo call, dispatch only (Dispatcher.Publish → worker → Inbox), " + wn,
+			s: b.single, ratio: ratio(b.single.p50, b.baseJS.p50) + " JS round trip"})
+		if b.loopSingle, err = f.loopLatency(ctx, b.p.loopSingle, 1, echoTool, echoArgs, echoText); err != nil {
+			return fmt.Errorf("single call through the loop: %w", err)
+		}
+		b.add(row{name: "fleet: 1 echo call, full loop round (loop.Runner), " + wn,
+			s: b.loopSingle, ratio: ratio(b.loopSingle.p50, b.baseJS.p50) + " JS round trip"})
+	}
+	if b.want("round") {
+		if b.p.cpuProfile != "" {
+			pf, err := os.Create(b.p.cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer pf.Close()
+			if err := pprof.StartCPUProfile(pf); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
+		b.step("fleet: rounds of %d echo calls", fanout)
+		if b.round, err = f.dispatchLatency(ctx, b.p.round, fanout); err != nil {
+			return fmt.Errorf("%d-call round: %w", fanout, err)
+		}
+		b.add(row{name: fmt.Sprintf("fleet: %d echo calls, dispatch only, %s", fanout, wn),
+			s: b.round, ratio: ratio(b.round.p50, b.baseFan.p50) + " fan-out"})
+		if b.loopRound, err = f.loopLatency(ctx, b.p.loopRound, fanout, echoTool, echoArgs, echoText); err != nil {
+			return fmt.Errorf("%d-call round through the loop: %w", fanout, err)
+		}
+		b.add(row{name: fmt.Sprintf("fleet: %d echo calls, full loop round, %s", fanout, wn),
+			s: b.loopRound, ratio: ratio(b.loopRound.p50, b.baseFan.p50) + " fan-out"})
+		if b.p.cpuProfile != "" {
+			pprof.StopCPUProfile()
+		}
+		if b.p.memProfile != "" {
+			mf, err := os.Create(b.p.memProfile)
+			if err != nil {
+				return err
+			}
+			defer mf.Close()
+			if err := pprof.Lookup("allocs").WriteTo(mf, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bench) sustained(ctx context.Context, f *fleet) error {
+	b.sustainedLoop, b.sustainedDispN = map[int]string{}, map[int]string{}
+	for _, n := range b.p.workers {
+		ws, err := f.startWorkers(ctx, n, 0, harness.Echo())
+		if err != nil {
+			return err
+		}
+		b.step("fleet: sustained echo calls, %d workers", n)
+		w, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration)
+		if err != nil {
+			ws.stop()
+			return err
+		}
+		b.sustainedLoop[n] = w.rate()
+		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
+			rate: w.rate(), cpu: w.cpuPerCall(), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
+		d, err := f.dispatchSustained(ctx, b.p.sustainConc, b.p.warm, b.p.duration)
+		ws.stop()
+		if err != nil {
+			return err
+		}
+		b.sustainedDispN[n] = d.rate()
+		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, dispatch only, %d inboxes × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
+			rate: d.rate(), cpu: d.cpuPerCall(), note: fmt.Sprintf("%d calls in %v", d.calls.Load(), b.p.duration)})
+	}
+	return nil
+}
+
+func (b *bench) sleepRounds(ctx context.Context, f *fleet) error {
+	for _, n := range b.p.workers {
+		ws, err := f.startWorkers(ctx, n, b.p.sleepConcurrency, sleeper())
+		if err != nil {
+			return err
+		}
+		b.step("fleet: rounds of %d × 20 ms calls, %d workers", fanout, n)
+		s, err := f.loopLatency(ctx, b.p.sleepRounds, fanout, sleepTool, sleepArgs, "slept")
+		ws.stop()
+		if err != nil {
+			return err
+		}
+		slots := n * b.p.sleepConcurrency
+		waves := (fanout + slots - 1) / slots
+		b.add(row{name: fmt.Sprintf("fleet: %d calls sleeping 20 ms, full loop round, %d worker(s) × %d slots", fanout, n, b.p.sleepConcurrency),
+			s: s, note: fmt.Sprintf("floor %d × 20 ms = %v", waves, time.Duration(waves)*sleepFor)})
+	}
+	return nil
+}
+
+func (b *bench) heldRuns(ctx context.Context, f *fleet) error {
+	const runWorkers = 2
+	ws, err := f.startWorkers(ctx, runWorkers, 0, harness.Echo())
+	if err != nil {
+		return err
+	}
+	defer ws.stop()
+	b.step("coordinator: %d concurrent runs", b.p.runs)
+	rep, err := f.heldRuns(ctx, b.p.runs, b.p.warm, b.p.runsDuration)
+	if err != nil {
+		return err
+	}
+	b.mem = &rep
+	b.add(row{name: fmt.Sprintf("coordinator: %d concurrent runs (rounds of 4 echo calls), %d workers", rep.runs, runWorkers),
+		rate: rep.rate, cpu: rep.cpu,
+		note: fmt.Sprintf("live heap %s (idle %s), %s per run over %d active; max heap in use %s",
+			mib(rep.live), mib(rep.idleLive), kib(rep.perRun), rep.active, mib(rep.maxInUse))})
+	return nil
+}
+
+func (b *bench) print(url string) {
+	w := b.out
+	mode := "default"
+	if b.short {
+		mode = "--short (numbers not meaningful)"
+	}
+	fmt.Fprintf(w, "fleetbench: toolfleet against bare NATS, one embedded nats-server %s, every client over TCP loopback (%s)\n", server.VERSION, url)
+	fmt.Fprintf(w, "machine: %d cores, GOMAXPROCS %d, %s %s/%s, CPU %q, load average %s at the start, %s at the end\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, cpuModel(), b.loadStart, loadAvg())
+	fmt.Fprintf(w, "mode: %s; throughput windows %v; fleet logs at %s to %s; server, workers and coordinator share this process\n\n",
+		mode, b.p.duration, b.p.logLevel, os.DevNull)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(tw, "measure\tn\tp50\tp99\tmean\tthroughput\tCPU/call\tp50 ratio\t")
+	for _, r := range b.rows {
+		n := "-"
+		if r.s.n > 0 {
+			n = strconv.Itoa(r.s.n)
+		}
+		rt := r.rate
+		if rt == "" {
+			rt = "-"
+		}
+		ra := r.ratio
+		if ra == "" || strings.HasPrefix(ra, "-") {
+			ra = "-"
+		}
+		if r.cpu == 0 {
+			r.cpu = r.s.cpu
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, n, dur(r.s.p50), dur(r.s.p99), dur(r.s.mean), rt, dur(r.cpu), ra)
+	}
+	tw.Flush()
+	notes := false
+	for _, r := range b.rows {
+		if r.note != "" {
+			if !notes {
+				fmt.Fprintln(w, "\nnotes:")
+				notes = true
+			}
+			fmt.Fprintf(w, "  %s: %s\n", r.name, r.note)
+		}
+	}
+	b.printTargets(w)
+}
+
+// printTargets reports the issue's targets against what was measured.
+func (b *bench) printTargets(w io.Writer) {
+	fmt.Fprintln(w, "\ntargets:")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	if b.single.n > 0 && b.baseJS.n > 0 {
+		r := float64(b.single.p50) / float64(b.baseJS.p50)
+		fmt.Fprintf(w, "  single call p50 ≤ 1.5 × JS round trip: %.2f× (dispatch only; full loop round %s): %s\n",
+			r, ratio(b.loopSingle.p50, b.baseJS.p50), verdict(r <= 1.5))
+	}
+	if b.loopRound.n > 0 && b.baseFan.n > 0 {
+		r := float64(b.loopRound.p50) / float64(b.baseFan.p50)
+		fmt.Fprintf(w, "  32-call round p50 ≤ 1.5 × fan-out: %.2f× (full loop round; dispatch only %s): %s\n",
+			r, ratio(b.round.p50, b.baseFan.p50), verdict(r <= 1.5))
+	}
+	if loopRate, ok := b.sustainedLoop[2]; ok {
+		v, _ := strconv.ParseFloat(strings.TrimSuffix(loopRate, "/s"), 64)
+		fmt.Fprintf(w, "  ≥ 15000 echo calls/s with 2 workers: %s full loop, %s dispatch only: %s\n",
+			loopRate, b.sustainedDispN[2], verdict(v >= 15000))
+	}
+	if b.mem != nil {
+		v := verdict(b.mem.maxInUse < 200<<20)
+		if b.mem.runs < 200 {
+			v = "not measured at 200 runs"
+		}
+		fmt.Fprintf(w, "  200 concurrent runs in < 200 MB: %d runs, max heap in use %s, live %s: %s\n",
+			b.mem.runs, mib(b.mem.maxInUse), mib(b.mem.live), v)
+	}
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or "unknown".
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// loadAvg is the 1, 5 and 15 minute load average of /proc/loadavg, or
+// "unknown".
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

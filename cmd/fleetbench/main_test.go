@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestShortRun runs the whole benchmark in its short mode, in-process: every
+// phase must complete and print its row. It asserts nothing about timing.
+func TestShortRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server and a fleet")
+	}
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"--short"}, &out, &errOut); code != exitOK {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitOK, errOut.String())
+	}
+	got := out.String()
+	for _, want := range []string{
+		"over TCP loopback",
+		"cores, GOMAXPROCS",
+		"baseline: core NATS request-reply",
+		"baseline: JetStream round trip",
+		"baseline: JetStream fan-out and gather, 32",
+		"fleet: 1 echo call, dispatch only",
+		"fleet: 1 echo call, full loop round",
+		"fleet: 32 echo calls, dispatch only",
+		"fleet: 32 echo calls, full loop round",
+		"full loop, 8 runs × 32-call rounds, 1 worker(s)",
+		"dispatch only, 8 inboxes × 32-call rounds, 2 worker(s)",
+		"full loop, 8 runs × 32-call rounds, 4 worker(s)",
+		"32 calls sleeping 20 ms, full loop round, 1 worker(s)",
+		"32 calls sleeping 20 ms, full loop round, 4 worker(s)",
+		"coordinator: 20 concurrent runs",
+		"per run",
+		"targets:",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestProfiles checks that the profile flags write both profiles of the
+// 32-call round phase.
+func TestProfiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server and a fleet")
+	}
+	dir := t.TempDir()
+	cpu, mem := filepath.Join(dir, "cpu.out"), filepath.Join(dir, "mem.out")
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), []string{"--short", "--only", "round", "--cpuprofile", cpu, "--memprofile", mem}, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitOK, errOut.String())
+	}
+	for _, p := range []string{cpu, mem} {
+		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+			t.Errorf("profile %s: %v (size %v), want a non-empty file", filepath.Base(p), err, st)
+		}
+	}
+	if strings.Contains(out.String(), "baseline:") || !strings.Contains(out.String(), "fleet: 32 echo calls") {
+		t.Errorf("--only round printed other phases or not its own:\n%s", out.String())
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"workers not a number", []string{"--workers", "1,x"}, "--workers"},
+		{"workers zero", []string{"--workers", "0"}, "--workers"},
+		{"unknown phase", []string{"--only", "nope"}, "--only"},
+		{"duration too short", []string{"--duration", "1ms"}, "--duration"},
+		{"negative runs", []string{"--runs", "-1"}, "--runs"},
+		{"bad log level", []string{"--log-level", "loud"}, "--log-level"},
+		{"stray argument", []string{"extra"}, "unexpected argument"},
+		{"unknown flag", []string{"--nope"}, "flag provided but not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := run(t.Context(), tc.args, &out, &errOut); code != exitConfig {
+				t.Fatalf("exit status %d, want %d", code, exitConfig)
+			}
+			if !strings.Contains(errOut.String(), tc.want) {
+				t.Errorf("stderr = %q, want it to name %q", errOut.String(), tc.want)
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout = %q, want nothing", out.String())
+			}
+		})
+	}
+}
