@@ -129,8 +129,14 @@ func final(text string) map[string]any { return map[string]any{"content": text} 
 // as its model and JSON output.
 func (f *fleet) coordinator(name string, s script, extra ...string) *proc {
 	f.t.Helper()
+	return f.coordinatorAt(f.url(), name, s, extra...)
+}
+
+// coordinatorAt is coordinator with another server URL (a proxy's).
+func (f *fleet) coordinatorAt(url, name string, s script, extra ...string) *proc {
+	f.t.Helper()
 	file := f.writeJSON(name+"-script.json", map[string]any{"turns": s})
-	args := append([]string{"run", "--nats-url", f.url(), "--workers", "0", "--model", "scripted:" + file,
+	args := append([]string{"run", "--nats-url", url, "--workers", "0", "--model", "scripted:" + file,
 		"--output", "json", "--log-level", "debug"}, extra...)
 	return startProc(f.t, name, bins.coordinator, append(args, "e2e prompt")...)
 }

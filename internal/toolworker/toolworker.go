@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,6 +13,9 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
+
+// flushTimeout bounds the flush of the last acks at shutdown.
+const flushTimeout = 2 * time.Second
 
 // Worker is a toolworker on a connection its caller owns.
 type Worker struct {
@@ -150,7 +154,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	err = w.Run(ctx)
-	nc.Flush() // acks are buffered core publishes: send them before closing
+	// Acks are buffered core publishes: send them before closing, but do
+	// not hold the shutdown for a server that cannot be reached (Flush
+	// alone waits 10s for it).
+	if nc.IsConnected() {
+		nc.FlushTimeout(flushTimeout)
+	}
 	return err
 }
 

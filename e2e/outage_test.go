@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// TestServerRestartMidRun: the nats-server is restarted (same port, same
+// store) while a call runs. Coordinator and workers reconnect, the running
+// call's result gets through, the next round runs normally, and every id is
+// answered ok.
+func TestServerRestartMidRun(t *testing.T) {
+	f := newFleet(t)
+	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
+	coord := f.coordinator("coordinator", script{
+		turn(call("c1", toolWork, map[string]any{"id": "a", "sleep_ms": 2000})),
+		turn(
+			call("c2", toolWork, map[string]any{"id": "b"}),
+			call("c3", toolCharge, map[string]any{"id": "c"}),
+		),
+		final("done"),
+	}, "--tool-timeout", "20s")
+
+	f.waitStarted("a", 1, 15*time.Second)
+	f.srv = natstest.Restart(t, f.srv)
+
+	res := coord.result(40*time.Second, 0)
+	recs, _ := answered(t, res)
+	for _, id := range []string{"c1", "c2", "c3"} {
+		if recs[id].Outcome != protocol.OutcomeOK {
+			t.Errorf("%s = %+v, want ok", id, recs[id])
+		}
+	}
+	if n := len(f.runsOf("c")); n != 1 {
+		t.Errorf("the non-idempotent call ran %d times, want 1", n)
+	}
+	for _, p := range []*proc{coord, w1, w2} {
+		if !strings.Contains(p.log(), "reconnected to NATS") {
+			t.Errorf("%s did not log its reconnection", p.name)
+		}
+	}
+	f.waitDrained(toolWork, 10*time.Second)
+	f.waitDrained(toolCharge, 10*time.Second)
+	// Stop the workers before the restarted server, which is cleaned up
+	// first.
+	w1.stop(10 * time.Second)
+	w2.stop(10 * time.Second)
+}
+
+// TestCoordinatorInterrupted: SIGINT or SIGTERM reaches the coordinator while
+// three calls run. It prints the partial result — termination_reason
+// cancelled, every id answered cancelled — and exits 1; the workers get the
+// cancels and kill the tools, which never finish, and nothing is left to
+// redeliver.
+func TestCoordinatorInterrupted(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			f := newFleet(t)
+			w := f.startWorker("w1")
+			coord := f.coordinator("coordinator", script{
+				turn(
+					call("c1", toolWork, map[string]any{"id": "s1", "sleep_ms": 20000}),
+					call("c2", toolCharge, map[string]any{"id": "s2", "sleep_ms": 20000}),
+					call("c3", toolWork, map[string]any{"id": "s3", "sleep_ms": 20000}),
+				),
+				final("done"),
+			}, "--tool-timeout", "30s")
+			var runs []toolRun
+			for _, id := range []string{"s1", "s2", "s3"} {
+				runs = append(runs, f.waitStarted(id, 1, 15*time.Second)[0])
+			}
+			coord.signal(sig)
+
+			res := coord.result(10*time.Second, 1)
+			if res.TerminationReason != "cancelled" {
+				t.Fatalf("termination_reason = %q, want cancelled", res.TerminationReason)
+			}
+			recs, _ := answered(t, res)
+			for _, id := range []string{"c1", "c2", "c3"} {
+				if recs[id].Outcome != protocol.OutcomeCancelled {
+					t.Errorf("%s = %+v, want cancelled", id, recs[id])
+				}
+			}
+			for _, r := range runs {
+				waitGone(t, r.pid, 5*time.Second, "tool "+r.id)
+			}
+			for _, r := range f.runs() {
+				if r.done {
+					t.Errorf("tool %s finished: its cancel did not reach the worker", r.id)
+				}
+			}
+			w.waitLog(5*time.Second, "cancel requested")
+			if n := len(w.logLines(func(m map[string]any) bool { return m["message"] == "cancel requested" })); n != 3 {
+				t.Errorf("worker logged %d cancels, want 3", n)
+			}
+			f.waitDrained(toolWork, 5*time.Second)
+			f.waitDrained(toolCharge, 5*time.Second)
+		})
+	}
+}
+
+// TestToolWithoutWorkers: the catalog lists a tool whose only worker has
+// stopped. Its call ends timeout at its deadline and the run goes on to its
+// answer. When a worker for the tool comes back later, it finds the stale
+// call and discards it unrun.
+func TestToolWithoutWorkers(t *testing.T) {
+	f := newFleet(t)
+	gone := f.startWorker("gone")
+	gone.stop(10 * time.Second)
+	if code := gone.wait(time.Second); code != 0 {
+		t.Fatalf("worker exited %d after SIGTERM, want 0", code)
+	}
+
+	const timeout = time.Second
+	start := time.Now()
+	coord := f.coordinator("coordinator", script{
+		turn(call("c1", toolWork, map[string]any{"id": "ghost"})),
+		final("done"),
+	}, "--tool-timeout", timeout.String())
+	res := coord.result(20*time.Second, 0)
+	elapsed := time.Since(start)
+	recs, obs := answered(t, res)
+	rec := recs["c1"]
+	if rec.Outcome != protocol.OutcomeTimeout {
+		t.Fatalf("call = %+v, want timeout", rec)
+	}
+	if want := "Tool 'work' timed out after 1s"; obs["c1"] != want {
+		t.Fatalf("observation %q, want %q", obs["c1"], want)
+	}
+	// The deadline plus the loop's 500ms grace, and some slack for a loaded
+	// machine; never the 30s of the tool's own timeout.
+	if d := time.Duration(rec.DurationMS) * time.Millisecond; d < timeout || d > timeout+2*time.Second {
+		t.Fatalf("the call was answered after %v, want about %v", d, timeout)
+	}
+	if res.TerminationReason != "natural" || elapsed > 15*time.Second {
+		t.Fatalf("run ended %q after %v", res.TerminationReason, elapsed)
+	}
+
+	back := f.startWorker("back")
+	back.waitLog(10*time.Second, "call expired before it started: not run")
+	f.waitDrained(toolWork, 5*time.Second)
+	if runs := f.runs(); len(runs) != 0 {
+		t.Fatalf("the stale call ran: %+v", runs)
+	}
+}
+
+// TestWorkerStopsPromptlyWhileServerIsDown: a worker told to stop (SIGTERM)
+// while the nats-server is unreachable exits 0 within a few seconds; it does
+// not hold its shutdown waiting for a server that is gone.
+func TestWorkerStopsPromptlyWhileServerIsDown(t *testing.T) {
+	f := newFleet(t)
+	w := f.startWorker("w1")
+	f.srv.Shutdown()
+	w.waitLog(10*time.Second, "disconnected from NATS")
+	start := time.Now()
+	w.signal(syscall.SIGTERM)
+	if code := w.wait(15 * time.Second); code != 0 {
+		t.Fatalf("worker exited %d, want 0", code)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("worker took %v to stop, want a few seconds at most", d)
+	}
+}
