@@ -24,6 +24,7 @@ var passwords = map[string]string{
 	"coordinator": "tf-coord-0a1b2c",
 	"worker":      "tf-worker-3d4e5f",
 	"operator":    "tf-operator-6a7b8c",
+	"client":      "tf-client-9d0e1f",
 }
 
 // startFromConf starts a server from nats-server.conf, parsed by
@@ -34,6 +35,7 @@ func startFromConf(t *testing.T) *server.Server {
 	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", passwords["coordinator"])
 	t.Setenv("TOOLFLEET_WORKER_PASSWORD", passwords["worker"])
 	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", passwords["operator"])
+	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", passwords["client"])
 	opts, err := server.ProcessConfigFile("nats-server.conf")
 	if err != nil {
 		t.Fatalf("ProcessConfigFile: %v", err)
@@ -127,6 +129,7 @@ func TestConfRefusesUnknownClients(t *testing.T) {
 func TestConfNeedsEveryPassword(t *testing.T) {
 	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", "tf-a")
 	t.Setenv("TOOLFLEET_WORKER_PASSWORD", "tf-b")
+	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", "tf-d")
 	// TOOLFLEET_OPERATOR_PASSWORD is unset: the server must refuse to start.
 	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", "") // restored after the test
 	os.Unsetenv("TOOLFLEET_OPERATOR_PASSWORD")
