@@ -134,7 +134,7 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	pctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	if _, err := d.js.PublishMsg(pctx, msg); err != nil {
+	if err := publishRetrying(pctx, d.js, msg); err != nil {
 		return fmt.Errorf("natsbus: publishing call to %s: %w", subject, err)
 	}
 	return nil

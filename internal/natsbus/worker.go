@@ -23,6 +23,8 @@ const (
 	ackTimeout = 5 * time.Second
 	// publishTimeout bounds publishing one result.
 	publishTimeout = 5 * time.Second
+	// consumerTimeout bounds one attempt to create or update a consumer.
+	consumerTimeout = 2 * time.Second
 	// maxCancelBytes bounds a decoded cancel message.
 	maxCancelBytes = 4 << 10
 )
@@ -174,7 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("natsbus: Worker.Run called twice")
 	}
 	for _, tc := range w.tools {
-		if err := w.ensureConsumer(ctx, tc); err != nil {
+		if err := w.ensureConsumerRetrying(ctx, tc); err != nil {
 			return err
 		}
 	}
@@ -215,8 +217,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// ensureConsumerRetrying is ensureConsumer, retried while the failure is
+// transient (a server restarting or unreachable) and ctx lasts.
+func (w *Worker) ensureConsumerRetrying(ctx context.Context, tc *toolConsumer) error {
+	for failures := 1; ; failures++ {
+		err := w.ensureConsumer(ctx, tc)
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return err
+		}
+		w.limited.Warn().Err(err).Str(logTool, tc.name).Int("failures", failures).Msg("creating the consumer failed; retrying")
+		if !sleepCtx(ctx, backoff(failures)) {
+			return ctx.Err()
+		}
+	}
+}
+
 func (w *Worker) ensureConsumer(ctx context.Context, tc *toolConsumer) error {
-	cctx, cancel := withDefaultTimeout(ctx)
+	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
 	defer cancel()
 	cons, err := w.js.CreateOrUpdateConsumer(cctx, w.subjects.CallsStream(), tc.config)
 	if err != nil {
@@ -261,10 +278,8 @@ func (w *Worker) consume(ctx, execCtx context.Context, tc *toolConsumer) {
 				w.limited.Warn().Err(err).Str(logTool, tc.name).Msg("re-creating the consumer failed")
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, backoff(failures)) {
 			return
-		case <-time.After(min(time.Duration(failures)*50*time.Millisecond, 2*time.Second)):
 		}
 	}
 }

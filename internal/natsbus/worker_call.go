@@ -210,8 +210,7 @@ func (w *Worker) publishResult(replyTo string, r *protocol.Result) error {
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
-	_, err = w.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(w.subjects.ResultsStream()))
-	return err
+	return publishRetrying(ctx, w.js, msg, jetstream.WithExpectStream(w.subjects.ResultsStream()))
 }
 
 // encodeResult encodes r, cutting its output further until the message

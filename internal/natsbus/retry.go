@@ -1,0 +1,54 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// publishAttemptTimeout bounds one attempt of a JetStream publish. A
+// request written to a connection whose server just died is never
+// answered; a new attempt with the same Nats-Msg-Id is stored at most once.
+const publishAttemptTimeout = time.Second
+
+// transient reports whether a failed JetStream operation may succeed when
+// retried: it got no answer (timeout, no responders, connection lost). An
+// answer from the server, such as a full stream, is final.
+func transient(err error) bool {
+	var api *jetstream.APIError
+	return !errors.As(err, &api)
+}
+
+// publishRetrying publishes msg, which must carry a Nats-Msg-Id, retrying
+// transient failures until ctx ends.
+func publishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, opts ...jetstream.PublishOpt) error {
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+		_, err := js.PublishMsg(actx, msg, opts...)
+		cancel()
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return err
+		}
+		if !sleepCtx(ctx, backoff(attempt)) {
+			return err
+		}
+	}
+}
+
+// backoff is the pause after the n-th consecutive failure.
+func backoff(n int) time.Duration { return min(time.Duration(n)*50*time.Millisecond, 2*time.Second) }
+
+// sleepCtx waits d or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
