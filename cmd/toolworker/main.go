@@ -20,6 +20,11 @@ import (
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 )
 
+// version is the version the worker's discovery service announces (a
+// semantic version); release builds set it with
+// -ldflags "-X main.version=1.2.3".
+var version = natsbus.DefaultServiceVersion
+
 // Exit statuses.
 const (
 	exitOK     = 0
@@ -49,6 +54,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		prefix      = fs.String("prefix", "", "first token of every subject (default \"fleet\")")
 		logStderr   = fs.Bool("log-stderr", false, "log exec tools' stderr (it may hold secrets)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
 		ackWait     = fs.Duration("ack-wait", natsbus.DefaultAckWait, "how long the server waits for a call's ack or heartbeat before redelivering it to another worker; running idempotent calls heartbeat every third of it (fleet-wide: the last worker to start sets it)")
 	)
 	fs.Usage = func() {
@@ -97,7 +103,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		Concurrency: *concurrency,
 		Name:        *name,
 		LogStderr:   *logStderr,
-		Worker:      natsbus.WorkerConfig{AckWait: *ackWait},
+		MetricsAddr: *metricsAddr,
+		Worker:      natsbus.WorkerConfig{AckWait: *ackWait, Version: version},
 		Logger:      log,
 	}
 	err = toolworker.Run(ctx, cfg)

@@ -32,6 +32,9 @@ type Config struct {
 	// MaxOutputChars bounds any tool output, in runes. Default: the
 	// harness's (100,000).
 	MaxOutputChars int
+	// MetricsAddr, when set, makes Run serve /metrics, /healthz and /readyz
+	// on this address (e.g. ":9090"). Default: none.
+	MetricsAddr string
 	// Worker holds the worker's other settings; Concurrency, Name and Logger
 	// above take precedence over its fields.
 	Worker natsbus.WorkerConfig

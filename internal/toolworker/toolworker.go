@@ -133,6 +133,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	obs, err := startObservability(cfg, &p.worker)
+	if err != nil {
+		return err
+	}
+	defer obs.close()
 	conn := cfg.Conn
 	if conn.Name == "" {
 		conn.Name = "toolfleet-toolworker"
@@ -153,6 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	obs.attach(nc, w)
 	err = w.Run(ctx)
 	// Acks are buffered core publishes: send them before closing, but do
 	// not hold the shutdown for a server that cannot be reached (Flush
