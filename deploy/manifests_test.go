@@ -824,6 +824,13 @@ func usersYAML(o *server.Options) string {
 			lst("allow", side.p.Allow)
 			lst("deny", side.p.Deny)
 		}
+		if r := u.Permissions.Response; r != nil {
+			if r.MaxMsgs == server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS && r.Expires == server.DEFAULT_ALLOW_RESPONSE_EXPIRATION {
+				fmt.Fprintf(&b, "          allow_responses: true\n")
+			} else {
+				fmt.Fprintf(&b, "          allow_responses:\n            max: %d\n            expires: %q\n", r.MaxMsgs, r.Expires)
+			}
+		}
 	}
 	return b.String()
 }
