@@ -89,3 +89,53 @@ func approvalResult(s *slot) ApprovalResult {
 		return ApprovalUnavailable
 	}
 }
+
+// Observers returns an Observer that tells each of obs, in order; nil
+// entries are skipped. With none left it returns nil.
+func Observers(obs ...Observer) Observer {
+	var list multiObserver
+	for _, o := range obs {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	switch len(list) {
+	case 0:
+		return nil
+	case 1:
+		return list[0]
+	}
+	return list
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) RunStarted() {
+	for _, o := range m {
+		o.RunStarted()
+	}
+}
+
+func (m multiObserver) RunEnded(reason TerminationReason) {
+	for _, o := range m {
+		o.RunEnded(reason)
+	}
+}
+
+func (m multiObserver) ModelCall(d time.Duration, usage Usage, err error) {
+	for _, o := range m {
+		o.ModelCall(d, usage, err)
+	}
+}
+
+func (m multiObserver) CallEnded(tool string, outcome protocol.Outcome, d time.Duration) {
+	for _, o := range m {
+		o.CallEnded(tool, outcome, d)
+	}
+}
+
+func (m multiObserver) Approval(result ApprovalResult) {
+	for _, o := range m {
+		o.Approval(result)
+	}
+}

@@ -167,3 +167,28 @@ func TestPartialObserver(t *testing.T) {
 		t.Fatal("RunEnded was not called")
 	}
 }
+
+func TestObserversTellsEach(t *testing.T) {
+	if loop.Observers() != nil || loop.Observers(nil, nil) != nil {
+		t.Fatal("Observers of nothing is not nil")
+	}
+	one := looptest.NewObserver()
+	if loop.Observers(nil, one) != loop.Observer(one) {
+		t.Fatal("Observers of one observer does not return it")
+	}
+	a, b := looptest.NewObserver(), looptest.NewObserver()
+	cfg := fastConfig()
+	cfg.Observer = loop.Observers(a, nil, b)
+	m := looptest.NewModel(looptest.Calls(looptest.Call("x", "echo", `{"text":"1"}`)), looptest.Answer("hi"))
+	e := newEnv(t, cfg, m, nil, nil)
+	if _, err := e.run(t, "go"); err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range []*looptest.Observer{a, b} {
+		calls, _, _, _ := o.ModelCalls()
+		if o.RunsStarted() != 1 || o.Runs()[loop.TerminationNatural] != 1 || calls != 2 ||
+			o.Calls()[looptest.CallLabel("echo", protocol.OutcomeOK)] != 1 {
+			t.Fatalf("observer %d saw runs=%v calls=%v model calls=%d", i, o.Runs(), o.Calls(), calls)
+		}
+	}
+}
