@@ -65,16 +65,18 @@ var errDeadline = errors.New("harness: call deadline")
 // the deadline passes, timeout.
 func (h *Harness) Execute(ctx context.Context, call Call) Result {
 	start := h.cfg.Now()
-	res, keys := h.execute(ctx, call)
+	res, validated := h.execute(ctx, call)
 	res.Duration = max(h.cfg.Now().Sub(start), 0)
-	h.logCall(call, res, keys)
+	h.logCall(call, res, validated)
 	return res
 }
 
-func (h *Harness) execute(ctx context.Context, call Call) (Result, []string) {
+// execute runs the call; the bool reports whether its arguments passed
+// validation (the log line then names their keys).
+func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 	e, ok := h.tools[call.Tool]
 	if !ok {
-		return Result{Outcome: protocol.OutcomeUnknownTool}, nil
+		return Result{Outcome: protocol.OutcomeUnknownTool}, false
 	}
 	limit := h.cfg.MaxOutputChars
 	if call.MaxOutputChars > 0 && call.MaxOutputChars < limit {
@@ -87,49 +89,48 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, []string) {
 			msg = ae.Msg
 		}
 		out, trunc := protocol.Truncate(msg, limit)
-		return Result{Outcome: protocol.OutcomeInvalidArguments, Output: out, Truncated: trunc}, nil
+		return Result{Outcome: protocol.OutcomeInvalidArguments, Output: out, Truncated: trunc}, false
 	}
-	keys := argKeys(call.Arguments)
 
 	deadline := call.Deadline
 	if deadline.IsZero() {
 		deadline = time.Now().Add(e.timeout) // contexts run on the real clock
 	}
 	if ctx.Err() != nil {
-		return Result{Outcome: protocol.OutcomeCancelled}, keys
+		return Result{Outcome: protocol.OutcomeCancelled}, true
 	}
 	tctx, cancel := context.WithDeadlineCause(ctx, deadline, errDeadline)
 	defer cancel()
 	if tctx.Err() != nil { // the deadline has passed: do not start
-		return Result{Outcome: endOutcome(tctx)}, keys
+		return Result{Outcome: endOutcome(tctx)}, true
 	}
 	args := slices.Clone(call.Arguments)
 
 	if e.tool.cmd != nil {
-		return h.runCommand(tctx, e, args, limit), keys
+		return h.runCommand(tctx, e, args, limit), true
 	}
 	if h.abandoned.Load() >= int64(h.cfg.MaxAbandoned) {
 		h.cfg.Logger.Error().Str(logKeyTool, e.tool.Name).Int(logKeyAbandoned, h.Abandoned()).
 			Msg("tool call refused: too many abandoned tool goroutines")
-		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeOverloaded}, keys
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeOverloaded}, true
 	}
 	r, finished := h.runGo(tctx, e, args)
 	if !finished {
-		return Result{Outcome: endOutcome(tctx)}, keys
+		return Result{Outcome: endOutcome(tctx)}, true
 	}
 	switch {
 	case r.panicType != "":
-		return Result{Outcome: protocol.OutcomeFailed, ErrorType: r.panicType}, keys
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: r.panicType}, true
 	case r.goexit:
-		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeGoexit}, keys
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeGoexit}, true
 	case r.err != nil && tctx.Err() != nil:
 		// Most likely the tool returned ctx.Err(): report why the context ended.
-		return Result{Outcome: endOutcome(tctx)}, keys
+		return Result{Outcome: endOutcome(tctx)}, true
 	case r.err != nil:
-		return Result{Outcome: protocol.OutcomeFailed, ErrorType: fmt.Sprintf("%T", r.err)}, keys
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: fmt.Sprintf("%T", r.err)}, true
 	}
 	out, trunc := protocol.Truncate(r.out, limit)
-	return Result{Outcome: protocol.OutcomeOK, Output: out, Truncated: trunc}, keys
+	return Result{Outcome: protocol.OutcomeOK, Output: out, Truncated: trunc}, true
 }
 
 // endOutcome says why a call context ended: its own deadline (timeout) or the
@@ -230,8 +231,9 @@ func argKeys(args []byte) []string {
 	return keys
 }
 
-// logCall writes the one line every call gets.
-func (h *Harness) logCall(call Call, res Result, keys []string) {
+// logCall writes the one line every call gets. Argument keys and digest
+// are worked out only when the line is written: an ok call logs at debug.
+func (h *Harness) logCall(call Call, res Result, validated bool) {
 	var ev *zerolog.Event
 	switch res.Outcome {
 	case protocol.OutcomeOK:
@@ -250,8 +252,8 @@ func (h *Harness) logCall(call Call, res Result, keys []string) {
 	ev = ev.Str(logKeyOutcome, string(res.Outcome)).
 		Int64(logKeyDurationMS, res.Duration.Milliseconds()).
 		Int(logKeyArgsBytes, len(call.Arguments))
-	if keys != nil {
-		ev = ev.Strs(logKeyArgKeys, keys).Str(logKeyArgsDigest, protocol.ArgsDigest(call.Arguments))
+	if validated {
+		ev = ev.Strs(logKeyArgKeys, argKeys(call.Arguments)).Str(logKeyArgsDigest, protocol.ArgsDigest(call.Arguments))
 	}
 	if res.Outcome == protocol.OutcomeOK {
 		ev = ev.Int(logKeyOutputChars, utf8.RuneCountInString(res.Output)).Bool(logKeyTruncated, res.Truncated)
