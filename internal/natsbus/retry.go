@@ -15,9 +15,13 @@ import (
 const publishAttemptTimeout = time.Second
 
 // transient reports whether a failed JetStream operation may succeed when
-// retried: it got no answer (timeout, no responders, connection lost). An
-// answer from the server, such as a full stream, is final.
+// retried: it got no answer (timeout, no responders, connection lost for
+// now). An answer from the server, such as a full stream, is final, and so
+// is a connection closed for good.
 func transient(err error) bool {
+	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) {
+		return false
+	}
 	var api *jetstream.APIError
 	return !errors.As(err, &api)
 }

@@ -331,7 +331,7 @@ func TestHeartbeatPreventsRedeliveryOfALongCall(t *testing.T) {
 	f := newFleet(t)
 	var runs atomic.Int64
 	h := harnesstest.New(t, harness.Config{}, counting("long", &runs, time.Second, true))
-	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{AckWait: 300 * time.Millisecond, Concurrency: 4})
+	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{AckWait: 300 * time.Millisecond, Heartbeat: 50 * time.Millisecond, Concurrency: 4})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "long", `{}`, 10*time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
