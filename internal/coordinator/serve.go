@@ -1,0 +1,459 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Timeouts of the service's own NATS operations.
+const (
+	opTimeout = 5 * time.Second
+	// storeTimeout bounds the retries of storing one result.
+	storeTimeout = 30 * time.Second
+	// termMalformed is the reason of a terminated request, visible in the
+	// server's advisories.
+	termMalformed = "malformed"
+)
+
+// Log keys of the service.
+const (
+	logRun         = "run"
+	logAttempt     = "attempt"
+	logCoordinator = "coordinator"
+	logCode        = "code"
+	logField       = "field"
+	logBytes       = "bytes"
+)
+
+// errShutdown is the cause of a run cancelled because the shutdown grace
+// ended.
+var errShutdown = errors.New("coordinator: shutting down")
+
+// service is one coordinator serving runs.
+type service struct {
+	c        *Coordinator
+	cfg      ServeConfig
+	subjects protocol.Subjects
+	log      zerolog.Logger
+	limited  zerolog.Logger
+	cons     jetstream.Consumer
+	kv       jetstream.KeyValue
+	disp     *natsbus.Dispatcher
+	gate     *approval.Gate
+	slots    *semaphore.Weighted
+	inflight sync.WaitGroup
+	// queuePrefix is the runs stream's subject without the run id token.
+	queuePrefix string
+}
+
+// Serve serves runs until ctx ends: it answers run requests on the submit
+// subject (in a queue group shared with every other serving coordinator),
+// queues the accepted ones in the runs stream, takes requests from the
+// stream's shared consumer whenever it has a free slot (at most
+// MaxConcurrentRuns at once), and stores each run's result in the runs
+// bucket and announces it on the run's result subject.
+//
+// When ctx ends Serve stops answering submissions and taking requests,
+// lets the runs in flight finish for up to ShutdownGrace, then cancels the
+// rest (their results, with termination reason "cancelled", are stored like
+// any other) and returns nil. It returns an error only when it cannot start.
+// Serve may be called once per Coordinator.
+func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	if limit := int(c.nc.MaxPayload()) - 8<<10; limit > 1024 && cfg.MaxResultBytes > limit {
+		cfg.MaxResultBytes = limit
+	}
+	s := &service{
+		c: c, cfg: cfg, subjects: c.subjects,
+		log:   c.log.With().Str(logCoordinator, cfg.Name).Logger(),
+		slots: semaphore.NewWeighted(int64(cfg.MaxConcurrentRuns)),
+	}
+	s.limited = s.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
+	s.queuePrefix = strings.TrimSuffix(c.subjects.RunQueues(), "*")
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var err error
+	if s.cons, s.kv, err = ensureRuns(octx, c.js, c.subjects, cfg); err != nil {
+		return err
+	}
+	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger})
+	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
+	return s.serve(ctx)
+}
+
+func (s *service) serve(ctx context.Context) error {
+	sub, err := s.c.nc.QueueSubscribe(s.subjects.RunSubmit(), s.subjects.RunSubmitGroup(), s.onSubmit)
+	if err != nil {
+		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunSubmit(), err)
+	}
+	if err := s.c.nc.FlushTimeout(opTimeout); err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("coordinator: registering the submit subscription: %w", err)
+	}
+
+	// Runs outlive ctx by up to ShutdownGrace.
+	execCtx, cancelExec := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelExec(nil)
+	pulled := make(chan struct{})
+	go func() {
+		defer close(pulled)
+		s.pull(ctx, execCtx)
+	}()
+	ev := s.log.Info().Str("submit", s.subjects.RunSubmit()).Str("stream", s.subjects.RunsStream()).
+		Str("bucket", s.subjects.RunsBucket()).Int("max_concurrent_runs", s.cfg.MaxConcurrentRuns)
+	if url := s.c.ClientURL(); url != "" {
+		ev = ev.Str("nats_url", url)
+	}
+	ev.Msg("serving runs")
+
+	<-ctx.Done()
+	s.log.Info().Msg("shutting down: no new runs are taken")
+	if err := sub.Drain(); err != nil {
+		sub.Unsubscribe()
+	}
+	<-pulled
+
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	grace := time.NewTimer(s.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		s.log.Warn().Dur("grace", s.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling the runs still in flight")
+		cancelExec(errShutdown)
+		<-done
+	}
+	// The drained subscription answers what it had already received.
+	deadline := time.Now().Add(opTimeout)
+	for sub.IsValid() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.log.Info().Msg("stopped serving runs")
+	return nil
+}
+
+// pull takes requests from the shared consumer, one free slot per request,
+// and runs each in its own goroutine under execCtx.
+func (s *service) pull(ctx, execCtx context.Context) {
+	failures := 0
+	for {
+		if err := s.slots.Acquire(ctx, 1); err != nil {
+			return
+		}
+		m, err := s.next()
+		if m != nil && ctx.Err() != nil {
+			// Taken while shutting down and not started: another coordinator
+			// takes it at once.
+			m.Nak()
+			m = nil
+		}
+		if m == nil {
+			s.slots.Release(1)
+		} else {
+			s.inflight.Add(1)
+			go func() {
+				defer s.inflight.Done()
+				defer s.slots.Release(1)
+				s.handle(execCtx, m)
+			}()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		failures++
+		s.limited.Warn().Err(err).Int("failures", failures).Msg("pulling run requests failed; retrying")
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+			errors.Is(err, jetstream.ErrStreamNotFound) {
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			if cons, _, err := ensureRuns(octx, s.c.js, s.subjects, s.cfg); err == nil {
+				s.cons = cons
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(time.Duration(failures)*50*time.Millisecond, 2*time.Second)):
+		}
+	}
+}
+
+// next waits up to PollWait for one request. It does not end with ctx, so
+// that a request the server hands over is never left unacknowledged until
+// AckWait; the caller naks it if it arrives during shutdown.
+func (s *service) next() (jetstream.Msg, error) {
+	m, err := s.cons.Next(jetstream.FetchMaxWait(s.cfg.PollWait))
+	switch {
+	case err == nil:
+		return m, nil
+	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
+		return nil, nil
+	default:
+		return nil, err
+	}
+}
+
+// onSubmit answers one run request: refused with the reason, or queued in
+// the runs stream and accepted with its run id.
+func (s *service) onSubmit(m *nats.Msg) {
+	if _, _, err := decodeRunRequest(m.Data, s.cfg.MaxRequestBytes); err != nil {
+		re := protocol.RunErrorFrom(err)
+		s.limited.Warn().Str(logCode, re.Code).Str(logField, re.Field).Int(logBytes, len(m.Data)).Msg("run request refused")
+		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: re})
+		return
+	}
+	run := protocol.NewID()
+	subject, _ := s.subjects.RunQueue(run) // NewID is always a valid token
+	msg := nats.NewMsg(subject)
+	msg.Data = m.Data
+	msg.Header.Set(protocol.HeaderMsgID, protocol.RunMsgID(run))
+	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	_, err := s.c.js.PublishMsg(ctx, msg)
+	cancel()
+	if err != nil {
+		s.limited.Warn().Err(err).Str(logRun, run).Msg("could not queue a run request")
+		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
+			Code: protocol.CodeUnavailable, Message: "the run queue cannot take the request now; retry later",
+		}})
+		return
+	}
+	resultSubject, _ := s.subjects.RunResult(run)
+	s.log.Info().Str(logRun, run).Int(logBytes, len(m.Data)).Msg("run accepted")
+	s.reply(m, &protocol.RunResponse{
+		V: protocol.Version, Status: protocol.RunAccepted, RunID: run,
+		ResultSubject: resultSubject, ResultBucket: s.subjects.RunsBucket(),
+	})
+}
+
+func (s *service) reply(m *nats.Msg, resp *protocol.RunResponse) {
+	if m.Reply == "" {
+		return
+	}
+	data, err := protocol.Encode(resp)
+	if err == nil {
+		err = m.Respond(data)
+	}
+	if err != nil {
+		s.limited.Warn().Err(err).Msg("could not answer a run request")
+	}
+}
+
+// handle runs one request taken from the stream, stores its result and
+// acknowledges it. A request that cannot run gets an error result and is
+// terminated, never redelivered.
+func (s *service) handle(ctx context.Context, m jetstream.Msg) {
+	rec := &protocol.RunResult{V: protocol.Version, Coordinator: s.cfg.Name, Attempt: 1}
+	if md, err := m.Metadata(); err == nil {
+		rec.Attempt = int(md.NumDelivered)
+		rec.SubmittedAt = md.Timestamp.UTC()
+	}
+	run, ok := strings.CutPrefix(m.Subject(), s.queuePrefix)
+	if !ok || !protocol.ValidToken(run) {
+		m.TermWithReason(termMalformed)
+		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a queued run request without a valid run id")
+		return
+	}
+	rec.RunID = run
+	log := s.log.With().Str(logRun, run).Int(logAttempt, rec.Attempt).Logger()
+	if s.stored(run) {
+		m.Ack()
+		log.Info().Msg("the run already has a result: its request is acknowledged, not run again")
+		return
+	}
+	req, msgs, err := decodeRunRequest(m.Data(), s.cfg.MaxRequestBytes)
+	if err != nil {
+		rec.Error = protocol.RunErrorFrom(err)
+		log.Warn().Str(logCode, rec.Error.Code).Str(logField, rec.Error.Field).Msg("queued run request refused")
+		s.finish(m, log, rec, true)
+		return
+	}
+
+	lim := applyLimits(s.c.cfg.Loop, req)
+	rec.Limits, rec.Clamped = &lim.record, lim.clamped
+	runner, err := s.runner(run, lim)
+	if err != nil {
+		// The operator's own limits were refused at start-up; a request can
+		// only add valid tool names to them.
+		log.Error().Err(err).Msg("could not configure the run")
+		rec.Error = protocol.RunErrorFrom(err)
+		s.finish(m, log, rec, true)
+		return
+	}
+	ev := log.Info().Int("max_rounds", lim.record.MaxRounds).Int("max_tool_calls_per_round", lim.record.MaxToolCallsPerRound).
+		Int("max_observation_chars", lim.record.MaxObservationChars).Int64("tool_timeout_ms", lim.record.ToolTimeoutMS)
+	if len(lim.clamped) > 0 {
+		ev = ev.Strs("clamped", lim.clamped)
+	}
+	ev.Msg("run started")
+
+	stop := s.heartbeat(m)
+	defer stop()
+	rec.StartedAt = time.Now().UTC()
+	var res *loop.Result
+	var runErr error
+	if msgs != nil {
+		res, runErr = runner.RunMessages(ctx, msgs)
+	} else {
+		res, runErr = runner.Run(ctx, req.Prompt)
+	}
+	rec.FinishedAt = time.Now().UTC()
+	switch {
+	case res == nil && errors.Is(runErr, loop.ErrInvalidInput):
+		rec.Error = &protocol.RunError{Code: protocol.CodeInvalidField, Field: "messages",
+			Message: "not a transcript a model API accepts: every tool call must be answered once, right after its assistant message"}
+	case res == nil:
+		log.Error().Err(runErr).Msg("the run could not start")
+		rec.Error = protocol.RunErrorFrom(runErr)
+	default:
+		if err := fillResult(rec, res); err != nil {
+			log.Error().Err(err).Msg("encoding the run's result")
+			rec.Error = protocol.RunErrorFrom(err)
+		}
+		if res.RunID != run {
+			log.Warn().Str("loop_run", res.RunID).Msg("the loop ran under another run id")
+		}
+		if runErr != nil && rec.Error == nil {
+			log.Warn().Err(runErr).Msg("the run failed")
+			rec.Error = &protocol.RunError{Code: protocol.CodeRunFailed,
+				Message: "the model or the tool catalog failed; every tool call is answered; see the coordinator's logs"}
+		}
+	}
+	s.finish(m, log, rec, false)
+}
+
+// runner returns a loop runner for one run with the applied limits, whose
+// run id is run.
+func (s *service) runner(run protocol.RunID, lim appliedLimits) (*loop.Runner, error) {
+	lc := lim.loop
+	lc.Logger = s.c.cfg.Logger
+	// The loop draws the run id first, before any call key.
+	var drawn atomic.Bool
+	lc.NewID = func() string {
+		if drawn.CompareAndSwap(false, true) {
+			return run
+		}
+		return protocol.NewID()
+	}
+	var cat loop.Catalog = s.c.catalog
+	if lim.toolCap > 0 {
+		cat = cappedCatalog{inner: cat, max: lim.toolCap}
+	}
+	return loop.New(lc, s.c.cfg.Model, cat, s.disp, s.gate)
+}
+
+// stored reports whether run already has a result in the bucket.
+func (s *service) stored(run protocol.RunID) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_, err := s.kv.Get(ctx, run)
+	return err == nil
+}
+
+// heartbeat tells the server the request is still being worked on, every
+// third of AckWait, until stop is called.
+func (s *service) heartbeat(m jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(s.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				m.InProgress()
+			}
+		}
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// finish stores rec (once per run id, whichever coordinator is first),
+// announces it, and acknowledges the request — or terminates it when term
+// is set or the result could not be stored: a request that ran, or cannot
+// run, is never delivered again.
+func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunResult, term bool) {
+	data, created, err := s.store(rec)
+	switch {
+	case err != nil:
+		log.Error().Err(err).Msg("could not store the run's result: it is lost")
+		m.TermWithReason("result_not_stored")
+		return
+	case !created:
+		log.Warn().Msg("another coordinator stored this run's result first: this one is dropped")
+	default:
+		if subject, err := s.subjects.RunResult(rec.RunID); err == nil {
+			if err := s.c.nc.Publish(subject, data); err != nil {
+				log.Warn().Err(err).Msg("could not announce the run's result (it is stored)")
+			}
+		}
+	}
+	if term {
+		m.TermWithReason(termMalformed)
+	} else {
+		m.Ack()
+	}
+	ev := log.Info().Int(logBytes, len(data))
+	if rec.TerminationReason != "" {
+		ev = ev.Str("termination", rec.TerminationReason)
+	}
+	if rec.Error != nil {
+		ev = ev.Str(logCode, rec.Error.Code)
+	}
+	if rec.TranscriptOmitted {
+		ev = ev.Bool("transcript_omitted", true)
+	}
+	ev.Msg("run finished")
+}
+
+// store writes rec under its run id unless a result is already there,
+// retrying transient failures for up to storeTimeout.
+func (s *service) store(rec *protocol.RunResult) (data []byte, created bool, err error) {
+	data, err = encodeBounded(rec, s.cfg.MaxResultBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	deadline := time.Now().Add(storeTimeout)
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		_, err = s.kv.Create(ctx, rec.RunID, data)
+		cancel()
+		switch {
+		case err == nil:
+			return data, true, nil
+		case errors.Is(err, jetstream.ErrKeyExists):
+			return data, false, nil
+		case time.Now().After(deadline):
+			return data, false, err
+		}
+		s.limited.Warn().Err(err).Str(logRun, rec.RunID).Int(logAttempt, attempt).Msg("storing a run's result failed; retrying")
+		time.Sleep(min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second))
+	}
+}

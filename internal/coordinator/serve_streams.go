@@ -1,0 +1,103 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// runsStreamConfig is the work-queue stream of accepted run requests.
+func runsStreamConfig(s protocol.Subjects, c ServeConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        s.RunsStream(),
+		Description: "toolfleet run requests waiting for a coordinator",
+		Subjects:    []string{s.RunQueues()},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+		MaxAge:      c.QueuedRunMaxAge,
+		MaxMsgs:     c.MaxQueuedRuns,
+		MaxBytes:    -1,
+		MaxMsgSize:  runsMaxMsgSize,
+		Discard:     jetstream.DiscardNew,
+		Duplicates:  runsDuplicateWindow,
+	}
+}
+
+// runsConsumerConfig is the durable pull consumer every serving
+// coordinator shares.
+func runsConsumerConfig(s protocol.Subjects, c ServeConfig) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       s.RunsConsumer(),
+		Description:   "toolfleet coordinators serving runs",
+		FilterSubject: s.RunQueues(),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    c.MaxDeliver,
+		MaxAckPending: 10_000,
+		MaxWaiting:    4096,
+	}
+}
+
+// runsBucketConfig is the KV bucket of run results.
+func runsBucketConfig(s protocol.Subjects, c ServeConfig) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:       s.RunsBucket(),
+		Description:  "toolfleet run results: run id -> result",
+		History:      1,
+		TTL:          c.ResultTTL,
+		MaxBytes:     c.ResultsMaxBytes,
+		MaxValueSize: int32(c.MaxResultBytes),
+		Storage:      jetstream.FileStorage,
+		Replicas:     c.Replicas,
+	}
+}
+
+// ensureRuns creates or updates the runs stream, its consumer and the runs
+// bucket. It is idempotent and safe to run from several coordinators at
+// once.
+func ensureRuns(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, c ServeConfig) (jetstream.Consumer, jetstream.KeyValue, error) {
+	sc := runsStreamConfig(s, c)
+	if err := retryExists(ctx, func() error {
+		_, err := js.CreateOrUpdateStream(ctx, sc)
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("coordinator: stream %s: %w", sc.Name, err)
+	}
+	kc := runsBucketConfig(s, c)
+	var kv jetstream.KeyValue
+	if err := retryExists(ctx, func() (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, kc)
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("coordinator: bucket %s: %w", kc.Bucket, err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, sc.Name, runsConsumerConfig(s, c))
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator: consumer %s on %s: %w", s.RunsConsumer(), sc.Name, err)
+	}
+	return cons, kv, nil
+}
+
+// retryExists retries a create-or-update when another process created the
+// same stream between our update and our create.
+func retryExists(ctx context.Context, f func() error) error {
+	var err error
+	for range 5 {
+		if err = f(); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return err
+}

@@ -1,0 +1,518 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/embedded"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/scripted"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Scripts of the served models.
+const (
+	// echoThenAnswer makes one echo call, then answers with its result.
+	echoThenAnswer = `{"turns": [
+	  {"tool_calls": [{"id": "a", "name": "echo", "arguments": {"text": "hello"}}]},
+	  {"content": "echo said {{result \"a\"}}"}
+	]}`
+	// slowThenAnswer makes one call to the slow exec tool, then answers.
+	slowThenAnswer = `{"turns": [
+	  {"tool_calls": [{"id": "s", "name": "slow", "arguments": {}}]},
+	  {"content": "slow said {{result \"s\"}}"}
+	]}`
+)
+
+// echoForever calls echo in each of n turns, so a run only ends at
+// max_rounds.
+func echoForever(n int) string {
+	turns := make([]string, n)
+	for i := range turns {
+		turns[i] = fmt.Sprintf(`{"tool_calls": [{"id": "e%d", "name": "echo", "arguments": {"text": "%d"}}]}`, i, i)
+	}
+	return `{"turns": [` + strings.Join(turns, ",") + `]}`
+}
+
+// serveFleet is a nats-server and a client of it.
+type serveFleet struct {
+	t   *testing.T
+	srv *embedded.Server
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+func newServeFleet(t *testing.T) *serveFleet {
+	t.Helper()
+	f := &serveFleet{t: t, srv: natstest.Start(t)}
+	f.nc = natstest.Connect(t, f.srv)
+	var err error
+	if f.js, err = jetstream.New(f.nc); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// server is one serving coordinator.
+type server struct {
+	c    *coordinator.Coordinator
+	stop func() error // cancels Serve and returns what it returned
+	done chan struct{}
+}
+
+// serveOpts are the knobs of one serving coordinator.
+type serveOpts struct {
+	script    string
+	loop      loop.Config
+	serve     coordinator.ServeConfig
+	toolsFile string
+}
+
+// start opens a coordinator with one in-process worker (built-in tools plus
+// toolsFile's) and serves runs until the test ends or stop is called.
+func (f *serveFleet) start(o serveOpts) *server {
+	f.t.Helper()
+	model, err := scripted.Parse([]byte(o.script))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cfg := coordinator.Config{
+		Conn:   natsbus.ConnConfig{URL: f.srv.ClientURL()},
+		Model:  model,
+		Loop:   o.loop,
+		Logger: zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel),
+	}
+	cfg.Workers = 1
+	cfg.Builtins = []string{"calculator", "echo"}
+	cfg.ToolsFile = o.toolsFile
+	c, err := coordinator.Open(f.t.Context(), cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if o.serve.PollWait == 0 {
+		o.serve.PollWait = 100 * time.Millisecond // shutdown waits for the pull in progress
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &server{c: c, done: make(chan struct{})}
+	var serveErr error
+	go func() {
+		defer close(s.done)
+		serveErr = c.Serve(ctx, o.serve)
+	}()
+	var once sync.Once
+	s.stop = func() error {
+		once.Do(func() {
+			cancel()
+			<-s.done
+			c.Close()
+		})
+		return serveErr
+	}
+	f.t.Cleanup(func() { s.stop() })
+	return s
+}
+
+// submit sends body as "nats req" would, retrying while no coordinator
+// serves yet.
+func (f *serveFleet) submit(body string) protocol.RunResponse {
+	f.t.Helper()
+	var resp protocol.RunResponse
+	natstest.WaitFor(f.t, 10*time.Second, func() error {
+		var err error
+		resp, err = coordinator.SubmitRaw(f.t.Context(), f.nc, protocol.Subjects{}, []byte(body))
+		return err
+	})
+	return resp
+}
+
+// accepted submits body and returns the accepted run id.
+func (f *serveFleet) accepted(body string) protocol.RunID {
+	f.t.Helper()
+	resp := f.submit(body)
+	if resp.Status != protocol.RunAccepted || !protocol.ValidToken(resp.RunID) {
+		f.t.Fatalf("reply to %s = %+v, want accepted with a run id", body, resp)
+	}
+	if resp.ResultSubject != "fleet.run.result."+resp.RunID || resp.ResultBucket != "fleet_runs" {
+		f.t.Fatalf("reply names %q and %q, want fleet.run.result.<run> and fleet_runs", resp.ResultSubject, resp.ResultBucket)
+	}
+	return resp.RunID
+}
+
+// result waits for run's stored result.
+func (f *serveFleet) result(run protocol.RunID) protocol.RunResult {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.t.Context(), 20*time.Second)
+	defer cancel()
+	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, run)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if res.RunID != run {
+		f.t.Fatalf("result under key %s has run_id %s", run, res.RunID)
+	}
+	return res
+}
+
+// consumerIdle waits until the runs consumer holds nothing: no request is
+// waiting, unacknowledged or due for redelivery.
+func (f *serveFleet) consumerIdle() {
+	f.t.Helper()
+	natstest.WaitFor(f.t, 10*time.Second, func() error {
+		cons, err := f.js.Consumer(f.t.Context(), "FLEET_RUNS", "coordinators")
+		if err != nil {
+			return err
+		}
+		info, err := cons.Info(f.t.Context())
+		if err != nil {
+			return err
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 || info.NumRedelivered != 0 {
+			return fmt.Errorf("runs consumer: %d waiting, %d unacknowledged, %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
+		}
+		return nil
+	})
+}
+
+func writeSlowTool(t *testing.T, seconds string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tools.json")
+	manifest := `{"tools": [{"name": "slow", "description": "sleeps", "parameters": {"type": "object"},
+	  "timeout": "20s", "command": ["sleep", "` + seconds + `"]}]}`
+	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestServeRunsASubmittedPrompt(t *testing.T) {
+	f := newServeFleet(t)
+	announced := make(chan *nats.Msg, 8)
+	sub, err := f.nc.ChanSubscribe("fleet.run.result.>", announced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	f.start(serveOpts{script: echoThenAnswer, serve: coordinator.ServeConfig{Name: "c-one"}})
+
+	run := f.accepted(`{"prompt": "say hello"}`)
+	res := f.result(run)
+	if res.TerminationReason != "natural" || res.Answer != "echo said hello" || res.Error != nil {
+		t.Fatalf("result = %+v, want a natural answer", res)
+	}
+	if res.Coordinator != "c-one" || res.Attempt != 1 {
+		t.Fatalf("coordinator %q attempt %d, want c-one and 1", res.Coordinator, res.Attempt)
+	}
+	if res.Limits == nil || res.Limits.MaxRounds != loop.DefaultMaxRounds || len(res.Clamped) != 0 {
+		t.Fatalf("limits %+v clamped %v, want the defaults and nothing clamped", res.Limits, res.Clamped)
+	}
+	if res.SubmittedAt.IsZero() || res.StartedAt.Before(res.SubmittedAt) || res.FinishedAt.Before(res.StartedAt) {
+		t.Fatalf("times: submitted %v started %v finished %v", res.SubmittedAt, res.StartedAt, res.FinishedAt)
+	}
+	// The loop ran under the served run id: the tool's result travelled on
+	// the run's own result subject.
+	st, err := f.js.Stream(t.Context(), "FLEET_RESULTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetLastMsgForSubject(t.Context(), "fleet.result."+run); err != nil {
+		t.Fatalf("no tool result on fleet.result.%s: %v", run, err)
+	}
+	// The stored result is the run's --output json object plus the serving
+	// fields.
+	var lr loop.Result
+	_, raw, _ := coordinator.WaitResult(t.Context(), f.js, protocol.Subjects{}, run)
+	if err := json.Unmarshal(raw, &lr); err != nil || lr.RunID != run || len(lr.Calls) != 1 || len(lr.Messages) != 4 ||
+		lr.Calls[0].Outcome != protocol.OutcomeOK || lr.Metadata.Rounds != 2 {
+		t.Fatalf("stored result as loop.Result = %+v, %v", lr, err)
+	}
+
+	select {
+	case m := <-announced:
+		if m.Subject != "fleet.run.result."+run || string(m.Data) != string(raw) {
+			t.Fatalf("announced on %s: %s; want the stored result on fleet.run.result.%s", m.Subject, m.Data, run)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the result was not announced")
+	}
+	f.consumerIdle()
+}
+
+func TestServeClampsAndLowersLimits(t *testing.T) {
+	f := newServeFleet(t)
+	f.start(serveOpts{script: echoForever(20), loop: loop.Config{MaxRounds: 3}})
+
+	res := f.result(f.accepted(`{"prompt": "loop", "max_rounds": 1000000}`))
+	if res.TerminationReason != "max_rounds" || res.Limits.MaxRounds != 3 || !slices.Equal(res.Clamped, []string{"max_rounds"}) {
+		t.Fatalf("max_rounds 1000000: reason %q limits %+v clamped %v; want max_rounds at the ceiling 3, clamped",
+			res.TerminationReason, res.Limits, res.Clamped)
+	}
+	var md loop.Metadata
+	if err := json.Unmarshal(res.Metadata, &md); err != nil || md.Rounds != 3 || md.ModelCalls != 3 {
+		t.Fatalf("metadata = %+v, %v; want 3 rounds", md, err)
+	}
+
+	res = f.result(f.accepted(`{"prompt": "loop", "max_rounds": 2}`))
+	if err := json.Unmarshal(res.Metadata, &md); err != nil || md.Rounds != 2 || res.Limits.MaxRounds != 2 || len(res.Clamped) != 0 {
+		t.Fatalf("max_rounds 2: rounds %d limits %+v clamped %v; want 2 rounds, nothing clamped", md.Rounds, res.Limits, res.Clamped)
+	}
+}
+
+func TestServeRequestAddsApproval(t *testing.T) {
+	f := newServeFleet(t)
+	f.start(serveOpts{script: echoThenAnswer, loop: loop.Config{ApprovalTimeout: 200 * time.Millisecond}})
+
+	res := f.result(f.accepted(`{"prompt": "say hello", "require_approval": ["echo"]}`))
+	var calls []loop.CallRecord
+	if err := json.Unmarshal(res.Calls, &calls); err != nil || len(calls) != 1 || calls[0].Outcome != protocol.OutcomeApprovalExpired {
+		t.Fatalf("calls = %+v, %v; want echo expired waiting for approval", calls, err)
+	}
+	if !slices.Equal(res.Limits.RequireApproval, []string{"echo"}) {
+		t.Fatalf("recorded require_approval = %v, want [echo]", res.Limits.RequireApproval)
+	}
+}
+
+func TestServeRequestLowersToolTimeout(t *testing.T) {
+	f := newServeFleet(t)
+	f.start(serveOpts{script: slowThenAnswer, toolsFile: writeSlowTool(t, "10")})
+
+	res := f.result(f.accepted(`{"prompt": "be quick", "tool_timeout_ms": 1000}`))
+	var calls []loop.CallRecord
+	if err := json.Unmarshal(res.Calls, &calls); err != nil || len(calls) != 1 || calls[0].Outcome != protocol.OutcomeTimeout {
+		t.Fatalf("calls = %+v, %v; want the slow call timed out", calls, err)
+	}
+	if calls[0].DurationMS > 8000 || res.Limits.ToolTimeoutMS != 1000 {
+		t.Fatalf("call took %dms with tool_timeout_ms %d; want the request's 1000ms, not the tool's 20s", calls[0].DurationMS, res.Limits.ToolTimeoutMS)
+	}
+}
+
+func TestServeContinuesATranscript(t *testing.T) {
+	f := newServeFleet(t)
+	f.start(serveOpts{script: echoThenAnswer})
+
+	res := f.result(f.accepted(`{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}`))
+	var msgs []loop.Message
+	if err := json.Unmarshal(res.Messages, &msgs); err != nil || res.TerminationReason != "natural" || len(msgs) != 5 || msgs[0].Role != "system" {
+		t.Fatalf("reason %q messages %+v (%v); want the transcript continued to a natural answer", res.TerminationReason, msgs, err)
+	}
+
+	res = f.result(f.accepted(`{"messages": [{"role": "tool", "tool_call_id": "x", "content": "orphan"}]}`))
+	if res.Error == nil || res.Error.Code != protocol.CodeInvalidField || res.Error.Field != "messages" || res.TerminationReason != "" {
+		t.Fatalf("invalid transcript: %+v, want an invalid messages error", res)
+	}
+	f.consumerIdle()
+}
+
+func TestServeRefusesBadRequests(t *testing.T) {
+	f := newServeFleet(t)
+	f.start(serveOpts{script: echoThenAnswer, serve: coordinator.ServeConfig{MaxRequestBytes: 4096}})
+
+	tests := []struct {
+		name, body, code, field string
+	}{
+		{"not JSON", `say hello`, protocol.CodeMalformed, ""},
+		{"unknown field", `{"prompt": "hi", "max_round": 3}`, protocol.CodeMalformed, ""},
+		{"no prompt", `{"max_rounds": 3}`, protocol.CodeMissingField, "prompt"},
+		{"negative limit", `{"prompt": "hi", "max_rounds": -1}`, protocol.CodeInvalidField, "max_rounds"},
+		{"version 2", `{"v": 2, "prompt": "hi"}`, protocol.CodeVersion, "v"},
+		{"over the size limit", `{"prompt": "` + strings.Repeat("x", 5000) + `"}`, protocol.CodeTooLarge, ""},
+		{"empty transcript", `{"messages": []}`, protocol.CodeInvalidField, "messages"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := f.submit(tt.body)
+			if resp.Status != protocol.RunRefused || resp.RunID != "" || resp.Error == nil {
+				t.Fatalf("reply = %+v, want refused without a run id", resp)
+			}
+			if resp.Error.Code != tt.code || resp.Error.Field != tt.field || resp.Error.Message == "" {
+				t.Fatalf("error = %+v, want code %s field %q and a message", resp.Error, tt.code, tt.field)
+			}
+		})
+	}
+	// Nothing refused reached the stream.
+	st, err := f.js.Stream(t.Context(), "FLEET_RUNS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil || info.State.Msgs != 0 || info.State.LastSeq != 0 {
+		t.Fatalf("runs stream state = %+v, %v; want nothing ever stored", info.State, err)
+	}
+}
+
+// TestServeTerminatesMalformedQueuedRequests publishes straight into the
+// runs stream, past the submit subject's checks: each malformed request gets
+// one error result and is never delivered again.
+func TestServeTerminatesMalformedQueuedRequests(t *testing.T) {
+	f := newServeFleet(t)
+	f.start(serveOpts{script: echoThenAnswer})
+	f.accepted(`{"prompt": "warm up"}`) // the stream exists and is served
+
+	runs := map[string]string{
+		"badjson":   `{"prompt": `,
+		"unknown":   `{"prompt": "hi", "evil": true}`,
+		"toolarge":  `{"prompt": "` + strings.Repeat("x", protocol.DefaultMaxRunRequestBytes) + `"}`,
+		"negatives": `{"prompt": "hi", "max_tool_calls_per_round": -3}`,
+	}
+	for run, body := range runs {
+		if _, err := f.js.Publish(t.Context(), "fleet.run.queue."+run, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for run := range runs {
+		res := f.result(run)
+		if res.Error == nil || res.TerminationReason != "" || res.Coordinator == "" {
+			t.Fatalf("%s: result %+v, want an error result", run, res)
+		}
+	}
+	f.consumerIdle()
+	cons, err := f.js.Consumer(t.Context(), "FLEET_RUNS", "coordinators")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(t.Context())
+	if err != nil || info.Delivered.Consumer != uint64(len(runs)+1) {
+		t.Fatalf("consumer delivered %d messages (%v), want %d: each once", info.Delivered.Consumer, err, len(runs)+1)
+	}
+}
+
+func TestTwoServersSplitRunsWithOneResultEach(t *testing.T) {
+	f := newServeFleet(t)
+	announced := map[string]int{}
+	var mu sync.Mutex
+	sub, err := f.nc.Subscribe("fleet.run.result.>", func(m *nats.Msg) {
+		mu.Lock()
+		announced[strings.TrimPrefix(m.Subject, "fleet.run.result.")]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	slow := writeSlowTool(t, "0.1")
+	for _, name := range []string{"c1", "c2"} {
+		f.start(serveOpts{script: slowThenAnswer, toolsFile: slow,
+			serve: coordinator.ServeConfig{Name: name, MaxConcurrentRuns: 2}})
+	}
+	// Both serve before anything is submitted.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		cons, err := f.js.Consumer(t.Context(), "FLEET_RUNS", "coordinators")
+		if err != nil {
+			return err
+		}
+		info, err := cons.Info(t.Context())
+		if err != nil || info.NumWaiting < 2 {
+			return fmt.Errorf("%v pull requests waiting (%v), want 2", info, err)
+		}
+		return nil
+	})
+
+	const n = 12
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { ids[i] = f.accepted(fmt.Sprintf(`{"prompt": "run %d"}`, i)) })
+	}
+	wg.Wait()
+	by := map[string]int{}
+	for _, id := range ids {
+		res := f.result(id)
+		if res.TerminationReason != "natural" || !strings.HasPrefix(res.Answer, "slow said") {
+			t.Fatalf("run %s: %+v", id, res)
+		}
+		by[res.Coordinator]++
+	}
+	if by["c1"] == 0 || by["c2"] == 0 || by["c1"]+by["c2"] != n {
+		t.Fatalf("runs by coordinator = %v, want both to have run some of %d", by, n)
+	}
+	f.consumerIdle()
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(announced) != n {
+			return fmt.Errorf("%d runs announced, want %d", len(announced), n)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, k := range announced {
+		if k != 1 {
+			t.Errorf("run %s announced %d times", id, k)
+		}
+	}
+}
+
+func TestServeShutdown(t *testing.T) {
+	t.Run("runs in flight finish within the grace", func(t *testing.T) {
+		f := newServeFleet(t)
+		s := f.start(serveOpts{script: slowThenAnswer, toolsFile: writeSlowTool(t, "0.3"),
+			serve: coordinator.ServeConfig{ShutdownGrace: 10 * time.Second}})
+		run := f.accepted(`{"prompt": "slow"}`)
+		waitRunStarted(t, f)
+		if err := s.stop(); err != nil {
+			t.Fatalf("Serve returned %v", err)
+		}
+		res := f.result(run)
+		if res.TerminationReason != "natural" {
+			t.Fatalf("reason %q, want natural: the run finished during the grace", res.TerminationReason)
+		}
+		f.consumerIdle()
+		if _, err := coordinator.SubmitRaw(t.Context(), f.nc, protocol.Subjects{}, []byte(`{"prompt": "x"}`)); !errors.Is(err, coordinator.ErrNoCoordinator) {
+			t.Fatalf("submit after shutdown: %v, want no coordinator", err)
+		}
+	})
+	t.Run("runs past the grace are cancelled and still answered", func(t *testing.T) {
+		f := newServeFleet(t)
+		s := f.start(serveOpts{script: slowThenAnswer, toolsFile: writeSlowTool(t, "10"),
+			serve: coordinator.ServeConfig{ShutdownGrace: 100 * time.Millisecond}})
+		run := f.accepted(`{"prompt": "slow"}`)
+		waitRunStarted(t, f)
+		start := time.Now()
+		if err := s.stop(); err != nil {
+			t.Fatalf("Serve returned %v", err)
+		}
+		if took := time.Since(start); took > 8*time.Second {
+			t.Fatalf("shutdown took %v", took)
+		}
+		res := f.result(run)
+		var calls []loop.CallRecord
+		json.Unmarshal(res.Calls, &calls)
+		if res.TerminationReason != "cancelled" || len(calls) != 1 || calls[0].Outcome != protocol.OutcomeCancelled {
+			t.Fatalf("reason %q calls %+v, want cancelled with the call answered cancelled", res.TerminationReason, calls)
+		}
+		f.consumerIdle()
+	})
+}
+
+// waitRunStarted waits until a worker has taken the slow tool's call: a
+// coordinator is running a run.
+func waitRunStarted(t *testing.T, f *serveFleet) {
+	t.Helper()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		cons, err := f.js.Consumer(t.Context(), "FLEET_CALLS", "tool_slow")
+		if err != nil {
+			return err
+		}
+		info, err := cons.Info(t.Context())
+		if err != nil || info.Delivered.Consumer != 1 {
+			return fmt.Errorf("%v calls of slow delivered (%v), want 1", info, err)
+		}
+		return nil
+	})
+}

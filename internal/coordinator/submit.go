@@ -1,0 +1,85 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// ErrNoCoordinator is returned by [Submit] when no coordinator serves the
+// submit subject.
+var ErrNoCoordinator = errors.New("no coordinator is serving runs")
+
+// Submit sends req on the submit subject of the fleet named by subjects and
+// returns the serving coordinator's reply, accepted or refused. Without a
+// deadline on ctx it waits up to 5s.
+func Submit(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, req protocol.RunRequest) (protocol.RunResponse, error) {
+	data, err := protocol.Encode(&req)
+	if err != nil {
+		return protocol.RunResponse{}, fmt.Errorf("coordinator: encoding the run request: %w", err)
+	}
+	return SubmitRaw(ctx, nc, subjects, data)
+}
+
+// SubmitRaw is [Submit] with the request already encoded, as "nats req"
+// sends it.
+func SubmitRaw(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, data []byte) (protocol.RunResponse, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+	}
+	msg, err := nc.RequestWithContext(ctx, subjects.RunSubmit(), data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return protocol.RunResponse{}, fmt.Errorf("coordinator: %s: %w", subjects.RunSubmit(), ErrNoCoordinator)
+	}
+	if err != nil {
+		return protocol.RunResponse{}, fmt.Errorf("coordinator: submitting the run: %w", err)
+	}
+	resp, err := protocol.DecodeRunResponse(msg.Data, 0)
+	if err != nil {
+		return protocol.RunResponse{}, fmt.Errorf("coordinator: the reply to the run request: %w", err)
+	}
+	return resp, nil
+}
+
+// WaitResult waits until run's result is in the runs bucket and returns it
+// decoded and as stored. It sees a result stored before it was called as
+// well as one stored later, and waits until ctx ends.
+func WaitResult(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID) (protocol.RunResult, []byte, error) {
+	if !protocol.ValidToken(run) {
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: run id %q is not valid", run)
+	}
+	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
+	if err != nil {
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: bucket %s: %w", subjects.RunsBucket(), err)
+	}
+	w, err := kv.Watch(ctx, run, jetstream.IgnoreDeletes())
+	if err != nil {
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: watching run %s: %w", run, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return protocol.RunResult{}, nil, fmt.Errorf("coordinator: waiting for the result of run %s: %w", run, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return protocol.RunResult{}, nil, fmt.Errorf("coordinator: the watch of run %s ended", run)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // the end of the initial values, or a delete
+			}
+			res, err := protocol.DecodeRunResult(e.Value(), 64<<20)
+			if err != nil {
+				return protocol.RunResult{}, nil, fmt.Errorf("coordinator: the stored result of run %s: %w", run, err)
+			}
+			return res, e.Value(), nil
+		}
+	}
+}
