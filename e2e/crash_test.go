@@ -140,10 +140,12 @@ func TestRedeliveryAfterTheDeadlineNeverStarts(t *testing.T) {
 
 // TestStaleAttemptCannotOverwriteTheAnswer: the worker running a call is
 // frozen (SIGSTOP) until the call is redelivered and answered by the other
-// worker; then it resumes and publishes its own, stale result. The results
-// stream stores one result per call, the coordinator — still gathering the
-// next round — drops the stale one as a duplicate, and the model keeps the
-// answer it got first.
+// worker; then it resumes and publishes its own, stale result while the
+// coordinator is still gathering the next round. The results stream stores
+// one result per call (the stale one is a duplicate of its Nats-Msg-Id), so
+// the coordinator, which reads results from the stream, never sees it, and
+// the model keeps the answer it got first. (A duplicate that did reach the
+// loop would be dropped there too: pkg/loop's tests cover that.)
 func TestStaleAttemptCannotOverwriteTheAnswer(t *testing.T) {
 	f := newFleet(t)
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
@@ -191,12 +193,6 @@ func TestStaleAttemptCannotOverwriteTheAnswer(t *testing.T) {
 	}
 	if recs["c2"].Outcome != protocol.OutcomeOK {
 		t.Fatalf("second round call = %+v, want ok", recs["c2"])
-	}
-	drops := coord.logLines(func(m map[string]any) bool {
-		return m["event"] == "event_dropped" && m["call_key"] == rec.CallKey && m["drop_reason"] == "duplicate"
-	})
-	if len(drops) != 1 {
-		t.Fatalf("coordinator logged %d duplicate drops for %s, want 1", len(drops), rec.CallKey)
 	}
 	if n := storedResults(t, f, res.RunID, rec.CallKey); n != 1 {
 		t.Fatalf("results stream holds %d results for the call, want 1", n)

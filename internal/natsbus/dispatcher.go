@@ -22,6 +22,14 @@ const DefaultInboxSize = 1024
 // defaultOpTimeout bounds a NATS operation whose context has no deadline.
 const defaultOpTimeout = 5 * time.Second
 
+// resultsConsumerInactive is how long the server keeps a run's results
+// consumer once nobody reads it (a coordinator that died); Inbox.Close
+// deletes it at once.
+const resultsConsumerInactive = time.Minute
+
+// deleteConsumerTimeout bounds the deletion of a run's results consumer.
+const deleteConsumerTimeout = time.Second
+
 // DispatcherConfig configures a [Dispatcher]. The zero value means the
 // defaults.
 type DispatcherConfig struct {
@@ -65,9 +73,16 @@ func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subj
 	}
 }
 
-// Open subscribes to run's result and progress subjects and returns the
-// inbox their events arrive in. The subscriptions are registered with the
-// server before Open returns, so no result published afterwards is missed.
+// Open starts receiving run's results and progress notices and returns the
+// inbox their events arrive in.
+//
+// Results are read from the results stream by an ordered consumer of the
+// run's result subject, from its first message: a result stored while this
+// connection was down (a partition, a server restart) is delivered once it
+// is back, so a worker's answer is never lost to a reconnect. Progress
+// notices travel on core NATS and are subscribed to before Open returns;
+// one sent while the connection is down is lost (see the package
+// documentation).
 func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, error) {
 	resultSubj, err := d.subjects.Result(run)
 	if err != nil {
@@ -84,19 +99,29 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		log:     d.log.With().Str(logRun, run).Logger(),
 		garbage: d.garbage,
 	}
-	for _, s := range []struct {
-		subject string
-		cb      nats.MsgHandler
-	}{{resultSubj, in.onResult}, {progressSubj, in.onProgress}} {
-		sub, err := d.nc.Subscribe(s.subject, s.cb)
-		if err != nil {
-			in.Close()
-			return nil, fmt.Errorf("natsbus: subscribing to %s: %w", s.subject, err)
-		}
-		in.subs = append(in.subs, sub)
+	sub, err := d.nc.Subscribe(progressSubj, in.onProgress)
+	if err != nil {
+		in.Close()
+		return nil, fmt.Errorf("natsbus: subscribing to %s: %w", progressSubj, err)
 	}
+	in.subs = append(in.subs, sub)
 	fctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	cons, err := d.js.OrderedConsumer(fctx, d.subjects.ResultsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{resultSubj},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: resultsConsumerInactive,
+	})
+	if err != nil {
+		in.Close()
+		return nil, fmt.Errorf("natsbus: reading the results of run %s: %w", run, err)
+	}
+	in.js, in.consumer = d.js, cons
+	in.consuming, err = cons.Consume(in.onResult, jetstream.ConsumeErrHandler(in.onConsumeError))
+	if err != nil {
+		in.Close()
+		return nil, fmt.Errorf("natsbus: reading the results of run %s: %w", run, err)
+	}
 	if err := d.nc.FlushWithContext(fctx); err != nil {
 		in.Close()
 		return nil, fmt.Errorf("natsbus: registering the inbox of run %s: %w", run, err)
@@ -172,11 +197,15 @@ func (d *Dispatcher) Cancel(ctx context.Context, c protocol.Cancel) error {
 // messages of another run) is dropped, counted and logged by subject and
 // error code.
 type Inbox struct {
-	run     protocol.RunID
-	limit   int
-	log     zerolog.Logger
-	garbage zerolog.Logger
-	subs    []*nats.Subscription
+	run       protocol.RunID
+	limit     int
+	log       zerolog.Logger
+	garbage   zerolog.Logger
+	subs      []*nats.Subscription
+	js        jetstream.JetStream
+	consumer  jetstream.Consumer       // the run's results, nil until Open made it
+	consuming jetstream.ConsumeContext // nil until Open started it
+	closeOnce sync.Once
 
 	mu      sync.Mutex // serialises sends with Close
 	closed  bool
@@ -196,11 +225,10 @@ func (in *Inbox) Dropped() int64 { return in.dropped.Load() }
 // Garbage counts messages refused as malformed or of another run.
 func (in *Inbox) Garbage() int64 { return in.refused.Load() }
 
-// Close unsubscribes and closes the Events channel. It is idempotent.
+// Close stops reading, deletes the run's results consumer and closes the
+// Events channel. It is idempotent.
 func (in *Inbox) Close() error {
-	for _, s := range in.subs {
-		s.Unsubscribe()
-	}
+	in.closeOnce.Do(in.stopReading)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if !in.closed {
@@ -210,16 +238,41 @@ func (in *Inbox) Close() error {
 	return nil
 }
 
-func (in *Inbox) onResult(m *nats.Msg) {
-	r, err := protocol.DecodeResult(m.Data, in.limit)
+func (in *Inbox) stopReading() {
+	for _, s := range in.subs {
+		s.Unsubscribe()
+	}
+	if in.consuming != nil {
+		in.consuming.Stop()
+	}
+	if in.consumer == nil {
+		return
+	}
+	// Best effort: a consumer left behind expires on its own.
+	if info := in.consumer.CachedInfo(); info != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), deleteConsumerTimeout)
+		defer cancel()
+		in.js.DeleteConsumer(ctx, info.Stream, info.Name)
+	}
+}
+
+func (in *Inbox) onResult(m jetstream.Msg) {
+	r, err := protocol.DecodeResult(m.Data(), in.limit)
 	if err == nil && r.RunID != in.run {
 		err = codedError("run_mismatch")
 	}
 	if err != nil {
-		in.refuse(m.Subject, err)
+		in.refuse(m.Subject(), err)
 		return
 	}
 	in.deliver(loop.Event{Result: &r})
+}
+
+// onConsumeError logs trouble reading the results stream (missed
+// heartbeats, a consumer being re-created after a reconnect); the ordered
+// consumer recovers by itself, from the last result it delivered.
+func (in *Inbox) onConsumeError(_ jetstream.ConsumeContext, err error) {
+	in.garbage.Warn().Err(err).Msg("reading the run's results: recovering")
 }
 
 func (in *Inbox) onProgress(m *nats.Msg) {

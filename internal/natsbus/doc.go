@@ -13,7 +13,11 @@
 //     consumer per tool, shared by every worker serving it; a bounded queue
 //     that refuses new calls when full, so publishers feel back-pressure;
 //   - the results stream (<prefix>.result.>), so results outlive a
-//     coordinator restart and a redelivered call cannot store two results;
+//     coordinator's disconnection or restart and a redelivered call cannot
+//     store two results; a run's [Inbox] reads its results from this
+//     stream (an ordered consumer of the run's subject), not from core
+//     NATS, so a result stored while the coordinator was reconnecting is
+//     still delivered;
 //   - the approvals stream (<prefix>.approval.>), an audit log that refuses
 //     deletes and purges;
 //   - the catalog bucket of tool specs.
@@ -38,4 +42,10 @@
 // the tool's MaxAckPending) are fleet-wide: the last worker to start
 // decides them. A spec stays in the catalog after the last worker serving
 // the tool stops; calls to it then time out at their deadline.
+//
+// Progress notices and cancels travel on core NATS. A progress notice sent
+// while the coordinator is disconnected is lost, and a non-idempotent call
+// that started then and never answered is reported timeout rather than
+// outcome_unknown. A cancel sent while a worker is disconnected is lost; the
+// call still ends at its deadline.
 package natsbus
