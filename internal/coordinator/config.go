@@ -35,6 +35,10 @@ type Config struct {
 	Model loop.Model
 	// Loop configures the ReAct loop; its zero value means the defaults.
 	Loop loop.Config
+	// MetricsAddr, when set, serves Prometheus /metrics, /healthz and
+	// /readyz on this address (e.g. ":9090") from Open to Close: the
+	// coordinator's and its in-process workers' metrics. Default: none.
+	MetricsAddr string
 	// Logger receives the coordinator's and the loop's logs. The zero value
 	// discards them.
 	Logger zerolog.Logger

@@ -32,6 +32,8 @@ type Coordinator struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	catalog  *natsbus.Catalog
+	obs      *observability         // nil without MetricsAddr
+	monitor  *natsbus.SchemaMonitor // reports schema conflicts
 	runner   *loop.Runner
 
 	workersCancel context.CancelFunc
@@ -59,6 +61,9 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		}
 	}()
 
+	if err := c.startMetrics(); err != nil {
+		return nil, err
+	}
 	var opts []nats.Option
 	if useEmbedded {
 		if err := c.startEmbedded(); err != nil {
@@ -90,10 +95,13 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, fmt.Errorf("coordinator: reading the tool catalog: %w", err)
 	}
 	c.waitForCatalog(ctx)
+	if err := c.startMonitor(ctx); err != nil {
+		return nil, err
+	}
 
 	dispatcher := natsbus.NewDispatcher(c.nc, c.js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger})
 	gate := approval.NewGate(c.nc, c.js, subjects, approval.GateConfig{Logger: cfg.Logger})
-	lc := cfg.Loop
+	lc := c.cfg.Loop
 	lc.Logger = cfg.Logger
 	c.runner, err = loop.New(lc, cfg.Model, c.catalog, dispatcher, gate)
 	if err != nil {
@@ -132,6 +140,7 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 			ToolsFile: c.cfg.ToolsFile,
 			Builtins:  c.cfg.Builtins,
 			Name:      fmt.Sprintf("inproc-%d", i+1),
+			Worker:    natsbus.WorkerConfig{Observer: c.workerObserver()},
 			Logger:    c.cfg.Logger,
 		})
 		if err != nil {
@@ -188,6 +197,7 @@ func (c *Coordinator) Close() error {
 			c.workersCancel()
 			c.workersDone.Wait()
 		}
+		c.closeObservability()
 		if c.catalog != nil {
 			c.catalog.Close()
 		}

@@ -71,7 +71,8 @@ type SchemaMonitor struct {
 	watcher  jetstream.KeyWatcher
 	trigger  chan struct{}
 	cancel   context.CancelFunc
-	done     sync.WaitGroup
+	loopDone sync.WaitGroup
+	watching sync.WaitGroup
 	once     sync.Once
 
 	mu        sync.Mutex
@@ -108,8 +109,9 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		catalog:  map[string]string{},
 		reported: map[string]string{},
 	}
-	m.done.Add(2)
+	m.watching.Add(1)
 	go m.watch()
+	m.loopDone.Add(1)
 	go m.loop(rctx)
 	return m, nil
 }
@@ -117,7 +119,7 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 // watch keeps the catalog's digests and triggers a check when a tool's
 // digest changes.
 func (m *SchemaMonitor) watch() {
-	defer m.done.Done()
+	defer m.watching.Done()
 	for e := range m.watcher.Updates() {
 		if e == nil {
 			continue
@@ -158,7 +160,7 @@ func (m *SchemaMonitor) apply(e jetstream.KeyValueEntry) bool {
 // loop checks Settle after start, Settle after each catalog change and
 // every Interval.
 func (m *SchemaMonitor) loop(ctx context.Context) {
-	defer m.done.Done()
+	defer m.loopDone.Done()
 	settle := time.NewTimer(m.cfg.Settle)
 	defer settle.Stop()
 	tick := time.NewTicker(m.cfg.Interval)
@@ -259,12 +261,20 @@ func (m *SchemaMonitor) Conflicts() []SchemaConflict {
 	return append([]SchemaConflict(nil), m.conflicts...)
 }
 
-// Close stops watching. It is idempotent.
+// Close stops the checks and the catalog watch. It is idempotent and does
+// not wait for an unreachable server: while disconnected, the watch is
+// stopped in the background (unsubscribing it waits for the server), and
+// ends when the connection comes back or is closed.
 func (m *SchemaMonitor) Close() error {
 	m.once.Do(func() {
-		m.watcher.Stop()
 		m.cancel()
-		m.done.Wait()
+		m.loopDone.Wait()
+		if !m.nc.IsConnected() {
+			go m.watcher.Stop()
+			return
+		}
+		m.watcher.Stop()
+		m.watching.Wait()
 	})
 	return nil
 }

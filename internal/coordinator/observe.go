@@ -1,0 +1,126 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolfleet/toolfleet/internal/metrics"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+)
+
+// metricsCloseTimeout bounds the metrics server's shutdown.
+const metricsCloseTimeout = 2 * time.Second
+
+// errConnecting is the health of a coordinator without a connection yet.
+var errConnecting = errors.New("connecting to NATS")
+
+// observability is a coordinator's metrics, probes and schema monitor.
+type observability struct {
+	coord   *metrics.Coordinator
+	worker  *metrics.Worker
+	srv     *metrics.Server
+	nc      atomic.Pointer[nats.Conn]
+	probe   atomic.Pointer[natsbus.Probe]
+	monitor *natsbus.SchemaMonitor
+}
+
+// startMetrics starts the metrics server when MetricsAddr is set, before
+// the connection exists (probes answer "connecting" meanwhile), and makes
+// the loop report to it.
+func (c *Coordinator) startMetrics() error {
+	if c.cfg.MetricsAddr == "" {
+		return nil
+	}
+	reg := metrics.NewRegistry()
+	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg)}
+	metrics.RegisterConn(reg, func() bool {
+		nc := o.nc.Load()
+		return nc != nil && nc.IsConnected()
+	})
+	srv, err := metrics.Listen(metrics.ServerConfig{
+		Addr:     c.cfg.MetricsAddr,
+		Gatherer: reg,
+		Healthy: func(ctx context.Context) error {
+			if p := o.probe.Load(); p != nil {
+				return p.Healthy(ctx)
+			}
+			return errConnecting
+		},
+		Ready: func(ctx context.Context) error {
+			if p := o.probe.Load(); p != nil {
+				return p.Ready(ctx)
+			}
+			return errConnecting
+		},
+		Logger: c.cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("coordinator: --metrics-addr: %w", err)
+	}
+	o.srv = srv
+	c.obs = o
+	c.cfg.Loop.Observer = loop.Observers(c.cfg.Loop.Observer, o.coord)
+	return nil
+}
+
+// startMonitor answers probes from the fleet's streams and starts the
+// schema monitor, which reports workers that disagree on a tool's schema.
+func (c *Coordinator) startMonitor(ctx context.Context) error {
+	mc := natsbus.SchemaMonitorConfig{Logger: c.cfg.Logger}
+	if c.obs != nil {
+		c.obs.nc.Store(c.nc)
+		c.obs.probe.Store(natsbus.NewProbe(c.nc, c.js, natsbus.FleetProbeConfig(c.subjects)))
+		mc.Observer = c.obs.coord
+	}
+	m, err := natsbus.NewSchemaMonitor(ctx, c.nc, c.js, c.subjects, mc)
+	if err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	c.monitor = m
+	return nil
+}
+
+// workerObserver is what in-process workers report to: the metrics, or
+// nothing.
+func (c *Coordinator) workerObserver() natsbus.WorkerObserver {
+	if c.obs == nil {
+		return nil
+	}
+	return c.obs.worker
+}
+
+// MetricsAddr returns the address the metrics server listens on, or ""
+// without one.
+func (c *Coordinator) MetricsAddr() string {
+	if c.obs == nil {
+		return ""
+	}
+	return c.obs.srv.Addr()
+}
+
+// SchemaConflicts returns the tools on whose schema the fleet disagreed at
+// the last check (see natsbus.SchemaMonitor).
+func (c *Coordinator) SchemaConflicts() []natsbus.SchemaConflict {
+	if c.monitor == nil {
+		return nil
+	}
+	return c.monitor.Conflicts()
+}
+
+// closeObservability stops the schema monitor and the metrics server.
+func (c *Coordinator) closeObservability() {
+	if c.monitor != nil {
+		c.monitor.Close()
+	}
+	if c.obs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), metricsCloseTimeout)
+		defer cancel()
+		c.obs.srv.Close(ctx)
+	}
+}
