@@ -2,9 +2,11 @@
 // loop whose tool calls execute on toolworkers over NATS JetStream.
 //
 //	coordinator run [flags] PROMPT        run one prompt and print the result
+//	coordinator serve [flags]             serve submitted runs until SIGTERM
+//	coordinator submit [flags] PROMPT     submit a run to the serving coordinators
 //	coordinator approvals list|approve|deny ...   answer pending approvals
 //
-// Run "coordinator run --help" for the flags.
+// Run "coordinator run --help" (or serve, submit) for the flags.
 package main
 
 import (
@@ -38,6 +40,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCommand(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return serveCommand(ctx, args[1:], stdout, stderr)
+	case "submit":
+		return submitCommand(ctx, args[1:], stdout, stderr)
 	case "approvals":
 		return approvalsCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
@@ -53,8 +59,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   coordinator run [flags] PROMPT                  run one prompt over the fleet
+  coordinator serve [flags]                       serve submitted runs until SIGTERM
+  coordinator submit [--wait] [flags] PROMPT      submit a run to the serving coordinators
   coordinator approvals list|approve|deny [...]   see and answer pending approvals
 
-"coordinator run --help" lists the flags.
+"coordinator run --help" (or serve, submit) lists the flags.
 `)
 }

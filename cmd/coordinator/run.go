@@ -24,41 +24,79 @@ import (
 // demoPrompt is the prompt of the bundled demo script.
 const demoPrompt = "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?"
 
-// runFlags are the flags of "coordinator run".
-type runFlags struct {
+// connFlags say how to reach the fleet: shared by every subcommand that
+// connects.
+type connFlags struct {
 	natsURL, creds, user, password, prefix string
-	workers                                int
-	tools, builtins                        string
-	model, modelBaseURL                    string
-	maxRounds, maxCalls, maxObsChars       int
-	toolTimeout, approvalTimeout           time.Duration
-	requireApproval                        string
-	traceArgs                              bool
-	output, logLevel                       string
 }
 
-func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("coordinator run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.natsURL, "nats-url", os.Getenv("NATS_URL"), "NATS server URL (env NATS_URL); empty: start an embedded JetStream server")
+func (f *connFlags) register(fs *flag.FlagSet, embedded bool) {
+	urlHelp := "NATS server URL (env NATS_URL); default nats://127.0.0.1:4222"
+	if embedded {
+		urlHelp = "NATS server URL (env NATS_URL); empty: start an embedded JetStream server"
+	}
+	fs.StringVar(&f.natsURL, "nats-url", os.Getenv("NATS_URL"), urlHelp)
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&f.user, "user", "", "NATS user (env NATS_USER)")
 	fs.StringVar(&f.password, "password", "", "NATS password (env NATS_PASSWORD)")
 	fs.StringVar(&f.prefix, "prefix", "fleet", "first token of every subject")
+}
+
+func (f *connFlags) conn() natsbus.ConnConfig {
+	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password}
+}
+
+// fleetFlags are the flags "coordinator run" and "coordinator serve" share:
+// connection, in-process workers, tools, model, loop limits, approval and
+// logging.
+type fleetFlags struct {
+	connFlags
+	workers                          int
+	tools, builtins                  string
+	model, modelBaseURL              string
+	maxRounds, maxCalls, maxObsChars int
+	toolTimeout, approvalTimeout     time.Duration
+	requireApproval                  string
+	traceArgs                        bool
+	logLevel                         string
+}
+
+// register defines the flags on fs. With ceilings, the loop limits are
+// described as the ceilings that requests may lower.
+func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
+	f.connFlags.register(fs, true)
+	limit := func(help string) string {
+		if ceilings {
+			return help + "; the ceiling a run request may lower"
+		}
+		return help
+	}
 	fs.IntVar(&f.workers, "workers", -1, "in-process toolworkers (default 1 with the embedded server, else 0)")
 	fs.StringVar(&f.tools, "tools", "", "tool manifest for in-process workers")
 	fs.StringVar(&f.builtins, "builtin", "", "built-in tools for in-process workers (default calculator,echo when --tools is empty)")
 	fs.StringVar(&f.model, "model", "", "scripted:FILE | openai:MODEL_NAME (default: the bundled demo script)")
 	fs.StringVar(&f.modelBaseURL, "model-base-url", os.Getenv("OPENAI_BASE_URL"), "OpenAI-compatible API base URL (env OPENAI_BASE_URL); key from OPENAI_API_KEY")
-	fs.IntVar(&f.maxRounds, "max-rounds", 8, "model rounds before giving up (>= 1)")
-	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 32, "tool calls executed per round; the rest are rejected (>= 1)")
-	fs.IntVar(&f.maxObsChars, "max-observation-chars", 12000, "bound on each observation, in characters (>= 1)")
-	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, "override every tool's own timeout (> 0)")
+	fs.IntVar(&f.maxRounds, "max-rounds", 8, limit("model rounds before giving up (>= 1)"))
+	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 32, limit("tool calls executed per round; the rest are rejected (>= 1)"))
+	fs.IntVar(&f.maxObsChars, "max-observation-chars", 12000, limit("bound on each observation, in characters (>= 1)"))
+	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, limit("override every tool's own timeout (> 0)"))
 	fs.StringVar(&f.requireApproval, "require-approval", "", "tools that need a human's approval: comma list, or * (tools declaring requires_approval always do)")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 2*time.Minute, "how long to wait for an approval before the call expires (> 0)")
 	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values (default: keys only)")
-	fs.StringVar(&f.output, "output", "text", "text | json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+}
+
+// runFlags are the flags of "coordinator run".
+type runFlags struct {
+	fleetFlags
+	output string
+}
+
+func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("coordinator run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.fleetFlags.register(fs, false)
+	fs.StringVar(&f.output, "output", "text", "text | json")
 	return fs
 }
 
@@ -83,7 +121,7 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
-func (f *runFlags) validate(set map[string]bool) error {
+func (f *fleetFlags) validate(set map[string]bool) error {
 	checks := []struct {
 		name string
 		bad  bool
@@ -102,13 +140,24 @@ func (f *runFlags) validate(set map[string]bool) error {
 			return &usageError{fmt.Sprintf("--%s must be %s, got %v", c.name, c.rule, c.got)}
 		}
 	}
-	if f.output != "text" && f.output != "json" {
-		return &usageError{fmt.Sprintf("--output must be text or json, got %q", f.output)}
+	return nil
+}
+
+func (f *runFlags) validate(set map[string]bool) error {
+	if err := f.fleetFlags.validate(set); err != nil {
+		return err
+	}
+	return checkOutput(f.output)
+}
+
+func checkOutput(output string) error {
+	if output != "text" && output != "json" {
+		return &usageError{fmt.Sprintf("--output must be text or json, got %q", output)}
 	}
 	return nil
 }
 
-func (f *runFlags) newModel(log zerolog.Logger) (loop.Model, error) {
+func (f *fleetFlags) newModel(log zerolog.Logger) (loop.Model, error) {
 	switch kind, arg, _ := strings.Cut(f.model, ":"); kind {
 	case "":
 		return scripted.Demo(), nil
@@ -184,30 +233,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "coordinator run:", err)
 		return exitUsage
 	}
-	workers := f.workers
-	if workers < 0 {
-		workers = 0 // the default: 1 embedded, none remote
-	}
-	cfg := coordinator.Config{
-		Conn: natsbus.ConnConfig{
-			URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password,
-		},
-		Prefix:    f.prefix,
-		Workers:   workers,
-		ToolsFile: f.tools,
-		Builtins:  splitList(f.builtins),
-		Model:     model,
-		Loop: loop.Config{
-			MaxRounds:            f.maxRounds,
-			MaxToolCallsPerRound: f.maxCalls,
-			MaxObservationChars:  f.maxObsChars,
-			ToolTimeout:          f.toolTimeout,
-			ApprovalTimeout:      f.approvalTimeout,
-			RequireApproval:      splitList(f.requireApproval),
-			TraceArgs:            f.traceArgs,
-		},
-		Logger: log,
-	}
+	cfg := f.config(model, log)
 	c, err := coordinator.Open(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator run:", err)
@@ -236,6 +262,32 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitError
 	}
 	return exitOK
+}
+
+// config is the coordinator configuration the flags describe.
+func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Config {
+	workers := f.workers
+	if workers < 0 {
+		workers = 0 // the default: 1 embedded, none remote
+	}
+	return coordinator.Config{
+		Conn:      f.conn(),
+		Prefix:    f.prefix,
+		Workers:   workers,
+		ToolsFile: f.tools,
+		Builtins:  splitList(f.builtins),
+		Model:     model,
+		Loop: loop.Config{
+			MaxRounds:            f.maxRounds,
+			MaxToolCallsPerRound: f.maxCalls,
+			MaxObservationChars:  f.maxObsChars,
+			ToolTimeout:          f.toolTimeout,
+			ApprovalTimeout:      f.approvalTimeout,
+			RequireApproval:      splitList(f.requireApproval),
+			TraceArgs:            f.traceArgs,
+		},
+		Logger: log,
+	}
 }
 
 func printResult(w io.Writer, format string, res *loop.Result) error {

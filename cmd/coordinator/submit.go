@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// submitFlags are the flags of "coordinator submit".
+type submitFlags struct {
+	connFlags
+	wait                             bool
+	timeout, waitTimeout             time.Duration
+	output                           string
+	messagesFile                     string
+	maxRounds, maxCalls, maxObsChars int
+	toolTimeout                      time.Duration
+	requireApproval                  string
+}
+
+func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("coordinator submit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.connFlags.register(fs, false)
+	fs.BoolVar(&f.wait, "wait", false, "wait for the run's result and print it (default: print the run id once it is queued)")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for NATS and for a coordinator to accept the run")
+	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "with --wait, how long to wait for the result (default: until interrupted)")
+	fs.StringVar(&f.output, "output", "text", "text | json")
+	fs.StringVar(&f.messagesFile, "messages", "", "a JSON `FILE` holding a transcript (OpenAI chat messages) to continue, instead of a PROMPT")
+	fs.IntVar(&f.maxRounds, "max-rounds", 0, "lower the coordinators' max rounds (default: theirs)")
+	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 0, "lower the coordinators' tool calls per round (default: theirs)")
+	fs.IntVar(&f.maxObsChars, "max-observation-chars", 0, "lower the coordinators' observation bound (default: theirs)")
+	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, "lower every call's timeout (default: the coordinators' or each tool's own)")
+	fs.StringVar(&f.requireApproval, "require-approval", "", "more tools whose calls need a human's approval: comma list, or *")
+	return fs
+}
+
+// request builds the run request the flags and PROMPT describe.
+func (f *submitFlags) request(prompt string) (protocol.RunRequest, error) {
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"max-rounds", f.maxRounds}, {"max-tool-calls-per-round", f.maxCalls}, {"max-observation-chars", f.maxObsChars}} {
+		if c.v < 0 {
+			return protocol.RunRequest{}, &usageError{fmt.Sprintf("--%s must be >= 0, got %d", c.name, c.v)}
+		}
+	}
+	if f.toolTimeout < 0 {
+		return protocol.RunRequest{}, &usageError{fmt.Sprintf("--tool-timeout must be >= 0, got %v", f.toolTimeout)}
+	}
+	if err := checkOutput(f.output); err != nil {
+		return protocol.RunRequest{}, err
+	}
+	req := protocol.RunRequest{
+		V: protocol.Version, Prompt: prompt,
+		MaxRounds: f.maxRounds, MaxToolCallsPerRound: f.maxCalls, MaxObservationChars: f.maxObsChars,
+		RequireApproval: splitList(f.requireApproval),
+	}
+	if f.toolTimeout > 0 {
+		req.ToolTimeoutMS = max(f.toolTimeout.Milliseconds(), 1)
+	}
+	switch {
+	case f.messagesFile != "" && prompt != "":
+		return req, &usageError{"give a PROMPT or --messages, not both"}
+	case f.messagesFile != "":
+		data, err := os.ReadFile(f.messagesFile)
+		if err != nil {
+			return req, &usageError{fmt.Sprintf("--messages: %v", err)}
+		}
+		req.Messages = bytes.TrimSpace(data)
+	case prompt == "":
+		return req, &usageError{"a PROMPT (or --messages FILE) is required"}
+	}
+	if err := req.Validate(); err != nil {
+		return req, &usageError{err.Error()}
+	}
+	return req, nil
+}
+
+// submitCommand runs "coordinator submit": what "nats req <prefix>.run.submit"
+// does, and with --wait, waits for the result and prints it.
+func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f submitFlags
+	fs := newSubmitFlagSet(&f, stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: coordinator submit [flags] PROMPT
+
+Submits a run to the coordinators serving the fleet ("coordinator serve"),
+as "nats req fleet.run.submit '{\"prompt\": \"...\"}'" does, and prints its
+run id; with --wait, prints its result. Limits may only lower the
+coordinators' own.
+
+Flags:`)
+		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\nexit status: 0 accepted (with --wait: a final answer), 3 max rounds reached, 2 bad usage or a refused request, 1 other error")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	subjects, err := protocol.NewSubjects(f.prefix)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator submit: --prefix:", err)
+		return exitUsage
+	}
+	req, err := f.request(strings.Join(pos, " "))
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator submit:", err)
+		return exitUsage
+	}
+
+	cctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	conn := f.conn()
+	conn.Name = "toolfleet-submit"
+	nc, err := natsbus.Connect(cctx, conn)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator submit:", err)
+		return exitError
+	}
+	defer nc.Close()
+	resp, err := coordinator.Submit(cctx, nc, subjects, req)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator submit:", err)
+		return exitError
+	}
+	if resp.Status != protocol.RunAccepted {
+		if f.output == "json" {
+			writeJSON(stdout, resp)
+		}
+		fmt.Fprintf(stderr, "coordinator submit: refused: %s\n", describeRunError(resp.Error))
+		return exitForRunError(resp.Error)
+	}
+	if !f.wait {
+		if f.output == "json" {
+			writeJSON(stdout, resp)
+		} else {
+			fmt.Fprintln(stdout, resp.RunID)
+		}
+		return exitOK
+	}
+
+	fmt.Fprintf(stderr, "coordinator submit: run %s accepted; waiting for its result\n", resp.RunID)
+	wctx := ctx
+	if f.waitTimeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, f.waitTimeout)
+		defer cancel()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator submit:", err)
+		return exitError
+	}
+	res, raw, err := coordinator.WaitResult(wctx, js, subjects, resp.RunID)
+	if err != nil {
+		fmt.Fprintf(stderr, "coordinator submit: %v (the result will be in bucket %s under key %s)\n", err, resp.ResultBucket, resp.RunID)
+		return exitError
+	}
+	if err := printRunResult(stdout, f.output, res, raw); err != nil {
+		fmt.Fprintln(stderr, "coordinator submit: writing the result:", err)
+		return exitError
+	}
+	switch {
+	case res.Error != nil:
+		fmt.Fprintf(stderr, "coordinator submit: run %s: %s\n", res.RunID, describeRunError(res.Error))
+		if res.TerminationReason != "" {
+			return exitError
+		}
+		return exitForRunError(res.Error)
+	case res.TerminationReason == string(loop.TerminationNatural):
+		return exitOK
+	case res.TerminationReason == string(loop.TerminationMaxRounds):
+		return exitMaxRounds
+	default:
+		return exitError
+	}
+}
+
+// printRunResult prints a served run's result: the stored JSON, or the
+// transcript and a line on how it was served.
+func printRunResult(w io.Writer, format string, res protocol.RunResult, raw []byte) error {
+	if format == "json" {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return err
+		}
+		buf.WriteByte('\n')
+		_, err := w.Write(buf.Bytes())
+		return err
+	}
+	if res.TerminationReason != "" {
+		var lr loop.Result
+		if err := json.Unmarshal(raw, &lr); err != nil {
+			return err
+		}
+		if err := writeTranscript(w, &lr); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "served by %s (attempt %d)", res.Coordinator, res.Attempt)
+	if l := res.Limits; l != nil {
+		fmt.Fprintf(w, "; limits: max rounds %d, tool calls per round %d, observation chars %d",
+			l.MaxRounds, l.MaxToolCallsPerRound, l.MaxObservationChars)
+		if l.ToolTimeoutMS > 0 {
+			fmt.Fprintf(w, ", tool timeout %v", time.Duration(l.ToolTimeoutMS)*time.Millisecond)
+		}
+	}
+	if len(res.Clamped) > 0 {
+		fmt.Fprintf(w, "; lowered to the coordinator's ceiling: %s", strings.Join(res.Clamped, ", "))
+	}
+	if res.TranscriptOmitted {
+		fmt.Fprint(w, "; the transcript was too large to store")
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func describeRunError(e *protocol.RunError) string {
+	if e == nil {
+		return "no reason given"
+	}
+	if e.Field != "" {
+		return fmt.Sprintf("%s: field %q: %s", e.Code, e.Field, e.Message)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// exitForRunError is 2 for a request the submitter must change, 1 for
+// anything else.
+func exitForRunError(e *protocol.RunError) int {
+	if e == nil {
+		return exitError
+	}
+	switch e.Code {
+	case protocol.CodeTooLarge, protocol.CodeMalformed, protocol.CodeVersion, protocol.CodeMissingField, protocol.CodeInvalidField:
+		return exitUsage
+	}
+	return exitError
+}
