@@ -36,6 +36,31 @@
 //   - Logs carry subjects, tool names, run ids, call keys, outcomes,
 //     durations and error codes; never arguments, outputs or payloads.
 //
+// # Discovery and schema conflicts
+//
+// Every [Worker] registers a NATS micro service named [ServiceName]
+// ("toolworker") while it runs, so "nats micro ls" lists the fleet's
+// workers and "nats micro info toolworker ID" shows one: its name, prefix
+// and tools in the service metadata, and one endpoint per tool whose
+// metadata holds the tool's JSON Schema, schema digest, timeout,
+// idempotent and requires_approval flags. The endpoints listen on
+// <prefix>.tool.<tool> and answer a request with the worker's spec of the
+// tool (every worker answers: no queue group); calls never travel there.
+// The endpoints' own request counts are therefore tool-info requests: the
+// worker's real per-tool call counts are each endpoint's stats data
+// ([ToolStats]).
+//
+// [Discover] asks the live workers what they serve; [FindSchemaConflicts]
+// finds tools whose live workers disagree on the schema, with each other
+// or all of them with the catalog. A coordinator runs a [SchemaMonitor],
+// which checks when a catalog spec changes to another digest and
+// periodically, and logs and counts each conflict. The coordinator keeps
+// offering the tool with the catalog's (latest) spec: calls are validated
+// against it, and each worker validates them again against its own, so a
+// worker on another schema answers invalid_arguments instead of running
+// arguments it does not understand. Nothing is silently mixed; the
+// operator is told which workers to upgrade or stop.
+//
 // # Caveats
 //
 // Worker settings that live on the shared consumer (AckWait, MaxDeliver,
