@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// lockedBuffer is a bytes.Buffer a command may write while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startServe runs "coordinator serve args..." in process until the test
+// ends, and returns its log and a func that stops it (as SIGTERM does) and
+// returns its exit status.
+func startServe(t *testing.T, args ...string) (*lockedBuffer, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- serveCommand(ctx, append(args, "--shutdown-grace", "5s"), &lockedBuffer{}, logs) }()
+	var once sync.Once
+	code := -1
+	stop := func() int {
+		once.Do(func() {
+			cancel()
+			select {
+			case code = <-done:
+			case <-time.After(20 * time.Second):
+				t.Errorf("serve did not stop within 20s; log:\n%s", logs.String())
+			}
+		})
+		return code
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("serve log:\n%s", logs.String())
+		}
+	})
+	natstest.WaitFor(t, 15*time.Second, func() error {
+		if strings.Contains(logs.String(), `"serving runs"`) {
+			return nil
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d before serving; log:\n%s", code, logs.String())
+		default:
+		}
+		return fmt.Errorf("not serving yet")
+	})
+	return logs, stop
+}
+
+// submit runs "coordinator submit args..." in process.
+func submit(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = submitCommand(t.Context(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestServeAndSubmit(t *testing.T) {
+	srv := natstest.Start(t)
+	url := srv.ClientURL()
+	_, stop := startServe(t, "--nats-url", url, "--workers", "1", "--name", "cmd-c1", "--max-rounds", "3")
+
+	t.Run("submit prints the run id", func(t *testing.T) {
+		code, out, stderr := submit(t, "--nats-url", url, "what is 6 * 7?")
+		if code != exitOK || !protocol.ValidToken(strings.TrimSpace(out)) {
+			t.Fatalf("exit %d, stdout %q, want a run id; stderr:\n%s", code, out, stderr)
+		}
+	})
+	t.Run("submit --wait prints the stored result", func(t *testing.T) {
+		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--output", "json", "what is 6 * 7?")
+		if code != exitOK {
+			t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+		}
+		var res protocol.RunResult
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("stdout is not a run result: %v\n%s", err, out)
+		}
+		if res.Coordinator != "cmd-c1" || res.TerminationReason != "natural" || !strings.Contains(res.Answer, "1150") {
+			t.Fatalf("result = %+v", res)
+		}
+	})
+	t.Run("a request above the ceiling is clamped", func(t *testing.T) {
+		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--max-rounds", "1000000", "go")
+		if code != exitOK {
+			t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+		}
+		for _, want := range []string{"termination: natural; rounds 3", "served by cmd-c1 (attempt 1); limits: max rounds 3,",
+			"lowered to the coordinator's ceiling: max_rounds"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("stdout lacks %q:\n%s", want, out)
+			}
+		}
+	})
+	t.Run("a request may lower a limit", func(t *testing.T) {
+		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--max-rounds", "2", "go")
+		if code != exitMaxRounds || !strings.Contains(out, "termination: max_rounds; rounds 2") {
+			t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, exitMaxRounds, out, stderr)
+		}
+	})
+	t.Run("a refused request exits 2", func(t *testing.T) {
+		code, out, stderr := submit(t, "--nats-url", url, "--output", "json", "--messages", writeFile(t, "[]"))
+		if code != exitUsage || !strings.Contains(stderr, `refused: invalid_field: field "messages"`) || !strings.Contains(out, `"status": "refused"`) {
+			t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+		}
+	})
+	if code := stop(); code != exitOK {
+		t.Fatalf("serve exited %d after SIGTERM, want 0", code)
+	}
+	code, _, stderr := submit(t, "--nats-url", url, "--timeout", "2s", "hello")
+	if code != exitError || !strings.Contains(stderr, "no coordinator is serving runs") {
+		t.Fatalf("submit after shutdown: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "file.json")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestServeEmbeddedLogsItsURL starts serve with no server: it starts the
+// embedded one and logs its URL, which clients then use.
+func TestServeEmbeddedLogsItsURL(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("TMPDIR", t.TempDir())
+	logs, stop := startServe(t, "--name", "embedded-c")
+	m := regexp.MustCompile(`"nats_url":"(nats://[^"]+)"`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("serve did not log the embedded server's URL:\n%s", logs.String())
+	}
+	code, out, stderr := submit(t, "--nats-url", m[1], "--wait", "demo")
+	if code != exitOK || !strings.Contains(out, "served by embedded-c") || !strings.Contains(out, "1150") {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("serve exited %d, want 0", code)
+	}
+}
+
+func TestServeAndSubmitRefuseBadFlags(t *testing.T) {
+	tests := []struct {
+		cmd  string
+		args []string
+		want string
+	}{
+		{"serve", []string{"--max-concurrent-runs", "0"}, "--max-concurrent-runs must be 1..10000, got 0"},
+		{"serve", []string{"--max-concurrent-runs", "20000"}, "--max-concurrent-runs must be 1..10000"},
+		{"serve", []string{"--max-request-bytes", "2000000"}, "--max-request-bytes must be 1..1048576"},
+		{"serve", []string{"--shutdown-grace", "0s"}, "--shutdown-grace must be > 0"},
+		{"serve", []string{"--run-ack-wait", "10ms"}, "--run-ack-wait must be >= 100ms"},
+		{"serve", []string{"--max-rounds", "0"}, "--max-rounds must be >= 1"},
+		{"serve", []string{"--nats-url", "nats://127.0.0.1:1", "--store-dir", "/tmp/x"}, "--store-dir is for the embedded server"},
+		{"serve", []string{"a prompt"}, "takes no arguments"},
+		{"serve", []string{"--model", "gpt:x"}, "--model must be scripted:FILE or openai:MODEL_NAME"},
+		{"submit", []string{}, "a PROMPT (or --messages FILE) is required"},
+		{"submit", []string{"--max-rounds", "-1", "hi"}, "--max-rounds must be >= 0"},
+		{"submit", []string{"--tool-timeout", "-1s", "hi"}, "--tool-timeout must be >= 0"},
+		{"submit", []string{"--output", "yaml", "hi"}, "--output must be text or json"},
+		{"submit", []string{"--require-approval", "a.b", "hi"}, `field "require_approval"`},
+		{"submit", []string{"--messages", "/does/not/exist"}, "--messages:"},
+		{"submit", []string{"--prefix", "a.b", "hi"}, "--prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd+" "+strings.Join(tt.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(t, append([]string{tt.cmd}, tt.args...)...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Fatalf("stderr lacks %q:\n%s", tt.want, stderr)
+			}
+		})
+	}
+}
