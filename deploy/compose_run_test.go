@@ -192,8 +192,15 @@ func TestComposeServesARun(t *testing.T) {
 		p             *process
 	}
 	var running []started
+	var submit invocation
 	for _, in := range composeInvocations(t) {
 		svc := strings.TrimPrefix(in.where, "docker-compose.yml service ")
+		if len(in.profiles) > 0 { // not started by "up"
+			if svc == "submit" {
+				submit = in
+			}
+			continue
+		}
 		replicas := 1
 		if r, ok := get(svcs[svc], "deploy", "replicas").(int); ok {
 			replicas = r
@@ -311,6 +318,28 @@ func TestComposeServesARun(t *testing.T) {
 	if res.TerminationReason != "natural" || res.Error != nil || !strings.Contains(res.Answer, "1150") {
 		t.Errorf("run %s: termination %q, error %+v, answer %q; want the demo's natural answer with 1150", res.RunID, res.TerminationReason, res.Error, res.Answer)
 	}
+
+	// The docs' other way: docker compose run --rm submit --wait "...".
+	t.Run("coordinator submit --wait", func(t *testing.T) {
+		if submit.binary == "" {
+			t.Fatal("no submit service")
+		}
+		env := []string{"PATH=" + os.Getenv("PATH")}
+		for k, v := range submit.env {
+			if k == "NATS_URL" {
+				v = natsURL
+			}
+			env = append(env, k+"="+interpolate(t, v, dotenv))
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		c := exec.CommandContext(ctx, filepath.Join(bins, submit.binary), append(submit.args, "--wait", "What is (17 + 25) * 3?")...)
+		c.Env = env
+		out, err := c.Output()
+		if err != nil || !strings.Contains(string(out), "1150") {
+			t.Errorf("coordinator submit --wait: %v\n%s", err, out)
+		}
+	})
 
 	t.Run("metrics", func(t *testing.T) {
 		for _, r := range running {

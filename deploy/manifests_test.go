@@ -25,6 +25,9 @@ type invocation struct {
 	binary string   // coordinator | toolworker
 	args   []string // what follows the binary (for the coordinator, the subcommand first)
 	env    map[string]string
+	// profiles are the compose profiles of the service: one with a profile
+	// is not started by "docker compose up".
+	profiles []string
 }
 
 // subcommand returns the coordinator's subcommand ("" for the toolworker).
@@ -100,18 +103,24 @@ func composeInvocations(t testing.TB) []invocation {
 		if bin == "" {
 			continue
 		}
-		if get(svc, "entrypoint") != nil {
-			t.Errorf("compose service %s sets entrypoint: it would bypass the image's (tini for the toolworker)", name)
+		var args []string
+		if ep := get(svc, "entrypoint"); ep != nil {
+			// Only the coordinator's subcommand may be chosen this way:
+			// the toolworker's entrypoint is tini, which must stay PID 1.
+			argv := stringList(t, "docker-compose.yml "+name+".entrypoint", ep)
+			if bin != "coordinator" || len(argv) != 2 || argv[0] != "/usr/local/bin/coordinator" {
+				t.Errorf("compose service %s sets entrypoint %v: only [/usr/local/bin/coordinator SUBCOMMAND] is allowed", name, argv)
+			} else {
+				args = append(args, argv[1])
+			}
 		}
-		env := map[string]string{}
-		for k, v := range get(svc, "environment").(map[string]any) {
-			env[k] = fmt.Sprint(v)
-		}
+		args = append(args, stringList(t, "docker-compose.yml "+name+".command", get(svc, "command"))...)
 		out = append(out, invocation{
-			where:  "docker-compose.yml service " + name,
-			binary: bin,
-			args:   stringList(t, "docker-compose.yml "+name+".command", get(svc, "command")),
-			env:    env,
+			where:    "docker-compose.yml service " + name,
+			binary:   bin,
+			args:     args,
+			env:      stringMap(get(svc, "environment")),
+			profiles: stringList(t, "docker-compose.yml "+name+".profiles", get(svc, "profiles")),
 		})
 	}
 	return out
@@ -191,7 +200,14 @@ func TestDeployFlagsExist(t *testing.T) {
 	// "coordinator run", whose connection and limit flags serve shares.
 	type key struct{ binary, sub string }
 	helps := map[key]map[string]bool{}
-	for _, k := range []key{{"coordinator", "run"}, {"coordinator", "serve"}, {"toolworker", ""}} {
+	want := []key{{"coordinator", "run"}, {"coordinator", "serve"}, {"toolworker", ""}}
+	for _, in := range invs {
+		want = append(want, key{in.binary, in.subcommand()})
+	}
+	for _, k := range want {
+		if helps[k] != nil {
+			continue
+		}
 		var args []string
 		if k.sub != "" {
 			args = []string{k.sub}
@@ -213,8 +229,13 @@ func TestDeployFlagsExist(t *testing.T) {
 
 	for _, in := range invs {
 		t.Run(in.where, func(t *testing.T) {
-			if in.binary == "coordinator" && in.subcommand() != "serve" {
-				t.Fatalf("coordinator args %v: want the serve subcommand first", in.args)
+			if want := "serve"; in.binary == "coordinator" && len(in.profiles) > 0 {
+				want = "submit" // a command-line helper, not a service
+				if in.subcommand() != want {
+					t.Fatalf("coordinator args %v: want the %s subcommand first", in.args, want)
+				}
+			} else if in.binary == "coordinator" && in.subcommand() != want {
+				t.Fatalf("coordinator args %v: want the %s subcommand first", in.args, want)
 			}
 			flags := helps[key{in.binary, in.subcommand()}]
 			var missing []string
@@ -393,7 +414,7 @@ func TestComposeFile(t *testing.T) {
 			}
 		})
 	}
-	wantUser := map[string]string{"coordinator": "coordinator", "toolworker": "worker", "nats-cli": "client"}
+	wantUser := map[string]string{"coordinator": "coordinator", "toolworker": "worker", "nats-cli": "client", "submit": "client"}
 	for svc, user := range wantUser {
 		if got := str(svcs[svc], "environment", "NATS_USER"); got != user {
 			t.Errorf("service %s connects as %q, want %q", svc, got, user)
@@ -402,6 +423,9 @@ func TestComposeFile(t *testing.T) {
 
 	for _, in := range composeInvocations(t) {
 		svc := strings.TrimPrefix(in.where, "docker-compose.yml service ")
+		if len(in.profiles) > 0 {
+			continue // a command-line helper: no healthcheck, no metrics
+		}
 		t.Run(svc+" healthcheck", func(t *testing.T) {
 			port := metricsPort(t, in)
 			test := stringList(t, svc+".healthcheck.test", get(svcs[svc], "healthcheck", "test"))
