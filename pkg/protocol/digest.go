@@ -23,6 +23,14 @@ func Canonical(doc []byte) ([]byte, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, &Error{Code: CodeMalformed, Msg: "trailing data after the JSON document"}
 	}
+	return CanonicalValue(v)
+}
+
+// CanonicalValue is [Canonical] for a document already decoded by
+// encoding/json into an any with UseNumber (as schema.ParseObject decodes
+// arguments): for such a v decoded from doc, CanonicalValue(v) equals
+// Canonical(doc), without decoding doc again.
+func CanonicalValue(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -73,6 +81,13 @@ func ArgsDigest(arguments []byte) string {
 	if err != nil {
 		return "invalid"
 	}
-	sum := sha256.Sum256(canon)
+	return CanonicalArgsDigest(canon)
+}
+
+// CanonicalArgsDigest is [ArgsDigest] for arguments already in canonical
+// form (as [Canonical] or [CanonicalValue] return them), which it does not
+// canonicalise again.
+func CanonicalArgsDigest(canonical []byte) string {
+	sum := sha256.Sum256(canonical)
 	return hex.EncodeToString(sum[:8])
 }

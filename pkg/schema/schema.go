@@ -79,11 +79,18 @@ func (e *ArgumentError) Error() string { return e.Msg }
 // Validate checks that args is one JSON object that satisfies the schema. A
 // bool is not an integer; 1.0 is. The error is an [*ArgumentError].
 func (s *Schema) Validate(args []byte) error {
-	v, err := ParseObject(args)
+	obj, err := ParseObject(args)
 	if err != nil {
 		return err
 	}
-	if err := s.s.Validate(v); err != nil {
+	return s.ValidateObject(obj)
+}
+
+// ValidateObject is [Schema.Validate] for arguments already parsed by
+// [ParseObject], so a caller that needs the parsed object too parses once.
+// The error is an [*ArgumentError].
+func (s *Schema) ValidateObject(obj map[string]any) error {
+	if err := s.s.Validate(obj); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
 			return &ArgumentError{Msg: describe(ve)}
