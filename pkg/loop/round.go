@@ -168,12 +168,13 @@ func (ru *run) validate(s *slot, raw string, tools map[string]*toolEntry) map[st
 			fmt.Sprintf("arguments are too large: %d bytes, limit %d", len(raw), MaxArgumentsBytes)))
 		return nil
 	}
+	// Parsed once: validated and canonicalised from the same object.
 	obj, err := schema.ParseObject([]byte(raw))
 	if err == nil {
-		err = s.entry.schema.Validate([]byte(raw))
+		err = s.entry.schema.ValidateObject(obj)
 	}
 	if err == nil {
-		s.args, err = protocol.Canonical([]byte(raw))
+		s.args, err = protocol.CanonicalValue(obj)
 		if err != nil {
 			err = &schema.ArgumentError{Msg: "arguments are not valid JSON"}
 		}
@@ -243,13 +244,16 @@ func (ru *run) traceStart(round int, s *slot, raw string, obj map[string]any) {
 	if !ev.Enabled() {
 		return
 	}
-	args := s.args
-	if args == nil {
+	args, digest := s.args, ""
+	if args != nil {
+		digest = protocol.CanonicalArgsDigest(args) // validated arguments are canonical already
+	} else {
 		args = []byte(raw)
+		digest = protocol.ArgsDigest(args)
 	}
 	ev.Str(logKeyEvent, evToolCallStart).Int(logKeyRound, round).Str(logKeyCallKey, s.key).
 		Str(logKeyCallID, clipName(s.id)).Str(logKeyTool, clipName(s.name)).
-		Str(logKeyArgsDigest, protocol.ArgsDigest(args)).Int(logKeyArgsBytes, len(raw))
+		Str(logKeyArgsDigest, digest).Int(logKeyArgsBytes, len(raw))
 	if obj != nil {
 		ev.Strs(logKeyArgKeys, argKeys(obj))
 	}
