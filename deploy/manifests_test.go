@@ -589,6 +589,12 @@ func TestKubernetesManifests(t *testing.T) {
 					t.Errorf("%s port %s, want %s (%s)", probe, got, portName, port)
 				}
 			}
+			// /healthz fails while NATS is away; liveness must outlast an outage.
+			period, _ := get(c, "livenessProbe", "periodSeconds").(int)
+			failures, _ := get(c, "livenessProbe", "failureThreshold").(int)
+			if period*failures < 120 {
+				t.Errorf("livenessProbe gives up after %ds, want >= 120s so a NATS outage does not restart every pod", period*failures)
+			}
 			for _, r := range []string{"requests", "limits"} {
 				for _, k := range []string{"cpu", "memory"} {
 					if get(c, "resources", r, k) == nil {
