@@ -281,6 +281,12 @@ type proc struct {
 // data races and printed if the test failed.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, name, nil, bin, args...)
+}
+
+// startProcEnv is startProc with more environment variables.
+func startProcEnv(t *testing.T, name string, env []string, bin string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{}),
 		stderr: filepath.Join(t.TempDir(), name+".log")}
 	logFile, err := os.Create(p.stderr)
@@ -288,7 +294,7 @@ func startProc(t *testing.T, name, bin string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, logFile
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
