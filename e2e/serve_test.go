@@ -1,0 +1,276 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/natscli"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// serveCeilingRounds is the served coordinators' --max-rounds; their model
+// wants more rounds than that, so every run ends at the ceiling.
+const serveCeilingRounds = 3
+
+// serveMaxRequestBytes is the served coordinators' --max-request-bytes.
+const serveMaxRequestBytes = 64 << 10
+
+// TestServeFleet is the acceptance test of "coordinator serve": two serving
+// coordinators and two toolworkers, as separate processes on one
+// nats-server, take 40 submitted runs — by the Go client, by "nats req" and
+// by "coordinator submit". Every run gets exactly one result (stored once,
+// announced once), both coordinators run some of them, a request for
+// max_rounds 1000000 is clamped to the ceiling, and malformed or oversized
+// requests get a clear refusal and never reach (or never stay in) the runs
+// stream.
+func TestServeFleet(t *testing.T) {
+	f := newFleet(t)
+	natsBin := natscli.Path(t)
+	f.startWorker("sw1")
+	f.startWorker("sw2")
+
+	// Five rounds of one "work" call each, then an answer: more rounds than
+	// the ceiling allows.
+	var turns script
+	for i := range 5 {
+		turns = append(turns, turn(call(fmt.Sprintf("w%d", i), toolWork, map[string]any{"id": fmt.Sprintf("served%d", i), "sleep_ms": 30})))
+	}
+	turns = append(turns, final(`done: {{result "w4"}}`))
+	model := f.writeJSON("serve-script.json", map[string]any{"turns": turns})
+	servers := map[string]*proc{}
+	for _, name := range []string{"serve1", "serve2"} {
+		servers[name] = startProc(t, name, bins.coordinator, "serve", "--nats-url", f.url(), "--workers", "0",
+			"--model", "scripted:"+model, "--name", name, "--max-concurrent-runs", "4",
+			"--max-rounds", fmt.Sprint(serveCeilingRounds), "--max-request-bytes", fmt.Sprint(serveMaxRequestBytes),
+			"--shutdown-grace", "10s", "--log-level", "debug")
+	}
+	for _, p := range servers {
+		p.waitLog(20*time.Second, `"serving runs"`)
+	}
+	waitServePulling(t, f, 2)
+
+	announced := map[string]int{}
+	var mu sync.Mutex
+	sub, err := f.nc.Subscribe("fleet.run.result.>", func(m *nats.Msg) {
+		mu.Lock()
+		announced[strings.TrimPrefix(m.Subject, "fleet.run.result.")]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// 38 runs from the Go client, at once.
+	const total = 40
+	runs := make([]string, 0, total)
+	ids := make([]string, total-2)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			resp, err := coordinator.SubmitRaw(t.Context(), f.nc, protocol.Subjects{}, []byte(fmt.Sprintf(`{"prompt": "run %d"}`, i)))
+			if err != nil || resp.Status != protocol.RunAccepted {
+				t.Errorf("submit %d: %+v, %v", i, resp, err)
+				return
+			}
+			ids[i] = resp.RunID
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	runs = append(runs, ids...)
+
+	// One from the nats CLI, asking for a million rounds.
+	out := serveNatsReq(t, natsBin, f.url(), `{"prompt": "as long as you like", "max_rounds": 1000000}`)
+	var accepted protocol.RunResponse
+	if err := json.Unmarshal([]byte(out), &accepted); err != nil || accepted.Status != protocol.RunAccepted ||
+		accepted.ResultSubject != "fleet.run.result."+accepted.RunID || accepted.ResultBucket != "fleet_runs" {
+		t.Fatalf("nats req reply = %s (%v), want accepted with its run id, result subject and bucket", out, err)
+	}
+	clampedRun := accepted.RunID
+	runs = append(runs, clampedRun)
+
+	// One from "coordinator submit --wait", which prints the result.
+	cmd := exec.CommandContext(t.Context(), bins.coordinator, "submit", "--nats-url", f.url(), "--wait",
+		"--output", "json", "--wait-timeout", "60s", "from the command line")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	stdout, err := cmd.Output()
+	var viaCLI protocol.RunResult
+	if code := exitCode(err); code != 3 || json.Unmarshal(stdout, &viaCLI) != nil || viaCLI.RunID == "" {
+		t.Fatalf("coordinator submit --wait: exit %d (want 3, max rounds), stdout:\n%s", code, stdout)
+	}
+	runs = append(runs, viaCLI.RunID)
+
+	// Every run has exactly one result, stored under its id.
+	byCoordinator := map[string]int{}
+	for _, run := range runs {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, run)
+		cancel()
+		if err != nil {
+			t.Fatalf("run %s: %v", run, err)
+		}
+		if res.RunID != run || res.Error != nil || res.TerminationReason != "max_rounds" || res.Attempt != 1 ||
+			res.Limits == nil || res.Limits.MaxRounds != serveCeilingRounds {
+			t.Fatalf("run %s: result %+v, want max_rounds at the ceiling on the first attempt", run, res)
+		}
+		var md struct{ Rounds int }
+		if err := json.Unmarshal(res.Metadata, &md); err != nil || md.Rounds != serveCeilingRounds {
+			t.Fatalf("run %s: %d rounds (%v), want %d", run, md.Rounds, err, serveCeilingRounds)
+		}
+		wantClamped := []string(nil)
+		if run == clampedRun {
+			wantClamped = []string{"max_rounds"}
+		}
+		if !slices.Equal(res.Clamped, wantClamped) {
+			t.Fatalf("run %s: clamped %v, want %v", run, res.Clamped, wantClamped)
+		}
+		byCoordinator[res.Coordinator]++
+	}
+	if len(byCoordinator) != 2 || byCoordinator["serve1"] == 0 || byCoordinator["serve2"] == 0 {
+		t.Fatalf("runs by coordinator = %v, want both serve1 and serve2 to have run some", byCoordinator)
+	}
+	t.Logf("runs by coordinator: %v", byCoordinator)
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(announced) != total {
+			return fmt.Errorf("%d runs announced, want %d", len(announced), total)
+		}
+		return nil
+	})
+	mu.Lock()
+	for _, run := range runs {
+		if announced[run] != 1 {
+			t.Errorf("run %s announced %d times, want once", run, announced[run])
+		}
+	}
+	mu.Unlock()
+	// Each run took 3 work calls, each run once.
+	if n := len(f.runs()); n != total*serveCeilingRounds {
+		t.Errorf("the work tool ran %d times, want %d", n, total*serveCeilingRounds)
+	}
+
+	// Refused requests: a clear error reply, and nothing queued.
+	for _, tt := range []struct {
+		name, body, code string
+	}{
+		{"malformed", `this is not JSON`, protocol.CodeMalformed},
+		{"unknown field", `{"prompt": "hi", "max_round": 3}`, protocol.CodeMalformed},
+		{"oversized", `{"prompt": "` + strings.Repeat("x", serveMaxRequestBytes) + `"}`, protocol.CodeTooLarge},
+		{"negative limit", `{"prompt": "hi", "max_tool_calls_per_round": -1}`, protocol.CodeInvalidField},
+	} {
+		out := serveNatsReq(t, natsBin, f.url(), tt.body)
+		var refused protocol.RunResponse
+		if err := json.Unmarshal([]byte(out), &refused); err != nil || refused.Status != protocol.RunRefused ||
+			refused.RunID != "" || refused.Error == nil || refused.Error.Code != tt.code || refused.Error.Message == "" {
+			t.Errorf("%s: nats req reply = %s (%v), want refused with code %s and a message", tt.name, out, err, tt.code)
+		}
+	}
+	// A malformed request put straight into the stream, past the checks,
+	// gets an error result and is terminated: never delivered again.
+	if _, err := f.js.Publish(t.Context(), "fleet.run.queue.forged1", []byte(`{"prompt": 42}`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	forged, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, "forged1")
+	cancel()
+	if err != nil || forged.Error == nil || forged.Error.Code != protocol.CodeMalformed || forged.TerminationReason != "" {
+		t.Fatalf("forged request: result %+v, %v; want a malformed error result", forged, err)
+	}
+	st, err := f.js.Stream(t.Context(), "FLEET_RUNS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil || info.State.LastSeq != total+1 || info.State.Msgs != 0 {
+		t.Fatalf("runs stream: %d stored in all, %d left (%v); want the %d accepted and the forged one, none left",
+			info.State.LastSeq, info.State.Msgs, err, total)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		c, err := f.js.Consumer(t.Context(), "FLEET_RUNS", "coordinators")
+		if err != nil {
+			return err
+		}
+		ci, err := c.Info(t.Context())
+		if err != nil {
+			return err
+		}
+		if ci.NumPending != 0 || ci.NumAckPending != 0 || ci.NumRedelivered != 0 || ci.Delivered.Consumer != total+1 {
+			return fmt.Errorf("runs consumer: %d waiting, %d unacknowledged, %d redelivered, %d delivered; want each request delivered once",
+				ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.Delivered.Consumer)
+		}
+		return nil
+	})
+
+	// SIGTERM: both stop cleanly.
+	for name, p := range servers {
+		p.stop(15 * time.Second)
+		if code := p.wait(time.Second); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0", name, code)
+		}
+		if !strings.Contains(p.log(), `"stopped serving runs"`) {
+			t.Errorf("%s did not log its shutdown", name)
+		}
+	}
+}
+
+// waitServePulling waits until n coordinators wait for run requests.
+func waitServePulling(t *testing.T, f *fleet, n int) {
+	t.Helper()
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		c, err := f.js.Consumer(t.Context(), "FLEET_RUNS", "coordinators")
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(t.Context())
+		if err != nil {
+			return err
+		}
+		if info.NumWaiting < n {
+			return fmt.Errorf("%d pull requests waiting, want %d", info.NumWaiting, n)
+		}
+		return nil
+	})
+}
+
+// serveNatsReq runs "nats req fleet.run.submit BODY" and returns the reply.
+func serveNatsReq(t *testing.T, natsBin, url, body string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, natsBin, "--server", url, "req", "--raw", "fleet.run.submit", body)
+	cmd.Env = natscli.Env(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("nats req: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// exitCode is the exit status carried by err from exec.Cmd.Run or Output.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return -1
+}
