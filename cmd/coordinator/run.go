@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +61,7 @@ type fleetFlags struct {
 	requireApproval                  string
 	traceArgs                        bool
 	logLevel                         string
+	metricsAddr                      string
 }
 
 // register defines the flags on fs. With ceilings, the loop limits are
@@ -84,6 +87,7 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 2*time.Minute, "how long to wait for an approval before the call expires (> 0)")
 	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values (default: keys only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
 }
 
 // runFlags are the flags of "coordinator run".
@@ -140,7 +144,18 @@ func (f *fleetFlags) validate(set map[string]bool) error {
 			return &usageError{fmt.Sprintf("--%s must be %s, got %v", c.name, c.rule, c.got)}
 		}
 	}
+	if f.metricsAddr != "" {
+		if _, port, err := net.SplitHostPort(f.metricsAddr); err != nil || !validPort(port) {
+			return &usageError{fmt.Sprintf("--metrics-addr must be HOST:PORT or :PORT, got %q", f.metricsAddr)}
+		}
+	}
 	return nil
+}
+
+// validPort reports whether p is a port number, 0 to 65535.
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 0 && n <= 65535
 }
 
 func (f *runFlags) validate(set map[string]bool) error {
@@ -286,7 +301,8 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 			RequireApproval:      splitList(f.requireApproval),
 			TraceArgs:            f.traceArgs,
 		},
-		Logger: log,
+		MetricsAddr: f.metricsAddr,
+		Logger:      log,
 	}
 }
 
