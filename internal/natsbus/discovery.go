@@ -19,6 +19,9 @@ const (
 	DefaultDiscoverWait  = time.Second
 	DefaultDiscoverQuiet = 250 * time.Millisecond
 	DefaultMaxDiscovered = 10_000
+	// maxDiscoveredTools bounds the tools kept from all answers together,
+	// so a flood of forged answers cannot exhaust memory.
+	maxDiscoveredTools = 1 << 16
 )
 
 // DiscoverConfig bounds one [Discover]. The zero value means the defaults.
@@ -95,7 +98,8 @@ func Discover(ctx context.Context, nc *nats.Conn, s protocol.Subjects, cfg Disco
 	defer deadline.Stop()
 	var quiet <-chan time.Time
 	var out []DiscoveredWorker
-	for len(out) < cfg.MaxWorkers {
+	tools := 0
+	for len(out) < cfg.MaxWorkers && tools < maxDiscoveredTools {
 		select {
 		case <-ctx.Done():
 			return out, ctx.Err()
@@ -111,6 +115,7 @@ func Discover(ctx context.Context, nc *nats.Conn, s protocol.Subjects, cfg Disco
 			}
 			if w, ok := parseWorkerInfo(m.Data, prefix); ok {
 				out = append(out, w)
+				tools += len(w.Tools)
 			}
 			quiet = time.After(cfg.Quiet)
 		}
@@ -144,6 +149,9 @@ func parseWorkerInfo(data []byte, prefix string) (DiscoveredWorker, bool) {
 	}
 	w := DiscoveredWorker{ID: clipKey(info.ID), Name: name, Version: clipKey(info.Version)}
 	for _, e := range info.Endpoints {
+		if len(w.Tools) == MaxCatalogTools {
+			break
+		}
 		if !protocol.ValidToken(e.Name) {
 			continue
 		}

@@ -31,7 +31,7 @@ func FuzzParseWorkerInfo(f *testing.F) {
 		if !ok {
 			return
 		}
-		if !workerNameRE.MatchString(w.Name) || w.ID == "" || len(w.ID) > 70 || len(w.Version) > 70 {
+		if !workerNameRE.MatchString(w.Name) || w.ID == "" || len(w.ID) > 70 || len(w.Version) > 70 || len(w.Tools) > MaxCatalogTools {
 			t.Fatalf("accepted worker %+v", w)
 		}
 		for _, tool := range w.Tools {
