@@ -5,4 +5,43 @@
 //
 // cmd/coordinator is a thin main over this package; e2e tests and
 // benchmarks use it directly.
+//
+// # Serving runs
+//
+// [Coordinator.Run] runs one prompt. [Coordinator.Serve] serves runs
+// submitted by others, sharing the work with every other serving
+// coordinator:
+//
+//   - Submitters send a [protocol.RunRequest] as a NATS request on
+//     <prefix>.run.submit ([Submit], or "nats req"). One coordinator of the
+//     queue group checks it and answers at once: refused with a coded error,
+//     or accepted with a new run id once the request is stored in the runs
+//     stream (work queue, <prefix>.run.queue.<run_id>). The stream does not
+//     keep a request's reply subject, which is why submission is core
+//     request-reply in front of the stream rather than a publish into it.
+//   - Coordinators take stored requests from the stream's one durable pull
+//     consumer, each only when it has a free run slot, and heartbeat while a
+//     run lasts. A request whose coordinator dies is taken again after
+//     AckWait (the run starts over), at most MaxDeliver times.
+//   - Each result, a [protocol.RunResult], is created once in the runs
+//     bucket under its run id (a second coordinator's result for the same
+//     run is dropped) and then announced on <prefix>.run.result.<run_id>.
+//     [WaitResult] reads it, whenever it was stored.
+//
+// # Limits
+//
+// The Coordinator's loop limits are ceilings. A request may lower
+// max_rounds, max_tool_calls_per_round, max_observation_chars and the tool
+// timeout, and add tools that need approval; a value above a ceiling is
+// clamped to it, and the result lists the limits applied and which were
+// clamped. Model, approval timeout and argument tracing are the operator's
+// alone.
+//
+// # Caveats
+//
+// A request is delivered at least once: a coordinator that dies mid-run
+// leaves its tool calls done and the run starts over elsewhere, calling
+// tools again (non-idempotent tools stay at most once per call, not per
+// run). A request that was delivered MaxDeliver times without a result
+// gets none. Results expire after ResultTTL.
 package coordinator
