@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -291,4 +292,32 @@ func gather(t *testing.T, nc *nats.Conn, subject string, n int) []*nats.Msg {
 		out = append(out, m)
 	}
 	return out
+}
+
+// TestDiscoveryKeepsSecretsOut serves an exec tool whose manifest passes a
+// credential in its environment and whose argv names a secret file: no
+// discovery answer (INFO, STATS, tool-info) may carry either.
+func TestDiscoveryKeepsSecretsOut(t *testing.T) {
+	const canary = "tf-canary-7d1e0c"
+	tools, err := harness.ParseManifest([]byte(`{"tools":[{"name":"fetch","description":"fetches",
+		"parameters":{"type":"object"},"command":["cat","/run/secrets/` + canary + `"],
+		"env":{"API_KEY":"` + canary + `"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(t)
+	h := harnesstest.New(t, harness.Config{}, tools...)
+	f.startWorker(t, h, natsbus.WorkerConfig{Name: "keeper"})
+	discoverN(t, f, 1)
+	var answers []string
+	for _, subject := range []string{"$SRV.INFO." + natsbus.ServiceName, "$SRV.STATS." + natsbus.ServiceName, "$SRV.PING", "fleet.tool.fetch"} {
+		for _, m := range gather(t, f.nc, subject, 1) {
+			answers = append(answers, string(m.Data)+fmt.Sprint(m.Header))
+		}
+	}
+	for _, a := range answers {
+		if strings.Contains(a, canary) {
+			t.Fatalf("a discovery answer carries the secret:\n%s", a)
+		}
+	}
 }
