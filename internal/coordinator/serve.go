@@ -254,7 +254,7 @@ func (s *service) reply(m *nats.Msg, resp *protocol.RunResponse) {
 	if m.Reply == "" {
 		return
 	}
-	data, err := protocol.Encode(resp)
+	data, err := encodeJSON(resp)
 	if err == nil {
 		err = m.Respond(data)
 	}

@@ -71,18 +71,18 @@ func fillResult(rec *protocol.RunResult, res *loop.Result) error {
 // transcript, then the call records, and as a last resort replaces the
 // result with a too_large error.
 func encodeBounded(rec *protocol.RunResult, limit int) ([]byte, error) {
-	data, err := protocol.Encode(rec)
+	data, err := encodeJSON(rec)
 	if err != nil || len(data) <= limit {
 		return data, err
 	}
 	if rec.Messages != nil {
 		rec.Messages, rec.TranscriptOmitted = nil, true
-		if data, err = protocol.Encode(rec); err != nil || len(data) <= limit {
+		if data, err = encodeJSON(rec); err != nil || len(data) <= limit {
 			return data, err
 		}
 	}
 	rec.Calls = nil
-	if data, err = protocol.Encode(rec); err != nil || len(data) <= limit {
+	if data, err = encodeJSON(rec); err != nil || len(data) <= limit {
 		return data, err
 	}
 	small := protocol.RunResult{
@@ -92,5 +92,18 @@ func encodeBounded(rec *protocol.RunResult, limit int) ([]byte, error) {
 		Error: &protocol.RunError{Code: protocol.CodeTooLarge, Message: fmt.Sprintf("the result is over the %d-byte result limit: the answer was left out", limit)},
 	}
 	*rec = small
-	return protocol.Encode(rec)
+	return encodeJSON(rec)
+}
+
+// encodeJSON is protocol.Encode without HTML escaping, so that "<", ">" and
+// "&" in answers, transcripts and error messages stay readable in "nats req"
+// and "nats kv get". The output is the same JSON value.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -344,6 +344,14 @@ func TestServeRefusesBadRequests(t *testing.T) {
 			}
 		})
 	}
+	// Replies read as typed: no HTML escapes.
+	msg, err := f.nc.Request("fleet.run.submit", []byte(`{"prompt": "hi", "max_rounds": -1}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(msg.Data), `"message":"must be >= 0`) {
+		t.Fatalf("raw reply = %s, want the message unescaped", msg.Data)
+	}
 	// Nothing refused reached the stream.
 	st, err := f.js.Stream(t.Context(), "FLEET_RUNS")
 	if err != nil {
