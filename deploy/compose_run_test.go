@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -341,16 +342,32 @@ func TestComposeServesARun(t *testing.T) {
 		}
 	})
 
+	// Two runs of the demo (the nats req and the submit), three calculator
+	// calls each: the coordinator counted them, and the workers together
+	// ran the six calls.
 	t.Run("metrics", func(t *testing.T) {
-		for _, r := range running {
-			body, err := httpGet("http://" + r.metrics + "/metrics")
-			if err != nil {
-				t.Errorf("%s /metrics: %v", r.name, err)
-				continue
+		if err := eventually(5*time.Second, func() error {
+			var workerCalls float64
+			for _, r := range running {
+				fams := metricstest.Scrape(t, "http://"+r.metrics+"/metrics")
+				if strings.HasPrefix(r.name, "coordinator") {
+					if err := fams.Want("toolfleet_coordinator_runs_total", metricstest.L("reason", "natural"), 2); err != nil {
+						return fmt.Errorf("%s: %w", r.name, err)
+					}
+					if err := fams.Want("toolfleet_coordinator_calls_total", metricstest.L("tool", "calculator", "outcome", "ok"), 6); err != nil {
+						return fmt.Errorf("%s: %w", r.name, err)
+					}
+					continue
+				}
+				n, _ := fams.Value("toolfleet_worker_calls_total", metricstest.L("tool", "calculator", "outcome", "ok"))
+				workerCalls += n
 			}
-			if !strings.Contains(body, "# TYPE ") {
-				t.Errorf("%s /metrics serves no metric:\n%s", r.name, tail(body, 500))
+			if workerCalls != 6 {
+				return fmt.Errorf("the toolworkers counted %v calculator calls, want 6", workerCalls)
 			}
+			return nil
+		}); err != nil {
+			t.Error(err)
 		}
 	})
 }
