@@ -1,17 +1,24 @@
 package coordinator_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 var L = metricstest.L
@@ -110,5 +117,102 @@ func TestMetricsAddrRefused(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("Open with a bad metrics address succeeded")
+	}
+}
+
+// TestSchemaConflictIsReportedAndNeverMixed runs a worker serving the
+// built-in echo ({"text"}) and then one serving an echo with another schema
+// ({"message"}), whose spec the catalog ends up with. The coordinator must
+// report the conflict (metric and SchemaConflicts), keep offering echo with
+// the catalog's schema, and — once only the stale worker is left — the
+// stale worker must refuse the call (invalid_arguments), never run it.
+func TestSchemaConflictIsReportedAndNeverMixed(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, _ := jetstream.New(nc)
+	kvDigest := func() string {
+		kv, err := js.KeyValue(t.Context(), "fleet_tools")
+		if err != nil {
+			return ""
+		}
+		e, err := kv.Get(t.Context(), "echo")
+		if err != nil {
+			return ""
+		}
+		spec, err := protocol.DecodeToolSpec(e.Value(), 0)
+		if err != nil {
+			return ""
+		}
+		return spec.SchemaDigest
+	}
+	startWorker := func(cfg toolworker.Config) (digest string, stop func()) {
+		w, err := toolworker.New(natstest.Connect(t, srv), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		digest = w.Harness().Specs()[0].SchemaDigest
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); w.Run(ctx) }()
+		stop = func() { cancel(); <-done }
+		t.Cleanup(stop)
+		natstest.WaitFor(t, 10*time.Second, func() error {
+			if got := kvDigest(); got != digest {
+				return fmt.Errorf("catalog digest of echo = %q, want %q", got, digest)
+			}
+			return nil
+		})
+		return digest, stop
+	}
+	oldDigest, _ := startWorker(toolworker.Config{Builtins: []string{"echo"}, Name: "old"})
+	manifest := filepath.Join(t.TempDir(), "tools.json")
+	if err := os.WriteFile(manifest, []byte(`{"tools":[{"name":"echo","description":"echoes",
+		"parameters":{"type":"object","properties":{"message":{"type":"string"}},"required":["message"],"additionalProperties":false},
+		"command":["cat"]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	newDigest, stopNew := startWorker(toolworker.Config{ToolsFile: manifest, Name: "new"})
+
+	model, err := scripted.Parse([]byte(`{"turns":[
+	  {"tool_calls":[{"id":"a","name":"echo","arguments":{"message":"hi"}}]},
+	  {"content":"done"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := coordinator.Open(t.Context(), coordinator.Config{
+		Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
+		Model:       model,
+		MetricsAddr: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		got := c.SchemaConflicts()
+		if len(got) != 1 || got[0].Tool != "echo" || got[0].CatalogDigest != newDigest || len(got[0].Digests) != 2 {
+			return fmt.Errorf("conflicts = %+v, want echo served with %s (old) and %s (new)", got, oldDigest, newDigest)
+		}
+		return nil
+	})
+	f := metricstest.Scrape(t, "http://"+c.MetricsAddr()+"/metrics")
+	for _, err := range []error{
+		f.Want("toolfleet_schema_conflicts_total", L("tool", "echo"), 1),
+		f.Want("toolfleet_schema_conflicted_tools", nil, 1),
+	} {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+
+	// Only the stale worker is left: the call, valid for the catalog's
+	// schema, is refused by the worker rather than run.
+	stopNew()
+	res, err := c.Run(t.Context(), "go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := res.Calls[0]; rec.Outcome != protocol.OutcomeInvalidArguments || rec.Worker != "old" {
+		t.Fatalf("call = %+v, want invalid_arguments from the stale worker", rec)
 	}
 }
