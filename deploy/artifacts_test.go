@@ -360,12 +360,12 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"go.mod", "go.sum", "pkg/model/scripted/demo.json", "cmd/coordinator/main.go"} {
+	for _, p := range []string{"go.mod", "go.sum", "pkg/model/scripted/demo.json", "cmd/coordinator/main.go", "cmd/toolworker/main.go", "deploy/healthcheck/main.go"} {
 		if ignore.excluded(p) {
 			t.Errorf("the dockerignore leaves out %s, which the build needs", p)
 		}
 	}
-	for _, p := range []string{".git/HEAD", "deploy/.env", "deploy/k8s/values-nats.yaml", "internal/natsbus/testdata/x"} {
+	for _, p := range []string{".git/HEAD", "deploy/.env", "deploy/k8s/values-nats.yaml", "internal/natsbus/testdata/x", "coordinator"} {
 		if !ignore.excluded(p) {
 			t.Errorf("the dockerignore keeps %s in the context", p)
 		}
