@@ -33,7 +33,8 @@ type Config struct {
 	// harness's (100,000).
 	MaxOutputChars int
 	// MetricsAddr, when set, makes Run serve /metrics, /healthz and /readyz
-	// on this address (e.g. ":9090"). Default: none.
+	// on this address (e.g. ":9090"); the worker's metrics then take the
+	// place of Worker.Observer. Default: none.
 	MetricsAddr string
 	// Worker holds the worker's other settings; Concurrency, Name and Logger
 	// above take precedence over its fields.
