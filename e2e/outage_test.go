@@ -166,3 +166,39 @@ func TestWorkerStopsPromptlyWhileServerIsDown(t *testing.T) {
 		t.Fatalf("worker took %v to stop, want a few seconds at most", d)
 	}
 }
+
+// TestWorkerDrainsOnSIGTERM: a worker told to stop (a rolling deploy)
+// while it runs a call stops taking calls, finishes the call within its
+// shutdown grace, answers it and exits 0; the next round's call goes to the
+// worker that replaced it. Nothing runs twice.
+func TestWorkerDrainsOnSIGTERM(t *testing.T) {
+	f := newFleet(t)
+	old := f.startWorker("old")
+	coord := f.coordinator("coordinator", script{
+		turn(call("c1", toolWork, map[string]any{"id": "d1", "sleep_ms": 2000})),
+		turn(call("c2", toolCharge, map[string]any{"id": "d2"})),
+		final("done"),
+	}, "--tool-timeout", "20s")
+
+	f.waitStarted("d1", 1, 15*time.Second)
+	old.signal(syscall.SIGTERM)
+	f.startWorker("new")
+
+	res := coord.result(30*time.Second, 0)
+	recs, _ := answered(t, res)
+	if rec := recs["c1"]; rec.Outcome != protocol.OutcomeOK || rec.Worker != "old" {
+		t.Errorf("c1 = %+v, want ok from the stopping worker", rec)
+	}
+	if rec := recs["c2"]; rec.Outcome != protocol.OutcomeOK || rec.Worker != "new" {
+		t.Errorf("c2 = %+v, want ok from the new worker", rec)
+	}
+	if code := old.wait(15 * time.Second); code != 0 {
+		t.Fatalf("the stopped worker exited %d, want 0", code)
+	}
+	for _, id := range []string{"d1", "d2"} {
+		if runs := f.runsOf(id); len(runs) != 1 || !runs[0].done {
+			t.Errorf("%s runs = %+v, want one finished run", id, runs)
+		}
+	}
+	f.waitDrained(toolWork, 5*time.Second)
+}
