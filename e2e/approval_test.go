@@ -172,6 +172,7 @@ func startApprovalServer(t *testing.T) *server.Server {
 	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", approvalPasswords["coordinator"])
 	t.Setenv("TOOLFLEET_WORKER_PASSWORD", approvalPasswords["worker"])
 	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", approvalPasswords["operator"])
+	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", "tf-client-unused") // the run submitter, not used here
 	opts, err := server.ProcessConfigFile("../deploy/nats-server.conf")
 	if err != nil {
 		t.Fatalf("deploy/nats-server.conf: %v", err)
