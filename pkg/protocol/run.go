@@ -156,6 +156,9 @@ const (
 	// CodeRunFailed: the run started but the model or the catalog failed;
 	// the stored result still answers every tool call id.
 	CodeRunFailed = "run_failed"
+	// CodeAbandoned: the request was taken by coordinators as often as
+	// allowed and none of them finished it (each stopped mid-run).
+	CodeAbandoned = "abandoned"
 	// CodeInternal: anything else; details are in the coordinator's logs,
 	// never on the wire.
 	CodeInternal = "internal"

@@ -175,6 +175,9 @@ func TestRunSubjects(t *testing.T) {
 	if s.RunsStream() != "FLEET_RUNS" || s.RunsBucket() != "fleet_runs" || s.RunQueues() != "fleet.run.queue.*" || s.RunResults() != "fleet.run.result.>" {
 		t.Fatalf("names = %q %q %q %q", s.RunsStream(), s.RunsBucket(), s.RunQueues(), s.RunResults())
 	}
+	if got := s.RunsMaxDeliveries(); got != "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.FLEET_RUNS.coordinators" {
+		t.Fatalf("RunsMaxDeliveries = %q", got)
+	}
 	for _, bad := range []string{"", "a.b", "*", ">"} {
 		if _, err := s.RunResult(bad); !errors.Is(err, ErrInvalidField) {
 			t.Errorf("RunResult(%q) err = %v, want invalid", bad, err)

@@ -163,6 +163,13 @@ func (s Subjects) RunsStream() string { return s.upper() + "_RUNS" }
 // by every coordinator that serves runs.
 func (s Subjects) RunsConsumer() string { return "coordinators" }
 
+// RunsMaxDeliveries is the subject of the server's advisory that a run
+// request was delivered as often as the runs consumer allows and will not
+// be delivered again.
+func (s Subjects) RunsMaxDeliveries() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + s.RunsStream() + "." + s.RunsConsumer()
+}
+
 // RunsBucket names the KV bucket of run results, keyed by run id
 // (fleet_runs).
 func (s Subjects) RunsBucket() string { return strings.ReplaceAll(s.p(), "-", "_") + "_runs" }
