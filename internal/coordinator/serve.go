@@ -105,6 +105,12 @@ func (s *service) serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunSubmit(), err)
 	}
+	abandoned, err := s.c.nc.QueueSubscribe(s.subjects.RunsMaxDeliveries(), s.subjects.RunSubmitGroup(), s.onMaxDeliveries)
+	if err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunsMaxDeliveries(), err)
+	}
+	defer abandoned.Unsubscribe()
 	if err := s.c.nc.FlushTimeout(opTimeout); err != nil {
 		sub.Unsubscribe()
 		return fmt.Errorf("coordinator: registering the submit subscription: %w", err)

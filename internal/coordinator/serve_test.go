@@ -524,3 +524,47 @@ func waitRunStarted(t *testing.T, f *serveFleet) {
 		return nil
 	})
 }
+
+// TestServeGivesAbandonedRunsAResult takes a request as a coordinator that
+// then dies would (never acknowledged), with MaxDeliver 1: the next serving
+// coordinator stores an "abandoned" result for it and removes it from the
+// stream.
+func TestServeGivesAbandonedRunsAResult(t *testing.T) {
+	f := newServeFleet(t)
+	sc := coordinator.ServeConfig{AckWait: 500 * time.Millisecond, MaxDeliver: 1}
+	first := f.start(serveOpts{script: echoThenAnswer, serve: sc})
+	f.result(f.accepted(`{"prompt": "warm up"}`)) // the stream and consumer exist
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := f.js.Publish(t.Context(), "fleet.run.queue.dead1", []byte(`{"prompt": "never finished"}`)); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := f.js.Consumer(t.Context(), "FLEET_RUNS", "coordinators")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil || m.Subject() != "fleet.run.queue.dead1" {
+		t.Fatalf("taking the request: %v, %v", m, err)
+	}
+	// The taker dies: no ack, no heartbeat.
+
+	f.start(serveOpts{script: echoThenAnswer, serve: sc})
+	res := f.result("dead1")
+	if res.Error == nil || res.Error.Code != protocol.CodeAbandoned || res.TerminationReason != "" || res.Attempt != 1 {
+		t.Fatalf("result = %+v, want an abandoned error after 1 delivery", res)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		st, err := f.js.Stream(t.Context(), "FLEET_RUNS")
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(t.Context())
+		if err != nil || info.State.Msgs != 0 {
+			return fmt.Errorf("runs stream holds %v messages (%v), want 0", info, err)
+		}
+		return nil
+	})
+}
