@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -147,7 +148,7 @@ func TestConfPermissions(t *testing.T) {
 	subjects := protocol.Subjects{}
 
 	// The coordinator creates the streams; the worker the catalog.
-	if _, err := coord.js.CreateOrUpdateStream(ctx, approval.StreamConfig(subjects)); err != nil {
+	if err := natsbus.EnsureStreams(ctx, coord.js, subjects, natsbus.StreamConfig{}); err != nil {
 		t.Fatalf("coordinator creating %s: %v", subjects.ApprovalsStream(), err)
 	}
 	if _, err := coord.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subjects.CallsStream(), Subjects: []string{subjects.Calls()}, Retention: jetstream.WorkQueuePolicy}); err != nil {
@@ -316,7 +317,7 @@ func TestConfOperatorWorkflow(t *testing.T) {
 	ctx := t.Context()
 	coord := connectAs(t, s, "coordinator")
 	subjects := protocol.Subjects{}
-	if _, err := coord.js.CreateOrUpdateStream(ctx, approval.StreamConfig(subjects)); err != nil {
+	if err := natsbus.EnsureStreams(ctx, coord.js, subjects, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	gate := approval.NewGate(coord.nc, coord.js, subjects, approval.GateConfig{})

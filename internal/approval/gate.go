@@ -28,7 +28,7 @@ type Gate struct {
 var _ loop.Gate = (*Gate)(nil)
 
 // NewGate returns a gate that publishes requests with js into the approvals
-// stream (which must exist: see [StreamConfig]) and listens for decisions on
+// stream (which must exist: natsbus.EnsureStreams creates it) and listens for decisions on
 // nc. nc and js must use the same connection.
 func NewGate(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects, cfg GateConfig) *Gate {
 	return &Gate{nc: nc, js: js, subjects: subjects, cfg: cfg.withDefaults()}

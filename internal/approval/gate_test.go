@@ -425,7 +425,11 @@ func TestStreamIsAnAuditLog(t *testing.T) {
 	if err := f.stream.SecureDeleteMsg(ctx, reqMsg.Sequence); err == nil {
 		t.Error("SecureDeleteMsg succeeded on the approvals stream")
 	}
-	cfg := StreamConfig(protocol.Subjects{})
+	info, err := f.stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
 	cfg.DenyDelete, cfg.DenyPurge = false, false
 	if _, err := f.js.UpdateStream(ctx, cfg); err == nil {
 		t.Error("an update lifted DenyDelete/DenyPurge")

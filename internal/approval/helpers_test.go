@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -54,9 +55,13 @@ func connect(t testing.TB, s *server.Server, opts ...nats.Option) (*nats.Conn, j
 // ensureStream creates the approvals stream as the fleet does.
 func ensureStream(t testing.TB, js jetstream.JetStream) jetstream.Stream {
 	t.Helper()
-	st, err := js.CreateOrUpdateStream(context.Background(), StreamConfig(protocol.Subjects{}))
+	var s protocol.Subjects
+	if err := natsbus.EnsureStreams(context.Background(), js, s, natsbus.StreamConfig{}); err != nil {
+		t.Fatalf("creating the fleet's streams: %v", err)
+	}
+	st, err := js.Stream(context.Background(), s.ApprovalsStream())
 	if err != nil {
-		t.Fatalf("creating the approvals stream: %v", err)
+		t.Fatalf("the approvals stream: %v", err)
 	}
 	return st
 }
