@@ -274,3 +274,72 @@ func exitCode(err error) int {
 	}
 	return -1
 }
+
+// TestServeSurvivesACoordinatorKill SIGKILLs one of two serving
+// coordinators while it runs: its runs are taken again by the other one
+// after --run-ack-wait and started over, and every run still gets exactly
+// one result.
+func TestServeSurvivesACoordinatorKill(t *testing.T) {
+	f := newFleet(t)
+	f.startWorker("kw1")
+	var turns script
+	for i := range 3 {
+		turns = append(turns, turn(call(fmt.Sprintf("w%d", i), toolWork, map[string]any{"id": fmt.Sprintf("k%d", i), "sleep_ms": 300})))
+	}
+	turns = append(turns, final("done"))
+	model := f.writeJSON("kill-script.json", map[string]any{"turns": turns})
+	start := func(name string) *proc {
+		p := startProc(t, name, bins.coordinator, "serve", "--nats-url", f.url(), "--workers", "0",
+			"--model", "scripted:"+model, "--name", name, "--max-concurrent-runs", "4", "--run-ack-wait", "1s",
+			"--log-level", "debug")
+		p.waitLog(20*time.Second, `"serving runs"`)
+		return p
+	}
+	victim := start("victim")
+	waitServePulling(t, f, 1)
+
+	const n = 4
+	runs := make([]string, n)
+	for i := range runs {
+		resp, err := coordinator.SubmitRaw(t.Context(), f.nc, protocol.Subjects{}, []byte(fmt.Sprintf(`{"prompt": "run %d"}`, i)))
+		if err != nil || resp.Status != protocol.RunAccepted {
+			t.Fatalf("submit: %+v, %v", resp, err)
+		}
+		runs[i] = resp.RunID
+	}
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if got := len(victim.logLines(func(m map[string]any) bool { return m["message"] == "run started" })); got < n {
+			return fmt.Errorf("the victim started %d runs, want %d", got, n)
+		}
+		return nil
+	})
+	victim.kill()
+	start("survivor")
+
+	for _, run := range runs {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, run)
+		cancel()
+		if err != nil {
+			t.Fatalf("run %s: %v", run, err)
+		}
+		if res.Coordinator != "survivor" || res.Attempt != 2 || res.TerminationReason != "natural" || res.Answer != "done" {
+			t.Fatalf("run %s: coordinator %q attempt %d reason %q; want the survivor's second attempt to finish",
+				run, res.Coordinator, res.Attempt, res.TerminationReason)
+		}
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		c, err := f.js.Consumer(t.Context(), "FLEET_RUNS", "coordinators")
+		if err != nil {
+			return err
+		}
+		ci, err := c.Info(t.Context())
+		if err != nil {
+			return err
+		}
+		if ci.NumPending != 0 || ci.NumAckPending != 0 {
+			return fmt.Errorf("runs consumer: %d waiting, %d unacknowledged", ci.NumPending, ci.NumAckPending)
+		}
+		return nil
+	})
+}
