@@ -42,6 +42,8 @@
 // A request is delivered at least once: a coordinator that dies mid-run
 // leaves its tool calls done and the run starts over elsewhere, calling
 // tools again (non-idempotent tools stay at most once per call, not per
-// run). A request that was delivered MaxDeliver times without a result
-// gets none. Results expire after ResultTTL.
+// run). A request delivered MaxDeliver times without a result gets an
+// "abandoned" error result (from the server's max-deliveries advisory). A
+// queued request nobody takes within QueuedRunMaxAge is dropped without a
+// result. Results expire after ResultTTL.
 package coordinator
