@@ -1,10 +1,12 @@
 package coordinator_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,6 +84,7 @@ type serveOpts struct {
 	loop      loop.Config
 	serve     coordinator.ServeConfig
 	toolsFile string
+	logs      io.Writer // default: the test's log
 }
 
 // start opens a coordinator with one in-process worker (built-in tools plus
@@ -97,6 +100,9 @@ func (f *serveFleet) start(o serveOpts) *server {
 		Model:  model,
 		Loop:   o.loop,
 		Logger: zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel),
+	}
+	if o.logs != nil {
+		cfg.Logger = zerolog.New(o.logs).Level(zerolog.DebugLevel)
 	}
 	cfg.Workers = 1
 	cfg.Builtins = []string{"calculator", "echo"}
@@ -567,4 +573,58 @@ func TestServeGivesAbandonedRunsAResult(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers and readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestServeNeverLogsRequests submits prompts, transcripts and bad requests
+// carrying a canary: it never reaches the coordinator's log (at debug
+// level), nor a refusal's message.
+func TestServeNeverLogsRequests(t *testing.T) {
+	const canary = "CANARY-serve-5d1e"
+	f := newServeFleet(t)
+	logs := &syncBuffer{}
+	s := f.start(serveOpts{script: echoThenAnswer, logs: logs})
+	f.result(f.accepted(`{"prompt": "the password is ` + canary + `"}`))
+	f.result(f.accepted(`{"messages": [{"role": "system", "content": "` + canary + `"}, {"role": "user", "content": "hi"}]}`))
+	for _, bad := range []string{
+		`{"prompt": "` + canary + `", "max_rounds": "` + canary + `"}`,
+		`{"prompt": "` + canary + `", "require_approval": ["` + canary + `.x"]}`,
+		`{"prompt": ` + canary + `}`,
+		`{"prompt": "` + canary + `", "extra": 1}`,
+	} {
+		resp := f.submit(bad)
+		if resp.Status != protocol.RunRefused || strings.Contains(resp.Error.Message, canary) {
+			t.Errorf("reply = %+v: want refused without the canary", resp)
+		}
+	}
+	if _, err := f.js.Publish(t.Context(), "fleet.run.queue.bad1", []byte(`{"prompt": `+canary+`}`)); err != nil {
+		t.Fatal(err)
+	}
+	if res := f.result("bad1"); res.Error == nil || strings.Contains(res.Error.Message, canary) {
+		t.Errorf("queued bad request result = %+v: want an error without the canary", res.Error)
+	}
+	s.stop()
+	if strings.Contains(logs.String(), canary) {
+		t.Fatalf("the canary reached the log:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "run accepted") {
+		t.Fatalf("the log was not captured:\n%s", logs.String())
+	}
 }
