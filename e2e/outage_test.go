@@ -202,3 +202,30 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	}
 	f.waitDrained(toolWork, 5*time.Second)
 }
+
+// TestCoordinatorInterruptedWhileServerIsDown: SIGINT reaches a coordinator
+// whose nats-server is gone while a call runs. It still prints the partial
+// result, every id answered cancelled, and exits within seconds.
+func TestCoordinatorInterruptedWhileServerIsDown(t *testing.T) {
+	f := newFleet(t)
+	w := f.startWorker("w1")
+	defer w.kill() // its call would hold a graceful stop for the whole grace
+	coord := f.coordinator("coordinator", script{
+		turn(call("c1", toolWork, map[string]any{"id": "i1", "sleep_ms": 20000})),
+		final("done"),
+	}, "--tool-timeout", "30s")
+	f.waitStarted("i1", 1, 15*time.Second)
+	f.srv.Shutdown()
+	coord.waitLog(10*time.Second, "disconnected from NATS")
+
+	start := time.Now()
+	coord.signal(syscall.SIGINT)
+	res := coord.result(20*time.Second, 1)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the coordinator took %v to stop, want a few seconds at most", d)
+	}
+	recs, _ := answered(t, res)
+	if res.TerminationReason != "cancelled" || recs["c1"].Outcome != protocol.OutcomeCancelled {
+		t.Fatalf("termination %q, call %+v; want cancelled", res.TerminationReason, recs["c1"])
+	}
+}

@@ -171,10 +171,13 @@ func (c *Catalog) Tools(ctx context.Context) ([]protocol.ToolSpec, error) {
 	return out, nil
 }
 
-// Close stops watching the bucket. It is idempotent.
+// Close stops watching the bucket. It is idempotent. It returns once the
+// watcher has stopped, without waiting for the server to delete the
+// watcher's consumer: with the server unreachable that would take the
+// client's 5s API timeout (the server drops the consumer on its own).
 func (c *Catalog) Close() error {
 	c.once.Do(func() {
-		c.watcher.Stop()
+		go c.watcher.Stop()
 		c.cancel()
 		<-c.done
 	})

@@ -248,8 +248,9 @@ func (in *Inbox) stopReading() {
 	if in.consumer == nil {
 		return
 	}
-	// Best effort: a consumer left behind expires on its own.
-	if info := in.consumer.CachedInfo(); info != nil {
+	// Best effort, and not while disconnected: a consumer left behind
+	// expires on its own.
+	if info := in.consumer.CachedInfo(); info != nil && in.js.Conn().IsConnected() {
 		ctx, cancel := context.WithTimeout(context.Background(), deleteConsumerTimeout)
 		defer cancel()
 		in.js.DeleteConsumer(ctx, info.Stream, info.Name)
