@@ -111,7 +111,7 @@ func TestWorkerKilledMidNonIdempotentCall(t *testing.T) {
 }
 
 // TestRedeliveryAfterTheDeadlineNeverStarts: a worker dies mid-call and the
-// call's deadline (800ms) passes before the ack wait (1s) redelivers it. The
+// call's deadline (1s) passes before the ack wait (2s) redelivers it. The
 // other worker terminates the redelivered call without running it, and the
 // model gets timeout.
 func TestRedeliveryAfterTheDeadlineNeverStarts(t *testing.T) {
@@ -120,7 +120,7 @@ func TestRedeliveryAfterTheDeadlineNeverStarts(t *testing.T) {
 	coord := f.coordinator("coordinator", script{
 		turn(call("c1", toolWork, map[string]any{"id": "late", "sleep_ms": 5000})),
 		final("done"),
-	}, "--tool-timeout", "800ms")
+	}, "--tool-timeout", "1s")
 
 	first := f.waitStarted("late", 1, 15*time.Second)[0]
 	victim, survivor := pickWorker(t, first.ppid, w1, w2)

@@ -35,9 +35,10 @@ const (
 )
 
 // testAckWait is the workers' --ack-wait in these tests: a dead worker's
-// idempotent call is redelivered about a second after its last heartbeat
-// (every third of it). Production keeps the 5s default.
-const testAckWait = time.Second
+// idempotent call is redelivered 2s after its last heartbeat (every third of
+// it), and a live worker has three heartbeats' slack on a loaded machine.
+// Production keeps the 5s default.
+const testAckWait = 2 * time.Second
 
 // sidefxSchema is the parameter schema of the sidefx tools.
 const sidefxSchema = `{"type":"object","properties":{` +
