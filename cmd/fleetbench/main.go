@@ -410,8 +410,9 @@ func (b *bench) heldRuns(ctx context.Context, f *fleet) error {
 	b.mem = &rep
 	b.add(row{name: fmt.Sprintf("coordinator: %d concurrent runs (rounds of 4 echo calls), %d workers", rep.runs, runWorkers),
 		rate: rep.rate, cpu: rep.cpu,
-		note: fmt.Sprintf("live heap %s (idle %s), %s per run over %d active; max heap in use %s",
-			mib(rep.live), mib(rep.idleLive), kib(rep.perRun), rep.active, mib(rep.maxInUse))})
+		note: fmt.Sprintf("live heap %s (idle %s), %s per run over %d active; max heap in use %s, %s per run",
+			mib(rep.live), mib(rep.idleLive), kib(rep.perRun), rep.active, mib(rep.maxInUse),
+			kib(float64(rep.maxInUse)/float64(rep.runs)))})
 	return nil
 }
 
