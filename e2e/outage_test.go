@@ -195,6 +195,12 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	if code := old.wait(15 * time.Second); code != 0 {
 		t.Fatalf("the stopped worker exited %d, want 0", code)
 	}
+	// A clean stop is not an outage: nothing warns of a lost connection.
+	for _, p := range []*proc{old, coord} {
+		if strings.Contains(p.log(), "disconnected from NATS") {
+			t.Errorf("%s logged a disconnection on a clean stop", p.name)
+		}
+	}
 	for _, id := range []string{"d1", "d2"} {
 		if runs := f.runsOf(id); len(runs) != 1 || !runs[0].done {
 			t.Errorf("%s runs = %+v, want one finished run", id, runs)

@@ -131,6 +131,9 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.ReconnectBufSize(reconnectBufSize),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // our own Close: the closed handler says so
+			}
 			ev := log.Warn().Str(logURL, nc.ConnectedUrlRedacted())
 			if err != nil {
 				ev = ev.Err(err)
