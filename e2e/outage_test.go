@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
@@ -234,4 +235,44 @@ func TestCoordinatorInterruptedWhileServerIsDown(t *testing.T) {
 	if res.TerminationReason != "cancelled" || recs["c1"].Outcome != protocol.OutcomeCancelled {
 		t.Fatalf("termination %q, call %+v; want cancelled", res.TerminationReason, recs["c1"])
 	}
+}
+
+// TestResultOutlivesALongOutage: the nats-server is down for 6s — longer
+// than a first round of publish attempts (5s) — while a non-idempotent call
+// finishes. The worker keeps publishing the result while the coordinator
+// still waits for it (the call's deadline), so once the server is back the
+// model gets the tool's output, not outcome_unknown; the call ran once and
+// the worker reports no failure.
+func TestResultOutlivesALongOutage(t *testing.T) {
+	f := newFleet(t)
+	w := f.startWorker("w1")
+	coord := f.coordinator("coordinator", script{
+		turn(call("c1", toolCharge, map[string]any{"id": "o1", "sleep_ms": 500})),
+		final("done"),
+	}, "--tool-timeout", "30s")
+	f.waitStarted("o1", 1, 15*time.Second)
+	f.srv.Shutdown()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if runs := f.runsOf("o1"); !runs[0].done {
+			return errors.New("the tool has not finished")
+		}
+		return nil
+	})
+	// The outage itself (not a wait for a condition): down for 6s after the
+	// tool finished, longer than one publish attempt's 5s.
+	time.Sleep(6 * time.Second)
+	f.srv = natstest.Restart(t, f.srv)
+
+	res := coord.result(40*time.Second, 0)
+	recs, _ := answered(t, res)
+	if rec := recs["c1"]; rec.Outcome != protocol.OutcomeOK || rec.Worker != "w1" {
+		t.Fatalf("call = %+v, want ok from w1", rec)
+	}
+	if runs := f.runsOf("o1"); len(runs) != 1 {
+		t.Fatalf("the call ran %d times, want 1", len(runs))
+	}
+	if strings.Contains(w.log(), "could not publish a call's result") {
+		t.Fatal("the worker gave up publishing the result during the outage")
+	}
+	w.stop(10 * time.Second) // before the restarted server, cleaned up first
 }

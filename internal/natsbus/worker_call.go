@@ -93,7 +93,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		Worker:     w.cfg.Name,
 		Attempt:    attempt,
 	}
-	if err := w.publishResult(replyTo, &result); err != nil {
+	if err := w.publishResult(ctx, replyTo, &result, call.Deadline); err != nil {
 		w.resultErrors.Add(1)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
@@ -198,8 +198,11 @@ func (w *Worker) publishProgress(call protocol.Call, attempt int) {
 }
 
 // publishResult stores r in the results stream on replyTo, deduplicated by
-// the call key so a call run twice stores one result.
-func (w *Worker) publishResult(replyTo string, r *protocol.Result) error {
+// the call key so a call run twice stores one result. It tries for
+// publishTimeout, then, while the server does not answer, until the call's
+// deadline plus resultGrace or until stopping ends (the worker cancels its
+// calls to stop).
+func (w *Worker) publishResult(stopping context.Context, replyTo string, r *protocol.Result, deadline time.Time) error {
 	data, err := encodeResult(r, w.cfg.MaxMessageBytes)
 	if err != nil {
 		return err
@@ -208,9 +211,19 @@ func (w *Worker) publishResult(replyTo string, r *protocol.Result) error {
 	msg.Data = data
 	msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(r.CallKey))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	err = publishRetrying(ctx, w.js, msg, opt)
+	cancel()
+	if err == nil || !transient(err) || stopping.Err() != nil {
+		return err
+	}
+	ctx, cancel = context.WithDeadline(stopping, deadline.Add(resultGrace))
 	defer cancel()
-	return publishRetrying(ctx, w.js, msg, jetstream.WithExpectStream(w.subjects.ResultsStream()))
+	if ctx.Err() != nil {
+		return err
+	}
+	return publishRetrying(ctx, w.js, msg, opt)
 }
 
 // encodeResult encodes r, cutting its output further until the message
