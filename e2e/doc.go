@@ -14,6 +14,7 @@
 //
 //	go test -race ./e2e/
 //
-// They take about a minute on two cores; every wait is a poll with a
-// deadline and every deadline is short.
+// The failure scenarios take about a minute and a half on two cores; every
+// wait is a poll with a deadline and every deadline is short. TestMain
+// builds the binaries once into a temporary directory (see bins).
 package e2e
