@@ -21,9 +21,10 @@ import (
 
 // Tools the fleet serves in the benchmark.
 const (
-	echoTool  = "echo"
-	sleepTool = "sleep20"
-	sleepFor  = 20 * time.Millisecond
+	echoTool     = "echo"
+	sleepTool    = "sleep20"
+	holdToolName = "hold"
+	sleepFor     = 20 * time.Millisecond
 	// echoText is what every echo call sends and expects back: 128 bytes.
 	echoText = "The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. Sphinx of black quartz, judge my vow!!!!!"
 	// callTimeout is the deadline of every call the benchmark makes.
@@ -91,7 +92,7 @@ func openFleet(ctx context.Context, url string, log zerolog.Logger) (*fleet, err
 		f.close()
 		return nil, err
 	}
-	h, err := harness.New(harness.Config{}, harness.Echo(), sleeper())
+	h, err := harness.New(harness.Config{}, harness.Echo(), sleeper(), holdTool(nil))
 	if err != nil {
 		f.close()
 		return nil, err
@@ -261,6 +262,29 @@ func (f *fleet) openInbox(ctx context.Context) (*natsbus.Inbox, protocol.RunID, 
 		return nil, "", err
 	}
 	return in.(*natsbus.Inbox), run, nil
+}
+
+// openClose times n sequential opens and closes of a run's inbox: what the
+// loop pays once per run before its first call is published.
+func (f *fleet) openClose(ctx context.Context, n int) (summary, error) {
+	var s samples
+	cpu := startCPU()
+	for i := range warmup(n) + n {
+		start := time.Now()
+		in, _, err := f.openInbox(ctx)
+		if err != nil {
+			return summary{}, err
+		}
+		if err := in.Close(); err != nil {
+			return summary{}, err
+		}
+		if i >= warmup(n) {
+			s.add(time.Since(start))
+		}
+	}
+	sum := s.summary()
+	sum.cpu = cpu.per(warmup(n) + n)
+	return sum, nil
 }
 
 // dispatchLatency is n sequential rounds of calls calls each on one inbox.

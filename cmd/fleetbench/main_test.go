@@ -27,6 +27,7 @@ func TestShortRun(t *testing.T) {
 		"baseline: JetStream fan-out and gather, 32",
 		"fleet: 1 echo call, dispatch only",
 		"fleet: 1 echo call, full loop round",
+		"fleet: open and close a run's inbox",
 		"fleet: 32 echo calls, dispatch only",
 		"fleet: 32 echo calls, full loop round",
 		"full loop, 8 runs × 32-call rounds, 1 worker(s)",
@@ -34,7 +35,8 @@ func TestShortRun(t *testing.T) {
 		"full loop, 8 runs × 32-call rounds, 4 worker(s)",
 		"32 calls sleeping 20 ms, full loop round, 1 worker(s)",
 		"32 calls sleeping 20 ms, full loop round, 4 worker(s)",
-		"coordinator: 20 concurrent runs",
+		"coordinator: 20 concurrent runs, busy",
+		"coordinator: 20 concurrent runs, held",
 		"per run",
 		"targets:",
 	} {

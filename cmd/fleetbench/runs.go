@@ -1,16 +1,16 @@
 package main
 
 import (
-	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
@@ -164,46 +164,23 @@ func (f *fleet) loopSustained(ctx context.Context, conc, calls int, tool, args, 
 	return w, first
 }
 
-// memReport is what the concurrent-runs phase measured.
-type memReport struct {
-	runs        int
-	idleLive    uint64  // live heap before the runs started
-	live        uint64  // median live heap while the runs were held
-	perRun      float64 // (live - idleLive) / runs active
-	maxInUse    uint64  // highest HeapInuse seen
-	rate        string
-	cpu         time.Duration // CPU time per call, the forced GCs included
-	active      int           // runs active at the median sample
-	sampleCount int
-}
-
-// heldRuns holds conc runs (rounds of 4 echo calls each, restarted as they
-// end) for d and measures calls/s and the live heap they hold.
-func (f *fleet) heldRuns(ctx context.Context, conc int, warm, d time.Duration) (memReport, error) {
-	rep := memReport{runs: conc}
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	rep.idleLive = ms.HeapAlloc
-
-	var active atomic.Int64
+// busyRuns keeps conc runs going (rounds of 4 echo calls each, restarted
+// as they end) for d and measures calls/s and the heap in use meanwhile.
+func (f *fleet) busyRuns(ctx context.Context, conc int, warm, d time.Duration) (w *window, maxInUse uint64, err error) {
 	var stop atomic.Bool
 	var bad atomic.Int64
-	w := newWindow(warm, d)
+	w = newWindow(warm, d)
 	m := &roundModel{tool: echoTool, args: echoArgs, want: echoText, calls: 4, rounds: roundsPerRun, stop: &stop,
 		onCalls: func(ok, notOK int) { w.record(ok); bad.Add(int64(notOK)) }}
 	r, err := f.runner(m)
 	if err != nil {
-		return rep, err
+		return nil, 0, err
 	}
 	errs := make(chan error, conc)
 	for range conc {
 		go func() {
 			for time.Now().Before(w.end) {
-				active.Add(1)
-				err := checkRun(r.Run(ctx, "bench"))
-				active.Add(-1)
-				if err != nil {
+				if err := checkRun(r.Run(ctx, "bench")); err != nil {
 					errs <- err
 					return
 				}
@@ -212,34 +189,20 @@ func (f *fleet) heldRuns(ctx context.Context, conc int, warm, d time.Duration) (
 		}()
 	}
 	time.AfterFunc(time.Until(w.end), func() { stop.Store(true) })
-
-	// Sample the heap: in use every 50ms, live (after a GC) 3 times.
-	type live struct {
-		bytes  uint64
-		active int
-	}
-	var lives []live
-	gcAt := []time.Time{w.start.Add(d / 4), w.start.Add(d / 2), w.start.Add(3 * d / 4)}
-	tick := time.NewTicker(50 * time.Millisecond)
-	var wg sync.WaitGroup
 	done := make(chan struct{})
-	wg.Go(func() {
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
+		var ms runtime.MemStats
 		for {
 			select {
 			case <-done:
 				return
 			case <-tick.C:
 			}
-			if len(gcAt) > 0 && time.Now().After(gcAt[0]) {
-				gcAt = gcAt[1:]
-				runtime.GC()
-				runtime.ReadMemStats(&ms)
-				lives = append(lives, live{ms.HeapAlloc, int(active.Load())})
-			} else {
-				runtime.ReadMemStats(&ms)
-			}
-			rep.maxInUse = max(rep.maxInUse, ms.HeapInuse)
+			runtime.ReadMemStats(&ms)
+			maxInUse = max(maxInUse, ms.HeapInuse)
 		}
 	})
 	var first error
@@ -249,18 +212,106 @@ func (f *fleet) heldRuns(ctx context.Context, conc int, warm, d time.Duration) (
 		}
 	}
 	close(done)
-	wg.Wait()
+	sampler.Wait()
 	if b := bad.Load(); b > 0 && first == nil {
 		first = fmt.Errorf("%w: %d calls", errNotOK, b)
 	}
-	rep.rate, rep.cpu = w.rate(), w.cpuPerCall()
-	rep.sampleCount = len(lives)
-	if len(lives) > 0 {
-		slices.SortFunc(lives, func(a, b live) int { return cmp.Compare(a.bytes, b.bytes) })
-		mid := lives[len(lives)/2]
-		rep.live, rep.active = mid.bytes, mid.active
-		if mid.active > 0 && mid.bytes > rep.idleLive {
-			rep.perRun = float64(mid.bytes-rep.idleLive) / float64(mid.active)
+	return w, maxInUse, first
+}
+
+// holdTool answers once release is closed: the calls of held runs wait on
+// it.
+func holdTool(release <-chan struct{}) harness.Tool {
+	return harness.Tool{
+		Name:        holdToolName,
+		Description: "Wait until the benchmark lets go, then answer.",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`),
+		Timeout:     time.Minute,
+		Idempotent:  true,
+		Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			select {
+			case <-release:
+				return "held", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		},
+	}
+}
+
+// memReport is what holding runs measured.
+type memReport struct {
+	runs       int
+	idleLive   uint64  // live heap and goroutine stacks before the runs started
+	heldLive   uint64  // the same while every run waited on its calls
+	perRun     float64 // (heldLive - idleLive) / runs
+	heldInUse  uint64  // heap in use then
+	goroutines int     // goroutines added by the held runs
+}
+
+// heldRuns starts conc runs whose one round of 4 calls waits on a tool that
+// answers only when released, waits until every call is published, and
+// measures the live heap (after a GC) and the goroutine stacks against the
+// same before the runs started. The difference is what holding the runs costs: the loop's
+// state, the inboxes and their subscriptions, the in-flight calls in the
+// workers and the queued calls in the server (all one process here).
+func (f *fleet) heldRuns(ctx context.Context, conc int) (memReport, error) {
+	rep := memReport{runs: conc}
+	release := make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	defer letGo()
+	ws, err := f.startWorkers(ctx, 2, 0, holdTool(release))
+	if err != nil {
+		return rep, err
+	}
+	defer ws.stop()
+
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	rep.idleLive = ms.HeapAlloc + ms.StackInuse
+	idleGoroutines := runtime.NumGoroutine()
+
+	m := &roundModel{tool: holdToolName, args: "{}", want: "held", calls: 4, rounds: 1}
+	r, err := f.runner(m)
+	if err != nil {
+		return rep, err
+	}
+	errs := make(chan error, conc)
+	for range conc {
+		go func() { errs <- checkRun(r.Run(ctx, "bench")) }()
+	}
+	// Held once the server has every call: queued or with a worker.
+	durable, err := f.subjects.Consumer(holdToolName)
+	if err != nil {
+		return rep, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := f.js.Consumer(ctx, f.subjects.CallsStream(), durable)
+		if err == nil {
+			if info, err := c.Info(ctx); err == nil && int(info.NumPending)+info.NumAckPending >= 4*conc {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return rep, fmt.Errorf("%d runs not all holding their calls within 30s", conc)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server, not synchronising
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	rep.heldLive, rep.heldInUse = ms.HeapAlloc+ms.StackInuse, ms.HeapInuse
+	rep.goroutines = runtime.NumGoroutine() - idleGoroutines
+	if rep.heldLive > rep.idleLive {
+		rep.perRun = float64(rep.heldLive-rep.idleLive) / float64(conc)
+	}
+	letGo()
+	var first error
+	for range conc {
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
 	}
 	return rep, first
