@@ -228,8 +228,9 @@ func TestCoordinatorInterruptedWhileServerIsDown(t *testing.T) {
 	start := time.Now()
 	coord.signal(syscall.SIGINT)
 	res := coord.result(20*time.Second, 1)
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("the coordinator took %v to stop, want a few seconds at most", d)
+	// Waiting on the gone server would take the client's 5s API timeout.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the coordinator took %v to stop, want well under 5s", d)
 	}
 	recs, _ := answered(t, res)
 	if res.TerminationReason != "cancelled" || recs["c1"].Outcome != protocol.OutcomeCancelled {
