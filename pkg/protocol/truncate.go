@@ -1,6 +1,9 @@
 package protocol
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // TruncationMarker ends every output or observation that was cut short.
 const TruncationMarker = "\n[truncated]"
@@ -15,35 +18,43 @@ func Truncate(s string, max int) (string, bool) {
 	if max < 0 {
 		max = 0
 	}
-	if !utf8.ValidString(s) {
-		s = toValidUTF8(s)
+	// Runes are counted as ranging over s reads them, an invalid byte as
+	// one rune, which is what it becomes once replaced: s is made valid
+	// after the cut, and only the part kept. A rune takes at most
+	// utf8.UTFMax bytes, so a longer s has more than max runes and is not
+	// counted to its end.
+	if len(s) <= max || (len(s) <= utf8.UTFMax*max && utf8.RuneCountInString(s) <= max) {
+		return validUTF8(s), false
 	}
-	if len(s) <= max { // bytes ≥ runes, so it fits
-		return s, false
-	}
-	n := utf8.RuneCountInString(s)
-	if n <= max {
-		return s, false
-	}
-	markerRunes := utf8.RuneCountInString(TruncationMarker)
-	keep, marker := max-markerRunes, TruncationMarker
+	keep, marker := max-utf8.RuneCountInString(TruncationMarker), TruncationMarker
 	if keep < 0 {
 		keep, marker = max, ""
 	}
 	i := 0
 	for pos := range s {
 		if i == keep {
-			return s[:pos] + marker, true
+			return validUTF8(s[:pos]) + marker, true
 		}
 		i++
 	}
-	return s + marker, true
+	return validUTF8(s) + marker, true // unreachable: s has more than max ≥ keep runes
 }
 
-func toValidUTF8(s string) string {
-	out := make([]rune, 0, len(s))
-	for _, r := range s {
-		out = append(out, r) // range yields U+FFFD for invalid bytes
+// validUTF8 returns s if it is valid UTF-8, else toValidUTF8(s).
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
 	}
-	return string(out)
+	return toValidUTF8(s)
+}
+
+// toValidUTF8 replaces every invalid byte of s with U+FFFD, as ranging over
+// s reads it.
+func toValidUTF8(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + len(s)/2)
+	for _, r := range s {
+		b.WriteRune(r) // range yields U+FFFD for an invalid byte
+	}
+	return b.String()
 }
