@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -114,8 +115,8 @@ func ParseObject(args []byte) (map[string]any, error) {
 	return obj, nil
 }
 
-// describe flattens a validation error into "at '/path': message" lines
-// joined by "; ", bounded by MaxMessageLen.
+// describe flattens a validation error into "at '/path': message" lines,
+// sorted and joined by "; ", bounded by MaxMessageLen.
 func describe(ve *jsonschema.ValidationError) string {
 	var parts []string
 	out := ve.BasicOutput()
@@ -136,6 +137,10 @@ func describe(ve *jsonschema.ValidationError) string {
 	if len(parts) == 0 {
 		parts = append(parts, "arguments do not match the schema")
 	}
+	// The validator walks maps in random order; sort so the same arguments
+	// always get the same message.
+	slices.Sort(parts)
+	parts = slices.Compact(parts)
 	return bound(strings.Join(parts, "; "), MaxMessageLen)
 }
 

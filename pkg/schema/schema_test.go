@@ -138,3 +138,21 @@ func toString(v any) string {
 	}
 	return ""
 }
+
+// TestValidateMessageIsDeterministic checks that the same bad arguments get
+// the same message every time, whatever order the validator walks them in.
+func TestValidateMessageIsDeterministic(t *testing.T) {
+	s, err := schema.Compile("t", []byte(`{"type":"object","properties":{
+		"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"},"d":{"type":"integer"},
+		"e":{"type":"integer"},"f":{"type":"integer"},"g":{"type":"integer"},"h":{"type":"integer"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []byte(`{"a":"x","b":"x","c":"x","d":"x","e":"x","f":"x","g":"x","h":"x"}`)
+	first := s.Validate(args).Error()
+	for range 50 {
+		if got := s.Validate(args).Error(); got != first {
+			t.Fatalf("message changed between calls:\n%s\n%s", first, got)
+		}
+	}
+}
