@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 )
 
@@ -37,11 +38,9 @@ func New(w io.Writer, level, service string) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Str("svc", service).Logger(), nil
 }
 
+// isTerminal reports whether w is a terminal. /dev/null is a character
+// device too, so the device type is not enough: ask the terminal driver.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && isatty.IsTerminal(f.Fd())
 }
