@@ -221,3 +221,34 @@ func (b *syncBuffer) lines(t testing.TB, ev string) []map[string]any {
 	}
 	return out
 }
+
+// barrier lets its n parties through only once all n have arrived, so a
+// test proves that things run concurrently without a timing threshold: run
+// one at a time, the first party waits for others that never come and gives
+// up at the deadline.
+type barrier struct {
+	mu      sync.Mutex
+	n       int
+	arrived int
+	all     chan struct{}
+}
+
+func newBarrier(n int) *barrier { return &barrier{n: n, all: make(chan struct{})} }
+
+// wait reports whether all n parties arrived before timeout or ctx ended.
+func (b *barrier) wait(ctx context.Context, timeout time.Duration) bool {
+	b.mu.Lock()
+	b.arrived++
+	if b.arrived == b.n {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-time.After(timeout):
+		return false
+	}
+}
