@@ -74,7 +74,7 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 		}
 		return help
 	}
-	fs.IntVar(&f.workers, "workers", -1, "in-process toolworkers (default 1 with the embedded server, else 0)")
+	fs.IntVar(&f.workers, "workers", 0, "in-process toolworkers (0: 1 with the embedded server, none with --nats-url)")
 	fs.StringVar(&f.tools, "tools", "", "tool manifest for in-process workers")
 	fs.StringVar(&f.builtins, "builtin", "", "built-in tools for in-process workers (default calculator,echo when --tools is empty)")
 	fs.StringVar(&f.model, "model", "", "scripted:FILE | openai:MODEL_NAME (default: the bundled demo script)")
@@ -137,7 +137,7 @@ func (f *fleetFlags) validate(set map[string]bool) error {
 		{"max-observation-chars", f.maxObsChars < 1, ">= 1", f.maxObsChars},
 		{"tool-timeout", set["tool-timeout"] && f.toolTimeout <= 0, "> 0", f.toolTimeout},
 		{"approval-timeout", f.approvalTimeout <= 0, "> 0", f.approvalTimeout},
-		{"workers", f.workers < -1, ">= 0", f.workers},
+		{"workers", f.workers < 0, ">= 0", f.workers},
 	}
 	for _, c := range checks {
 		if c.bad {
@@ -281,14 +281,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 // config is the coordinator configuration the flags describe.
 func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Config {
-	workers := f.workers
-	if workers < 0 {
-		workers = 0 // the default: 1 embedded, none remote
-	}
 	return coordinator.Config{
 		Conn:      f.conn(),
 		Prefix:    f.prefix,
-		Workers:   workers,
+		Workers:   f.workers,
 		ToolsFile: f.tools,
 		Builtins:  splitList(f.builtins),
 		Model:     model,
