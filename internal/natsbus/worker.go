@@ -294,6 +294,12 @@ func (w *Worker) consume(ctx, execCtx context.Context, tc *toolConsumer) {
 // releases the slots it does not fill. It first takes what is waiting
 // without waiting; if nothing is, it keeps one slot and waits up to
 // PollWait for one call. An empty poll is not an error.
+//
+// The server ends the wait (PollWait after it got the request) and the
+// client waits for its word: a pull that gave up in the client first would
+// drop a call the server sent it meanwhile — on a slow link or a loaded
+// machine, the calls sent in a poll's last moments — and the server would
+// send it again only after the ack wait.
 func (w *Worker) pull(ctx context.Context, tc *toolConsumer, slots int) ([]jetstream.Msg, error) {
 	if slots > 1 {
 		batch, err := tc.cons.FetchNoWait(slots)
@@ -311,18 +317,36 @@ func (w *Worker) pull(ctx context.Context, tc *toolConsumer, slots int) ([]jetst
 		}
 		w.sem.Release(int64(slots - 1))
 	}
-	pctx, cancel := context.WithTimeout(ctx, w.cfg.PollWait)
-	defer cancel()
-	m, err := tc.cons.Next(jetstream.FetchContext(pctx))
+	batch, err := tc.cons.Fetch(1, jetstream.FetchMaxWait(w.cfg.PollWait))
 	if err != nil {
 		w.sem.Release(1)
-		if ctx.Err() != nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-			errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, nil
-		}
 		return nil, err
 	}
-	return []jetstream.Msg{m}, nil
+	select {
+	case m, ok := <-batch.Messages():
+		if ok {
+			return []jetstream.Msg{m}, nil
+		}
+	case <-ctx.Done():
+		// Stopping: a call the server still sends goes back at once, to
+		// be taken by another worker.
+		w.sem.Release(1)
+		go handBack(batch)
+		return nil, nil
+	}
+	w.sem.Release(1)
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// handBack negatively acknowledges whatever batch still delivers, so the
+// server redelivers it now rather than after the ack wait.
+func handBack(batch jetstream.MessageBatch) {
+	for m := range batch.Messages() {
+		m.Nak()
+	}
 }
 
 func (w *Worker) onCancel(m *nats.Msg) {
