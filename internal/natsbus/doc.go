@@ -27,10 +27,17 @@
 //   - A worker never pulls more calls than it has free execution slots: the
 //     ack timer of a buffered call would run while nobody works on it.
 //   - A call whose deadline has passed is terminated, never run.
-//   - A non-idempotent tool's call is acknowledged (and the server's
-//     confirmation awaited) before it runs: at most once. An idempotent
-//     tool's call is acknowledged after its result is stored, with
-//     in-progress heartbeats while it runs: at least once.
+//   - A non-idempotent tool's call is claimed before it runs — removed
+//     from the calls stream, which the server does once, so of two
+//     deliveries of one call (a redelivery after the first worker stalled
+//     past the ack wait) only one runs it: at most once. An ack cannot
+//     decide this, as the server confirms an ack of a message another
+//     delivery already acknowledged. An idempotent tool's call is
+//     acknowledged after its result is stored, with in-progress heartbeats
+//     while it runs: at least once; a worker that is redelivered a call it
+//     is still running does not start it again.
+//   - A pull ends when the server ends it, so a call the server sends is
+//     never dropped by a client that stopped waiting first.
 //   - A result is published only on <prefix>.result.<run> of the call's own
 //     run, whatever the call's headers say.
 //   - Logs carry subjects, tool names, run ids, call keys, outcomes,

@@ -64,6 +64,13 @@ func (f *fleet) startWorker(t *testing.T, h *harness.Harness, cfg natsbus.Worker
 func (f *fleet) startWorkerConn(t *testing.T, h *harness.Harness, cfg natsbus.WorkerConfig) (w *natsbus.Worker, stop func(), nc *nats.Conn) {
 	t.Helper()
 	nc = natstest.Connect(t, f.srv)
+	w, stop = f.startWorkerOn(t, nc, h, cfg)
+	return w, stop, nc
+}
+
+// startWorkerOn is startWorker on the connection nc.
+func (f *fleet) startWorkerOn(t *testing.T, nc *nats.Conn, h *harness.Harness, cfg natsbus.WorkerConfig) (w *natsbus.Worker, stop func()) {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +108,7 @@ func (f *fleet) startWorkerConn(t *testing.T, h *harness.Harness, cfg natsbus.Wo
 	}
 	t.Cleanup(stop)
 	f.waitConsumers(t, h)
-	return w, stop, nc
+	return w, stop
 }
 
 // waitConsumers waits until every tool of h has its consumer.

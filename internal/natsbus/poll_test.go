@@ -1,16 +1,8 @@
 package natsbus_test
 
 import (
-	"context"
-	"errors"
-	"net"
-	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -28,26 +20,9 @@ import (
 func TestPollsDropNoCallOnASlowLink(t *testing.T) {
 	f := newFleet(t)
 	h := harnesstest.New(t, harness.Config{}, harness.Echo())
-	nc, err := nats.Connect(newSlowLink(t, f.srv.ClientURL(), 20*time.Millisecond), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A long ack wait: a dropped call comes back only after the test.
-	w, err := natsbus.NewWorker(nc, js, f.subjects, h, natsbus.WorkerConfig{Name: "far", Concurrency: 1,
-		PollWait: 100 * time.Millisecond, AckWait: time.Minute, Logger: f.log.Logger(), NoDiscovery: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	f.waitConsumers(t, h)
+	f.startWorkerOn(t, newLink(t, f.srv.ClientURL(), 20*time.Millisecond).connect(t), h,
+		natsbus.WorkerConfig{Name: "far", Concurrency: 1, PollWait: 100 * time.Millisecond, AckWait: time.Minute})
 
 	// Calls published one at a time, each a little later in a poll than
 	// the last, so some reach the server as a poll ends.
@@ -98,84 +73,4 @@ func pause(d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	<-t.C
-}
-
-// newSlowLink forwards a loopback port to the server at url, delaying
-// every byte by latency in each direction, and returns the port's URL.
-func newSlowLink(t *testing.T, url string, latency time.Duration) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := strings.TrimPrefix(url, "nats://")
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			if err != nil {
-				continue
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			wg.Go(func() { delayCopy(up, c, latency) })
-			wg.Go(func() { delayCopy(c, up, latency) })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return "nats://" + ln.Addr().String()
-}
-
-// delayCopy copies src to dst, each chunk latency after it was read, in
-// order.
-func delayCopy(dst, src net.Conn, latency time.Duration) {
-	type chunk struct {
-		due  time.Time
-		data []byte
-	}
-	q := make(chan chunk, 1024)
-	go func() {
-		defer close(q)
-		for {
-			buf := make([]byte, 32<<10)
-			n, err := src.Read(buf)
-			if n > 0 {
-				q <- chunk{time.Now().Add(latency), buf[:n]}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for c := range q {
-		if d := time.Until(c.due); d > 0 {
-			pause(d)
-		}
-		if _, err := dst.Write(c.data); err != nil {
-			break
-		}
-	}
-	dst.Close()
-	src.Close()
-	for range q {
-	}
 }

@@ -76,9 +76,14 @@ type Worker struct {
 	// toolByName indexes tools; read-only after NewWorker.
 	toolByName map[string]*toolConsumer
 
+	// calls is the calls stream, from which non-idempotent calls are
+	// claimed; set by Run.
+	calls jetstream.Stream
+
 	mu      sync.Mutex
 	running map[string]map[uint64]context.CancelCauseFunc // run.key → cancels
 	nextID  uint64
+	active  map[string]uint64 // run.key → stream sequence of idempotent calls running here
 
 	executed, expired, malformed, cancelled, resultErrors atomic.Int64
 }
@@ -113,6 +118,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		log:     cfg.Logger.With().Str(logWorker, cfg.Name).Logger(),
 		sem:     semaphore.NewWeighted(int64(cfg.Concurrency)),
 		running: make(map[string]map[uint64]context.CancelCauseFunc),
+		active:  make(map[string]uint64),
 	}
 	w.limited = sampled(w.log)
 	for _, spec := range specs {
@@ -176,14 +182,19 @@ func (w *Worker) Stats() WorkerStats {
 // Run creates or updates each tool's consumer and serves calls until ctx
 // ends. Then it stops pulling, waits up to ShutdownGrace for the calls in
 // flight, cancels those still running (they answer cancelled) and returns
-// nil once every call has been answered. Run may be called once.
+// nil once every call has been answered; if ctx ends before the consumers
+// are ready, it returns nil at once. Run may be called once.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("natsbus: Worker.Run called twice")
 	}
+	// A stop before the worker serves is no failure: it ran no call.
+	if err := w.lookUpCallsStream(ctx); err != nil {
+		return stoppedEarly(ctx, err)
+	}
 	for _, tc := range w.tools {
 		if err := w.ensureConsumerRetrying(ctx, tc); err != nil {
-			return err
+			return stoppedEarly(ctx, err)
 		}
 	}
 	sub, err := w.nc.Subscribe(w.subjects.Cancels(), w.onCancel)
@@ -232,6 +243,35 @@ func (w *Worker) ensureConsumerRetrying(ctx context.Context, tc *toolConsumer) e
 			return err
 		}
 		w.limited.Warn().Err(err).Str(logTool, tc.name).Int("failures", failures).Msg("creating the consumer failed; retrying")
+		if !sleepCtx(ctx, backoff(failures)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// stoppedEarly is err, or nil when ctx ended.
+func stoppedEarly(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// lookUpCallsStream finds the calls stream, retrying while the failure is
+// transient and ctx lasts.
+func (w *Worker) lookUpCallsStream(ctx context.Context) error {
+	for failures := 1; ; failures++ {
+		cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+		s, err := w.js.Stream(cctx, w.subjects.CallsStream())
+		cancel()
+		if err == nil {
+			w.calls = s
+			return nil
+		}
+		if ctx.Err() != nil || !transient(err) {
+			return fmt.Errorf("natsbus: stream %s: %w", w.subjects.CallsStream(), err)
+		}
+		w.limited.Warn().Err(err).Str(logStream, w.subjects.CallsStream()).Int("failures", failures).Msg("looking up the calls stream failed; retrying")
 		if !sleepCtx(ctx, backoff(failures)) {
 			return ctx.Err()
 		}
@@ -391,6 +431,30 @@ func (w *Worker) register(run protocol.RunID, key protocol.CallKey, cancel conte
 		if len(w.running[ref]) == 0 {
 			delete(w.running, ref)
 		}
+	}
+}
+
+// begin marks an idempotent call as running here, unless this worker
+// already runs the same call from the same stream message (seq); then it
+// returns false. seq 0 (unknown) never matches.
+func (w *Worker) begin(run protocol.RunID, key protocol.CallKey, seq uint64) bool {
+	ref := runKey(run, key)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cur, ok := w.active[ref]; ok && seq != 0 && cur == seq {
+		return false
+	}
+	w.active[ref] = seq
+	return true
+}
+
+// end forgets an idempotent call begun here from message seq.
+func (w *Worker) end(run protocol.RunID, key protocol.CallKey, seq uint64) {
+	ref := runKey(run, key)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cur, ok := w.active[ref]; ok && cur == seq {
+		delete(w.active, ref)
 	}
 }
 

@@ -27,8 +27,10 @@ var errExpired = errors.New("natsbus: call deadline passed")
 // process handles one delivered call from acceptance to ack.
 func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg) {
 	attempt := 1
-	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
-		attempt = int(md.NumDelivered)
+	var seq uint64 // the call's message in the calls stream
+	if md, err := m.Metadata(); err == nil {
+		attempt = max(int(md.NumDelivered), 1)
+		seq = md.Sequence.Stream
 	}
 	tc.meter.onDelivered(attempt)
 	call, replyTo, err := w.accept(tc, m)
@@ -50,13 +52,25 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	log := w.log.With().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
 		Int(logAttempt, attempt).Logger()
 
-	if !tc.idempotent {
-		// At most once: the server must have the ack before the tool runs.
-		actx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-		err := m.DoubleAck(actx)
-		cancel()
-		if err != nil {
-			log.Warn().Err(err).Msg("could not acknowledge a non-idempotent call before running it: not run")
+	if tc.idempotent {
+		// The server redelivers a call whose heartbeats it missed for the
+		// ack wait (a stalled process or link), maybe to this worker. The
+		// attempt running here heartbeats and acknowledges the same stream
+		// message, which covers the new delivery too: it is not run twice
+		// side by side.
+		if !w.begin(call.RunID, call.CallKey, seq) {
+			log.Info().Msg("call redelivered while it runs here: not run again")
+			return
+		}
+		defer w.end(call.RunID, call.CallKey, seq)
+	} else {
+		// At most once: the call is claimed before the tool runs.
+		switch err := w.claim(m, seq); {
+		case errors.Is(err, errClaimed):
+			log.Info().Msg("call already taken by another delivery: not run")
+			return
+		case err != nil:
+			log.Warn().Err(err).Msg("could not claim a non-idempotent call before running it: not run")
 			return
 		}
 	}
@@ -110,6 +124,36 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		ev = ev.Str(logErrorType, res.ErrorType)
 	}
 	ev.Msg("call finished")
+}
+
+// errClaimed refuses a non-idempotent call another delivery claimed.
+var errClaimed = errors.New("natsbus: the call was claimed by another delivery")
+
+// claim makes this delivery of a non-idempotent call the only one that
+// runs it, by removing the call's message (seq) from the calls stream
+// before the tool starts: the server removes a message once, so of two
+// deliveries of one call (a redelivery after the first worker stalled past
+// the ack wait) exactly one claim succeeds. An acknowledgement cannot
+// decide it: the server confirms an ack of a message that another delivery
+// has already acknowledged. It returns errClaimed when the server answers
+// that the message is gone (claimed, or expired), and another error when
+// it does not answer: then the message, if still there, is redelivered
+// after the ack wait and claimed again.
+func (w *Worker) claim(m jetstream.Msg, seq uint64) error {
+	if seq == 0 {
+		return codedError("no_stream_sequence")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	if err := w.calls.DeleteMsg(ctx, seq); err != nil {
+		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+			m.Ack() // settles this delivery of a message that is gone
+			return errClaimed
+		}
+		return err
+	}
+	m.Ack() // settles the delivery of a message that is already gone
+	return nil
 }
 
 // accept checks a delivered call: version, deadline header, strict body,

@@ -292,7 +292,10 @@ func TestMalformedCallIsTerminated(t *testing.T) {
 	}
 }
 
-func TestNonIdempotentCallIsAckedBeforeItRuns(t *testing.T) {
+// TestNonIdempotentCallIsClaimedBeforeItRuns: by the time the tool runs,
+// the call has left the calls stream (claimed) and nothing can redeliver
+// it.
+func TestNonIdempotentCallIsClaimedBeforeItRuns(t *testing.T) {
 	f := newFleet(t)
 	started := make(chan struct{})
 	release := make(chan struct{})
@@ -317,10 +320,19 @@ func TestNonIdempotentCallIsAckedBeforeItRuns(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("tool did not start")
 	}
-	info := f.consumerInfo(t, "charge")
-	if info.NumAckPending != 0 || info.NumPending != 0 {
-		t.Fatalf("while the tool runs: NumAckPending=%d NumPending=%d, want 0 (acked before running)", info.NumAckPending, info.NumPending)
+	s, err := f.js.Stream(ctx(t), f.subjects.CallsStream())
+	if err != nil {
+		t.Fatal(err)
 	}
+	if si, err := s.Info(ctx(t)); err != nil || si.State.Msgs != 0 {
+		t.Fatalf("while the tool runs the calls stream holds %+v (%v), want no message (claimed before running)", si.State, err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if info := f.consumerInfo(t, "charge"); info.NumAckPending != 0 || info.NumPending != 0 {
+			return fmt.Errorf("while the tool runs: NumAckPending=%d NumPending=%d, want 0 (settled before running)", info.NumAckPending, info.NumPending)
+		}
+		return nil
+	})
 	close(release)
 	if r := nextResult(t, in, call.CallKey, 10*time.Second); r.Outcome != protocol.OutcomeOK || r.Output != "charged" {
 		t.Fatalf("result = %+v", r)
@@ -485,5 +497,20 @@ func TestNewWorkerRefusesAHarnessWithoutTools(t *testing.T) {
 	}
 	if _, err := natsbus.NewWorker(f.nc, f.js, f.subjects, h, natsbus.WorkerConfig{}); err == nil {
 		t.Fatal("NewWorker accepted a harness with no tools")
+	}
+}
+
+// TestRunStoppedBeforeItServes: a worker stopped before its consumers are
+// ready has run nothing and failed at nothing: Run returns nil.
+func TestRunStoppedBeforeItServes(t *testing.T) {
+	f := newFleet(t)
+	w, err := natsbus.NewWorker(f.nc, f.js, f.subjects, harnesstest.New(t, harness.Config{}, harness.Echo()), natsbus.WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Run(stopped); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
 	}
 }
