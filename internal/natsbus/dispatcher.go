@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -207,11 +208,12 @@ type Inbox struct {
 	consuming jetstream.ConsumeContext // nil until Open started it
 	closeOnce sync.Once
 
-	mu      sync.Mutex // serialises sends with Close
-	closed  bool
-	events  chan loop.Event
-	dropped atomic.Int64
-	refused atomic.Int64
+	mu         sync.Mutex // serialises sends with Close
+	closed     bool
+	events     chan loop.Event
+	dropped    atomic.Int64
+	refused    atomic.Int64
+	recoveries atomic.Int64
 }
 
 var _ loop.Inbox = (*Inbox)(nil)
@@ -224,6 +226,10 @@ func (in *Inbox) Dropped() int64 { return in.dropped.Load() }
 
 // Garbage counts messages refused as malformed or of another run.
 func (in *Inbox) Garbage() int64 { return in.refused.Load() }
+
+// Recoveries counts the times reading the run's results recovered by
+// itself (missed heartbeats, its consumer re-created); none loses a result.
+func (in *Inbox) Recoveries() int64 { return in.recoveries.Load() }
 
 // Close stops reading, deletes the run's results consumer and closes the
 // Events channel. It is idempotent.
@@ -269,11 +275,27 @@ func (in *Inbox) onResult(m jetstream.Msg) {
 	in.deliver(loop.Event{Result: &r})
 }
 
-// onConsumeError logs trouble reading the results stream (missed
-// heartbeats, a consumer being re-created after a reconnect); the ordered
-// consumer recovers by itself, from the last result it delivered.
+// onConsumeError handles trouble reading the results stream. What the
+// ordered consumer reports most it recovers from by itself, re-creating
+// its consumer from the last result it delivered, so no result is lost:
+// two idle heartbeats missed (the server, this process or the link too busy
+// or stalled for that long — a loaded machine, a pause), its consumer
+// deleted, a request nobody answered. Such a recovery is counted and
+// logged at info. Anything else is a warning.
 func (in *Inbox) onConsumeError(_ jetstream.ConsumeContext, err error) {
-	in.garbage.Warn().Err(err).Msg("reading the run's results: recovering")
+	if recovers(err) {
+		in.recoveries.Add(1)
+		in.garbage.Info().Err(err).Msg("reading the run's results: recovering")
+		return
+	}
+	in.garbage.Warn().Err(err).Msg("reading the run's results failed")
+}
+
+// recovers reports whether the ordered consumer re-creates itself after
+// err (the errors on which nats.go's ordered consumer resets).
+func recovers(err error) bool {
+	return errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, nats.ErrNoResponders)
 }
 
 func (in *Inbox) onProgress(m *nats.Msg) {

@@ -10,6 +10,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -138,5 +139,98 @@ func TestGarbageOnEverySubject(t *testing.T) {
 	}
 	if got := w.Stats().Executed; got != 1 {
 		t.Fatalf("Executed = %d, want only the valid call", got)
+	}
+}
+
+// TestInboxRecoversItsConsumer: when the run's results consumer goes away
+// under the inbox (deleted here; in life, idle heartbeats missed on a
+// loaded machine lead to the same re-creation), the inbox re-creates it from
+// the last result it delivered: no result is lost or repeated, and the
+// recovery is counted and logged at info, not as a warning.
+func TestInboxRecoversItsConsumer(t *testing.T) {
+	f := newFleet(t)
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, err := d.Open(ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	inbox := in.(*natsbus.Inbox)
+	subject, _ := f.subjects.Result(run)
+	publish := func() protocol.CallKey {
+		t.Helper()
+		r := protocol.Result{V: 1, RunID: run, CallKey: protocol.NewID(), Outcome: protocol.OutcomeOK}
+		data, _ := protocol.Encode(&r)
+		if _, err := f.js.Publish(ctx(t), subject, data); err != nil {
+			t.Fatal(err)
+		}
+		return r.CallKey
+	}
+	before := publish()
+	nextResult(t, in, before, 10*time.Second)
+
+	s, err := f.js.Stream(ctx(t), f.subjects.ResultsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := s.ConsumerNames(ctx(t))
+	for name := range names.Name() {
+		if err := s.DeleteConsumer(ctx(t), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if inbox.Recoveries() == 0 {
+			return fmt.Errorf("the inbox has not noticed its consumer is gone")
+		}
+		return nil
+	})
+	after := publish()
+	if ev := nextEvent(t, in, 10*time.Second, func(ev loop.Event) bool { return ev.Result != nil }); ev.Result.CallKey != after {
+		t.Fatalf("after recovering, result %s, want only the new one %s", ev.Result.CallKey, after)
+	}
+	for _, line := range strings.Split(f.log.String(), "\n") {
+		if strings.Contains(line, "reading the run's results") && !strings.Contains(line, `"level":"info"`) {
+			t.Errorf("recovery logged above info: %s", line)
+		}
+	}
+	if !f.log.Contains("reading the run's results: recovering") {
+		t.Error("the recovery was not logged")
+	}
+}
+
+// TestACallPublishedAgainAfterItRanIsNotStoredAgain: the dispatcher
+// retries a publish that got no answer with the same Nats-Msg-Id. The calls
+// stream is a work queue, so by then the first copy may have been taken,
+// run and acknowledged (removed); the server still remembers its id for the
+// duplicate window and stores nothing.
+func TestACallPublishedAgainAfterItRanIsNotStoredAgain(t *testing.T) {
+	f := newFleet(t)
+	w, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, harness.Echo()), natsbus.WorkerConfig{})
+	d, run, in := f.openRun(t)
+	call := newCall(run, "echo", `{"text":"once"}`, 20*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	nextResult(t, in, call.CallKey, 10*time.Second)
+	f.waitIdle(t, "echo")
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatalf("publishing the same call again: %v", err)
+	}
+	s, err := f.js.Stream(ctx(t), f.subjects.CallsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != 1 || info.State.Msgs != 0 {
+		t.Fatalf("calls stream %+v: want one call ever stored, none left", info.State)
+	}
+	f.waitIdle(t, "echo")
+	if got := w.Stats().Executed; got != 1 {
+		t.Fatalf("Executed = %d, want 1", got)
 	}
 }
