@@ -158,6 +158,23 @@ func (f *fleet) consumerInfo(tool string) *jetstream.ConsumerInfo {
 	return info
 }
 
+// callsStored is how many messages the calls stream has ever stored (its
+// last sequence: a work queue removes the calls it delivered and settled).
+func (f *fleet) callsStored() uint64 {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := f.js.Stream(ctx, protocol.Subjects{}.CallsStream())
+	if err != nil {
+		f.t.Fatalf("calls stream: %v", err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		f.t.Fatalf("calls stream info: %v", err)
+	}
+	return info.State.LastSeq
+}
+
 // waitDrained waits until tool's consumer has nothing waiting and nothing
 // delivered but unacknowledged: no call of it will ever be delivered again.
 func (f *fleet) waitDrained(tool string, timeout time.Duration) {
