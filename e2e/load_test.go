@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,13 +54,13 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var warnings syncBuffer
+	var logged loadLog
 	c, err := coordinator.Open(t.Context(), coordinator.Config{
 		Conn:    natsbus.ConnConfig{URL: f.url(), Getenv: func(string) string { return "" }},
 		Workers: 0,
 		Model:   model,
 		Loop:    loop.Config{ToolTimeout: 30 * time.Second},
-		Logger:  zerolog.New(&warnings).Level(zerolog.WarnLevel),
+		Logger:  zerolog.New(&logged).Level(zerolog.InfoLevel),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,8 +100,16 @@ func TestLoad(t *testing.T) {
 	if calls != loadRuns*loadRounds*loadCalls {
 		t.Fatalf("%d calls answered, want %d", calls, loadRuns*loadRounds*loadCalls)
 	}
-	if w := warnings.String(); w != "" {
-		t.Errorf("the coordinator logged warnings under load:\n%s", tail(w, 4000))
+	// Warnings mean trouble: a dropped event, a refused message, results
+	// that could not be read. A run's results consumer that missed its idle
+	// heartbeats on a saturated machine and re-created itself lost nothing
+	// (info), and is only reported.
+	warnings, recoveries := logged.warnings(), logged.recoveries.Load()
+	if warnings != "" {
+		t.Errorf("the coordinator logged warnings under load:\n%s", tail(warnings, 4000))
+	}
+	if recoveries > 0 {
+		t.Logf("%d reads of a run's results recovered by themselves", recoveries)
 	}
 
 	// Whatever the runs started has stopped: goroutines and descriptors
@@ -124,6 +134,27 @@ func TestLoad(t *testing.T) {
 		t.Errorf("heap in use grew from %d MiB to %d MiB over the runs", base.heap>>20, after.heap>>20)
 	}
 }
+
+// loadLog keeps a coordinator's log lines at warn and above, and counts
+// those saying that reading a run's results recovered by itself.
+type loadLog struct {
+	warn       syncBuffer
+	recoveries atomic.Int64
+}
+
+func (l *loadLog) Write(p []byte) (int, error) { return l.WriteLevel(zerolog.NoLevel, p) }
+
+func (l *loadLog) WriteLevel(level zerolog.Level, p []byte) (int, error) {
+	switch {
+	case level >= zerolog.WarnLevel || level == zerolog.NoLevel:
+		return l.warn.Write(p)
+	case bytes.Contains(p, []byte(`"reading the run's results: recovering"`)):
+		l.recoveries.Add(1)
+	}
+	return len(p), nil
+}
+
+func (l *loadLog) warnings() string { return l.warn.String() }
 
 // runOnce runs one load script.
 func runOnce(t *testing.T, c *coordinator.Coordinator) *loop.Result {
