@@ -21,8 +21,6 @@ const (
 	baseReplyHeader = "Bench-Reply"
 	// basePayload is the size of every baseline message.
 	basePayload = 256
-	// replyTimeout bounds one baseline round trip.
-	replyTimeout = 5 * time.Second
 )
 
 // baselines measures bare NATS on the server at url, with the kind of
@@ -30,7 +28,8 @@ const (
 // JetStream work-queue round trip, and a JetStream fan-out and gather of
 // fanout messages.
 type baselines struct {
-	url string
+	url     string
+	timeout time.Duration // bounds one round trip
 }
 
 // coreRequestReply is a responder on one connection and a requester on
@@ -57,7 +56,7 @@ func (b baselines) coreRequestReply(n int) (summary, error) {
 	cpu := startCPU()
 	for i := range warmup(n) + n {
 		start := time.Now()
-		if _, err := req.Request(baseCoreSubject, payload, replyTimeout); err != nil {
+		if _, err := req.Request(baseCoreSubject, payload, b.timeout); err != nil {
 			return summary{}, fmt.Errorf("core request: %w", err)
 		}
 		if i >= warmup(n) {
@@ -78,10 +77,11 @@ type jsRig struct {
 	consumer jetstream.ConsumeContext
 	inbox    string
 	replies  *nats.Subscription
+	timeout  time.Duration // bounds one round trip
 }
 
 func (b baselines) openJS(ctx context.Context) (*jsRig, error) {
-	r := &jsRig{}
+	r := &jsRig{timeout: b.timeout}
 	var err error
 	if r.client, err = nats.Connect(b.url, nats.Name("fleetbench-js-client")); err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func (r *jsRig) roundTrip(ctx context.Context, n int) (summary, error) {
 		if _, err := r.js.PublishMsg(ctx, r.task(payload)); err != nil {
 			return summary{}, fmt.Errorf("baseline publish: %w", err)
 		}
-		if _, err := r.replies.NextMsg(replyTimeout); err != nil {
+		if _, err := r.replies.NextMsg(r.timeout); err != nil {
 			return summary{}, fmt.Errorf("baseline reply: %w", err)
 		}
 		if i >= warmup(n) {
@@ -197,7 +197,7 @@ func (r *jsRig) fanOut(n, fanout int) (summary, error) {
 			futures[j] = f
 		}
 		for range fanout {
-			if _, err := r.replies.NextMsg(replyTimeout); err != nil {
+			if _, err := r.replies.NextMsg(r.timeout); err != nil {
 				return summary{}, fmt.Errorf("baseline reply: %w", err)
 			}
 		}
@@ -206,7 +206,7 @@ func (r *jsRig) fanOut(n, fanout int) (summary, error) {
 			case <-f.Ok():
 			case err := <-f.Err():
 				return summary{}, fmt.Errorf("baseline async publish: %w", err)
-			case <-time.After(replyTimeout):
+			case <-time.After(r.timeout):
 				return summary{}, errors.New("baseline async publish: no ack")
 			}
 		}

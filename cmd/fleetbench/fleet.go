@@ -27,8 +27,15 @@ const (
 	sleepFor     = 20 * time.Millisecond
 	// echoText is what every echo call sends and expects back: 128 bytes.
 	echoText = "The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. Sphinx of black quartz, judge my vow!!!!!"
-	// callTimeout is the deadline of every call the benchmark makes.
+	// callTimeout is the deadline of every call the benchmark makes (and
+	// the bound on a baseline round trip), unless --short makes it
+	// shortCallTimeout.
 	callTimeout = 5 * time.Second
+	// shortCallTimeout is callTimeout with --short, which CI runs beside
+	// other tests on a loaded machine (and under the race detector): a
+	// starved process may take seconds to answer, so only a call that is
+	// lost, not one that is slow, fails the run.
+	shortCallTimeout = time.Minute
 )
 
 var (
@@ -68,17 +75,26 @@ func sleeper() harness.Tool {
 // fleet is the coordinator side of the benchmark: one connection with its
 // dispatcher and catalog, on the fleet's streams.
 type fleet struct {
-	url      string
-	log      zerolog.Logger
-	subjects protocol.Subjects
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	disp     *natsbus.Dispatcher
-	catalog  *natsbus.Catalog
+	url     string
+	log     zerolog.Logger
+	timeout time.Duration // of every call, and of dispatched rounds
+	// toolTimeout overrides the tools' own timeouts in the loop's runs
+	// (0: each tool's own).
+	toolTimeout time.Duration
+	subjects    protocol.Subjects
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	disp        *natsbus.Dispatcher
+	catalog     *natsbus.Catalog
 }
 
-func openFleet(ctx context.Context, url string, log zerolog.Logger) (*fleet, error) {
-	f := &fleet{url: url, log: log}
+// openFleet opens the coordinator side on the server at url. With short,
+// calls get shortCallTimeout instead of callTimeout.
+func openFleet(ctx context.Context, url string, log zerolog.Logger, short bool) (*fleet, error) {
+	f := &fleet{url: url, log: log, timeout: callTimeout}
+	if short {
+		f.timeout, f.toolTimeout = shortCallTimeout, shortCallTimeout
+	}
 	var err error
 	f.nc, err = natsbus.Connect(ctx, natsbus.ConnConfig{URL: url, Name: "fleetbench-coordinator", Logger: log})
 	if err != nil {
@@ -206,7 +222,7 @@ var errNotOK = errors.New("a call did not answer ok")
 // dispatchRound publishes n calls to tool through the dispatcher, one
 // goroutine per call as the loop does, and waits for their results on in.
 func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protocol.RunID, tool, args string, n int) error {
-	deadline := time.Now().Add(callTimeout)
+	deadline := time.Now().Add(f.timeout)
 	open := make(map[protocol.CallKey]bool, n)
 	errs := make(chan error, n)
 	for i := range n {
@@ -246,7 +262,7 @@ func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protoc
 				return fmt.Errorf("%w: %s", errNotOK, ev.Result.Outcome)
 			}
 		case <-timer.C:
-			return fmt.Errorf("%d of %d results missing after %v", len(open), n, callTimeout)
+			return fmt.Errorf("%d of %d results missing after %v", len(open), n, f.timeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

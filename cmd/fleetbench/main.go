@@ -232,7 +232,7 @@ func (b *bench) run(ctx context.Context) error {
 			return fmt.Errorf("baselines: %w", err)
 		}
 	}
-	f, err := openFleet(ctx, url, b.log)
+	f, err := openFleet(ctx, url, b.log, b.short)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
@@ -262,7 +262,10 @@ func (b *bench) run(ctx context.Context) error {
 }
 
 func (b *bench) baselines(ctx context.Context, url string) error {
-	bl := baselines{url: url}
+	bl := baselines{url: url, timeout: callTimeout}
+	if b.short {
+		bl.timeout = shortCallTimeout
+	}
 	b.step("baseline: core request-reply")
 	s, err := bl.coreRequestReply(b.p.core)
 	if err != nil {

@@ -79,7 +79,7 @@ func (m *roundModel) Complete(_ context.Context, req loop.Request) (*loop.Respon
 
 // runner returns a loop.Runner of the fleet over m.
 func (f *fleet) runner(m loop.Model) (*loop.Runner, error) {
-	return loop.New(loop.Config{Logger: f.log}, m, f.catalog, f.disp, nil)
+	return loop.New(loop.Config{Logger: f.log, ToolTimeout: f.toolTimeout}, m, f.catalog, f.disp, nil)
 }
 
 // checkRun refuses a run that did not end naturally.
