@@ -194,15 +194,23 @@ func TestServeFleet(t *testing.T) {
 	if err != nil || forged.Error == nil || forged.Error.Code != protocol.CodeMalformed || forged.TerminationReason != "" {
 		t.Fatalf("forged request: result %+v, %v; want a malformed error result", forged, err)
 	}
-	st, err := f.js.Stream(t.Context(), "FLEET_RUNS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(t.Context())
-	if err != nil || info.State.LastSeq != total+1 || info.State.Msgs != 0 {
-		t.Fatalf("runs stream: %d stored in all, %d left (%v); want the %d accepted and the forged one, none left",
-			info.State.LastSeq, info.State.Msgs, err, total)
-	}
+	// The forged request is terminated after its result is stored: wait
+	// for the server to have removed it.
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		st, err := f.js.Stream(t.Context(), "FLEET_RUNS")
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(t.Context())
+		if err != nil {
+			return err
+		}
+		if info.State.LastSeq != total+1 || info.State.Msgs != 0 {
+			return fmt.Errorf("runs stream: %d stored in all, %d left; want the %d accepted and the forged one, none left",
+				info.State.LastSeq, info.State.Msgs, total)
+		}
+		return nil
+	})
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		c, err := f.js.Consumer(t.Context(), "FLEET_RUNS", "coordinators")
 		if err != nil {
