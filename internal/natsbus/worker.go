@@ -19,7 +19,7 @@ import (
 
 // Timeouts of the worker's own NATS operations.
 const (
-	// ackTimeout bounds the confirmed ack of a non-idempotent call.
+	// ackTimeout bounds the claim of a non-idempotent call.
 	ackTimeout = 5 * time.Second
 	// publishTimeout bounds a first round of attempts to publish one
 	// result. If the server still does not answer, the result is retried

@@ -152,7 +152,9 @@ func (w *Worker) claim(m jetstream.Msg, seq uint64) error {
 		}
 		return err
 	}
-	m.Ack() // settles the delivery of a message that is already gone
+	// Removing the message also settled its delivery; the ack is for
+	// whoever reads the consumer's state before the server updates it.
+	m.Ack()
 	return nil
 }
 
