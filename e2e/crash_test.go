@@ -74,9 +74,10 @@ func TestWorkerKilledMidIdempotentCall(t *testing.T) {
 }
 
 // TestWorkerKilledMidNonIdempotentCall: the worker running a non-idempotent
-// call is SIGKILLed while another worker stands by. The call was
-// acknowledged before it started, so it is never delivered again; the
-// coordinator saw it start and answers outcome_unknown at the deadline.
+// call is SIGKILLed while another worker stands by. The call was claimed
+// (removed from the calls stream) before it started, so it is never
+// delivered again; the coordinator saw it start and answers outcome_unknown
+// at the deadline.
 func TestWorkerKilledMidNonIdempotentCall(t *testing.T) {
 	f := newFleet(t)
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
