@@ -24,7 +24,7 @@ func ExampleHarness_Execute() {
 	// Output:
 	// ok "-0.5" ""
 	// failed "" "*harness.EvaluationError"
-	// invalid_arguments "at '/': missing property 'expression'; at '/': additional properties 'expr' not allowed" ""
+	// invalid_arguments "at '/': additional properties 'expr' not allowed; at '/': missing property 'expression'" ""
 }
 
 func ExampleParseManifest() {
