@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -65,7 +66,7 @@ func runsBucketConfig(s protocol.Subjects, c ServeConfig) jetstream.KeyValueConf
 func ensureRuns(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, c ServeConfig) (jetstream.Consumer, jetstream.KeyValue, error) {
 	sc := runsStreamConfig(s, c)
 	if err := retryExists(ctx, func() error {
-		_, err := js.CreateOrUpdateStream(ctx, sc)
+		_, err := natsbus.CreateOrUpdateStream(ctx, js, sc)
 		return err
 	}); err != nil {
 		return nil, nil, fmt.Errorf("coordinator: stream %s: %w", sc.Name, err)
@@ -73,7 +74,7 @@ func ensureRuns(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 	kc := runsBucketConfig(s, c)
 	var kv jetstream.KeyValue
 	if err := retryExists(ctx, func() (err error) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, kc)
+		kv, err = natsbus.CreateOrUpdateKeyValue(ctx, js, kc)
 		return err
 	}); err != nil {
 		return nil, nil, fmt.Errorf("coordinator: bucket %s: %w", kc.Bucket, err)

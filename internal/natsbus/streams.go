@@ -189,7 +189,7 @@ func ensure(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cf
 			continue
 		}
 		if err := retryCreate(ctx, func() error {
-			_, err := js.CreateOrUpdateStream(ctx, sc)
+			_, err := CreateOrUpdateStream(ctx, js, sc)
 			return err
 		}); err != nil {
 			return fmt.Errorf("natsbus: stream %s: %w", sc.Name, err)
@@ -197,12 +197,35 @@ func ensure(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cf
 	}
 	kc := catalogConfig(s, cfg)
 	if err := retryCreate(ctx, func() error {
-		_, err := js.CreateOrUpdateKeyValue(ctx, kc)
+		_, err := CreateOrUpdateKeyValue(ctx, js, kc)
 		return err
 	}); err != nil {
 		return fmt.Errorf("natsbus: bucket %s: %w", kc.Bucket, err)
 	}
 	return nil
+}
+
+// CreateOrUpdateStream creates the stream of cfg, or updates it when it
+// exists with another configuration; one that already has cfg is left
+// untouched. (jetstream's CreateOrUpdateStream updates first, and an
+// update rewrites the stream's configuration even when nothing changed —
+// which nats-server races against a consumer being created on the same
+// stream, as happens whenever several fleet processes start at once.)
+func CreateOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return js.UpdateStream(ctx, cfg)
+	}
+	return s, err
+}
+
+// CreateOrUpdateKeyValue is [CreateOrUpdateStream] for a KV bucket.
+func CreateOrUpdateKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return js.UpdateKeyValue(ctx, cfg)
+	}
+	return kv, err
 }
 
 // retryCreate runs a create-or-update, retrying when another process

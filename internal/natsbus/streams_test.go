@@ -84,3 +84,49 @@ func TestEnsureStreamsRefusesBadConfig(t *testing.T) {
 		t.Fatal("EnsureStreams accepted 9 replicas")
 	}
 }
+
+// TestEnsureStreamsLeavesAnUnchangedStreamAlone: running EnsureStreams
+// again with the same configuration updates nothing (the server announces
+// every update, even one that changes nothing, and nats-server races a
+// stream update against a consumer created on the stream at the same
+// moment); a changed setting is still applied.
+func TestEnsureStreamsLeavesAnUnchangedStreamAlone(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, _ := jetstream.New(nc)
+	subjects := protocol.Subjects{}
+	if err := natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	updates, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.UPDATED.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The results stream is not the first EnsureStreams sees.
+	if err := natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{ResultsMaxAge: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// Advisories arrive in order: the first is the change.
+	m, err := updates.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no advisory for the changed stream: %v", err)
+	}
+	if want := "$JS.EVENT.ADVISORY.STREAM.UPDATED." + subjects.ResultsStream(); m.Subject != want {
+		t.Fatalf("first update advisory on %s, want %s: an unchanged stream was updated", m.Subject, want)
+	}
+	s, err := js.Stream(ctx(t), subjects.ResultsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxAge; got != 2*time.Hour {
+		t.Fatalf("results stream MaxAge = %v after the change, want 2h", got)
+	}
+}
