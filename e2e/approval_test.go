@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natscli"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -37,7 +37,6 @@ var approvalPasswords = map[string]string{
 // model makes calls needing approval, and an operator (operator user)
 // answering with the real nats CLI.
 func TestApprovalEndToEnd(t *testing.T) {
-	bins := buildApprovalBinaries(t)
 	natsBin := natscli.Path(t)
 	srv := startApprovalServer(t)
 	url := srv.ClientURL()
@@ -47,25 +46,22 @@ func TestApprovalEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	manifest := writeApprovalJSON(t, dir, "tools.json", map[string]any{"tools": []any{
+	manifest := writeJSON(t, dir, "tools.json", map[string]any{"tools": []any{
 		approvalEffectTool("deploy_a", out, true),  // declares requires_approval
 		approvalEffectTool("deploy_b", out, false), // needs it through --require-approval
 	}})
-	worker := startApprovalProcess(t, "toolworker", bins.toolworker, approvalEnv(t, url, "worker"),
+	worker := startProcEnv(t, "toolworker", approvalEnv(t, url, "worker"), bins.toolworker,
 		"--tools", manifest, "--name", "w1")
 	waitForApprovalCatalog(t, url, worker, "deploy_a", "deploy_b")
 
 	t.Run("operator approves one call and denies the other", func(t *testing.T) {
-		script := writeApprovalJSON(t, dir, "two-calls.json", map[string]any{"turns": []any{
-			map[string]any{"tool_calls": []any{
-				map[string]any{"id": "c1", "name": "deploy_a", "arguments": map[string]any{"target": "alpha"}},
-				map[string]any{"id": "c2", "name": "deploy_b", "arguments": map[string]any{"target": "beta"}},
-			}},
-			map[string]any{"content": "done"},
+		model := writeJSON(t, dir, "two-calls.json", map[string]any{"turns": script{
+			turn(call("c1", "deploy_a", map[string]any{"target": "alpha"}), call("c2", "deploy_b", map[string]any{"target": "beta"})),
+			final("done"),
 		}})
 		watch := watchApprovalRequests(t, natsBin, srv, 2)
-		coord := startApprovalProcess(t, "coordinator", bins.coordinator, approvalEnv(t, url, "coordinator"),
-			"run", "--workers", "0", "--model", "scripted:"+script, "--require-approval", "deploy_b",
+		coord := startProcEnv(t, "coordinator", approvalEnv(t, url, "coordinator"), bins.coordinator,
+			"run", "--workers", "0", "--model", "scripted:"+model, "--require-approval", "deploy_b",
 			"--approval-timeout", "30s", "--output", "json", "deploy both")
 
 		requests := watch.requests(t, 30*time.Second)
@@ -77,7 +73,10 @@ func TestApprovalEndToEnd(t *testing.T) {
 			approvalNatsPub(t, natsBin, url, "operator", req.DecisionSubject, body)
 		}
 
-		res := coord.result(t, 60*time.Second)
+		res := coord.result(60*time.Second, 0)
+		if res.TerminationReason != "natural" {
+			t.Errorf("termination_reason=%q, want natural", res.TerminationReason)
+		}
 		if got := approvalOutcomes(res); got["c1"] != "ok" || got["c2"] != "denied" || len(got) != 2 {
 			t.Errorf("approvalOutcomes=%v, want c1 ok and c2 denied", got)
 		}
@@ -104,27 +103,28 @@ func TestApprovalEndToEnd(t *testing.T) {
 		if err := os.Remove(filepath.Join(out, "deploy_a")); err != nil {
 			t.Fatal(err)
 		}
-		script := writeApprovalJSON(t, dir, "one-call.json", map[string]any{"turns": []any{
-			map[string]any{"tool_calls": []any{
-				map[string]any{"id": "c1", "name": "deploy_a", "arguments": map[string]any{"target": "gamma"}},
-			}},
-			map[string]any{"content": "done"},
+		model := writeJSON(t, dir, "one-call.json", map[string]any{"turns": script{
+			turn(call("c1", "deploy_a", map[string]any{"target": "gamma"})),
+			final("done"),
 		}})
 		watch := watchApprovalRequests(t, natsBin, srv, 1)
-		coord := startApprovalProcess(t, "coordinator", bins.coordinator, approvalEnv(t, url, "coordinator"),
-			"run", "--workers", "0", "--model", "scripted:"+script,
+		coord := startProcEnv(t, "coordinator", approvalEnv(t, url, "coordinator"), bins.coordinator,
+			"run", "--workers", "0", "--model", "scripted:"+model,
 			"--approval-timeout", "2s", "--output", "json", "deploy gamma")
 
 		req := watch.requests(t, 30*time.Second)[0]
 		body := fmt.Sprintf(`{"digest":%q,"approved":true,"approver":"mallory"}`, req.Digest)
 		pub := exec.CommandContext(t.Context(), natsBin, "pub", req.DecisionSubject, body)
-		pub.Env = append(natscli.Env(t), "NATS_URL="+url, "NATS_USER=worker", "NATS_PASSWORD="+approvalPasswords["worker"])
+		pub.Env = approvalEnv(t, url, "worker")
 		pubOut, err := pub.CombinedOutput()
 		if err == nil || !strings.Contains(string(pubOut), "Permissions Violation for Publish to") {
 			t.Errorf("nats pub of a decision as worker: %v, %s; want a permissions violation", err, pubOut)
 		}
 
-		res := coord.result(t, 60*time.Second)
+		res := coord.result(60*time.Second, 0)
+		if res.TerminationReason != "natural" {
+			t.Errorf("termination_reason=%q, want natural", res.TerminationReason)
+		}
 		if got := approvalOutcomes(res); got["c1"] != "approval_expired" {
 			t.Errorf("approvalOutcomes=%v, want c1 approval_expired", got)
 		}
@@ -146,23 +146,6 @@ func TestApprovalEndToEnd(t *testing.T) {
 			t.Errorf("outcome note: %v, %v; want expired", m, err)
 		}
 	})
-}
-
-type approvalBinaries struct{ coordinator, toolworker string }
-
-// buildApprovalBinaries builds the coordinator and toolworker commands.
-func buildApprovalBinaries(t *testing.T) approvalBinaries {
-	t.Helper()
-	dir := t.TempDir()
-	b := approvalBinaries{filepath.Join(dir, "coordinator"), filepath.Join(dir, "toolworker")}
-	for pkg, bin := range map[string]string{"./cmd/coordinator": b.coordinator, "./cmd/toolworker": b.toolworker} {
-		cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, pkg)
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	return b
 }
 
 // startApprovalServer starts nats-server from deploy/nats-server.conf in
@@ -229,111 +212,15 @@ func approvalEffectTool(name, out string, requiresApproval bool) map[string]any 
 	}
 }
 
-func writeApprovalJSON(t *testing.T, dir, name string, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// approvalProcess is a child process whose output is collected.
-type approvalProcess struct {
-	name   string
-	cmd    *exec.Cmd
-	stdout approvalBuffer
-	stderr approvalBuffer
-	done   chan struct{}
-	err    error
-}
-
-func startApprovalProcess(t *testing.T, name, bin string, env []string, args ...string) *approvalProcess {
-	t.Helper()
-	p := &approvalProcess{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = env
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Signal(os.Interrupt)
-			select {
-			case <-p.done:
-			case <-time.After(10 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("%s stderr:\n%s", name, p.stderr.String())
-		}
-	})
-	return p
-}
-
-func (p *approvalProcess) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// approvalRunResult is the part of "coordinator run --output json" this test reads.
-type approvalRunResult struct {
-	TerminationReason string `json:"termination_reason"`
-	Calls             []struct {
-		CallID  string `json:"call_id"`
-		Outcome string `json:"outcome"`
-	} `json:"calls"`
-	Messages []struct {
-		Role       string `json:"role"`
-		Content    string `json:"content"`
-		ToolCallID string `json:"tool_call_id"`
-	} `json:"messages"`
-}
-
-// result waits for the coordinator to exit 0 and decodes its JSON result.
-func (p *approvalProcess) result(t *testing.T, timeout time.Duration) approvalRunResult {
-	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		t.Fatalf("%s still running after %v; stderr:\n%s", p.name, timeout, p.stderr.String())
-	}
-	if p.err != nil {
-		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", p.name, p.err, p.stdout.String(), p.stderr.String())
-	}
-	var r approvalRunResult
-	if err := json.Unmarshal([]byte(p.stdout.String()), &r); err != nil {
-		t.Fatalf("%s output is not the JSON result: %v\n%s", p.name, err, p.stdout.String())
-	}
-	if r.TerminationReason != "natural" {
-		t.Errorf("termination_reason=%q, want natural", r.TerminationReason)
-	}
-	return r
-}
-
-func approvalOutcomes(r approvalRunResult) map[string]string {
+func approvalOutcomes(r *loop.Result) map[string]string {
 	m := map[string]string{}
 	for _, c := range r.Calls {
-		m[c.CallID] = c.Outcome
+		m[c.CallID] = string(c.Outcome)
 	}
 	return m
 }
 
-func approvalToolMessage(r approvalRunResult, id string) string {
+func approvalToolMessage(r *loop.Result, id string) string {
 	for _, m := range r.Messages {
 		if m.Role == "tool" && m.ToolCallID == id {
 			return m.Content
@@ -343,68 +230,58 @@ func approvalToolMessage(r approvalRunResult, id string) string {
 }
 
 // waitForApprovalCatalog waits until the worker has published every tool's spec.
-func waitForApprovalCatalog(t *testing.T, url string, worker *approvalProcess, tools ...string) {
+func waitForApprovalCatalog(t *testing.T, url string, worker *proc, tools ...string) {
 	t.Helper()
 	nc, js := approvalConn(t, url, "coordinator")
 	defer nc.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := func() error {
-			if worker.exited() {
-				if strings.Contains(worker.stderr.String(), `Publish to \"$JS.API.STREAM.UPDATE.FLEET_APPROVALS\"`) {
-					// Known gap, not a pass: the worker user may not touch
-					// the approvals stream, and toolworker still ensures it.
-					t.Skip("toolworker ensures FLEET_APPROVALS, which deploy/nats-server.conf forbids to workers: " +
-						"it must ensure only the calls and results streams and the catalog")
-				}
-				t.Fatalf("toolworker exited: %v\n%s", worker.err, worker.stderr.String())
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if worker.exited() {
+			if strings.Contains(worker.log(), `Publish to \"$JS.API.STREAM.UPDATE.FLEET_APPROVALS\"`) {
+				// Known gap, not a pass: the worker user may not touch
+				// the approvals stream, and toolworker still ensures it.
+				t.Skip("toolworker ensures FLEET_APPROVALS, which deploy/nats-server.conf forbids to workers: " +
+					"it must ensure only the calls and results streams and the catalog")
 			}
-			kv, err := js.KeyValue(t.Context(), protocol.Subjects{}.CatalogBucket())
-			if err != nil {
-				return err
-			}
-			for _, tool := range tools {
-				if _, err := kv.Get(t.Context(), tool); err != nil {
-					return fmt.Errorf("%s: %w", tool, err)
-				}
-			}
-			return nil
-		}()
-		if err == nil {
-			return
+			t.Fatalf("toolworker exited: %v\n%s", worker.err, worker.log())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tools not in the catalog: %v\ntoolworker stderr:\n%s", err, worker.stderr.String())
+		kv, err := js.KeyValue(t.Context(), protocol.Subjects{}.CatalogBucket())
+		if err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		for _, tool := range tools {
+			if _, err := kv.Get(t.Context(), tool); err != nil {
+				return fmt.Errorf("%s: %w", tool, err)
+			}
+		}
+		return nil
+	})
 }
 
 // approvalWatch is "nats sub 'fleet.approval.request.>' --count N --raw" run
 // as the operator user.
 type approvalWatch struct {
-	p *approvalProcess
+	p *proc
 	n int
 }
 
 func watchApprovalRequests(t *testing.T, natsBin string, srv *server.Server, n int) *approvalWatch {
 	t.Helper()
-	p := startApprovalProcess(t, "nats sub", natsBin, approvalEnv(t, srv.ClientURL(), "operator"),
+	p := startProcEnv(t, "nats sub", approvalEnv(t, srv.ClientURL(), "operator"), natsBin,
 		"sub", "fleet.approval.request.>", "--count", fmt.Sprint(n), "--raw")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if p.exited() {
+			t.Fatalf("nats sub did not subscribe: %v\n%s", p.err, p.log())
+		}
 		cz, err := srv.Connz(&server.ConnzOptions{Subscriptions: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if slices.ContainsFunc(cz.Conns, func(c *server.ConnInfo) bool { return slices.Contains(c.Subs, "fleet.approval.request.>") }) {
-			return &approvalWatch{p: p, n: n}
+		if !slices.ContainsFunc(cz.Conns, func(c *server.ConnInfo) bool { return slices.Contains(c.Subs, "fleet.approval.request.>") }) {
+			return errors.New("nats sub has not subscribed to fleet.approval.request.>")
 		}
-		if p.exited() || time.Now().After(deadline) {
-			t.Fatalf("nats sub did not subscribe: %v\n%s", p.err, p.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return &approvalWatch{p: p, n: n}
 }
 
 // requests waits for nats sub to print its N requests and exit.
@@ -416,7 +293,7 @@ func (w *approvalWatch) requests(t *testing.T, timeout time.Duration) []protocol
 		t.Fatalf("nats sub saw fewer than %d requests within %v: %q", w.n, timeout, w.p.stdout.String())
 	}
 	if w.p.err != nil {
-		t.Fatalf("nats sub: %v\n%s", w.p.err, w.p.stderr.String())
+		t.Fatalf("nats sub: %v\n%s", w.p.err, w.p.log())
 	}
 	var reqs []protocol.ApprovalRequest
 	sc := bufio.NewScanner(strings.NewReader(w.p.stdout.String()))
@@ -448,22 +325,4 @@ func approvalNatsPub(t *testing.T, natsBin, url, user, subject, body string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("nats pub %s: %v\n%s", subject, err, out)
 	}
-}
-
-// approvalBuffer is a bytes.Buffer safe for a writer and concurrent readers.
-type approvalBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *approvalBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *approvalBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

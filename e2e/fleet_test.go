@@ -86,15 +86,22 @@ func newFleet(t *testing.T) *fleet {
 // url is the server's client URL.
 func (f *fleet) url() string { return f.srv.ClientURL() }
 
+// writeJSON writes v as JSON to the fleet's directory.
 func (f *fleet) writeJSON(name string, v any) string {
 	f.t.Helper()
+	return writeJSON(f.t, f.dir, name, v)
+}
+
+// writeJSON writes v as JSON to dir/name and returns the path.
+func writeJSON(t *testing.T, dir, name string, v any) string {
+	t.Helper()
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
-	path := filepath.Join(f.dir, name)
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, data, 0o644); err != nil {
-		f.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return path
 }
