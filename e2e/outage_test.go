@@ -171,10 +171,12 @@ func TestWorkerStopsPromptlyWhileServerIsDown(t *testing.T) {
 // TestWorkerDrainsOnSIGTERM: a worker told to stop (a rolling deploy)
 // while it runs a call stops taking calls, finishes the call within its
 // shutdown grace, answers it and exits 0; the next round's call goes to the
-// worker that replaced it. Nothing runs twice.
+// worker that replaced it. Nothing runs twice. (The ack wait is 10s: the
+// stopping worker heartbeats its call, and a loaded machine that stalls it
+// for the suite's 2s would hand the call to the new worker.)
 func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	f := newFleet(t)
-	old := f.startWorker("old")
+	old := f.startWorker("old", "--ack-wait", "10s")
 	coord := f.coordinator("coordinator", script{
 		turn(call("c1", toolWork, map[string]any{"id": "d1", "sleep_ms": 2000})),
 		turn(call("c2", toolCharge, map[string]any{"id": "d2"})),
@@ -183,7 +185,7 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 
 	f.waitStarted("d1", 1, 15*time.Second)
 	old.signal(syscall.SIGTERM)
-	f.startWorker("new")
+	f.startWorker("new", "--ack-wait", "10s")
 
 	res := coord.result(30*time.Second, 0)
 	recs, _ := answered(t, res)

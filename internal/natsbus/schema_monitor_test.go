@@ -41,6 +41,13 @@ func (r *conflictRecorder) snapshot() ([]string, []int) {
 	return slices.Clone(r.conflicts), slices.Clone(r.counts)
 }
 
+// twoWorkersDiscover is the monitor's discovery in these tests: it ends as
+// soon as both workers answered, and otherwise waits a second of quiet
+// after the last answer — a loaded machine's worker can answer more than
+// the default 250ms after the other, and a worker missed by one check
+// changes the conflict the monitor sees.
+var twoWorkersDiscover = natsbus.DiscoverConfig{Wait: 5 * time.Second, Quiet: time.Second, MaxWorkers: 2}
+
 // TestSchemaMonitorReportsDisagreeingWorkers starts a worker serving echo,
 // then a second one serving echo with another schema that publishes its
 // spec: the monitor must notice by itself (catalog change), name the tool,
@@ -61,7 +68,7 @@ func TestSchemaMonitorReportsDisagreeingWorkers(t *testing.T) {
 	mon, err := natsbus.NewSchemaMonitor(ctx(t), f.nc, f.js, f.subjects, natsbus.SchemaMonitorConfig{
 		Interval: time.Hour, // only catalog changes and explicit checks
 		Settle:   100 * time.Millisecond,
-		Discover: fastDiscover,
+		Discover: twoWorkersDiscover,
 		Observer: rec,
 		Logger:   logs.Logger(),
 	})

@@ -341,13 +341,14 @@ func TestNonIdempotentCallIsClaimedBeforeItRuns(t *testing.T) {
 
 // TestHeartbeatPreventsRedeliveryOfALongCall: a call running half as long
 // again as the ack wait is delivered once, its heartbeats keeping it. The
-// ack wait is 1s with a heartbeat every 50ms, so only a stall of most of a
-// second (more than a loaded machine's) could let the server redeliver.
+// ack wait is 3s with a heartbeat every 50ms, so only a stall of nearly
+// 3s — more than even a heavily loaded machine's — could let the server
+// redeliver.
 func TestHeartbeatPreventsRedeliveryOfALongCall(t *testing.T) {
 	f := newFleet(t)
 	var runs atomic.Int64
-	h := harnesstest.New(t, harness.Config{}, counting("long", &runs, 1500*time.Millisecond, true))
-	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{AckWait: time.Second, Heartbeat: 50 * time.Millisecond, Concurrency: 4})
+	h := harnesstest.New(t, harness.Config{}, counting("long", &runs, 4500*time.Millisecond, true))
+	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{AckWait: 3 * time.Second, Heartbeat: 50 * time.Millisecond, Concurrency: 4})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "long", `{}`, 10*time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
