@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -60,6 +63,25 @@ func TestMultiRoundWithRemoteWorkers(t *testing.T) {
 		go func() { done <- w.Run(ctx) }()
 	}
 	t.Cleanup(func() { cancel(); <-done; <-done })
+	// The workers publish their tools' specs as they start: the run sees
+	// the catalog as it is when it starts, so wait for both tools.
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		kv, err := js.KeyValue(t.Context(), protocol.Subjects{}.CatalogBucket())
+		if err != nil {
+			return err
+		}
+		for _, tool := range []string{"calculator", "echo"} {
+			if _, err := kv.Get(t.Context(), tool); err != nil {
+				return fmt.Errorf("catalog entry %s: %w", tool, err)
+			}
+		}
+		return nil
+	})
 
 	script := `{"turns": [
 	  {"tool_calls": [
