@@ -22,6 +22,14 @@ if [ "$(go env CGO_ENABLED)" != "1" ] || ! command -v "$(go env CC)" >/dev/null 
   race=
 fi
 
+# Everything the tests run is built here, before any test starts a clock:
+# on a fresh machine (empty module and build caches) this is the slow part,
+# and each line it prints is a package being compiled.
+echo "== build $race ./... (minutes on a fresh machine; quiet when the cache is warm)"
+go build $race -v ./... 2>&1 | sed 's/^/  /'
+echo "== the nats CLI the tests drive (built once into the Go cache)"
+go run ./internal/natscli/install
+
 echo "== go test $race ./..."
 go test $race -count=1 -timeout 20m ./...
 

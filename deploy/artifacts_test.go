@@ -18,6 +18,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toolfleet/toolfleet/internal/natscli"
 )
 
 // The tests run in deploy/; the repository root is the Docker build context.
@@ -154,7 +156,7 @@ type instruction struct {
 	args string
 }
 
-func dockerfile(t testing.TB) []instruction {
+func dockerfile(t fatalT) []instruction {
 	t.Helper()
 	f, err := os.Open("Dockerfile")
 	if err != nil {
@@ -193,7 +195,7 @@ type stage struct {
 	body       []instruction
 }
 
-func stages(t testing.TB, ins []instruction) (map[string]*stage, map[string]string) {
+func stages(t fatalT, ins []instruction) (map[string]*stage, map[string]string) {
 	t.Helper()
 	args := map[string]string{} // global ARG defaults
 	out := map[string]*stage{}
@@ -225,7 +227,7 @@ func stages(t testing.TB, ins []instruction) (map[string]*stage, map[string]stri
 // path relative to the repository root), by deploy/Dockerfile.dockerignore.
 type dockerignore []*regexp.Regexp
 
-func loadDockerignore(t testing.TB) dockerignore {
+func loadDockerignore(t fatalT) dockerignore {
 	t.Helper()
 	b, err := os.ReadFile("Dockerfile.dockerignore")
 	if err != nil {
@@ -277,7 +279,7 @@ func (d dockerignore) excluded(rel string) bool {
 
 // goBuildLine returns the Dockerfile's "go build ..." command and the RUN
 // instruction that holds it.
-func goBuildLine(t testing.TB, st *stage) (string, string) {
+func goBuildLine(t fatalT, st *stage) (string, string) {
 	t.Helper()
 	for _, in := range st.body {
 		if in.cmd == "RUN" {
@@ -453,7 +455,49 @@ var images struct {
 // context the dockerignore leaves, and returns the output directory.
 func imageBinaries(t *testing.T) string {
 	t.Helper()
+	buildImageBinaries()
+	if images.err != nil {
+		t.Fatalf("building as the Dockerfile does: %v\n%s", images.err, images.log)
+	}
+	return images.dir
+}
+
+// fatalT is the part of testing.TB that the Dockerfile readers use, so
+// TestMain can call them before any test exists.
+type fatalT interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// buildT is a [fatalT] for TestMain: Fatal records the message and unwinds
+// with errBuildT.
+type buildT struct{ msg string }
+
+var errBuildT = errors.New("build failed")
+
+func (*buildT) Helper() {}
+func (b *buildT) Fatal(args ...any) {
+	b.msg = fmt.Sprint(args...)
+	panic(errBuildT)
+}
+func (b *buildT) Fatalf(format string, args ...any) {
+	b.msg = fmt.Sprintf(format, args...)
+	panic(errBuildT)
+}
+
+// buildImageBinaries does the build of [imageBinaries] once per process.
+func buildImageBinaries() {
 	images.once.Do(func() {
+		t := &buildT{}
+		defer func() {
+			if r := recover(); r != nil && r != errBuildT {
+				panic(r)
+			}
+			if t.msg != "" && images.err == nil {
+				images.err = errors.New(t.msg)
+			}
+		}()
 		ins := dockerfile(t)
 		st, _ := stages(t, ins)
 		cmd, _ := goBuildLine(t, st["build"])
@@ -475,13 +519,15 @@ func imageBinaries(t *testing.T) string {
 		images.log = fmt.Sprintf("%s\n%s", cmd, out)
 		images.err = err
 	})
-	if images.err != nil {
-		t.Fatalf("building as the Dockerfile does: %v\n%s", images.err, images.log)
-	}
-	return images.dir
 }
 
+// TestMain builds what the tests run — the images' binaries and the nats
+// CLI — before any test starts, so no test's deadline covers a build (which
+// takes minutes on a fresh machine).
 func TestMain(m *testing.M) {
+	natscli.Prepare()
+	fmt.Fprintln(os.Stderr, "deploy: building the images' binaries as the Dockerfile does")
+	buildImageBinaries()
 	code := m.Run()
 	if images.dir != "" {
 		os.RemoveAll(filepath.Dir(images.dir))

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/toolfleet/toolfleet/internal/natscli"
 )
 
 // bins are the commands under test, built once by TestMain.
@@ -22,6 +24,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := 1
+	// Everything the tests run is built before the first test starts a
+	// deadline: on a fresh machine these builds take minutes.
+	natscli.Prepare()
+	fmt.Fprintln(os.Stderr, "e2e: building coordinator, toolworker and sidefx")
 	if err := buildBinaries(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 	} else {

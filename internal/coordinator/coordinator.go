@@ -36,6 +36,7 @@ type Coordinator struct {
 	monitor  *natsbus.SchemaMonitor // reports schema conflicts
 	runner   *loop.Runner
 
+	workers       []inprocWorker
 	workersCancel context.CancelFunc
 	workersDone   sync.WaitGroup
 	closeOnce     sync.Once
@@ -43,7 +44,8 @@ type Coordinator struct {
 
 // Open validates cfg, connects to NATS (starting an embedded server when no
 // URL is configured), ensures the fleet's streams, starts in-process
-// workers and waits until the catalog lists a tool or CatalogWait passes.
+// workers and waits until the catalog lists every tool they serve (without
+// in-process workers: until it lists a tool, or CatalogWait passes).
 func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if cfg.Model == nil {
 		return nil, errors.New("coordinator: no model configured")
@@ -94,7 +96,13 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: reading the tool catalog: %w", err)
 	}
-	c.waitForCatalog(ctx)
+	if len(c.workers) > 0 {
+		if err := c.waitForWorkers(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		c.waitForCatalog(ctx)
+	}
 	if err := c.startMonitor(ctx); err != nil {
 		return nil, err
 	}
@@ -146,13 +154,57 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("coordinator: in-process worker: %w", err)
 		}
+		iw := inprocWorker{w: w, stopped: make(chan error, 1)}
+		c.workers = append(c.workers, iw)
 		c.workersDone.Add(1)
 		go func() {
 			defer c.workersDone.Done()
-			if err := w.Run(wctx); err != nil && !errors.Is(err, context.Canceled) {
+			err := w.Run(wctx)
+			if err != nil && !errors.Is(err, context.Canceled) {
 				c.log.Error().Err(err).Msg("in-process worker stopped")
 			}
+			iw.stopped <- err
 		}()
+	}
+	return nil
+}
+
+// inprocWait bounds how long Open waits for in-process workers to publish
+// their tools. They publish within milliseconds; the bound only ends a wait
+// on a store that has stopped answering.
+const inprocWait = time.Minute
+
+// inprocWorker is an in-process toolworker and the error its Run returned.
+type inprocWorker struct {
+	w       *toolworker.Worker
+	stopped chan error // receives Run's error once
+}
+
+// waitForWorkers returns once every in-process worker has published its
+// tools and the catalog lists all of them, so the model's first request
+// offers every tool they serve. Both are waited for as events, not polled.
+// An in-process worker that stops before it published fails Open, and so
+// does a wait longer than inprocWait (a store that does not answer).
+func (c *Coordinator) waitForWorkers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, inprocWait,
+		fmt.Errorf("in-process workers not in the catalog after %s", inprocWait))
+	defer cancel()
+	var names []string
+	for i, iw := range c.workers {
+		select {
+		case <-iw.w.Published():
+		case err := <-iw.stopped:
+			iw.stopped <- err // for Close's wait, which does not read it
+			return fmt.Errorf("coordinator: in-process worker %d stopped before it served: %w", i+1, err)
+		case <-ctx.Done():
+			return fmt.Errorf("coordinator: %w", context.Cause(ctx))
+		}
+		for _, spec := range iw.w.Harness().Specs() {
+			names = append(names, spec.Name)
+		}
+	}
+	if err := c.catalog.WaitFor(ctx, names...); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
 	}
 	return nil
 }

@@ -67,8 +67,9 @@ type Catalog struct {
 	done    chan struct{}
 	once    sync.Once
 
-	mu    sync.RWMutex
-	specs map[string]protocol.ToolSpec
+	mu      sync.RWMutex
+	specs   map[string]protocol.ToolSpec
+	changed chan struct{} // closed and replaced on every change to specs
 }
 
 var _ loop.Catalog = (*Catalog)(nil)
@@ -93,6 +94,7 @@ func NewCatalog(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 		cancel:  cancel,
 		done:    make(chan struct{}),
 		specs:   make(map[string]protocol.ToolSpec),
+		changed: make(chan struct{}),
 	}
 	loaded := make(chan struct{})
 	go c.watch(loaded)
@@ -132,6 +134,7 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 	if e.Operation() != jetstream.KeyValuePut {
 		c.mu.Lock()
 		delete(c.specs, key)
+		c.notifyLocked()
 		c.mu.Unlock()
 		return
 	}
@@ -143,16 +146,52 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 		bad.Warn().Str(logKey, clipKey(key)).Str(logCode, errorCode(err)).Msg("skipped a malformed catalog entry")
 		c.mu.Lock()
 		delete(c.specs, key)
+		c.notifyLocked()
 		c.mu.Unlock()
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.notifyLocked()
 	if _, ok := c.specs[key]; !ok && len(c.specs) >= MaxCatalogTools {
 		bad.Warn().Str(logTool, key).Int("limit", MaxCatalogTools).Msg("catalog full: tool skipped")
 		return
 	}
 	c.specs[key] = spec
+}
+
+// notifyLocked wakes every WaitFor. c.mu must be held for writing.
+func (c *Catalog) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// WaitFor returns once the catalog lists every one of names, or with an
+// error when ctx ends or the watcher stops first. It waits on the watcher's
+// updates; it does not poll.
+func (c *Catalog) WaitFor(ctx context.Context, names ...string) error {
+	for {
+		c.mu.RLock()
+		missing := ""
+		for _, n := range names {
+			if _, ok := c.specs[n]; !ok {
+				missing = n
+				break
+			}
+		}
+		changed := c.changed
+		c.mu.RUnlock()
+		if missing == "" {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-c.done:
+			return fmt.Errorf("natsbus: catalog watcher stopped before it listed %q", missing)
+		case <-ctx.Done():
+			return fmt.Errorf("natsbus: waiting for the catalog to list %q: %w", missing, context.Cause(ctx))
+		}
+	}
 }
 
 // Tools returns the specs currently in the catalog, sorted by name.

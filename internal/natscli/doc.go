@@ -7,6 +7,8 @@
 // The first use builds natscli with "go install", which needs the Go
 // toolchain and the module proxy (or a warm module cache) and takes a minute
 // or two; the binary is then kept in the Go build cache directory and reused
-// by later runs. Tests are skipped only when the go command is missing; a
-// failed build fails them.
+// by later runs. Packages whose tests use it call [Prepare] from TestMain
+// (and test.sh runs ./internal/natscli/install first), so the build is over
+// before any test starts a clock. Tests are skipped only when the go command
+// is missing; a failed build fails them.
 package natscli

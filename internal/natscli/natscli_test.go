@@ -20,4 +20,9 @@ func TestPathIsPinnedVersion(t *testing.T) {
 	if again := Path(t); again != bin {
 		t.Errorf("second Path = %q, want the cached %q", again, bin)
 	}
+	// Install found the binary in place: the version check passes without
+	// a build.
+	if err := checkVersion(bin); err != nil {
+		t.Errorf("checkVersion(%s): %v", bin, err)
+	}
 }

@@ -24,6 +24,8 @@ type Worker struct {
 	subjects protocol.Subjects
 	harness  *harness.Harness
 	worker   *natsbus.Worker
+
+	published chan struct{} // closed once every spec is in the catalog
 }
 
 // New validates cfg, builds the harness and the worker. It does no I/O
@@ -103,8 +105,13 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, asConfigError(err)
 	}
-	return &Worker{cfg: p.cfg, js: js, subjects: p.subjects, harness: p.harness, worker: w}, nil
+	return &Worker{cfg: p.cfg, js: js, subjects: p.subjects, harness: p.harness, worker: w, published: make(chan struct{})}, nil
 }
+
+// Published is closed once Run has written every tool's spec into the
+// catalog bucket. It stays open if Run fails before that; callers that wait
+// on it also wait for Run to return.
+func (w *Worker) Published() <-chan struct{} { return w.published }
 
 // Harness returns the worker's harness.
 func (w *Worker) Harness() *harness.Harness { return w.harness }
@@ -122,6 +129,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, w.harness.Specs(), w.cfg.Logger); err != nil {
 		return fmt.Errorf("toolworker: %w", err)
 	}
+	close(w.published)
 	return w.worker.Run(ctx)
 }
 

@@ -1,0 +1,11 @@
+package natscli
+
+import (
+	"os"
+	"testing"
+)
+
+func TestMain(m *testing.M) {
+	Prepare()
+	os.Exit(m.Run())
+}
