@@ -1,0 +1,158 @@
+package toolworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/mcptool"
+)
+
+// mcpState is what a worker serving MCP servers needs: its fixed tools, the
+// servers, and the harness and natsbus worker of the current tool list.
+type mcpState struct {
+	tools   []harness.Tool
+	servers []mcptool.ServerConfig
+	worker  natsbus.WorkerConfig
+
+	mu      sync.Mutex
+	harness *harness.Harness
+	nw      *natsbus.Worker
+	started []*mcptool.Server
+	// onWorker is told of each new natsbus worker (for the probes).
+	onWorker func(*natsbus.Worker)
+}
+
+func (m *mcpState) current() (*harness.Harness, *natsbus.Worker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.harness, m.nw
+}
+
+// Servers returns the MCP servers the worker runs, once Run started them.
+func (w *Worker) Servers() []*mcptool.Server {
+	if w.mcp == nil {
+		return nil
+	}
+	w.mcp.mu.Lock()
+	defer w.mcp.mu.Unlock()
+	return slices.Clone(w.mcp.started)
+}
+
+// loadMCPServers reads the manifest's "mcp_servers".
+func loadMCPServers(cfg Config) ([]mcptool.ServerConfig, error) {
+	getenv := cfg.Conn.Getenv
+	servers, err := mcptool.LoadManifest(cfg.ToolsFile, getenv)
+	if err != nil {
+		return nil, err
+	}
+	for i := range servers {
+		servers[i].Logger = cfg.Logger
+		servers[i].LogStderr = cfg.LogStderr
+	}
+	return servers, nil
+}
+
+// runMCP starts the MCP servers, serves their tools with the fixed ones and
+// serves again, with a new harness, whenever a server's tool list changes.
+// In-flight calls finish first (within the worker's shutdown grace); calls
+// published meanwhile wait in their consumers.
+func (w *Worker) runMCP(ctx context.Context) error {
+	st := w.mcp
+	var servers []*mcptool.Server
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	changed := make(chan struct{}, 1)
+	for _, sc := range st.servers {
+		s, err := mcptool.Start(ctx, sc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return &ConfigError{Flag: "--tools", Err: err}
+		}
+		s.OnChange(func() {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+		servers = append(servers, s)
+	}
+	st.mu.Lock()
+	st.started = slices.Clone(servers)
+	st.mu.Unlock()
+	first := true
+	for {
+		tools := slices.Clone(st.tools)
+		for _, s := range servers {
+			tools = append(tools, s.Tools()...)
+		}
+		h, nw, err := w.build(tools)
+		switch {
+		case err != nil && first:
+			return err
+		case err != nil:
+			w.cfg.Logger.Error().Err(err).Msg("the MCP servers' new tool list cannot be served: waiting for the next change")
+		default:
+			if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, h.Specs(), w.cfg.Logger); err != nil {
+				return fmt.Errorf("toolworker: %w", err)
+			}
+			st.mu.Lock()
+			st.harness, st.nw = h, nw
+			onWorker := st.onWorker
+			st.mu.Unlock()
+			if onWorker != nil {
+				onWorker(nw)
+			}
+		}
+		first = false
+		wctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		if nw != nil && err == nil {
+			go func() { errc <- nw.Run(wctx) }()
+		}
+		select {
+		case err := <-errc:
+			cancel()
+			return err
+		case <-ctx.Done():
+			cancel()
+			if nw != nil && err == nil {
+				return <-errc
+			}
+			return nil
+		case <-changed:
+			cancel()
+			if nw != nil && err == nil {
+				if err := <-errc; err != nil {
+					return err
+				}
+			}
+			w.cfg.Logger.Info().Msg("an MCP server's tools changed: serving the new list")
+		}
+	}
+}
+
+// build makes the harness and the natsbus worker of one tool list.
+func (w *Worker) build(tools []harness.Tool) (*harness.Harness, *natsbus.Worker, error) {
+	if len(tools) == 0 {
+		return nil, nil, &ConfigError{Flag: "--tools", Err: errors.New("no tools to serve (the MCP servers list none)")}
+	}
+	h, err := newHarness(w.cfg, tools...)
+	if err != nil {
+		return nil, nil, &ConfigError{Flag: "--tools", Err: err}
+	}
+	nw, err := natsbus.NewWorker(w.nc, w.js, w.subjects, h, w.mcp.worker)
+	if err != nil {
+		return nil, nil, asConfigError(err)
+	}
+	return h, nw, nil
+}
