@@ -12,6 +12,7 @@ import (
 // bins are the commands under test, built once by TestMain.
 var bins struct {
 	coordinator, toolworker, sidefx string
+	mcpserver                       string // pkg/mcptool/mcptooltest/cmd/mcptestserver
 	race                            bool // built with the race detector
 }
 
@@ -43,6 +44,10 @@ func buildBinaries(dir string) error {
 		args = append(args, "-race")
 	}
 	if err := goCommand(append(args, "./cmd/coordinator", "./cmd/toolworker")...); err != nil {
+		return err
+	}
+	bins.mcpserver = filepath.Join(dir, "mcptestserver")
+	if err := goCommand("build", "-o", bins.mcpserver, "./pkg/mcptool/mcptooltest/cmd/mcptestserver"); err != nil {
 		return err
 	}
 	return goCommand("build", "-o", bins.sidefx, "./e2e/sidefx")
