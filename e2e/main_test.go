@@ -13,7 +13,7 @@ import (
 var bins struct {
 	coordinator, toolworker, sidefx string
 	mcpserver                       string // pkg/mcptool/mcptooltest/cmd/mcptestserver
-	race                            bool // built with the race detector
+	race                            bool   // built with the race detector
 }
 
 func TestMain(m *testing.M) {

@@ -44,7 +44,7 @@ func TestMCPBothWays(t *testing.T) {
 			"pid":  map[string]any{"requires_approval": true},
 			"hang": map[string]any{"timeout": "2s"},
 		},
-		"cancel_grace":      "500ms",
+		"cancel_grace": "500ms",
 	}}})
 	worker := startProcEnv(t, "toolworker", []string{"NATS_URL=" + url, "E2E_MCP_SECRET=" + mcpCanary},
 		bins.toolworker, "--tools", manifest, "--name", "w1", "--log-level", "debug")
