@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 	if err := buildBinaries(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 	} else {
+		installNPMServers()
 		code = m.Run()
 	}
 	os.RemoveAll(dir)

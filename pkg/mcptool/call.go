@@ -28,7 +28,10 @@ func (s *Server) call(ctx context.Context, e *toolEntry, args json.RawMessage) (
 	}
 	ch := make(chan answer, 1)
 	go func() {
-		r, err := sess.cs.CallTool(ctx, &mcp.CallToolParams{Name: e.mcpName, Arguments: json.RawMessage(args)})
+		r, err := sess.cs.CallTool(ctx, &mcp.CallToolParams{
+			Name: e.mcpName, Arguments: json.RawMessage(args),
+			Meta: mcp.Meta{"progressToken": fmt.Sprintf("%s-%d", s.cfg.Name, s.calls.Add(1))},
+		})
 		ch <- answer{r, err}
 	}()
 	var a answer

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -35,6 +36,9 @@ type Server struct {
 	tools    []*toolEntry
 	onChange func()
 	restarts int
+
+	calls    atomic.Int64 // numbers the calls' progress tokens
+	progress atomic.Int64 // progress notifications received
 }
 
 // session is one connection to the server.
@@ -68,6 +72,12 @@ func Start(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			default:
 			}
 		},
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			s.progress.Add(1)
+			// The message is the server's text: not logged.
+			s.log.Debug().Float64("progress", req.Params.Progress).Float64("total", req.Params.Total).
+				Msg("mcp server progress")
+		},
 	})
 	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
@@ -98,6 +108,9 @@ func (s *Server) startError(err error) error {
 
 // Name is the server's name from the manifest.
 func (s *Server) Name() string { return s.cfg.Name }
+
+// Progress counts the progress notifications the server sent for calls.
+func (s *Server) Progress() int64 { return s.progress.Load() }
 
 // Restarts counts the restarts of the server since Start.
 func (s *Server) Restarts() int {
