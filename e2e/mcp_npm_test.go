@@ -11,8 +11,12 @@ import (
 	"time"
 )
 
-// The npm MCP servers the e2e tests run, and the version of each.
-const npmMCPVersion = "2026.8.31"
+// The versions of the npm MCP servers the e2e tests run, and of the MCP
+// Inspector whose CLI is the third-party client.
+const (
+	npmMCPVersion    = "2026.8.31"
+	inspectorVersion = "2.12.0"
+)
 
 var npmMCP struct {
 	dir  string // the install prefix, when installed
@@ -36,17 +40,22 @@ func installNPMServers() {
 		return
 	}
 	dir := filepath.Join(strings.TrimSpace(string(out)), "toolfleet-npm-mcp-"+npmMCPVersion)
-	if _, err := os.Stat(npmServerScript(dir, "server-filesystem")); err == nil {
-		if _, err := os.Stat(npmServerScript(dir, "server-everything")); err == nil {
-			npmMCP.dir = dir
-			return
+	installed := true
+	for _, p := range []string{npmServerScript(dir, "server-filesystem"), npmServerScript(dir, "server-everything"), inspectorBin(dir)} {
+		if _, err := os.Stat(p); err != nil {
+			installed = false
 		}
+	}
+	if installed {
+		npmMCP.dir = dir
+		return
 	}
 	fmt.Fprintf(os.Stderr, "e2e: installing the npm MCP servers %s into %s (first run only)...\n", npmMCPVersion, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel", "warn",
-		"@modelcontextprotocol/server-everything@"+npmMCPVersion, "@modelcontextprotocol/server-filesystem@"+npmMCPVersion)
+		"@modelcontextprotocol/server-everything@"+npmMCPVersion, "@modelcontextprotocol/server-filesystem@"+npmMCPVersion,
+		"@modelcontextprotocol/inspector@"+inspectorVersion)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		npmMCP.skip = fmt.Sprintf("npm install of the MCP servers failed (%v): no registry access?", err)
@@ -54,6 +63,10 @@ func installNPMServers() {
 	}
 	fmt.Fprintln(os.Stderr, "e2e: npm MCP servers installed")
 	npmMCP.dir = dir
+}
+
+func inspectorBin(dir string) string {
+	return filepath.Join(dir, "node_modules", ".bin", "mcp-inspector")
 }
 
 func npmServerScript(dir, pkg string) string {
@@ -132,4 +145,50 @@ func TestMCPRealNPMServers(t *testing.T) {
 		t.Error("the canary reached the worker's log")
 	}
 	scanStreamsFor(t, f.url(), mcpCanary)
+}
+
+// TestMCPInspectorCLI lists and calls the fleet's tools through coordinator
+// mcp with a third-party client, the MCP Inspector's CLI mode, over stdio
+// and over HTTP with a bearer token.
+func TestMCPInspectorCLI(t *testing.T) {
+	if npmMCP.skip != "" {
+		t.Skip(npmMCP.skip)
+	}
+	inspect := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, inspectorBin(npmMCP.dir), append([]string{"--cli"}, args...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("mcp-inspector %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	// stdio: the inspector starts coordinator mcp (an embedded server and
+	// one in-process worker serving the built-ins).
+	target := []string{"--", bins.coordinator, "mcp", "--log-level", "warn"}
+	if out := inspect(append([]string{"--method", "tools/list"}, target...)...); !strings.Contains(out, `"name": "calculator"`) {
+		t.Errorf("tools/list over stdio: %s", out)
+	}
+	out := inspect(append([]string{"--method", "tools/call", "--tool-name", "calculator", "--tool-arg", "expression=6*7"}, target...)...)
+	if !strings.Contains(out, `"text": "42"`) || !strings.Contains(out, `"toolfleet/outcome": "ok"`) {
+		t.Errorf("tools/call over stdio: %s", out)
+	}
+
+	// HTTP with a bearer token.
+	const token = "inspector-token-5e2a"
+	p := startProcEnv(t, "coordinator mcp http", []string{"TOOLFLEET_MCP_TOKENS=" + token}, bins.coordinator,
+		"mcp", "--transport", "http", "--http-addr", "127.0.0.1:0", "--log-level", "info")
+	p.waitLog(60*time.Second, "serving MCP over streamable HTTP")
+	var addr string
+	for _, l := range p.logLines(func(m map[string]any) bool { return m["message"] == "serving MCP over streamable HTTP" }) {
+		addr, _ = l["addr"].(string)
+	}
+	out = inspect("--method", "tools/call", "--tool-name", "echo", "--tool-arg", "text=over http",
+		"--transport", "http", "--header", "Authorization: Bearer "+token, "--", "http://"+addr+"/mcp")
+	if !strings.Contains(out, `"text": "over http"`) {
+		t.Errorf("tools/call over HTTP: %s", out)
+	}
 }
