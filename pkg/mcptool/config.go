@@ -77,6 +77,11 @@ type ServerConfig struct {
 	MaxMessageBytes int
 	// CancelGrace: see [DefaultCancelGrace]. 0: the default.
 	CancelGrace time.Duration
+	// TrustCancel: the server stops cancelled work itself, so it is never
+	// killed for a cancelled request it leaves unanswered. Servers built
+	// on the TypeScript SDK never answer a cancelled request, so without
+	// this every timeout or cancel restarts them.
+	TrustCancel bool
 	// StartTimeout: see [DefaultStartTimeout]. 0: the default.
 	StartTimeout time.Duration
 	// LogStderr logs a stdio server's stderr lines (redacted, truncated).

@@ -41,6 +41,7 @@ type manifestServer struct {
 	Allow            []string                `json:"allow"`
 	MaxMessageBytes  int                     `json:"max_message_bytes"`
 	CancelGrace      string                  `json:"cancel_grace"`
+	TrustCancel      bool                    `json:"trust_cancel"`
 	StartTimeout     string                  `json:"start_timeout"`
 }
 
@@ -129,7 +130,7 @@ func parseServer(raw json.RawMessage, dir string, getenv func(string) string) (S
 	c := ServerConfig{
 		Name: m.Name, Prefix: m.Prefix, Dir: m.Dir, URL: m.URL,
 		Idempotent: m.Idempotent, RequiresApproval: m.RequiresApproval,
-		Allow: m.Allow, MaxMessageBytes: m.MaxMessageBytes,
+		Allow: m.Allow, MaxMessageBytes: m.MaxMessageBytes, TrustCancel: m.TrustCancel,
 	}
 	fail := func(field string, err error) (ServerConfig, error) {
 		return ServerConfig{}, &ConfigError{Server: c.Name, Field: field, Err: err}

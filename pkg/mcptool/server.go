@@ -39,6 +39,8 @@ type Server struct {
 
 	calls    atomic.Int64 // numbers the calls' progress tokens
 	progress atomic.Int64 // progress notifications received
+
+	cancelsAnswered, cancelsUnanswered atomic.Int64
 }
 
 // session is one connection to the server.
@@ -112,6 +114,13 @@ func (s *Server) Name() string { return s.cfg.Name }
 // Progress counts the progress notifications the server sent for calls.
 func (s *Server) Progress() int64 { return s.progress.Load() }
 
+// CancelStats counts the cancelled requests of a stdio server it answered
+// within the grace, and those it left unanswered (it was then killed,
+// unless TrustCancel).
+func (s *Server) CancelStats() (answered, unanswered int64) {
+	return s.cancelsAnswered.Load(), s.cancelsUnanswered.Load()
+}
+
 // Restarts counts the restarts of the server since Start.
 func (s *Server) Restarts() int {
 	s.mu.Lock()
@@ -161,10 +170,15 @@ func (s *Server) connect(ctx context.Context) (*session, error) {
 	}
 	sess := &session{proc: proc}
 	sess.track = newTracker(s.cfg.CancelGrace, func() {
+		s.cancelsUnanswered.Add(1)
+		if s.cfg.TrustCancel {
+			s.log.Info().Int("pid", proc.pid).Msg("mcp server left a cancelled call unanswered (trust_cancel: not killed)")
+			return
+		}
 		s.log.Warn().Int("pid", proc.pid).Dur("grace", s.cfg.CancelGrace).
 			Msg("mcp server did not stop a cancelled call within the grace: killing it")
 		proc.kill()
-	})
+	}, &s.cancelsAnswered)
 	cs, err := s.client.Connect(ctx, &trackingTransport{inner: t, t: sess.track}, nil)
 	if err != nil {
 		proc.kill()

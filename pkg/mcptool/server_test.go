@@ -288,3 +288,26 @@ func TestStreamableHTTPServerWithHeaderFromTheEnvironment(t *testing.T) {
 		t.Errorf("the error shows the header value: %v", err)
 	}
 }
+
+func TestToolHonouringCancellationIsNotRestarted(t *testing.T) {
+	// A long grace: the answer must come within it however loaded the
+	// machine is; the test ends as soon as it comes.
+	s, h := start(t, "1", func(c *mcptool.ServerConfig) { c.CancelGrace = 20 * time.Second })
+	before := pid(t, h)
+	want(t, call(h, "t_wait", `{}`, 300*time.Millisecond), protocol.OutcomeTimeout, "")
+	// The Go SDK answers the cancelled request when the handler returns.
+	waitFor(t, "the cancelled request's answer", func() bool { a, _ := s.CancelStats(); return a == 1 })
+	if after := pid(t, h); after != before || s.Restarts() != 0 {
+		t.Fatalf("a server that honoured the cancel was restarted (pid %s → %s, %d restarts)", before, after, s.Restarts())
+	}
+}
+
+func TestTrustCancelKeepsAServerThatIgnoresIt(t *testing.T) {
+	s, h := start(t, "1", func(c *mcptool.ServerConfig) { c.TrustCancel = true })
+	before := pid(t, h)
+	want(t, call(h, "t_hang", `{}`, 300*time.Millisecond), protocol.OutcomeTimeout, "")
+	waitFor(t, "the grace to pass", func() bool { _, u := s.CancelStats(); return u == 1 })
+	if after := pid(t, h); after != before || s.Restarts() != 0 {
+		t.Fatalf("trust_cancel: the server was restarted (pid %s → %s)", before, after)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -18,6 +19,8 @@ import (
 type tracker struct {
 	grace time.Duration
 	stuck func()
+	// answeredN counts cancelled requests the server answered in time.
+	answeredN *atomic.Int64
 
 	mu       sync.Mutex
 	inflight map[string]bool
@@ -26,8 +29,8 @@ type tracker struct {
 	closed   bool
 }
 
-func newTracker(grace time.Duration, stuck func()) *tracker {
-	return &tracker{grace: grace, stuck: stuck, inflight: map[string]bool{}, timers: map[string]*time.Timer{}}
+func newTracker(grace time.Duration, stuck func(), answered *atomic.Int64) *tracker {
+	return &tracker{grace: grace, stuck: stuck, answeredN: answered, inflight: map[string]bool{}, timers: map[string]*time.Timer{}}
 }
 
 func idKey(v any) string { return fmt.Sprint(v) }
@@ -43,7 +46,9 @@ func (t *tracker) answered(id jsonrpc.ID) {
 	t.mu.Lock()
 	delete(t.inflight, k)
 	if tm := t.timers[k]; tm != nil {
-		tm.Stop()
+		if tm.Stop() {
+			t.answeredN.Add(1)
+		}
 		delete(t.timers, k)
 	}
 	t.mu.Unlock()
