@@ -204,10 +204,19 @@ type HTTPConfig struct {
 }
 
 // Handler serves streamable HTTP, stateless: no session lives in this
-// process, so replicas behind a load balancer answer alike.
+// process, so replicas behind a load balancer answer alike. A request body
+// over protocol.DefaultMaxMessageBytes is refused (413); a client that
+// disconnects cancels its call.
 func (s *Server) Handler(cfg HTTPConfig) http.Handler {
 	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
-		&mcp.StreamableHTTPOptions{Stateless: true, DisableLocalhostProtection: cfg.DisableLocalhostProtection}))
+		&mcp.StreamableHTTPOptions{
+			Stateless:                  true,
+			DisableLocalhostProtection: cfg.DisableLocalhostProtection,
+			// No call can be larger than a NATS message.
+			MaxRequestBodyBytes: protocol.DefaultMaxMessageBytes,
+			// A client that goes away cancels its call.
+			PropagateRequestCancellation: true,
+		}))
 	if len(cfg.Tokens) == 0 {
 		return h
 	}
