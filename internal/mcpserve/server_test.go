@@ -1,9 +1,12 @@
 package mcpserve_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +30,7 @@ import (
 // gated tool and a tool that outlives its deadline, and an MCP server over
 // its catalog.
 type fleet struct {
+	ms *mcpserve.Server
 	nc *nats.Conn
 	s  protocol.Subjects
 	cs *mcp.ClientSession
@@ -89,6 +93,7 @@ func newFleet(t *testing.T, toolTimeout time.Duration) *fleet {
 		}
 		return nil
 	})
+	f.ms = ms
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := ms.MCP().Connect(ctx, st, nil)
 	if err != nil {
@@ -202,4 +207,55 @@ func TestApprovalOutcomeIsTheResult(t *testing.T) {
 	if !slices.ContainsFunc(f.progress, func(s string) bool { return strings.HasPrefix(s, "waiting for an operator's approval") }) {
 		t.Errorf("progress %q does not tell of the approval", f.progress)
 	}
+}
+
+func TestHTTPHandlerAuthenticatesAndBoundsRequests(t *testing.T) {
+	f := newFleet(t, 0)
+	srv := httptest.NewServer(f.ms.Handler(mcpserve.HTTPConfig{Tokens: []string{"good-token"}}))
+	defer srv.Close()
+	post := func(token string, body []byte) int {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	list := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`)
+	if code := post("", list); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d", code)
+	}
+	if code := post("bad-token", list); code != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d", code)
+	}
+	huge := []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` +
+		strings.Repeat("x", 2<<20) + `"}}}`)
+	if code := post("good-token", huge); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 2 MiB request: %d, want 413", code)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(t.Context(), &mcp.StreamableClientTransport{
+		Endpoint: srv.URL, HTTPClient: &http.Client{Transport: bearerTransport("good-token")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	r, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "over http"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, r, "ok", "over http")
+}
+
+type bearerTransport string
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
 }

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // mcpState is what a worker serving MCP servers needs: its fixed tools, the
@@ -58,9 +61,10 @@ func loadMCPServers(cfg Config) ([]mcptool.ServerConfig, error) {
 }
 
 // runMCP starts the MCP servers, serves their tools with the fixed ones and
-// serves again, with a new harness, whenever a server's tool list changes.
-// In-flight calls finish first (within the worker's shutdown grace); calls
-// published meanwhile wait in their consumers.
+// serves again, with a new harness, whenever a server's tool list changes:
+// once no call runs (at most reloadWait later; calls still running then get
+// the worker's shutdown grace). Calls published meanwhile wait in their
+// consumers.
 func (w *Worker) runMCP(ctx context.Context) error {
 	st := w.mcp
 	var servers []*mcptool.Server
@@ -89,6 +93,11 @@ func (w *Worker) runMCP(ctx context.Context) error {
 	st.mu.Lock()
 	st.started = slices.Clone(servers)
 	st.mu.Unlock()
+	busy := &inflight{inner: st.worker.Observer, idle: make(chan struct{}, 1)}
+	if busy.inner == nil {
+		busy.inner = natsbus.NopWorkerObserver{}
+	}
+	st.worker.Observer = busy
 	first := true
 	for {
 		tools := slices.Clone(st.tools)
@@ -130,6 +139,9 @@ func (w *Worker) runMCP(ctx context.Context) error {
 			}
 			return nil
 		case <-changed:
+			// Re-serving stops the worker, which gives its calls only the
+			// shutdown grace: wait until none runs (or reloadWait passed).
+			busy.waitIdle(ctx, reloadWait)
 			cancel()
 			if nw != nil && err == nil {
 				if err := <-errc; err != nil {
@@ -137,6 +149,48 @@ func (w *Worker) runMCP(ctx context.Context) error {
 				}
 			}
 			w.cfg.Logger.Info().Msg("an MCP server's tools changed: serving the new list")
+		}
+	}
+}
+
+// reloadWait bounds how long a change of the MCP servers' tools waits for
+// the worker to be idle before it is served (the calls still running then
+// get the worker's shutdown grace).
+const reloadWait = time.Minute
+
+// inflight counts the calls running on the worker, passing every
+// measurement on to inner.
+type inflight struct {
+	inner natsbus.WorkerObserver
+	n     atomic.Int64
+	idle  chan struct{} // signalled when n drops to 0
+}
+
+func (o *inflight) Delivered(tool string, attempt int) { o.inner.Delivered(tool, attempt) }
+func (o *inflight) CallTerminated(tool, reason string) { o.inner.CallTerminated(tool, reason) }
+func (o *inflight) ResultFailed(tool string)           { o.inner.ResultFailed(tool) }
+func (o *inflight) CallStarted(tool string)            { o.n.Add(1); o.inner.CallStarted(tool) }
+func (o *inflight) CallFinished(tool string, out protocol.Outcome, d time.Duration) {
+	o.inner.CallFinished(tool, out, d)
+	if o.n.Add(-1) == 0 {
+		select {
+		case o.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitIdle returns when no call runs, after max, or when ctx ends.
+func (o *inflight) waitIdle(ctx context.Context, max time.Duration) {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for o.n.Load() > 0 {
+		select {
+		case <-o.idle:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
 		}
 	}
 }
