@@ -98,57 +98,64 @@ func (w *Worker) runMCP(ctx context.Context) error {
 		busy.inner = natsbus.NopWorkerObserver{}
 	}
 	st.worker.Observer = busy
-	first := true
-	for {
-		tools := slices.Clone(st.tools)
+	tools := func() []harness.Tool {
+		out := slices.Clone(st.tools)
 		for _, s := range servers {
-			tools = append(tools, s.Tools()...)
+			out = append(out, s.Tools()...)
 		}
-		h, nw, err := w.build(tools)
-		switch {
-		case err != nil && first:
-			return err
-		case err != nil:
-			w.cfg.Logger.Error().Err(err).Msg("the MCP servers' new tool list cannot be served: waiting for the next change")
-		default:
-			if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, h.Specs(), w.cfg.Logger); err != nil {
-				return fmt.Errorf("toolworker: %w", err)
+		return out
+	}
+	h, nw, err := w.build(tools())
+	if err != nil {
+		return err
+	}
+	for {
+		if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, h.Specs(), w.cfg.Logger); err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
-			st.mu.Lock()
-			st.harness, st.nw = h, nw
-			onWorker := st.onWorker
-			st.mu.Unlock()
-			if onWorker != nil {
-				onWorker(nw)
-			}
+			return fmt.Errorf("toolworker: %w", err)
 		}
-		first = false
+		st.mu.Lock()
+		st.harness, st.nw = h, nw
+		onWorker := st.onWorker
+		st.mu.Unlock()
+		if onWorker != nil {
+			onWorker(nw)
+		}
 		wctx, cancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)
-		if nw != nil && err == nil {
-			go func() { errc <- nw.Run(wctx) }()
-		}
-		select {
-		case err := <-errc:
-			cancel()
-			return err
-		case <-ctx.Done():
-			cancel()
-			if nw != nil && err == nil {
+		go func(nw *natsbus.Worker) { errc <- nw.Run(wctx) }(nw)
+	serving:
+		for {
+			select {
+			case err := <-errc:
+				cancel()
+				return err
+			case <-ctx.Done():
+				cancel()
 				return <-errc
-			}
-			return nil
-		case <-changed:
-			// Re-serving stops the worker, which gives its calls only the
-			// shutdown grace: wait until none runs (or reloadWait passed).
-			busy.waitIdle(ctx, reloadWait)
-			cancel()
-			if nw != nil && err == nil {
+			case <-changed:
+				h2, nw2, err := w.build(tools())
+				if err != nil {
+					// Keep serving the list that works.
+					w.cfg.Logger.Error().Err(err).Msg("the MCP servers' new tool list cannot be served: keeping the previous one")
+					continue
+				}
+				// Re-serving stops the worker, which gives its calls only
+				// the shutdown grace: wait until none runs (or reloadWait).
+				busy.waitIdle(ctx, reloadWait)
+				cancel()
 				if err := <-errc; err != nil {
 					return err
 				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				w.cfg.Logger.Info().Msg("an MCP server's tools changed: serving the new list")
+				h, nw = h2, nw2
+				break serving
 			}
-			w.cfg.Logger.Info().Msg("an MCP server's tools changed: serving the new list")
 		}
 	}
 }
