@@ -5,6 +5,7 @@
 //	coordinator serve [flags]             serve submitted runs until SIGTERM
 //	coordinator submit [flags] PROMPT     submit a run to the serving coordinators
 //	coordinator approvals list|approve|deny ...   answer pending approvals
+//	coordinator mcp [flags]               serve the fleet's tools to MCP clients
 //
 // Run "coordinator run --help" (or serve, submit) for the flags.
 package main
@@ -46,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return submitCommand(ctx, args[1:], stdout, stderr)
 	case "approvals":
 		return approvalsCommand(ctx, args[1:], stdout, stderr)
+	case "mcp":
+		return mcpCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -62,6 +65,7 @@ func usage(w io.Writer) {
   coordinator serve [flags]                       serve submitted runs until SIGTERM
   coordinator submit [--wait] [flags] PROMPT      submit a run to the serving coordinators
   coordinator approvals list|approve|deny [...]   see and answer pending approvals
+  coordinator mcp [--transport stdio|http]        serve the fleet's tools to MCP clients
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

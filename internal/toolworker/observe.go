@@ -71,6 +71,13 @@ func (o *observability) attach(nc *nats.Conn, w *Worker) {
 		return
 	}
 	o.nc.Store(nc)
+	if w.mcp != nil {
+		js := w.js
+		w.mcp.mu.Lock()
+		w.mcp.onWorker = func(nw *natsbus.Worker) { o.probe.Store(natsbus.NewProbe(nc, js, nw.ProbeConfig())) }
+		w.mcp.mu.Unlock()
+		return
+	}
 	o.probe.Store(natsbus.NewProbe(nc, w.js, w.worker.ProbeConfig()))
 }
 

@@ -40,6 +40,8 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 // manifestFile is the JSON manifest of DESIGN.md §6.
 type manifestFile struct {
 	Tools []json.RawMessage `json:"tools"`
+	// MCPServers is read by package mcptool; "tools" may then be absent.
+	MCPServers json.RawMessage `json:"mcp_servers"`
 }
 
 // manifestTool is one entry of a manifest.
@@ -60,7 +62,8 @@ type manifestTool struct {
 //	  "timeout": "30s", "command": ["wc", "-c"], "idempotent": true,
 //	  "requires_approval": false, "env": {"LANG": "C"}}]}
 //
-// Every tool is an exec tool: "command" is required. Decoding is strict
+// Every tool is an exec tool: "command" is required. A manifest may also
+// list "mcp_servers" (read by package mcptool), and "tools" is then optional. Decoding is strict
 // (unknown fields, trailing data and more than [MaxManifestSize] bytes are
 // refused) and errors name the tool and the field. A command without a slash
 // is looked up in PATH now; one with a slash is taken relative to the current
@@ -115,7 +118,7 @@ func parseManifest(data []byte, dir string) ([]Tool, error) {
 		return nil, err
 	}
 	switch {
-	case file.Tools == nil:
+	case file.Tools == nil && file.MCPServers == nil:
 		return nil, errors.New(`field "tools": required`)
 	case len(file.Tools) > MaxManifestTools:
 		return nil, fmt.Errorf(`field "tools": more than %d tools`, MaxManifestTools)
