@@ -122,7 +122,7 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 	}
 	if len(p.servers) > 0 {
 		return &Worker{cfg: p.cfg, nc: nc, js: js, subjects: p.subjects, harness: p.harness,
-			mcp: &mcpState{tools: p.tools, servers: p.servers, worker: p.worker}}, nil
+			mcp: &mcpState{tools: p.tools, servers: p.servers, worker: p.worker}, published: make(chan struct{})}, nil
 	}
 	w, err := natsbus.NewWorker(nc, js, p.subjects, p.harness, p.worker)
 	if err != nil {
