@@ -139,7 +139,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 			if cut {
 				ru.res.Metadata.TruncatedObservations++
 			}
-			ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: calls[i].ID, Content: text})
+			ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: calls[i].ID, Content: text, Outcome: protocol.OutcomeRejected})
 			ru.res.Metadata.RejectedToolCalls++
 			ru.res.Metadata.Outcomes[protocol.OutcomeRejected]++
 			ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: calls[i].ID,
@@ -203,7 +203,7 @@ func (ru *run) record(round int, s *slot) {
 	if cut || s.truncated {
 		m.TruncatedObservations++
 	}
-	ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: s.id, Content: obs})
+	ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: s.id, Content: obs, Outcome: s.outcome})
 	m.Outcomes[s.outcome]++
 	if s.outcome == protocol.OutcomeRejected {
 		m.RejectedToolCalls++
