@@ -273,7 +273,7 @@ func TestGuarantees(t *testing.T) {
 			wantOutcomes(t, res, ok)
 		}},
 		{"huge arguments", setup{}, []turn{
-			{calls: []loop.ToolCall{call("c1", "echo", `{"text":"` + strings.Repeat("x", loop.MaxArgumentsBytes+10) + `"}`)}},
+			{calls: []loop.ToolCall{call("c1", "echo", `{"text":"`+strings.Repeat("x", loop.MaxArgumentsBytes+10)+`"}`)}},
 			{content: "done"},
 		}, func(t *testing.T, res *loop.Result, err error) {
 			wantOutcomes(t, res, inv)
