@@ -51,8 +51,8 @@ func (f *connFlags) conn() natsbus.ConnConfig {
 // logging.
 type fleetFlags struct {
 	connFlags
-	workers                          int
-	tools, builtins                  string
+	workers         int
+	tools, builtins string
 	modelFlags
 	maxRounds, maxCalls, maxObsChars int
 	toolTimeout, approvalTimeout     time.Duration
