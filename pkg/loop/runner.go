@@ -137,11 +137,19 @@ func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
 	}
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
-	return ru.loop(ctx)
+	ctx, endRun := ru.startRunSpan(ctx)
+	res, err := ru.loop(ctx)
+	endRun(res, err)
+	return res, err
 }
 
-func (ru *run) loop(ctx context.Context) (*Result, error) {
+func (ru *run) loop(runCtx context.Context) (*Result, error) {
+	endRound := func() {}
+	defer func() { endRound() }()
 	for round := 1; round <= ru.cfg.MaxRounds; round++ {
+		endRound()
+		ctx, end := ru.startRoundSpan(runCtx, round)
+		endRound = end
 		if ctx.Err() != nil {
 			return ru.finish(TerminationCancelled, "", nil)
 		}
@@ -180,10 +188,12 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 		Int(logKeyMessages, len(req.Messages)).Int(logKeyTools, len(defs)).Send()
 	start := ru.cfg.Now()
 	ru.res.Metadata.ModelCalls++
-	resp, err := ru.r.model.Complete(ctx, req)
+	mctx, endModel := ru.startModelSpan(ctx, round)
+	resp, err := ru.r.model.Complete(mctx, req)
 	if err == nil && resp == nil {
 		err = errors.New("model returned no response")
 	}
+	endModel(resp, err)
 	took := ru.cfg.Now().Sub(start)
 	elapsed := ms(took)
 	if err != nil {
