@@ -143,3 +143,6 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// Describe names the provider and model for spans.
+func (m *Model) Describe() (provider, model string) { return "anthropic", m.cfg.Model }

@@ -232,3 +232,6 @@ func (m *Model) classify(ctx, actx context.Context, err error) error {
 	}
 	return m.policy.Classify(ctx, actx, err)
 }
+
+// Describe names the provider and model for spans.
+func (m *Model) Describe() (provider, model string) { return "openai", m.cfg.Model }
