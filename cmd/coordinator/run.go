@@ -82,7 +82,7 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, limit("override every tool's own timeout (> 0)"))
 	fs.StringVar(&f.requireApproval, "require-approval", "", "tools that need a human's approval: comma list, or * (tools declaring requires_approval always do)")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 2*time.Minute, "how long to wait for an approval before the call expires (> 0)")
-	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values (default: keys only)")
+	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values and add them to trace spans (default: keys only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
 }

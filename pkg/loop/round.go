@@ -150,6 +150,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 			ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: calls[i].ID,
 				Tool: clipName(calls[i].Function.Name), Outcome: protocol.OutcomeRejected})
 			ru.cfg.Observer.CallEnded(catalogName(calls[i].Function.Name, tools), protocol.OutcomeRejected, 0)
+			ru.rejectedSpan(ctx, round, calls[i], tools)
 		}
 	}
 }

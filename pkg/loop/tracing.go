@@ -158,3 +158,12 @@ func (ru *run) endToolSpan(s *slot) {
 	}
 	s.span.End(trace.WithTimestamp(s.end))
 }
+
+// rejectedSpan records a call past the per-round cap, which never gets a
+// slot: a span that starts and ends with its rejection.
+func (ru *run) rejectedSpan(ctx context.Context, round int, tc ToolCall, tools map[string]*toolEntry) {
+	s := slot{id: tc.ID, name: tc.Function.Name, entry: tools[catalogName(tc.Function.Name, tools)],
+		start: ru.now(), end: ru.now(), outcome: protocol.OutcomeRejected}
+	ru.startToolSpan(ctx, round, &s, tc.Function.Arguments)
+	ru.endToolSpan(&s)
+}

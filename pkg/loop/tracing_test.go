@@ -96,3 +96,36 @@ func TestRunSpansTraceArgs(t *testing.T) {
 		t.Fatal("TraceArgs did not add the argument values")
 	}
 }
+
+// A call past the per-round cap still has its span, rejected.
+func TestCappedCallSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	cfg := fastConfig()
+	cfg.TracerProvider, cfg.MaxToolCallsPerRound = tp, 1
+	e := newEnv(t, cfg, looptest.NewModel(
+		looptest.Calls(looptest.Call("c1", "echo", `{"text":"a"}`), looptest.Call("c2", "echo", `{"text":"b"}`)),
+		looptest.Answer("done")), nil, nil)
+	if _, err := e.run(t, "go"); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]string{}
+	for _, s := range exp.GetSpans().Snapshots() {
+		if s.Name() != "execute_tool echo" {
+			continue
+		}
+		var id, outcome string
+		for _, a := range s.Attributes() {
+			switch string(a.Key) {
+			case loop.AttrToolCallID:
+				id = a.Value.Emit()
+			case loop.AttrOutcome:
+				outcome = a.Value.Emit()
+			}
+		}
+		outcomes[id] = outcome
+	}
+	if outcomes["c1"] != "ok" || outcomes["c2"] != "rejected" {
+		t.Fatalf("call spans %v", outcomes)
+	}
+}
