@@ -2,6 +2,8 @@ package anthropic
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -88,7 +90,7 @@ func ToMessages(in []loop.Message) (system []string, out []sdk.MessageParam, err
 				add("user", sdk.NewTextBlock(msg.Content))
 			}
 		case "tool":
-			b := sdk.ToolResultBlockParam{ToolUseID: msg.ToolCallID}
+			b := sdk.ToolResultBlockParam{ToolUseID: wireID(msg.ToolCallID)}
 			if msg.Content != "" {
 				b.Content = []sdk.ToolResultBlockParamContentUnion{{OfText: &sdk.TextBlockParam{Text: msg.Content}}}
 			}
@@ -102,7 +104,7 @@ func ToMessages(in []loop.Message) (system []string, out []sdk.MessageParam, err
 				bs = append(bs, sdk.NewTextBlock(msg.Content))
 			}
 			for _, tc := range msg.ToolCalls {
-				bs = append(bs, sdk.NewToolUseBlock(tc.ID, inputObject(tc.Function.Arguments), tc.Function.Name))
+				bs = append(bs, sdk.NewToolUseBlock(wireID(tc.ID), inputObject(tc.Function.Arguments), wireName(tc.Function.Name)))
 			}
 			if len(bs) > 0 {
 				add("assistant", bs...)
@@ -113,6 +115,31 @@ func ToMessages(in []loop.Message) (system []string, out []sdk.MessageParam, err
 	}
 	flush()
 	return system, out, nil
+}
+
+// toolIDPattern is the Messages API's rule for tool_use ids.
+var toolIDPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,128}$`)
+
+// wireID is the id a tool_use and its tool_result carry: the transcript's
+// own when the API takes it, else a stable stand-in derived from it (an
+// imported transcript or a compatible server may use other characters),
+// so that both sides of the pair still match.
+func wireID(id string) string {
+	if toolIDPattern.MatchString(id) {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "toolu_x" + hex.EncodeToString(sum[:12])
+}
+
+// wireName is a tool_use's name as the API takes it: a name outside the
+// pattern (a call the loop answered unknown_tool) is sent as
+// "invalid_tool_name".
+func wireName(name string) string {
+	if ToolNamePattern.MatchString(name) {
+		return name
+	}
+	return "invalid_tool_name"
 }
 
 // inputObject is the arguments as the JSON object a tool_use block must

@@ -240,6 +240,15 @@ func TestGuarantees(t *testing.T) {
 		}, func(t *testing.T, res *loop.Result, err error) {
 			wantOutcomes(t, res, protocol.OutcomeUnknownTool, ok, protocol.OutcomeRejected, ok)
 		}},
+		{"hostile ids and names", setup{}, []turn{
+			{calls: []loop.ToolCall{call("c 1", "bad.name", `{}`), call("c.2", "echo", `{"text":"a"}`), call("", "echo", `{"text":"b"}`)}},
+			{content: "done"},
+		}, func(t *testing.T, res *loop.Result, err error) {
+			if err != nil || res.TerminationReason != loop.TerminationNatural {
+				t.Fatalf("reason %s err %v", res.TerminationReason, err)
+			}
+			wantOutcomes(t, res, protocol.OutcomeUnknownTool, ok, ok)
+		}},
 		{"a denied approval", setup{cfg: loop.Config{RequireApproval: []string{"echo"}}, gate: looptest.DenyAll("no")}, []turn{
 			{calls: []loop.ToolCall{call("c1", "echo", `{"text":"a"}`), call("c2", "add", `{"a":1,"b":1}`)}},
 			{content: "done"},

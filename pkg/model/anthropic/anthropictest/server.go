@@ -403,6 +403,9 @@ func Check(req *Request) string {
 				if !toolIDPattern.MatchString(b.ID) {
 					return at + ".tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
 				}
+				if !toolNamePattern.MatchString(b.Name) {
+					return at + ".tool_use.name: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'"
+				}
 				if in := bytes.TrimSpace(b.Input); len(in) == 0 || in[0] != '{' {
 					return at + ".tool_use.input: Input should be a valid dictionary"
 				}
