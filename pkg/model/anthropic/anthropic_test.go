@@ -253,3 +253,32 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A transcript with tool calls and no tool on offer (the catalog emptied
+// mid-run) still makes a request the API takes.
+func TestNoToolsLeft(t *testing.T) {
+	srv := anthropictest.NewServer(t, nil)
+	_, err := newModel(t, srv, anthropic.Config{}).Complete(t.Context(), loop.Request{Messages: []loop.Message{
+		{Role: "user", Content: "go"},
+		{Role: "assistant", ToolCalls: []loop.ToolCall{{ID: "a", Type: "function", Function: loop.FunctionCall{Name: "gone", Arguments: "{}"}}}},
+		{Role: "tool", ToolCallID: "a", Content: "Tool 'gone' timed out after 1s", Outcome: protocol.OutcomeTimeout},
+	}})
+	if err != nil || len(srv.Rejected()) != 0 {
+		t.Fatalf("err %v rejected %q", err, srv.Rejected())
+	}
+	req := srv.Requests()[0]
+	if len(req.Tools) != 1 || req.Tools[0].Name != anthropic.PlaceholderTool || !strings.Contains(string(req.ToolChoice), `"none"`) {
+		t.Fatalf("tools %+v tool_choice %s", req.Tools, req.ToolChoice)
+	}
+}
+
+func TestDisableParallelToolUse(t *testing.T) {
+	srv := anthropictest.NewServer(t, nil)
+	if _, err := newModel(t, srv, anthropic.Config{DisableParallelToolUse: true}).Complete(t.Context(),
+		loop.Request{Messages: []loop.Message{{Role: "user", Content: "go"}}, Tools: []loop.ToolDef{calcTool}}); err != nil {
+		t.Fatal(err)
+	}
+	if tc := string(srv.Requests()[0].ToolChoice); !strings.Contains(tc, `"disable_parallel_tool_use":true`) {
+		t.Fatalf("tool_choice %s", tc)
+	}
+}

@@ -20,6 +20,19 @@ import (
 // ToolNamePattern is the Messages API's rule for tool names.
 var ToolNamePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
+// PlaceholderTool is the tool offered, with tool_choice none, when a
+// transcript holds tool calls but no tool is on offer.
+const PlaceholderTool = "no_tools_available"
+
+func usesTools(msgs []loop.Message) bool {
+	for _, m := range msgs {
+		if m.Role == "tool" || len(m.ToolCalls) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // skippedTool is a tool left out of a request, and why.
 type skippedTool struct{ name, reason string }
 
@@ -50,6 +63,15 @@ func (m *Model) buildParams(req loop.Request) (sdk.MessageNewParams, []skippedTo
 			continue
 		}
 		p.Tools = append(p.Tools, sdk.ToolUnionParam{OfTool: tp})
+	}
+	if len(p.Tools) == 0 && usesTools(req.Messages) {
+		// The API refuses tool_use and tool_result blocks in a request that
+		// defines no tools (the catalog emptied mid-run, or every tool was
+		// left out): offer a placeholder the model may not call.
+		p.Tools = []sdk.ToolUnionParam{{OfTool: &sdk.ToolParam{Name: PlaceholderTool,
+			Description: param.NewOpt("No tools are available now."), InputSchema: sdk.ToolInputSchemaParam{Properties: map[string]any{}}}}}
+		p.ToolChoice = sdk.ToolChoiceUnionParam{OfNone: &sdk.ToolChoiceNoneParam{}}
+		return p, skipped, nil
 	}
 	if m.cfg.DisableParallelToolUse && len(p.Tools) > 0 {
 		p.ToolChoice = sdk.ToolChoiceUnionParam{OfAuto: &sdk.ToolChoiceAutoParam{DisableParallelToolUse: param.NewOpt(true)}}
