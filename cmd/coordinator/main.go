@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/toolfleet/toolfleet/internal/tracing"
 )
 
 // Exit statuses of DESIGN.md §6.
@@ -28,7 +30,7 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(tracing.Main("toolfleet-coordinator", os.Stderr, func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

@@ -104,7 +104,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"run", "--tool-timeout", "0s"}, "--tool-timeout must be > 0"},
 		{[]string{"run", "--approval-timeout", "-1s"}, "--approval-timeout must be > 0"},
 		{[]string{"run", "--output", "yaml"}, "--output must be text or json"},
-		{[]string{"run", "--model", "gpt:x", "hi"}, "--model must be scripted:FILE or openai:MODEL_NAME"},
+		{[]string{"run", "--model", "gpt:x", "hi"}, "--model must be scripted:FILE, openai:MODEL"},
 		{[]string{"run", "--model", "scripted:/does/not/exist", "hi"}, "--model"},
 		{[]string{"run", "--model", "scripted:x"}, "a PROMPT is required"},
 		{[]string{"run", "--no-such-flag"}, "flag provided but not defined"},

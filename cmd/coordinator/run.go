@@ -19,8 +19,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
-	"github.com/toolfleet/toolfleet/pkg/model/openai"
-	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 )
 
 // demoPrompt is the prompt of the bundled demo script.
@@ -53,9 +51,9 @@ func (f *connFlags) conn() natsbus.ConnConfig {
 // logging.
 type fleetFlags struct {
 	connFlags
-	workers                          int
-	tools, builtins                  string
-	model, modelBaseURL              string
+	workers         int
+	tools, builtins string
+	modelFlags
 	maxRounds, maxCalls, maxObsChars int
 	toolTimeout, approvalTimeout     time.Duration
 	requireApproval                  string
@@ -77,15 +75,14 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.IntVar(&f.workers, "workers", 0, "in-process toolworkers (0: 1 with the embedded server, none with --nats-url)")
 	fs.StringVar(&f.tools, "tools", "", "tool manifest for in-process workers")
 	fs.StringVar(&f.builtins, "builtin", "", "built-in tools for in-process workers (default calculator,echo when --tools is empty)")
-	fs.StringVar(&f.model, "model", "", "scripted:FILE | openai:MODEL_NAME (default: the bundled demo script)")
-	fs.StringVar(&f.modelBaseURL, "model-base-url", os.Getenv("OPENAI_BASE_URL"), "OpenAI-compatible API base URL (env OPENAI_BASE_URL); key from OPENAI_API_KEY")
+	f.modelFlags.register(fs)
 	fs.IntVar(&f.maxRounds, "max-rounds", 8, limit("model rounds before giving up (>= 1)"))
 	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 32, limit("tool calls executed per round; the rest are rejected (>= 1)"))
 	fs.IntVar(&f.maxObsChars, "max-observation-chars", 12000, limit("bound on each observation, in characters (>= 1)"))
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, limit("override every tool's own timeout (> 0)"))
 	fs.StringVar(&f.requireApproval, "require-approval", "", "tools that need a human's approval: comma list, or * (tools declaring requires_approval always do)")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 2*time.Minute, "how long to wait for an approval before the call expires (> 0)")
-	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values (default: keys only)")
+	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values and add them to trace spans (default: keys only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
 }
@@ -170,33 +167,6 @@ func checkOutput(output string) error {
 		return &usageError{fmt.Sprintf("--output must be text or json, got %q", output)}
 	}
 	return nil
-}
-
-func (f *fleetFlags) newModel(log zerolog.Logger) (loop.Model, error) {
-	switch kind, arg, _ := strings.Cut(f.model, ":"); kind {
-	case "":
-		return scripted.Demo(), nil
-	case "scripted":
-		if arg == "" {
-			return nil, &usageError{"--model scripted:FILE needs a file"}
-		}
-		m, err := scripted.Load(arg)
-		if err != nil {
-			return nil, &usageError{fmt.Sprintf("--model: %v", err)}
-		}
-		return m, nil
-	case "openai":
-		if arg == "" {
-			return nil, &usageError{"--model openai:MODEL_NAME needs a model name"}
-		}
-		m, err := openai.New(openai.Config{Model: arg, BaseURL: f.modelBaseURL, Logger: log})
-		if err != nil {
-			return nil, &usageError{fmt.Sprintf("--model: %v", err)}
-		}
-		return m, nil
-	default:
-		return nil, &usageError{fmt.Sprintf("--model must be scripted:FILE or openai:MODEL_NAME, got %q", f.model)}
-	}
 }
 
 func splitList(s string) []string {

@@ -17,6 +17,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/transcript"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -40,7 +41,7 @@ func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for NATS and for a coordinator to accept the run")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "with --wait, how long to wait for the result (default: until interrupted)")
 	fs.StringVar(&f.output, "output", "text", "text | json")
-	fs.StringVar(&f.messagesFile, "messages", "", "a JSON `FILE` holding a transcript (OpenAI chat messages) to continue, instead of a PROMPT")
+	fs.StringVar(&f.messagesFile, "messages", "", "a JSON `FILE` holding a transcript to continue, instead of a PROMPT: chat-completions messages, an Anthropic Messages transcript or Responses input items (calls left unanswered are answered outcome_unknown)")
 	fs.IntVar(&f.maxRounds, "max-rounds", 0, "lower the coordinators' max rounds (default: theirs)")
 	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 0, "lower the coordinators' tool calls per round (default: theirs)")
 	fs.IntVar(&f.maxObsChars, "max-observation-chars", 0, "lower the coordinators' observation bound (default: theirs)")
@@ -82,6 +83,12 @@ func (f *submitFlags) request(prompt string) (protocol.RunRequest, error) {
 			return req, &usageError{fmt.Sprintf("--messages: %v", err)}
 		}
 		req.Messages = bytes.TrimSpace(data)
+		// An Anthropic or Responses transcript travels as chat messages.
+		if msgs, format, err := transcript.Decode(req.Messages); err == nil && format != transcript.FormatChat {
+			if b, err := json.Marshal(msgs); err == nil {
+				req.Messages = b
+			}
+		}
 	case prompt == "":
 		return req, &usageError{"a PROMPT (or --messages FILE) is required"}
 	}

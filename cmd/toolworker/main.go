@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/internal/tracing"
 )
 
 // version is the version the worker's discovery service announces (a
@@ -35,7 +36,9 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stderr, os.Getenv))
+	code := tracing.Main("toolfleet-toolworker", os.Stderr, func() int { return run(ctx, os.Args[1:], os.Stderr, os.Getenv) })
+	stop()
+	os.Exit(code)
 }
 
 // run is the whole program; it returns the exit status.

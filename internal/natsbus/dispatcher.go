@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/tracing"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -158,6 +159,7 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 	msg.Header.Set(protocol.HeaderDeadline, call.Deadline.UTC().Format(time.RFC3339Nano))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	tracing.Inject(ctx, msg.Header)
 	pctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	if err := publishRetrying(pctx, d.js, msg); err != nil {

@@ -33,7 +33,12 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		seq = md.Sequence.Stream
 	}
 	tc.meter.onDelivered(attempt)
+	ct := startCallTrace(ctx, tc.name, m)
+	outcome := "not_run"
+	defer func() { ct.end(outcome) }()
+	endValidation := ct.child("validation")
 	call, replyTo, err := w.accept(tc, m)
+	endValidation(traceErr(err))
 	switch {
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
@@ -74,6 +79,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 			return
 		}
 	}
+	ct.call(call, attempt)
 	w.publishProgress(call, attempt)
 
 	cctx, cancel := context.WithCancelCause(ctx)
@@ -82,6 +88,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	stopHeartbeat := w.heartbeat(tc, m)
 	w.executed.Add(1)
 	tc.meter.onStarted()
+	endExecution := ct.child("execution")
 	res := w.h.Execute(cctx, harness.Call{
 		Tool:           call.Tool,
 		Arguments:      call.Arguments,
@@ -90,6 +97,8 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	})
 	stopHeartbeat()
 	unregister()
+	outcome = string(res.Outcome)
+	endExecution(map[bool]string{true: "", false: string(res.Outcome)}[res.Outcome == protocol.OutcomeOK])
 	tc.meter.onFinished(res.Outcome, res.Duration)
 	if res.Outcome == protocol.OutcomeCancelled {
 		w.cancelled.Add(1)
@@ -107,7 +116,10 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		Worker:     w.cfg.Name,
 		Attempt:    attempt,
 	}
-	if err := w.publishResult(ctx, replyTo, &result, call.Deadline); err != nil {
+	endPublish := ct.child("result publish")
+	err = w.publishResult(ctx, replyTo, &result, call.Deadline)
+	endPublish(map[bool]string{true: "", false: "publish_failed"}[err == nil])
+	if err != nil {
 		w.resultErrors.Add(1)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")

@@ -3,6 +3,7 @@ package loop
 import (
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -58,6 +59,11 @@ type Config struct {
 	CancelTimeout time.Duration
 	// Logger receives the trace lines. The zero value discards them.
 	Logger zerolog.Logger
+	// TracerProvider makes the OpenTelemetry spans of each run, round, model
+	// call and tool call (see the package doc). Default: the global
+	// provider, which records nothing unless the process installed one.
+	TracerProvider trace.TracerProvider
+
 	// Observer receives measurements (model calls, call outcomes,
 	// approvals, runs) for metrics. Default: nil, observe nothing.
 	Observer Observer

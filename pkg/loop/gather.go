@@ -76,7 +76,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 		ru.keys[s.key] = keyOpen
 		open[i] = true
 		go func() {
-			pctx, cancel := context.WithDeadline(ctx, call.Deadline)
+			pctx, cancel := context.WithDeadline(ru.spanContext(ctx, s), call.Deadline)
 			defer cancel()
 			ch <- publishResult{i: i, err: ru.r.disp.Publish(pctx, call)}
 		}()

@@ -580,7 +580,7 @@ func TestBadInputRefused(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"bad role", []loop.Message{{Role: "wizard", Content: "x"}}},
-		{"unanswered call", []loop.Message{{Role: "user", Content: "x"}, {Role: "assistant", ToolCalls: []loop.ToolCall{looptest.Call("a", "echo", "{}")}}}},
+		{"answered twice", []loop.Message{{Role: "user", Content: "x"}, {Role: "assistant", ToolCalls: []loop.ToolCall{looptest.Call("a", "echo", "{}")}}, {Role: "tool", ToolCallID: "a"}, {Role: "tool", ToolCallID: "a"}}},
 		{"orphan tool message", []loop.Message{{Role: "user", Content: "x"}, {Role: "tool", ToolCallID: "a"}}},
 		{"empty call id", []loop.Message{{Role: "assistant", ToolCalls: []loop.ToolCall{looptest.Call("", "echo", "{}")}}, {Role: "tool"}}},
 	}

@@ -138,3 +138,11 @@ func fmtDuration(d time.Duration) string {
 // bound truncates an observation to max runes with the protocol's marker,
 // reporting whether it cut anything.
 func bound(obs string, max int) (string, bool) { return protocol.Truncate(obs, max) }
+
+// obsInputUnanswered answers a call of the input transcript that has no
+// tool message: an earlier run stopped (crashed) before answering it, so
+// whether it ran is not known. Never "cancelled": that word makes models
+// re-run side effects.
+func obsInputUnanswered(name string) string {
+	return "Tool '" + clipName(name) + "' outcome unknown: the run stopped before this call was answered, so it may or may not have taken effect; check before calling it again."
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"strings"
 	"time"
 
@@ -45,6 +46,8 @@ type slot struct {
 	errorType  string // for failed calls
 	cancelWhy  string // non-empty: publish a Cancel for the call
 	gateResult string // how the gate answered, for the trace
+
+	span trace.Span // the call's span, from validation to its answer
 }
 
 // round runs DESIGN §4 for one assistant message: it stores the message
@@ -106,6 +109,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		ru.res.Metadata.ToolCallsMade++
 		s.key = ru.newKey()
 		obj := ru.validate(s, calls[i].Function.Arguments, tools)
+		ru.startToolSpan(ctx, round, s, calls[i].Function.Arguments)
 		ru.traceStart(round, s, calls[i].Function.Arguments, obj)
 		if !s.done {
 			s.approval = ru.r.approveAll || ru.r.approve[s.name] || s.entry.spec.RequiresApproval
@@ -130,6 +134,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		ru.record(round, s)
 		if !s.repeat {
 			ru.traceEnd(round, s)
+			ru.endToolSpan(s)
 		}
 		ru.observe(s, tools)
 	}
@@ -139,12 +144,13 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 			if cut {
 				ru.res.Metadata.TruncatedObservations++
 			}
-			ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: calls[i].ID, Content: text})
+			ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: calls[i].ID, Content: text, Outcome: protocol.OutcomeRejected})
 			ru.res.Metadata.RejectedToolCalls++
 			ru.res.Metadata.Outcomes[protocol.OutcomeRejected]++
 			ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: calls[i].ID,
 				Tool: clipName(calls[i].Function.Name), Outcome: protocol.OutcomeRejected})
 			ru.cfg.Observer.CallEnded(catalogName(calls[i].Function.Name, tools), protocol.OutcomeRejected, 0)
+			ru.rejectedSpan(ctx, round, calls[i], tools)
 		}
 	}
 }
@@ -203,7 +209,7 @@ func (ru *run) record(round int, s *slot) {
 	if cut || s.truncated {
 		m.TruncatedObservations++
 	}
-	ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: s.id, Content: obs})
+	ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: s.id, Content: obs, Outcome: s.outcome})
 	m.Outcomes[s.outcome]++
 	if s.outcome == protocol.OutcomeRejected {
 		m.RejectedToolCalls++
