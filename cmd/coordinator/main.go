@@ -46,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return submitCommand(ctx, args[1:], stdout, stderr)
 	case "approvals":
 		return approvalsCommand(ctx, args[1:], stdout, stderr)
+	case "provision":
+		return provisionCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -62,6 +64,7 @@ func usage(w io.Writer) {
   coordinator serve [flags]                       serve submitted runs until SIGTERM
   coordinator submit [--wait] [flags] PROMPT      submit a run to the serving coordinators
   coordinator approvals list|approve|deny [...]   see and answer pending approvals
+  coordinator provision [flags]                   create or update the fleet's streams (admin)
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

@@ -62,6 +62,7 @@ type fleetFlags struct {
 	traceArgs                        bool
 	logLevel                         string
 	metricsAddr                      string
+	streamCheckInterval              time.Duration
 }
 
 // register defines the flags on fs. With ceilings, the loop limits are
@@ -88,6 +89,7 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values (default: keys only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
+	fs.DurationVar(&f.streamCheckInterval, "stream-check-interval", natsbus.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the coordinator stops serving while it differs (> 0)")
 }
 
 // runFlags are the flags of "coordinator run".
@@ -297,8 +299,9 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 			RequireApproval:      splitList(f.requireApproval),
 			TraceArgs:            f.traceArgs,
 		},
-		MetricsAddr: f.metricsAddr,
-		Logger:      log,
+		MetricsAddr:         f.metricsAddr,
+		StreamCheckInterval: f.streamCheckInterval,
+		Logger:              log,
 	}
 }
 

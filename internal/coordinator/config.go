@@ -39,6 +39,9 @@ type Config struct {
 	// /readyz on this address (e.g. ":9090") from Open to Close: the
 	// coordinator's and its in-process workers' metrics. Default: none.
 	MetricsAddr string
+	// StreamCheckInterval is the pause between checks of the fleet's
+	// stream configuration. Default: 30s.
+	StreamCheckInterval time.Duration
 	// Logger receives the coordinator's and the loop's logs. The zero value
 	// discards them.
 	Logger zerolog.Logger

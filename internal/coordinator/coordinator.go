@@ -34,6 +34,8 @@ type Coordinator struct {
 	catalog  *natsbus.Catalog
 	obs      *observability         // nil without MetricsAddr
 	monitor  *natsbus.SchemaMonitor // reports schema conflicts
+	guard    *natsbus.StreamGuard   // the fleet's streams as expected
+	guardEnd context.CancelFunc
 	runner   *loop.Runner
 
 	workersCancel context.CancelFunc
@@ -84,8 +86,8 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	if err := natsbus.EnsureStreams(ctx, c.js, subjects, natsbus.StreamConfig{}); err != nil {
-		return nil, fmt.Errorf("coordinator: %w", err)
+	if err := c.startGuard(ctx); err != nil {
+		return nil, err
 	}
 	if err := c.startWorkers(ctx); err != nil {
 		return nil, err
@@ -99,7 +101,7 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, err
 	}
 
-	dispatcher := natsbus.NewDispatcher(c.nc, c.js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger})
+	dispatcher := natsbus.NewDispatcher(c.nc, c.js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger, Guard: c.guard})
 	gate := approval.NewGate(c.nc, c.js, subjects, approval.GateConfig{Logger: cfg.Logger})
 	lc := c.cfg.Loop
 	lc.Logger = cfg.Logger
@@ -109,6 +111,37 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	return c, nil
 }
+
+// startGuard sets up the streams a coordinator uses — the embedded
+// server's owner is its own provisioning identity and creates or updates
+// them; against a remote server a coordinator creates only a missing one
+// (when the server lets it) and changes none — then checks their
+// configuration, refusing to start when it differs, and keeps checking
+// until Close.
+func (c *Coordinator) startGuard(ctx context.Context) error {
+	list := natsbus.StreamsOf(natsbus.FleetStreams(c.subjects, natsbus.StreamConfig{}), natsbus.RoleCoordinator)
+	if c.server != nil {
+		if _, err := natsbus.ProvisionStreams(ctx, c.js, list); err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+	} else {
+		natsbus.CreateMissingStreams(ctx, c.js, list, c.log)
+	}
+	c.guard = natsbus.NewStreamGuard(c.js, natsbus.StreamGuardConfig{
+		Streams: list, Interval: c.cfg.StreamCheckInterval, Logger: c.log, Observer: c.streamsObserver(),
+	})
+	if err := c.guard.Check(ctx); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.guardEnd = cancel
+	go c.guard.Run(gctx)
+	return nil
+}
+
+// StreamsErr is nil while the fleet's streams have their expected
+// configuration, the *natsbus.DriftError of the last check otherwise.
+func (c *Coordinator) StreamsErr() error { return c.guard.Err() }
 
 func (c *Coordinator) startEmbedded() error {
 	dir := c.cfg.StoreDir
@@ -140,7 +173,7 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 			ToolsFile: c.cfg.ToolsFile,
 			Builtins:  c.cfg.Builtins,
 			Name:      fmt.Sprintf("inproc-%d", i+1),
-			Worker:    natsbus.WorkerConfig{Observer: c.workerObserver()},
+			Worker:    natsbus.WorkerConfig{Observer: c.workerObserver(), Guard: c.guard},
 			Logger:    c.cfg.Logger,
 		})
 		if err != nil {
@@ -193,6 +226,9 @@ func (c *Coordinator) ClientURL() string {
 // embedded server down. It is idempotent.
 func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
+		if c.guardEnd != nil {
+			c.guardEnd()
+		}
 		if c.workersCancel != nil {
 			c.workersCancel()
 			c.workersDone.Wait()

@@ -54,6 +54,7 @@ type service struct {
 	limited  zerolog.Logger
 	cons     jetstream.Consumer
 	kv       jetstream.KeyValue
+	guard    *natsbus.StreamGuard // the runs stream and bucket
 	disp     *natsbus.Dispatcher
 	gate     *approval.Gate
 	slots    *semaphore.Weighted
@@ -92,10 +93,15 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error
-	if s.cons, s.kv, err = ensureRuns(octx, c.js, c.subjects, cfg); err != nil {
+	s.guard = natsbus.NewStreamGuard(c.js, natsbus.StreamGuardConfig{
+		Streams: runsStreams(c.subjects, cfg), Interval: c.cfg.StreamCheckInterval,
+		Logger: c.log, Observer: c.streamsObserver(),
+	})
+	if s.cons, s.kv, err = c.ensureRuns(octx, cfg, s.guard); err != nil {
 		return err
 	}
-	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger})
+	c.probeGuards(c.guard, s.guard)
+	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard})
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
 	return s.serve(ctx)
 }
@@ -115,6 +121,8 @@ func (s *service) serve(ctx context.Context) error {
 		sub.Unsubscribe()
 		return fmt.Errorf("coordinator: registering the submit subscription: %w", err)
 	}
+
+	go s.guard.Run(ctx)
 
 	// Runs outlive ctx by up to ShutdownGrace.
 	execCtx, cancelExec := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -163,6 +171,10 @@ func (s *service) serve(ctx context.Context) error {
 func (s *service) pull(ctx, execCtx context.Context) {
 	failures := 0
 	for {
+		// Streams that differ from the expected configuration: take no run.
+		if s.c.guard.Wait(ctx) != nil || s.guard.Wait(ctx) != nil {
+			return
+		}
 		if err := s.slots.Acquire(ctx, 1); err != nil {
 			return
 		}
@@ -195,7 +207,7 @@ func (s *service) pull(ctx, execCtx context.Context) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
 			errors.Is(err, jetstream.ErrStreamNotFound) {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
-			if cons, _, err := ensureRuns(octx, s.c.js, s.subjects, s.cfg); err == nil {
+			if cons, _, err := s.c.ensureRuns(octx, s.cfg, nil); err == nil {
 				s.cons = cons
 			}
 			cancel()
@@ -226,6 +238,12 @@ func (s *service) next() (jetstream.Msg, error) {
 // onSubmit answers one run request: refused with the reason, or queued in
 // the runs stream and accepted with its run id.
 func (s *service) onSubmit(m *nats.Msg) {
+	if s.c.guard.Err() != nil || s.guard.Err() != nil {
+		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
+			Code: protocol.CodeUnavailable, Message: "the fleet's streams are not configured as expected; retry later",
+		}})
+		return
+	}
 	if _, _, err := decodeRunRequest(m.Data, s.cfg.MaxRequestBytes); err != nil {
 		re := protocol.RunErrorFrom(err)
 		s.limited.Warn().Str(logCode, re.Code).Str(logField, re.Field).Int(logBytes, len(m.Data)).Msg("run request refused")

@@ -43,6 +43,10 @@ type DispatcherConfig struct {
 	// falls that far behind, further events are dropped and counted.
 	// Default: 1024.
 	InboxSize int
+	// Guard, when set, refuses to publish a call while the fleet's
+	// streams differ from their expected configuration. Default: nil,
+	// no check.
+	Guard *StreamGuard
 }
 
 // Dispatcher publishes a coordinator's calls into the calls stream and
@@ -136,6 +140,9 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	if err := call.Validate(); err != nil {
 		return fmt.Errorf("natsbus: call: %w", err)
+	}
+	if err := d.cfg.Guard.Err(); err != nil {
+		return err
 	}
 	subject, err := d.subjects.Call(call.Tool)
 	if err != nil {

@@ -294,6 +294,10 @@ func (w *Worker) ensureConsumer(ctx context.Context, tc *toolConsumer) error {
 func (w *Worker) consume(ctx, execCtx context.Context, tc *toolConsumer) {
 	failures := 0
 	for {
+		// Streams that differ from the expected configuration: take no call.
+		if err := w.cfg.Guard.Wait(ctx); err != nil {
+			return
+		}
 		if err := w.sem.Acquire(ctx, 1); err != nil {
 			return
 		}

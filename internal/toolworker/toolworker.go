@@ -24,6 +24,10 @@ type Worker struct {
 	subjects protocol.Subjects
 	harness  *harness.Harness
 	worker   *natsbus.Worker
+	// guard checks the streams; ownGuard when this worker created it
+	// (an in-process worker may share its coordinator's).
+	guard    *natsbus.StreamGuard
+	ownGuard bool
 }
 
 // New validates cfg, builds the harness and the worker. It does no I/O
@@ -44,6 +48,8 @@ type prepared struct {
 	subjects protocol.Subjects
 	harness  *harness.Harness
 	worker   natsbus.WorkerConfig
+	// streamsObserver receives the stream checks, for metrics.
+	streamsObserver natsbus.StreamGuardObserver
 }
 
 func prepare(cfg Config) (*prepared, error) {
@@ -99,11 +105,21 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolworker: %w", err)
 	}
-	w, err := natsbus.NewWorker(nc, js, p.subjects, p.harness, p.worker)
+	wc, own := p.worker, false
+	if wc.Guard == nil {
+		wc.Guard = natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{
+			Streams:  natsbus.StreamsOf(natsbus.FleetStreams(p.subjects, p.cfg.Streams), natsbus.RoleWorker),
+			Interval: p.cfg.StreamCheckInterval,
+			Logger:   p.cfg.Logger,
+			Observer: p.streamsObserver,
+		})
+		own = true
+	}
+	w, err := natsbus.NewWorker(nc, js, p.subjects, p.harness, wc)
 	if err != nil {
 		return nil, asConfigError(err)
 	}
-	return &Worker{cfg: p.cfg, js: js, subjects: p.subjects, harness: p.harness, worker: w}, nil
+	return &Worker{cfg: p.cfg, js: js, subjects: p.subjects, harness: p.harness, worker: w, guard: wc.Guard, ownGuard: own}, nil
 }
 
 // Harness returns the worker's harness.
@@ -112,12 +128,21 @@ func (w *Worker) Harness() *harness.Harness { return w.harness }
 // Stats returns the worker's counters.
 func (w *Worker) Stats() natsbus.WorkerStats { return w.worker.Stats() }
 
-// Run ensures the fleet's streams, publishes the tools' specs to the
-// catalog and serves calls until ctx ends, then shuts down gracefully (see
-// natsbus.Worker.Run).
+// Run checks the fleet's streams (creating a missing one when the server
+// lets it, changing none), publishes the tools' specs to the catalog and
+// serves calls until ctx ends, then shuts down gracefully (see
+// natsbus.Worker.Run). It refuses to start when a stream differs from its
+// expected configuration (a *natsbus.DriftError), and takes no calls while
+// a later check finds one that does.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := natsbus.EnsureWorkerStreams(ctx, w.js, w.subjects, w.cfg.Streams); err != nil {
-		return fmt.Errorf("toolworker: %w", err)
+	if w.ownGuard {
+		natsbus.CreateMissingStreams(ctx, w.js, natsbus.StreamsOf(natsbus.FleetStreams(w.subjects, w.cfg.Streams), natsbus.RoleWorker), w.cfg.Logger)
+		if err := w.guard.Check(ctx); err != nil {
+			return fmt.Errorf("toolworker: %w", err)
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go w.guard.Run(gctx)
 	}
 	if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, w.harness.Specs(), w.cfg.Logger); err != nil {
 		return fmt.Errorf("toolworker: %w", err)
@@ -133,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	obs, err := startObservability(cfg, &p.worker)
+	obs, err := startObservability(cfg, p)
 	if err != nil {
 		return err
 	}
