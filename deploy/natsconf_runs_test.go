@@ -13,7 +13,7 @@ import (
 )
 
 func TestConfNeedsEachPassword(t *testing.T) {
-	all := []string{"TOOLFLEET_COORDINATOR_PASSWORD", "TOOLFLEET_WORKER_PASSWORD", "TOOLFLEET_OPERATOR_PASSWORD", "TOOLFLEET_CLIENT_PASSWORD"}
+	all := []string{"TOOLFLEET_ADMIN_PASSWORD", "TOOLFLEET_COORDINATOR_PASSWORD", "TOOLFLEET_WORKER_PASSWORD", "TOOLFLEET_OPERATOR_PASSWORD", "TOOLFLEET_CLIENT_PASSWORD"}
 	for _, unset := range all {
 		t.Run(unset, func(t *testing.T) {
 			for _, v := range all {
@@ -43,15 +43,12 @@ func TestConfServeAndSubmit(t *testing.T) {
 	queue, _ := subjects.RunQueue(run)
 	result, _ := subjects.RunResult(run)
 
-	// The coordinator sets up the runs stream, its consumer and the bucket.
-	if _, err := coord.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: subjects.RunsStream(), Subjects: []string{subjects.RunQueues()}, Retention: jetstream.WorkQueuePolicy,
-	}); err != nil {
-		t.Fatalf("coordinator creating %s: %v", subjects.RunsStream(), err)
-	}
-	kv, err := coord.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subjects.RunsBucket()})
+	// The admin sets up the runs stream and the bucket, the coordinator
+	// the consumer.
+	provision(t, s)
+	kv, err := coord.js.KeyValue(ctx, subjects.RunsBucket())
 	if err != nil {
-		t.Fatalf("coordinator creating bucket %s: %v", subjects.RunsBucket(), err)
+		t.Fatalf("coordinator opening bucket %s: %v", subjects.RunsBucket(), err)
 	}
 	cons, err := coord.js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), jetstream.ConsumerConfig{
 		Durable: subjects.RunsConsumer(), FilterSubject: subjects.RunQueues(), AckPolicy: jetstream.AckExplicitPolicy,
