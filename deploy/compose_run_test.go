@@ -194,7 +194,29 @@ func TestComposeServesARun(t *testing.T) {
 	}
 	var running []started
 	var submit invocation
-	for _, in := range composeInvocations(t) {
+	invocations := composeInvocations(t)
+	// One-shot jobs first, to completion: provision creates the streams.
+	for _, in := range invocations {
+		if !in.oneShot {
+			continue
+		}
+		env := []string{"PATH=" + os.Getenv("PATH")}
+		for k, v := range in.env {
+			if k == "NATS_URL" {
+				v = natsURL
+			}
+			env = append(env, k+"="+interpolate(t, v, dotenv))
+		}
+		c := exec.Command(filepath.Join(bins, in.binary), in.args...)
+		c.Env = env
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", in.where, err, out)
+		}
+	}
+	for _, in := range invocations {
+		if in.oneShot {
+			continue
+		}
 		svc := strings.TrimPrefix(in.where, "docker-compose.yml service ")
 		if len(in.profiles) > 0 { // not started by "up"
 			if svc == "submit" {

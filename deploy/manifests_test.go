@@ -28,6 +28,9 @@ type invocation struct {
 	// profiles are the compose profiles of the service: one with a profile
 	// is not started by "docker compose up".
 	profiles []string
+	// oneShot is a job that runs to completion before the services start
+	// (coordinator provision).
+	oneShot bool
 }
 
 // subcommand returns the coordinator's subcommand ("" for the toolworker).
@@ -121,6 +124,7 @@ func composeInvocations(t testing.TB) []invocation {
 			args:     args,
 			env:      stringMap(get(svc, "environment")),
 			profiles: stringList(t, "docker-compose.yml "+name+".profiles", get(svc, "profiles")),
+			oneShot:  bin == "coordinator" && len(args) > 0 && args[0] == "provision",
 		})
 	}
 	return out
@@ -414,7 +418,7 @@ func TestComposeFile(t *testing.T) {
 			}
 		})
 	}
-	wantUser := map[string]string{"coordinator": "coordinator", "toolworker": "worker", "nats-cli": "client", "submit": "client"}
+	wantUser := map[string]string{"provision": "admin", "coordinator": "coordinator", "toolworker": "worker", "nats-cli": "client", "submit": "client"}
 	for svc, user := range wantUser {
 		if got := str(svcs[svc], "environment", "NATS_USER"); got != user {
 			t.Errorf("service %s connects as %q, want %q", svc, got, user)
@@ -423,8 +427,8 @@ func TestComposeFile(t *testing.T) {
 
 	for _, in := range composeInvocations(t) {
 		svc := strings.TrimPrefix(in.where, "docker-compose.yml service ")
-		if len(in.profiles) > 0 {
-			continue // a command-line helper: no healthcheck, no metrics
+		if len(in.profiles) > 0 || in.oneShot {
+			continue // a command-line helper or a one-shot job: no healthcheck, no metrics
 		}
 		t.Run(svc+" healthcheck", func(t *testing.T) {
 			port := metricsPort(t, in)

@@ -22,11 +22,12 @@ import (
 )
 
 var passwords = map[string]string{
-	"admin":       "tf-admin-1c2d3e",
-	"coordinator": "tf-coord-0a1b2c",
-	"worker":      "tf-worker-3d4e5f",
-	"operator":    "tf-operator-6a7b8c",
-	"client":      "tf-client-9d0e1f",
+	"admin":         "tf-admin-1c2d3e",
+	"coordinator":   "tf-coord-0a1b2c",
+	"worker":        "tf-worker-3d4e5f",
+	"worker_deploy": "tf-worker-deploy-4a5b6c",
+	"operator":      "tf-operator-6a7b8c",
+	"client":        "tf-client-9d0e1f",
 }
 
 // startFromConf starts a server from nats-server.conf, parsed by
@@ -34,11 +35,9 @@ var passwords = map[string]string{
 // temporary directory.
 func startFromConf(t *testing.T) *server.Server {
 	t.Helper()
-	t.Setenv("TOOLFLEET_ADMIN_PASSWORD", passwords["admin"])
-	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", passwords["coordinator"])
-	t.Setenv("TOOLFLEET_WORKER_PASSWORD", passwords["worker"])
-	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", passwords["operator"])
-	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", passwords["client"])
+	for user, pw := range passwords {
+		t.Setenv(passwordVar(user), pw)
+	}
 	opts, err := server.ProcessConfigFile("nats-server.conf")
 	if err != nil {
 		t.Fatalf("ProcessConfigFile: %v", err)
@@ -80,6 +79,10 @@ func connectAs(t *testing.T, s *server.Server, user string) client {
 	}
 	return client{nc, js}
 }
+
+// passwordVar is the environment variable nats-server.conf reads user's
+// password from.
+func passwordVar(user string) string { return "TOOLFLEET_" + strings.ToUpper(user) + "_PASSWORD" }
 
 // inboxOf is the inbox prefix deploy/nats-server.conf grants user.
 func inboxOf(user string) string { return "_INBOX_" + user }

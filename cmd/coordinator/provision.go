@@ -19,8 +19,9 @@ import (
 // provisionFlags are the flags of "coordinator provision".
 type provisionFlags struct {
 	connFlags
-	resultTTL time.Duration
-	timeout   time.Duration
+	resultTTL     time.Duration
+	timeout       time.Duration
+	toolConsumers string
 }
 
 // provisionCommand creates or updates every stream and bucket of the fleet
@@ -33,6 +34,7 @@ func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	f.connFlags.register(fs, false)
 	fs.DurationVar(&f.resultTTL, "result-ttl", coordinator.DefaultResultTTL, "how long results stay in the runs bucket (the serving coordinators' --result-ttl)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for NATS and JetStream")
+	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator provision [flags]
 
@@ -80,6 +82,11 @@ Flags:`)
 		return exitError
 	}
 	actions, err := natsbus.Provision(cctx, js, subjects, coordinator.ServeConfig{ResultTTL: f.resultTTL}.StreamConfig())
+	if err == nil {
+		var more []natsbus.ProvisionAction
+		more, err = natsbus.ProvisionToolConsumers(cctx, js, subjects, splitList(f.toolConsumers))
+		actions = append(actions, more...)
+	}
 	for _, a := range actions {
 		line := a.Action + " " + a.Stream
 		if a.Bucket != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,9 @@ type Dispatcher struct {
 	cfg      DispatcherConfig
 	log      zerolog.Logger
 	garbage  zerolog.Logger
+	// inboxes are the open inboxes by run, so that Publish tells each the
+	// tool of every call it publishes.
+	inboxes sync.Map // protocol.RunID -> *Inbox
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -89,7 +93,7 @@ func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subj
 // one sent while the connection is down is lost (see the package
 // documentation).
 func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, error) {
-	resultSubj, err := d.subjects.Result(run)
+	resultSubj, err := d.subjects.ResultsOf(run)
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: run id: %w", err)
 	}
@@ -103,7 +107,10 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		limit:   d.cfg.MaxMessageBytes,
 		log:     d.log.With().Str(logRun, run).Logger(),
 		garbage: d.garbage,
+		prefix:  strings.TrimSuffix(resultSubj, ">"),
 	}
+	d.inboxes.Store(run, in)
+	in.forget = func() { d.inboxes.CompareAndDelete(run, in) }
 	sub, err := d.nc.Subscribe(progressSubj, in.onProgress)
 	if err != nil {
 		in.Close()
@@ -148,9 +155,12 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	if err != nil {
 		return fmt.Errorf("natsbus: call: %w", err)
 	}
-	replyTo, err := d.subjects.Result(call.RunID)
+	replyTo, err := d.subjects.Result(call.RunID, call.Tool)
 	if err != nil {
 		return fmt.Errorf("natsbus: call: %w", err)
+	}
+	if v, ok := d.inboxes.Load(call.RunID); ok {
+		v.(*Inbox).Expect(call.CallKey, call.Tool)
 	}
 	data, err := protocol.Encode(&call)
 	if err != nil {
@@ -214,6 +224,11 @@ type Inbox struct {
 	consumer  jetstream.Consumer       // the run's results, nil until Open made it
 	consuming jetstream.ConsumeContext // nil until Open started it
 	closeOnce sync.Once
+	// prefix is the run's result subject without the tool token.
+	prefix string
+	// tools are the tools of the calls published for the run, by key.
+	tools  sync.Map // protocol.CallKey -> protocol.ToolName
+	forget func()
 
 	mu         sync.Mutex // serialises sends with Close
 	closed     bool
@@ -241,6 +256,9 @@ func (in *Inbox) Recoveries() int64 { return in.recoveries.Load() }
 // Close stops reading, deletes the run's results consumer and closes the
 // Events channel. It is idempotent.
 func (in *Inbox) Close() error {
+	if in.forget != nil {
+		in.forget()
+	}
 	in.closeOnce.Do(in.stopReading)
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -270,10 +288,23 @@ func (in *Inbox) stopReading() {
 	}
 }
 
+// Expect records that the call key of the run is a call to tool: its
+// result is taken only from the subject of that tool's results, which a
+// deployment lets only that tool's workers publish on. [Dispatcher.Publish]
+// records every call it publishes; a process that resumes a run whose
+// calls another published records them with Expect.
+func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
+
 func (in *Inbox) onResult(m jetstream.Msg) {
 	r, err := protocol.DecodeResult(m.Data(), in.limit)
 	if err == nil && r.RunID != in.run {
 		err = codedError("run_mismatch")
+	}
+	if err == nil {
+		if want, ok := in.tools.Load(r.CallKey); ok && m.Subject() != in.prefix+want.(protocol.ToolName) {
+			// A worker answering a call of another tool (or a forger).
+			err = codedError("tool_mismatch")
+		}
 	}
 	if err != nil {
 		in.refuse(m.Subject(), err)

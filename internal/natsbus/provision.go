@@ -128,3 +128,35 @@ func CreateMissingStreams(ctx context.Context, js jetstream.JetStream, list []Fl
 		cancel()
 	}
 }
+
+// ProvisionToolConsumers creates the shared consumer of each tool in
+// tools, configured as a worker with the default WorkerConfig creates it
+// (workers then adjust it to their own settings). A tool whose workers
+// have credentials of their own gets its consumer this way before any
+// worker starts: the calls stream is a work queue, on which the server
+// refuses any other consumer whose filter covers the tool's calls.
+func ProvisionToolConsumers(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, tools []string) ([]ProvisionAction, error) {
+	cfg := WorkerConfig{}.withDefaults()
+	var done []ProvisionAction
+	for _, tool := range tools {
+		durable, err := s.Consumer(tool)
+		if err != nil {
+			return done, err
+		}
+		subject, err := s.Call(tool)
+		if err != nil {
+			return done, err
+		}
+		a := ProvisionAction{Stream: s.CallsStream() + " consumer " + durable, Action: ActionUnchanged}
+		if _, err := js.Consumer(ctx, s.CallsStream(), durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if _, err := js.CreateConsumer(ctx, s.CallsStream(), toolConsumerConfig(durable, tool, subject, cfg)); err != nil {
+				return done, fmt.Errorf("natsbus: consumer %s: %w", durable, err)
+			}
+			a.Action = ActionCreated
+		} else if err != nil {
+			return done, fmt.Errorf("natsbus: consumer %s: %w", durable, err)
+		}
+		done = append(done, a)
+	}
+	return done, nil
+}

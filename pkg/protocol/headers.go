@@ -19,5 +19,6 @@ const (
 func CallMsgID(key CallKey) string { return "call-" + key }
 
 // ResultMsgID is the dedup id of a call's result, so a redelivered call that
-// runs again cannot store a second result.
-func ResultMsgID(key CallKey) string { return "result-" + key }
+// runs again cannot store a second result. The tool is part of it: a worker of another
+// tool cannot take the id of a call it was never given.
+func ResultMsgID(tool ToolName, key CallKey) string { return "result-" + key + "." + tool }

@@ -58,9 +58,21 @@ func (s Subjects) ToolInfo(tool ToolName) (string, error) { return s.join("tool"
 // ToolInfos is the wildcard covering every tool-info subject.
 func (s Subjects) ToolInfos() string { return s.p() + ".tool.>" }
 
-// Result is the subject a run's results are published on:
-// <prefix>.result.<run>.
-func (s Subjects) Result(run RunID) (string, error) { return s.join("result", run) }
+// Result is the subject the results of a run's calls to tool are
+// published on: <prefix>.result.<run>.<tool>. The tool token lets a
+// deployment allow only a tool's workers to answer its calls, and the
+// coordinator takes a result only on the subject of its call's tool.
+func (s Subjects) Result(run RunID, tool ToolName) (string, error) { return s.join("result", run, tool) }
+
+// ResultsOf is the wildcard covering every result of run:
+// <prefix>.result.<run>.>.
+func (s Subjects) ResultsOf(run RunID) (string, error) {
+	subj, err := s.join("result", run)
+	if err != nil {
+		return "", err
+	}
+	return subj + ".>", nil
+}
 
 // Results is the wildcard covering every result subject.
 func (s Subjects) Results() string { return s.p() + ".result.>" }
