@@ -193,7 +193,6 @@ func TestHostileWorkerAndClient(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.FLEET_RUNS.x.fleet.run.queue.*",
 		"$JS.API.CONSUMER.CREATE.KV_fleet_runs.x.$KV.fleet_runs.>",
 		"$JS.API.CONSUMER.CREATE.FLEET_CALLS.x",
-		"$JS.API.CONSUMER.CREATE.FLEET_CALLS.x.fleet.call.>",
 		"$JS.API.DIRECT.GET.FLEET_APPROVALS.fleet.approval.request.run1.key1",
 		"$JS.API.DIRECT.GET.KV_fleet_runs",
 		"$JS.API.STREAM.MSG.GET.FLEET_RESULTS",
@@ -248,4 +247,83 @@ func TestHostileWorkerAndClient(t *testing.T) {
 	_ = fmt.Sprint
 	_ = filepath.Join
 	_ = strings.Contains
+}
+
+// TestHostileWorkerOfAnotherTool: the generic worker (calculator, echo,
+// ...) cannot take, answer or describe the calls of "deploy", whose
+// workers have credentials of their own — not through deploy's consumer,
+// nor a consumer of its own filtered on deploy's calls or on every call
+// (the calls stream is a work queue, and provision created deploy's
+// consumer first), nor by publishing deploy's results or catalog entry;
+// and deploy's workers serve deploy only.
+func TestHostileWorkerOfAnotherTool(t *testing.T) {
+	s := startFromConf(t)
+	provision(t, s)
+	admin := connectAs(t, s, "admin")
+	subjects := protocol.Subjects{}
+	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
+		t.Fatalf("provisioning deploy's consumer: %v", err)
+	}
+	worker := connectAs(t, s, "worker")
+	deployer := connectAs(t, s, "worker_deploy")
+	coord := connectAs(t, s, "coordinator")
+
+	for _, subj := range []string{
+		"$JS.API.CONSUMER.CREATE.FLEET_CALLS.tool_deploy.fleet.call.deploy",
+		"$JS.API.CONSUMER.CREATE.FLEET_CALLS.x.fleet.call.deploy",
+		"$JS.API.CONSUMER.INFO.FLEET_CALLS.tool_deploy",
+		"$JS.API.CONSUMER.MSG.NEXT.FLEET_CALLS.tool_deploy",
+		"$JS.ACK.FLEET_CALLS.tool_deploy.1.1.1.1.0",
+		"fleet.result.run1.deploy",
+		"$KV.fleet_tools.deploy",
+	} {
+		if !refusedPub(t, worker, subj) {
+			t.Errorf("worker: publish on %s not refused", subj)
+		}
+	}
+	if !refusedSub(t, worker, "fleet.tool.deploy") {
+		t.Error("worker: subscribe on fleet.tool.deploy (deploy's discovery endpoint) not refused")
+	}
+	// A consumer of its own on every call: the permission allows the
+	// subject form, the work queue refuses the overlap with deploy's.
+	if _, err := worker.js.CreateConsumer(t.Context(), subjects.CallsStream(), jetstream.ConsumerConfig{
+		Durable: "sniff", FilterSubject: "fleet.call.>", AckPolicy: jetstream.AckExplicitPolicy,
+	}); err == nil {
+		t.Error("worker: a consumer of every call was created")
+	}
+	// It still serves its own tools.
+	if _, err := worker.js.CreateOrUpdateConsumer(t.Context(), subjects.CallsStream(), jetstream.ConsumerConfig{
+		Durable: "tool_calculator", FilterSubject: "fleet.call.calculator", AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatalf("worker: its own tool's consumer: %v", err)
+	}
+
+	// deploy's workers: deploy's calls and results, nothing else.
+	if _, err := coord.js.Publish(t.Context(), "fleet.call.deploy", []byte(`call`)); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := deployer.js.Consumer(t.Context(), subjects.CallsStream(), "tool_deploy")
+	if err != nil {
+		t.Fatalf("worker_deploy: its consumer: %v", err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil || string(m.Data()) != "call" {
+		t.Fatalf("worker_deploy: pulling deploy's call: %v", err)
+	}
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deployer.js.Publish(t.Context(), "fleet.result.run1.deploy", []byte(`r`)); err != nil {
+		t.Fatalf("worker_deploy: publishing deploy's result: %v", err)
+	}
+	for _, subj := range []string{
+		"fleet.result.run1.calculator",
+		"$JS.API.CONSUMER.MSG.NEXT.FLEET_CALLS.tool_calculator",
+		"$JS.API.CONSUMER.CREATE.FLEET_CALLS.tool_calculator.fleet.call.calculator",
+		"$KV.fleet_tools.calculator",
+	} {
+		if !refusedPub(t, deployer, subj) {
+			t.Errorf("worker_deploy: publish on %s not refused", subj)
+		}
+	}
 }

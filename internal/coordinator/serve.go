@@ -39,6 +39,7 @@ const (
 	logCode        = "code"
 	logField       = "field"
 	logBytes       = "bytes"
+	logClient      = "client"
 )
 
 // errShutdown is the cause of a run cancelled because the shutdown grace
@@ -111,14 +112,22 @@ func (s *service) serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunSubmit(), err)
 	}
+	// Each client's own submit subject.
+	clients, err := s.c.nc.QueueSubscribe(s.subjects.RunSubmits(), s.subjects.RunSubmitGroup(), s.onSubmit)
+	if err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunSubmits(), err)
+	}
 	abandoned, err := s.c.nc.QueueSubscribe(s.subjects.RunsMaxDeliveries(), s.subjects.RunSubmitGroup(), s.onMaxDeliveries)
 	if err != nil {
 		sub.Unsubscribe()
+		clients.Unsubscribe()
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunsMaxDeliveries(), err)
 	}
 	defer abandoned.Unsubscribe()
 	if err := s.c.nc.FlushTimeout(opTimeout); err != nil {
 		sub.Unsubscribe()
+		clients.Unsubscribe()
 		return fmt.Errorf("coordinator: registering the submit subscription: %w", err)
 	}
 
@@ -141,8 +150,10 @@ func (s *service) serve(ctx context.Context) error {
 
 	<-ctx.Done()
 	s.log.Info().Msg("shutting down: no new runs are taken")
-	if err := sub.Drain(); err != nil {
-		sub.Unsubscribe()
+	for _, sb := range []*nats.Subscription{sub, clients} {
+		if err := sb.Drain(); err != nil {
+			sb.Unsubscribe()
+		}
 	}
 	<-pulled
 
@@ -159,7 +170,7 @@ func (s *service) serve(ctx context.Context) error {
 	}
 	// The drained subscription answers what it had already received.
 	deadline := time.Now().Add(opTimeout)
-	for sub.IsValid() && time.Now().Before(deadline) {
+	for (sub.IsValid() || clients.IsValid()) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.log.Info().Msg("stopped serving runs")
@@ -244,6 +255,13 @@ func (s *service) onSubmit(m *nats.Msg) {
 		}})
 		return
 	}
+	client, ok := submitter(s.subjects, m.Subject)
+	if !ok {
+		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
+			Code: protocol.CodeInvalidField, Field: "subject", Message: "not a submit subject",
+		}})
+		return
+	}
 	if _, _, err := decodeRunRequest(m.Data, s.cfg.MaxRequestBytes); err != nil {
 		re := protocol.RunErrorFrom(err)
 		s.limited.Warn().Str(logCode, re.Code).Str(logField, re.Field).Int(logBytes, len(m.Data)).Msg("run request refused")
@@ -256,6 +274,9 @@ func (s *service) onSubmit(m *nats.Msg) {
 	msg.Data = m.Data
 	msg.Header.Set(protocol.HeaderMsgID, protocol.RunMsgID(run))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	if client != "" {
+		msg.Header.Set(protocol.HeaderClient, client)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	_, err := s.c.js.PublishMsg(ctx, msg)
 	cancel()
@@ -266,12 +287,26 @@ func (s *service) onSubmit(m *nats.Msg) {
 		}})
 		return
 	}
-	resultSubject, _ := s.subjects.RunResult(run)
-	s.log.Info().Str(logRun, run).Int(logBytes, len(m.Data)).Msg("run accepted")
+	resultSubject, _ := s.subjects.ClientRunResult(client, run)
+	ev := s.log.Info().Str(logRun, run).Int(logBytes, len(m.Data))
+	if client != "" {
+		ev = ev.Str(logClient, client)
+	}
+	ev.Msg("run accepted")
 	s.reply(m, &protocol.RunResponse{
 		V: protocol.Version, Status: protocol.RunAccepted, RunID: run,
-		ResultSubject: resultSubject, ResultBucket: s.subjects.RunsBucket(),
+		ResultSubject: resultSubject, ResultBucket: s.subjects.RunsBucket(), ResultKey: protocol.RunKey(client, run),
 	})
+}
+
+// submitter returns the client a submission came from: "" on the shared
+// submit subject, the last token on a client's own ([Subjects.RunSubmitAs]).
+func submitter(subjects protocol.Subjects, subject string) (string, bool) {
+	if subject == subjects.RunSubmit() {
+		return "", true
+	}
+	client, ok := strings.CutPrefix(subject, subjects.RunSubmit()+".")
+	return client, ok && protocol.ValidToken(client)
 }
 
 func (s *service) reply(m *nats.Msg, resp *protocol.RunResponse) {
@@ -303,8 +338,17 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	rec.RunID = run
+	client := m.Headers().Get(protocol.HeaderClient)
+	if client != "" && !protocol.ValidToken(client) {
+		m.TermWithReason(termMalformed)
+		s.limited.Warn().Str(logRun, run).Msg("terminated a queued run request with an invalid client")
+		return
+	}
 	log := s.log.With().Str(logRun, run).Int(logAttempt, rec.Attempt).Logger()
-	if s.stored(run) {
+	if client != "" {
+		log = log.With().Str(logClient, client).Logger()
+	}
+	if s.stored(protocol.RunKey(client, run)) {
 		m.Ack()
 		log.Info().Msg("the run already has a result: its request is acknowledged, not run again")
 		return
@@ -313,7 +357,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 	if err != nil {
 		rec.Error = protocol.RunErrorFrom(err)
 		log.Warn().Str(logCode, rec.Error.Code).Str(logField, rec.Error.Field).Msg("queued run request refused")
-		s.finish(m, log, rec, true)
+		s.finish(m, log, client, rec, true)
 		return
 	}
 
@@ -325,7 +369,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		// only add valid tool names to them.
 		log.Error().Err(err).Msg("could not configure the run")
 		rec.Error = protocol.RunErrorFrom(err)
-		s.finish(m, log, rec, true)
+		s.finish(m, log, client, rec, true)
 		return
 	}
 	ev := log.Info().Int("max_rounds", lim.record.MaxRounds).Int("max_tool_calls_per_round", lim.record.MaxToolCallsPerRound).
@@ -367,7 +411,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 				Message: "the model or the tool catalog failed; every tool call is answered; see the coordinator's logs"}
 		}
 	}
-	s.finish(m, log, rec, false)
+	s.finish(m, log, client, rec, false)
 }
 
 // runner returns a loop runner for one run with the applied limits, whose
@@ -390,11 +434,12 @@ func (s *service) runner(run protocol.RunID, lim appliedLimits) (*loop.Runner, e
 	return loop.New(lc, s.c.cfg.Model, cat, s.disp, s.gate)
 }
 
-// stored reports whether run already has a result in the bucket.
-func (s *service) stored(run protocol.RunID) bool {
+// stored reports whether the run of key ([protocol.RunKey]) already has
+// a result in the bucket.
+func (s *service) stored(key string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_, err := s.kv.Get(ctx, run)
+	_, err := s.kv.Get(ctx, key)
 	return err == nil
 }
 
@@ -423,8 +468,8 @@ func (s *service) heartbeat(m jetstream.Msg) (stop func()) {
 // announces it, and acknowledges the request — or terminates it when term
 // is set or the result could not be stored: a request that ran, or cannot
 // run, is never delivered again.
-func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunResult, term bool) {
-	data, created, err := s.store(rec)
+func (s *service) finish(m jetstream.Msg, log zerolog.Logger, client string, rec *protocol.RunResult, term bool) {
+	data, created, err := s.store(client, rec)
 	switch {
 	case err != nil:
 		log.Error().Err(err).Msg("could not store the run's result: it is lost")
@@ -433,7 +478,7 @@ func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunR
 	case !created:
 		log.Warn().Msg("another coordinator stored this run's result first: this one is dropped")
 	default:
-		if subject, err := s.subjects.RunResult(rec.RunID); err == nil {
+		if subject, err := s.subjects.ClientRunResult(client, rec.RunID); err == nil {
 			if err := s.c.nc.Publish(subject, data); err != nil {
 				log.Warn().Err(err).Msg("could not announce the run's result (it is stored)")
 			}
@@ -457,9 +502,10 @@ func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunR
 	ev.Msg("run finished")
 }
 
-// store writes rec under its run id unless a result is already there,
-// retrying transient failures for up to storeTimeout.
-func (s *service) store(rec *protocol.RunResult) (data []byte, created bool, err error) {
+// store writes rec under its key (the client's and run id) unless a
+// result is already there, retrying transient failures for up to
+// storeTimeout.
+func (s *service) store(client string, rec *protocol.RunResult) (data []byte, created bool, err error) {
 	data, err = encodeBounded(rec, s.cfg.MaxResultBytes)
 	if err != nil {
 		return nil, false, err
@@ -467,7 +513,7 @@ func (s *service) store(rec *protocol.RunResult) (data []byte, created bool, err
 	deadline := time.Now().Add(storeTimeout)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_, err = s.kv.Create(ctx, rec.RunID, data)
+		_, err = s.kv.Create(ctx, protocol.RunKey(client, rec.RunID), data)
 		cancel()
 		switch {
 		case err == nil:
