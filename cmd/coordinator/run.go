@@ -63,6 +63,7 @@ type fleetFlags struct {
 	logLevel                         string
 	metricsAddr                      string
 	streamCheckInterval              time.Duration
+	listen                           string
 }
 
 // register defines the flags on fs. With ceilings, the loop limits are
@@ -103,6 +104,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	f.fleetFlags.register(fs, false)
 	fs.StringVar(&f.output, "output", "text", "text | json")
+	fs.StringVar(&f.listen, "listen", "", "with the embedded server, also listen on this `HOST:PORT` (port 0: random) with credentials drawn at start, written to a credentials file whose path is logged (default: in-process connections only)")
 	return fs
 }
 
@@ -145,6 +147,20 @@ func (f *fleetFlags) validate(set map[string]bool) error {
 		if c.bad {
 			return &usageError{fmt.Sprintf("--%s must be %s, got %v", c.name, c.rule, c.got)}
 		}
+	}
+	if f.listen == "none" || (f.natsURL != "" && !set["listen"]) {
+		f.listen = ""
+	}
+	if f.listen != "" {
+		if f.natsURL != "" {
+			return &usageError{"--listen is for the embedded server: it cannot be used with --nats-url"}
+		}
+		if _, port, err := net.SplitHostPort(f.listen); err != nil || !validPort(port) {
+			return &usageError{fmt.Sprintf("--listen must be HOST:PORT or :PORT, got %q", f.listen)}
+		}
+	}
+	if f.streamCheckInterval <= 0 {
+		return &usageError{fmt.Sprintf("--stream-check-interval must be > 0, got %v", f.streamCheckInterval)}
 	}
 	if f.metricsAddr != "" {
 		if _, port, err := net.SplitHostPort(f.metricsAddr); err != nil || !validPort(port) {
@@ -301,6 +317,7 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 		},
 		MetricsAddr:         f.metricsAddr,
 		StreamCheckInterval: f.streamCheckInterval,
+		Listen:              f.listen,
 		Logger:              log,
 	}
 }

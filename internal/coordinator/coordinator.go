@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,16 +30,17 @@ type Coordinator struct {
 	subjects protocol.Subjects
 	log      zerolog.Logger
 
-	server   *embedded.Server // nil with a remote server
-	storeDir string           // removed by Close when Open created it
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	catalog  *natsbus.Catalog
-	obs      *observability         // nil without MetricsAddr
-	monitor  *natsbus.SchemaMonitor // reports schema conflicts
-	guard    *natsbus.StreamGuard   // the fleet's streams as expected
-	guardEnd context.CancelFunc
-	runner   *loop.Runner
+	server    *embedded.Server // nil with a remote server
+	storeDir  string           // removed by Close when Open created it
+	credsFile string           // the listening embedded server's credentials, removed by Close
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	catalog   *natsbus.Catalog
+	obs       *observability         // nil without MetricsAddr
+	monitor   *natsbus.SchemaMonitor // reports schema conflicts
+	guard     *natsbus.StreamGuard   // the fleet's streams as expected
+	guardEnd  context.CancelFunc
+	runner    *loop.Runner
 
 	workersCancel context.CancelFunc
 	workersDone   sync.WaitGroup
@@ -152,12 +156,42 @@ func (c *Coordinator) startEmbedded() error {
 		}
 		dir, c.storeDir = d, d
 	}
-	s, err := embedded.Start(embedded.Config{StoreDir: dir, Logger: c.cfg.Logger})
+	ec := embedded.Config{StoreDir: dir, Logger: c.cfg.Logger}
+	if c.cfg.Listen != "" {
+		host, port, err := net.SplitHostPort(c.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("coordinator: --listen: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("coordinator: --listen: port %q", port)
+		}
+		if p == 0 {
+			p = -1
+		}
+		ec.Listen, ec.GenerateCredentials, ec.Host, ec.Port = true, true, host, p
+	}
+	s, err := embedded.Start(ec)
 	if err != nil {
 		return fmt.Errorf("coordinator: starting embedded NATS: %w", err)
 	}
 	c.server = s
-	c.log.Info().Str("url", s.ClientURL()).Msg("embedded NATS server started")
+	if !s.Listening() {
+		c.log.Info().Msg("embedded NATS server started (in-process connections only)")
+		return nil
+	}
+	path := c.cfg.CredentialsFile
+	if path == "" {
+		path = filepath.Join(dir, "nats.env")
+	}
+	user, password := s.Credentials()
+	content := fmt.Sprintf("NATS_URL=%s\nNATS_USER=%s\nNATS_PASSWORD=%s\n", s.ClientURL(), user, password)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("coordinator: writing the embedded server's credentials: %w", err)
+	}
+	c.credsFile = path
+	c.log.Info().Str("url", s.ClientURL()).Str("user", user).Str("credentials_file", path).
+		Msg("embedded NATS server started; its credentials, drawn at start, are in the credentials file")
 	return nil
 }
 
@@ -214,7 +248,12 @@ func (c *Coordinator) Run(ctx context.Context, prompt string) (*loop.Result, err
 // Conn returns the coordinator's NATS connection.
 func (c *Coordinator) Conn() *nats.Conn { return c.nc }
 
-// ClientURL returns the embedded server's URL, or "" with a remote server.
+// CredentialsFile returns the file holding a listening embedded server's
+// URL and credentials, or "" without one.
+func (c *Coordinator) CredentialsFile() string { return c.credsFile }
+
+// ClientURL returns the embedded server's URL, or "" with a remote server
+// or an embedded one that does not listen.
 func (c *Coordinator) ClientURL() string {
 	if c.server == nil {
 		return ""
@@ -243,6 +282,9 @@ func (c *Coordinator) Close() error {
 		}
 		if c.server != nil {
 			c.server.Shutdown()
+		}
+		if c.credsFile != "" {
+			os.Remove(c.credsFile)
 		}
 		if c.storeDir != "" {
 			os.RemoveAll(c.storeDir)

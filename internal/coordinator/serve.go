@@ -144,7 +144,7 @@ func (s *service) serve(ctx context.Context) error {
 	ev := s.log.Info().Str("submit", s.subjects.RunSubmit()).Str("stream", s.subjects.RunsStream()).
 		Str("bucket", s.subjects.RunsBucket()).Int("max_concurrent_runs", s.cfg.MaxConcurrentRuns)
 	if url := s.c.ClientURL(); url != "" {
-		ev = ev.Str("nats_url", url)
+		ev = ev.Str("nats_url", url).Str("credentials_file", s.c.CredentialsFile())
 	}
 	ev.Msg("serving runs")
 
