@@ -233,7 +233,9 @@ func TestDeployFlagsExist(t *testing.T) {
 
 	for _, in := range invs {
 		t.Run(in.where, func(t *testing.T) {
-			if want := "serve"; in.binary == "coordinator" && len(in.profiles) > 0 {
+			if in.oneShot {
+				// coordinator provision: composeInvocations marks it by its subcommand
+			} else if want := "serve"; in.binary == "coordinator" && len(in.profiles) > 0 {
 				want = "submit" // a command-line helper, not a service
 				if in.subcommand() != want {
 					t.Fatalf("coordinator args %v: want the %s subcommand first", in.args, want)

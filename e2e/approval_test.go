@@ -30,6 +30,7 @@ var approvalPasswords = map[string]string{
 	"coordinator": "tf-e2e-coordinator-1",
 	"worker":      "tf-e2e-worker-2",
 	"operator":    "tf-e2e-operator-3",
+	"client":      "tf-e2e-client-4",
 }
 
 // TestApprovalEndToEnd runs the real binaries against a server started from
@@ -158,7 +159,7 @@ func startApprovalServer(t *testing.T) *server.Server {
 	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", approvalPasswords["coordinator"])
 	t.Setenv("TOOLFLEET_WORKER_PASSWORD", approvalPasswords["worker"])
 	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", approvalPasswords["operator"])
-	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", "tf-client-unused") // the run submitter, not used here
+	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", approvalPasswords["client"])
 	opts, err := server.ProcessConfigFile("../deploy/nats-server.conf")
 	if err != nil {
 		t.Fatalf("deploy/nats-server.conf: %v", err)
