@@ -196,6 +196,11 @@ func TestHostileWorkerAndClient(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.FLEET_RUNS.x.fleet.run.queue.*",
 		"$JS.API.CONSUMER.CREATE.KV_fleet_runs.x.$KV.fleet_runs.>",
 		"$JS.API.CONSUMER.CREATE.FLEET_CALLS.x",
+		// a push consumer on the bucket it writes would deliver its own
+		// content anywhere (an approval decision subject) with the
+		// server's authority
+		"$JS.API.CONSUMER.CREATE.KV_fleet_tools.x.$KV.fleet_tools.x",
+		"$JS.API.CONSUMER.CREATE.KV_fleet_tools.x",
 		"$JS.API.DIRECT.GET.FLEET_APPROVALS.fleet.approval.request.run1.key1",
 		"$JS.API.DIRECT.GET.KV_fleet_runs",
 		"$JS.API.STREAM.MSG.GET.FLEET_RESULTS",

@@ -102,12 +102,13 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		return nil, fmt.Errorf("natsbus: run id: %w", err)
 	}
 	in := &Inbox{
-		run:     run,
-		events:  make(chan loop.Event, d.cfg.InboxSize),
-		limit:   d.cfg.MaxMessageBytes,
-		log:     d.log.With().Str(logRun, run).Logger(),
-		garbage: d.garbage,
-		prefix:  strings.TrimSuffix(resultSubj, ">"),
+		run:      run,
+		events:   make(chan loop.Event, d.cfg.InboxSize),
+		limit:    d.cfg.MaxMessageBytes,
+		log:      d.log.With().Str(logRun, run).Logger(),
+		garbage:  d.garbage,
+		prefix:   strings.TrimSuffix(resultSubj, ">"),
+		progress: progressSubj,
 	}
 	d.inboxes.Store(run, in)
 	in.forget = func() { d.inboxes.CompareAndDelete(run, in) }
@@ -226,6 +227,10 @@ type Inbox struct {
 	closeOnce sync.Once
 	// prefix is the run's result subject without the tool token.
 	prefix string
+	// progress is the run's progress subject. A push consumer delivers a
+	// stream's messages to any subject with the server's authority, but
+	// under their own subject: a notice is taken only on this one.
+	progress string
 	// tools are the tools of the calls published for the run, by key.
 	tools  sync.Map // protocol.CallKey -> protocol.ToolName
 	forget func()
@@ -340,6 +345,9 @@ func (in *Inbox) onProgress(m *nats.Msg) {
 	p, err := protocol.DecodeProgress(m.Data, in.limit)
 	if err == nil && p.RunID != in.run {
 		err = codedError("run_mismatch")
+	}
+	if err == nil && m.Subject != in.progress {
+		err = codedError("subject_mismatch")
 	}
 	if err != nil {
 		in.refuse(m.Subject, err)
