@@ -51,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return approvalsCommand(ctx, args[1:], stdout, stderr)
 	case "mcp":
 		return mcpCommand(ctx, args[1:], stdout, stderr)
+	case "provision":
+		return provisionCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -68,6 +70,7 @@ func usage(w io.Writer) {
   coordinator submit [--wait] [flags] PROMPT      submit a run to the serving coordinators
   coordinator approvals list|approve|deny [...]   see and answer pending approvals
   coordinator mcp [--transport stdio|http]        serve the fleet's tools to MCP clients
+  coordinator provision [flags]                   create or update the fleet's streams (admin)
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

@@ -60,6 +60,8 @@ type fleetFlags struct {
 	traceArgs                        bool
 	logLevel                         string
 	metricsAddr                      string
+	streamCheckInterval              time.Duration
+	listen                           string
 }
 
 // register defines the flags on fs. With ceilings, the loop limits are
@@ -85,6 +87,7 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values and add them to trace spans (default: keys only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
+	fs.DurationVar(&f.streamCheckInterval, "stream-check-interval", natsbus.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the coordinator stops serving while it differs (> 0)")
 }
 
 // runFlags are the flags of "coordinator run".
@@ -98,6 +101,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	f.fleetFlags.register(fs, false)
 	fs.StringVar(&f.output, "output", "text", "text | json")
+	fs.StringVar(&f.listen, "listen", "", "with the embedded server, also listen on this `HOST:PORT` (port 0: random) with credentials drawn at start, written to a credentials file whose path is logged (default: in-process connections only)")
 	return fs
 }
 
@@ -140,6 +144,20 @@ func (f *fleetFlags) validate(set map[string]bool) error {
 		if c.bad {
 			return &usageError{fmt.Sprintf("--%s must be %s, got %v", c.name, c.rule, c.got)}
 		}
+	}
+	if f.listen == "none" || (f.natsURL != "" && !set["listen"]) {
+		f.listen = ""
+	}
+	if f.listen != "" {
+		if f.natsURL != "" {
+			return &usageError{"--listen is for the embedded server: it cannot be used with --nats-url"}
+		}
+		if _, port, err := net.SplitHostPort(f.listen); err != nil || !validPort(port) {
+			return &usageError{fmt.Sprintf("--listen must be HOST:PORT or :PORT, got %q", f.listen)}
+		}
+	}
+	if f.streamCheckInterval <= 0 {
+		return &usageError{fmt.Sprintf("--stream-check-interval must be > 0, got %v", f.streamCheckInterval)}
 	}
 	if f.metricsAddr != "" {
 		if _, port, err := net.SplitHostPort(f.metricsAddr); err != nil || !validPort(port) {
@@ -267,8 +285,10 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 			RequireApproval:      splitList(f.requireApproval),
 			TraceArgs:            f.traceArgs,
 		},
-		MetricsAddr: f.metricsAddr,
-		Logger:      log,
+		MetricsAddr:         f.metricsAddr,
+		StreamCheckInterval: f.streamCheckInterval,
+		Listen:              f.listen,
+		Logger:              log,
 	}
 }
 

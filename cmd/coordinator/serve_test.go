@@ -184,7 +184,31 @@ func TestServeEmbeddedLogsItsURL(t *testing.T) {
 	if m == nil {
 		t.Fatalf("serve did not log the embedded server's URL:\n%s", logs.String())
 	}
-	code, out, stderr := submit(t, "--nats-url", m[1], "--wait", "demo")
+	// It listens with credentials drawn at start: refused without them,
+	// served with the credentials file's, which are never logged.
+	if code, _, _ := submit(t, "--nats-url", m[1], "--timeout", "2s", "demo"); code == exitOK {
+		t.Fatal("a submission without the credentials was served")
+	}
+	cm := regexp.MustCompile(`"credentials_file":"([^"]+)"`).FindStringSubmatch(logs.String())
+	if cm == nil {
+		t.Fatalf("serve did not log its credentials file:\n%s", logs.String())
+	}
+	env, err := os.ReadFile(cm[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(env)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		creds[k] = v
+	}
+	if creds["NATS_URL"] != m[1] || creds["NATS_USER"] == "" || len(creds["NATS_PASSWORD"]) < 32 {
+		t.Fatalf("credentials file %s:\n%s", cm[1], env)
+	}
+	if strings.Contains(logs.String(), creds["NATS_PASSWORD"]) {
+		t.Fatal("serve logged the generated password")
+	}
+	code, out, stderr := submit(t, "--nats-url", m[1], "--user", creds["NATS_USER"], "--password", creds["NATS_PASSWORD"], "--wait", "demo")
 	if code != exitOK || !strings.Contains(out, "served by embedded-c") || !strings.Contains(out, "1150") {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}

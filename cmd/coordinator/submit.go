@@ -31,6 +31,7 @@ type submitFlags struct {
 	maxRounds, maxCalls, maxObsChars int
 	toolTimeout                      time.Duration
 	requireApproval                  string
+	client                           string
 }
 
 func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
@@ -47,6 +48,7 @@ func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.maxObsChars, "max-observation-chars", 0, "lower the coordinators' observation bound (default: theirs)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, "lower every call's timeout (default: the coordinators' or each tool's own)")
 	fs.StringVar(&f.requireApproval, "require-approval", "", "more tools whose calls need a human's approval: comma list, or *")
+	fs.StringVar(&f.client, "client", "", "submit on this client's own subject (fleet.run.submit.NAME), whose results only it may read; \"-\" for the shared fleet.run.submit (default: the NATS user, else shared)")
 	return fs
 }
 
@@ -133,6 +135,20 @@ Flags:`)
 		return exitUsage
 	}
 
+	client := f.client
+	switch {
+	case client == "-":
+		client = ""
+	case client == "":
+		if user := f.user; user != "" && protocol.ValidToken(user) {
+			client = user
+		} else if user := os.Getenv(natsbus.EnvUser); f.user == "" && user != "" && protocol.ValidToken(user) {
+			client = user
+		}
+	case !protocol.ValidToken(client):
+		fmt.Fprintf(stderr, "coordinator submit: --client must match %s, got %q\n", protocol.TokenPattern, client)
+		return exitUsage
+	}
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	conn := f.conn()
@@ -143,7 +159,12 @@ Flags:`)
 		return exitError
 	}
 	defer nc.Close()
-	resp, err := coordinator.Submit(cctx, nc, subjects, req)
+	data, err := protocol.Encode(&req)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator submit:", err)
+		return exitError
+	}
+	resp, err := coordinator.SubmitRawAs(cctx, nc, subjects, client, data)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError
@@ -176,9 +197,13 @@ Flags:`)
 		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError
 	}
-	res, raw, err := coordinator.WaitResult(wctx, js, subjects, resp.RunID)
+	key := resp.ResultKey
+	if key == "" {
+		key = resp.RunID
+	}
+	res, raw, err := coordinator.WaitResult(wctx, js, subjects, key)
 	if err != nil {
-		fmt.Fprintf(stderr, "coordinator submit: %v (the result will be in bucket %s under key %s)\n", err, resp.ResultBucket, resp.RunID)
+		fmt.Fprintf(stderr, "coordinator submit: %v (the result will be in bucket %s under key %s)\n", err, resp.ResultBucket, key)
 		return exitError
 	}
 	if err := printRunResult(stdout, f.output, res, raw); err != nil {

@@ -220,7 +220,7 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Config{StoreDir: dir})
+	srv, err := embedded.Start(embedded.Config{StoreDir: dir, Listen: true})
 	if err != nil {
 		return err
 	}

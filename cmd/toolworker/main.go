@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		logStderr   = fs.Bool("log-stderr", false, "log exec tools' stderr (it may hold secrets)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
+		checkEvery  = fs.Duration("stream-check-interval", natsbus.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the worker takes no calls while it differs (> 0)")
 		ackWait     = fs.Duration("ack-wait", natsbus.DefaultAckWait, "how long the server waits for a call's ack or heartbeat before redelivering it to another worker; running idempotent calls heartbeat every third of it (fleet-wide: the last worker to start sets it)")
 	)
 	fs.Usage = func() {
@@ -83,6 +84,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		fmt.Fprintf(stderr, "toolworker: --concurrency: must be >= 1, got %d\n", *concurrency)
 		return exitConfig
 	}
+	if *checkEvery <= 0 {
+		fmt.Fprintf(stderr, "toolworker: --stream-check-interval: must be > 0, got %v\n", *checkEvery)
+		return exitConfig
+	}
 	if *ackWait < 10*time.Millisecond {
 		fmt.Fprintf(stderr, "toolworker: --ack-wait: must be >= 10ms, got %v\n", *ackWait)
 		return exitConfig
@@ -100,15 +105,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 			Password:  *password,
 			Getenv:    getenv,
 		},
-		Prefix:      *prefix,
-		ToolsFile:   *tools,
-		Builtins:    builtins,
-		Concurrency: *concurrency,
-		Name:        *name,
-		LogStderr:   *logStderr,
-		MetricsAddr: *metricsAddr,
-		Worker:      natsbus.WorkerConfig{AckWait: *ackWait, Version: version},
-		Logger:      log,
+		Prefix:              *prefix,
+		ToolsFile:           *tools,
+		Builtins:            builtins,
+		Concurrency:         *concurrency,
+		Name:                *name,
+		LogStderr:           *logStderr,
+		MetricsAddr:         *metricsAddr,
+		StreamCheckInterval: *checkEvery,
+		Worker:              natsbus.WorkerConfig{AckWait: *ackWait, Version: version},
+		Logger:              log,
 	}
 	err = toolworker.Run(ctx, cfg)
 	var ce *toolworker.ConfigError

@@ -57,7 +57,7 @@ func (ct *callTrace) child(name string) func(failed string) {
 
 // call records the accepted call's ids.
 func (ct *callTrace) call(c protocol.Call, attempt int) {
-	ct.span.SetAttributes(attribute.String("gen_ai.tool.call.id", clip(c.CallID)), attribute.String("toolfleet.call_key", c.CallKey),
+	ct.span.SetAttributes(attribute.String("gen_ai.tool.call.id", clipCallID(c.CallID)), attribute.String("toolfleet.call_key", c.CallKey),
 		attribute.String("toolfleet.run_id", c.RunID), attribute.Int("toolfleet.attempt", attempt))
 }
 
@@ -72,7 +72,8 @@ func (ct *callTrace) end(outcome string) {
 	ct.span.End()
 }
 
-func clip(s string) string {
+// clipCallID bounds a model-supplied call id on a span.
+func clipCallID(s string) string {
 	if len(s) > protocol.MaxCallIDLen {
 		return s[:protocol.MaxCallIDLen]
 	}

@@ -136,16 +136,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 			subject:    subject,
 			spec:       spec,
 			meter:      newToolMeter(spec.Name, subject, cfg.Observer),
-			config: jetstream.ConsumerConfig{
-				Durable:       durable,
-				Description:   "toolfleet workers serving " + spec.Name,
-				FilterSubject: subject,
-				DeliverPolicy: jetstream.DeliverAllPolicy,
-				AckPolicy:     jetstream.AckExplicitPolicy,
-				AckWait:       cfg.AckWait,
-				MaxDeliver:    cfg.MaxDeliver,
-				MaxAckPending: cfg.ToolMaxAckPending,
-			},
+			config:     toolConsumerConfig(durable, spec.Name, subject, cfg),
 		})
 	}
 	w.toolByName = make(map[string]*toolConsumer, len(w.tools))
@@ -294,6 +285,10 @@ func (w *Worker) ensureConsumer(ctx context.Context, tc *toolConsumer) error {
 func (w *Worker) consume(ctx, execCtx context.Context, tc *toolConsumer) {
 	failures := 0
 	for {
+		// Streams that differ from the expected configuration: take no call.
+		if err := w.cfg.Guard.Wait(ctx); err != nil {
+			return
+		}
 		if err := w.sem.Acquire(ctx, 1); err != nil {
 			return
 		}
@@ -459,3 +454,18 @@ func (w *Worker) end(run protocol.RunID, key protocol.CallKey, seq uint64) {
 }
 
 func runKey(run protocol.RunID, key protocol.CallKey) string { return run + "." + key }
+
+// toolConsumerConfig is the durable consumer every worker serving tool
+// shares, with cfg's defaults applied.
+func toolConsumerConfig(durable, tool, subject string, cfg WorkerConfig) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       durable,
+		Description:   "toolfleet workers serving " + tool,
+		FilterSubject: subject,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.ToolMaxAckPending,
+	}
+}

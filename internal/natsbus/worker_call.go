@@ -117,7 +117,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		Attempt:    attempt,
 	}
 	endPublish := ct.child("result publish")
-	err = w.publishResult(ctx, replyTo, &result, call.Deadline)
+	err = w.publishResult(ctx, replyTo, tc.name, &result, call.Deadline)
 	endPublish(map[bool]string{true: "", false: "publish_failed"}[err == nil])
 	if err != nil {
 		w.resultErrors.Add(1)
@@ -196,7 +196,7 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 	if call.Tool != tc.name {
 		return protocol.Call{}, "", codedError("tool_mismatch")
 	}
-	replyTo, err := w.subjects.Result(call.RunID)
+	replyTo, err := w.subjects.Result(call.RunID, tc.name)
 	if err != nil {
 		return protocol.Call{}, "", err
 	}
@@ -260,14 +260,14 @@ func (w *Worker) publishProgress(call protocol.Call, attempt int) {
 // publishTimeout, then, while the server does not answer, until the call's
 // deadline plus resultGrace or until stopping ends (the worker cancels its
 // calls to stop).
-func (w *Worker) publishResult(stopping context.Context, replyTo string, r *protocol.Result, deadline time.Time) error {
+func (w *Worker) publishResult(stopping context.Context, replyTo, tool string, r *protocol.Result, deadline time.Time) error {
 	data, err := encodeResult(r, w.cfg.MaxMessageBytes)
 	if err != nil {
 		return err
 	}
 	msg := nats.NewMsg(replyTo)
 	msg.Data = data
-	msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(r.CallKey))
+	msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(tool, r.CallKey))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)

@@ -74,6 +74,10 @@ type WorkerConfig struct {
 	// lets coordinators detect workers that disagree on a tool's schema.
 	// Default: false, the worker registers.
 	NoDiscovery bool
+	// Guard, when set, holds the worker back from taking calls while the
+	// fleet's streams differ from their expected configuration. Default:
+	// nil, no check.
+	Guard *StreamGuard
 	// Now tells the time, for deadlines. Default: time.Now.
 	Now func() time.Time
 }

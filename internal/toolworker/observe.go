@@ -30,13 +30,15 @@ type observability struct {
 // startObservability starts the metrics server when cfg.MetricsAddr is set
 // and makes the worker report to it (wc.Observer). It returns nil
 // otherwise; every method of a nil *observability does nothing.
-func startObservability(cfg Config, wc *natsbus.WorkerConfig) (*observability, error) {
+func startObservability(cfg Config, p *prepared) (*observability, error) {
+	wc := &p.worker
 	if cfg.MetricsAddr == "" {
 		return nil, nil
 	}
 	o := &observability{}
 	reg := metrics.NewRegistry()
 	wc.Observer = metrics.NewWorker(reg)
+	p.streamsObserver = metrics.NewStreams(reg)
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()

@@ -32,6 +32,10 @@ type Worker struct {
 
 	published     chan struct{} // closed once every spec is in the catalog
 	publishedOnce sync.Once
+	// guard checks the streams; ownGuard when this worker created it
+	// (an in-process worker may share its coordinator's).
+	guard    *natsbus.StreamGuard
+	ownGuard bool
 }
 
 // New validates cfg, builds the harness and the worker. It does no I/O
@@ -56,6 +60,8 @@ type prepared struct {
 	// harness is then built by Run, once the servers list their tools.
 	tools   []harness.Tool
 	servers []mcptool.ServerConfig
+	// streamsObserver receives the stream checks, for metrics.
+	streamsObserver natsbus.StreamGuardObserver
 }
 
 func prepare(cfg Config) (*prepared, error) {
@@ -120,15 +126,26 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolworker: %w", err)
 	}
-	if len(p.servers) > 0 {
-		return &Worker{cfg: p.cfg, nc: nc, js: js, subjects: p.subjects, harness: p.harness,
-			mcp: &mcpState{tools: p.tools, servers: p.servers, worker: p.worker}, published: make(chan struct{})}, nil
+	wc, own := p.worker, false
+	if wc.Guard == nil {
+		wc.Guard = natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{
+			Streams:  natsbus.StreamsOf(natsbus.FleetStreams(p.subjects, p.cfg.Streams), natsbus.RoleWorker),
+			Interval: p.cfg.StreamCheckInterval,
+			Logger:   p.cfg.Logger,
+			Observer: p.streamsObserver,
+		})
+		own = true
 	}
-	w, err := natsbus.NewWorker(nc, js, p.subjects, p.harness, p.worker)
-	if err != nil {
+	w := &Worker{cfg: p.cfg, nc: nc, js: js, subjects: p.subjects, harness: p.harness,
+		guard: wc.Guard, ownGuard: own, published: make(chan struct{})}
+	if len(p.servers) > 0 {
+		w.mcp = &mcpState{tools: p.tools, servers: p.servers, worker: wc}
+		return w, nil
+	}
+	if w.worker, err = natsbus.NewWorker(nc, js, p.subjects, p.harness, wc); err != nil {
 		return nil, asConfigError(err)
 	}
-	return &Worker{cfg: p.cfg, nc: nc, js: js, subjects: p.subjects, harness: p.harness, worker: w, published: make(chan struct{})}, nil
+	return w, nil
 }
 
 // Published is closed once Run has written every tool's spec into the
@@ -159,12 +176,21 @@ func (w *Worker) Stats() natsbus.WorkerStats {
 	return w.worker.Stats()
 }
 
-// Run ensures the fleet's streams, publishes the tools' specs to the
-// catalog and serves calls until ctx ends, then shuts down gracefully (see
-// natsbus.Worker.Run).
+// Run checks the fleet's streams (creating a missing one when the server
+// lets it, changing none), publishes the tools' specs to the catalog and
+// serves calls until ctx ends, then shuts down gracefully (see
+// natsbus.Worker.Run). It refuses to start when a stream differs from its
+// expected configuration (a *natsbus.DriftError), and takes no calls while
+// a later check finds one that does.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := natsbus.EnsureWorkerStreams(ctx, w.js, w.subjects, w.cfg.Streams); err != nil {
-		return fmt.Errorf("toolworker: %w", err)
+	if w.ownGuard {
+		natsbus.CreateMissingStreams(ctx, w.js, natsbus.StreamsOf(natsbus.FleetStreams(w.subjects, w.cfg.Streams), natsbus.RoleWorker), w.cfg.Logger)
+		if err := w.guard.Check(ctx); err != nil {
+			return fmt.Errorf("toolworker: %w", err)
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go w.guard.Run(gctx)
 	}
 	if w.mcp != nil {
 		return w.runMCP(ctx)
@@ -184,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	obs, err := startObservability(cfg, &p.worker)
+	obs, err := startObservability(cfg, p)
 	if err != nil {
 		return err
 	}
