@@ -46,6 +46,10 @@ func obsApprovalUnavailable(name string) string {
 	return "Tool '" + clipName(name) + "' blocked by approval: approval unavailable (no decision was made)"
 }
 
+func obsWorkerRefused(name string) string {
+	return "Tool '" + clipName(name) + "' blocked by approval: the worker found no valid approval and did not run it"
+}
+
 func obsDispatchFailed(name string) string {
 	return "Tool '" + clipName(name) + "' failed: dispatch error (the call was not sent and did not run)"
 }

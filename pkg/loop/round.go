@@ -29,7 +29,8 @@ type slot struct {
 	args     []byte // canonical arguments, once valid
 	key      protocol.CallKey
 	start    time.Time
-	approval bool // needs the gate
+	approval bool                    // needs the gate
+	proof    *protocol.ApprovalProof // the gate's proof of an approval
 
 	timeout  time.Duration
 	deadline time.Time
@@ -385,6 +386,7 @@ func (ru *run) applyDecision(ctx context.Context, s *slot, a approval, timeout t
 		ru.answer(s, protocol.OutcomeDenied, obsApprovalUnavailable(s.name))
 	case a.d.Approved:
 		s.gateResult = "approved"
+		s.proof = a.d.Proof
 	default:
 		s.gateResult = "denied"
 		reason, _ := protocol.Truncate(a.d.Reason, protocol.MaxReasonLen)
