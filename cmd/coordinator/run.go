@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/openai"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
@@ -45,7 +46,7 @@ func (f *connFlags) register(fs *flag.FlagSet, embedded bool) {
 }
 
 func (f *connFlags) conn() natsbus.ConnConfig {
-	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password}
+	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password, Getenv: procsec.Getenv}
 }
 
 // fleetFlags are the flags "coordinator run" and "coordinator serve" share:
@@ -189,7 +190,7 @@ func (f *fleetFlags) newModel(log zerolog.Logger) (loop.Model, error) {
 		if arg == "" {
 			return nil, &usageError{"--model openai:MODEL_NAME needs a model name"}
 		}
-		m, err := openai.New(openai.Config{Model: arg, BaseURL: f.modelBaseURL, Logger: log})
+		m, err := openai.New(openai.Config{Model: arg, BaseURL: f.modelBaseURL, APIKey: procsec.Getenv(openai.EnvAPIKey), Logger: log})
 		if err != nil {
 			return nil, &usageError{fmt.Sprintf("--model: %v", err)}
 		}
@@ -243,6 +244,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "coordinator run:", err)
 		return exitUsage
 	}
+	warnCommandLine(log, args)
 	model, err := f.newModel(log)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator run:", err)
