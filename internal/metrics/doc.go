@@ -13,6 +13,7 @@
 //	toolfleet_worker_call_duration_seconds{tool}           how long tools ran
 //	toolfleet_worker_calls_in_flight{tool}                 calls running now
 //	toolfleet_worker_redeliveries_total{tool}              deliveries after the first
+//	toolfleet_worker_exec_escapes_total                    exec tool processes that left their group, killed
 //	toolfleet_worker_calls_terminated_total{tool,reason}   malformed, expired or unapproved, not run
 //	toolfleet_worker_result_failures_total{tool}           results that could not be published
 //

@@ -88,3 +88,13 @@ func (w *Worker) CallFinished(tool string, outcome protocol.Outcome, d time.Dura
 func (w *Worker) ResultFailed(tool string) {
 	w.resultFailures.WithLabelValues(w.tools.label(tool)).Inc()
 }
+
+// RegisterExecEscapes registers toolfleet_worker_exec_escapes_total, read
+// at each scrape from escaped: processes exec tools started outside their
+// process group (setsid, a double fork) that were found and killed.
+func RegisterExecEscapes(reg prometheus.Registerer, escaped func() int64) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "worker", Name: "exec_escapes_total",
+		Help: "Processes exec tools started outside their process group (setsid, a double fork), found and killed.",
+	}, func() float64 { return float64(escaped()) }))
+}

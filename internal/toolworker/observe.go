@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -22,6 +23,7 @@ var errConnecting = errors.New("connecting to NATS")
 // so probes answer "connecting" rather than nothing while NATS is
 // unreachable, and answers from the worker's probe once attached.
 type observability struct {
+	reg   *prometheus.Registry
 	srv   *metrics.Server
 	nc    atomic.Pointer[nats.Conn]
 	probe atomic.Pointer[natsbus.Probe]
@@ -34,8 +36,8 @@ func startObservability(cfg Config, wc *natsbus.WorkerConfig) (*observability, e
 	if cfg.MetricsAddr == "" {
 		return nil, nil
 	}
-	o := &observability{}
 	reg := metrics.NewRegistry()
+	o := &observability{reg: reg}
 	wc.Observer = metrics.NewWorker(reg)
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
@@ -72,6 +74,7 @@ func (o *observability) attach(nc *nats.Conn, w *Worker) {
 	}
 	o.nc.Store(nc)
 	o.probe.Store(natsbus.NewProbe(nc, w.js, w.worker.ProbeConfig()))
+	metrics.RegisterExecEscapes(o.reg, w.harness.Escaped)
 }
 
 // close stops the metrics server.
