@@ -51,7 +51,11 @@ type slot struct {
 // round runs DESIGN §4 for one assistant message: it stores the message
 // (with any replaced ids) and appends one tool message per call, in request
 // order, whatever happens.
-func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry) {
+//
+// dropped counts the calls of the model's response past
+// MaxToolCallsKept, which msg no longer holds: the last rejected call's
+// observation says so, once.
+func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry, dropped int) {
 	calls := msg.ToolCalls
 	n, limit := len(calls), ru.cfg.MaxToolCallsPerRound
 	within := min(n, limit)
@@ -114,8 +118,10 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 	}
 	if n > within {
 		ru.log.Warn().Str(logKeyEvent, evCallsRejected).Int(logKeyRound, round).
-			Int(logKeyRequested, n).Int(logKeyLimit, limit).Int(logKeyCount, n-within).Send()
+			Int(logKeyRequested, n+dropped).Int(logKeyLimit, limit).Int(logKeyCount, n-within).
+			Int(logKeyDropped, dropped).Send()
 	}
+	ru.res.Metadata.DroppedToolCalls += dropped
 
 	// Step 4: approvals, concurrently. Step 5 and 6: dispatch and gather.
 	ru.approve(ctx, round, slots)
@@ -135,8 +141,11 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		ru.observe(s, tools)
 	}
 	if n > within {
-		text, cut := bound(obsCapRejected(n, limit), ru.cfg.MaxObservationChars)
+		text, cut := bound(obsCapRejected(n+dropped, limit), ru.cfg.MaxObservationChars)
 		for i := within; i < n; i++ {
+			if i == n-1 && dropped > 0 {
+				text, cut = bound(obsCapRejected(n+dropped, limit)+obsDropped(dropped), ru.cfg.MaxObservationChars)
+			}
 			if cut {
 				ru.res.Metadata.TruncatedObservations++
 			}
