@@ -135,6 +135,27 @@ func TestCommandApproveAndDeny(t *testing.T) {
 	}
 }
 
+// A decision no coordinator acts on (its coordinator is gone, the request
+// still within its deadline) is published, but the command fails: the
+// operator must not believe the call was decided.
+func TestCommandFailsWhenNoCoordinatorActs(t *testing.T) {
+	f := newFixture(t, GateConfig{})
+	orphan := newRequest(t, "run1", "deploy", `{}`, time.Hour)
+	orphan.Digest = digestOf(t, orphan)
+	orphan.DecisionSubject = "fleet.approval.decision.run1." + orphan.CallKey
+	data, _ := protocol.Encode(&orphan)
+	if _, err := f.js.Publish(t.Context(), "fleet.approval.request.run1."+orphan.CallKey, data); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCommand(t, f, "approve", "run1", orphan.CallKey, "--wait", "300ms")
+	if code == 0 || !strings.Contains(errs, "no coordinator recorded an outcome") {
+		t.Fatalf("exit=%d stdout=%q stderr=%q, want a failure saying no coordinator acted", code, out, errs)
+	}
+	if !strings.Contains(out, "decision published") {
+		t.Errorf("stdout should still say the decision was published:\n%s", out)
+	}
+}
+
 func TestCommandRefuses(t *testing.T) {
 	f := newFixture(t, GateConfig{})
 	ctx := t.Context()

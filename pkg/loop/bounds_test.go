@@ -168,3 +168,21 @@ func TestRunWallClockBudget(t *testing.T) {
 		t.Fatalf("open call answered %q, want cancelled", res.Calls[0].Outcome)
 	}
 }
+
+// --require-approval naming a tool the catalog does not list (a typo) is
+// warned about the first time, not silently accepted; once per runner.
+func TestRequireApprovalOfAMissingToolWarnsOnce(t *testing.T) {
+	m := looptest.NewModel(looptest.Answer("one"), looptest.Answer("two"))
+	cfg := fastConfig()
+	cfg.RequireApproval = []string{"deplyo", "echo"}
+	e := newEnv(t, cfg, m, nil, nil)
+	for range 2 {
+		if _, err := e.run(t, "go"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := e.logs.lines(t, "require_approval_tool_missing")
+	if len(lines) != 1 || lines[0]["tool"] != "deplyo" {
+		t.Fatalf("warnings %v, want one naming deplyo", lines)
+	}
+}

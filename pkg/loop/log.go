@@ -47,15 +47,18 @@ const (
 	evToolCallEnd        = "tool_call_end"
 	evCallsRejected      = "tool_calls_rejected"
 	evTranscriptTooLarge = "transcript_too_large"
-	evCallIDReplaced     = "call_id_replaced"
-	evEventDropped       = "event_dropped"
-	evDropsSuppress      = "events_dropped_unlogged"
-	evToolSkipped        = "tool_skipped"
-	evCancelFailed       = "cancel_failed"
-	evDispatchFailed     = "dispatch_failed"
-	evInboxClose         = "inbox_close_failed"
-	evProgress           = "call_started"
-	evRunEnd             = "run_end"
+	// evApprovalToolMissing: a RequireApproval name the catalog does not
+	// list (a typo, or no worker serves it yet), warned once.
+	evApprovalToolMissing = "require_approval_tool_missing"
+	evCallIDReplaced      = "call_id_replaced"
+	evEventDropped        = "event_dropped"
+	evDropsSuppress       = "events_dropped_unlogged"
+	evToolSkipped         = "tool_skipped"
+	evCancelFailed        = "cancel_failed"
+	evDispatchFailed      = "dispatch_failed"
+	evInboxClose          = "inbox_close_failed"
+	evProgress            = "call_started"
+	evRunEnd              = "run_end"
 )
 
 // Reasons for dropping an inbox event (logKeyDropReason).

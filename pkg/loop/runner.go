@@ -37,6 +37,9 @@ type Runner struct {
 	approveAll bool
 	approve    map[string]bool
 	schemas    schemaCache
+	// missing holds the RequireApproval names already reported missing
+	// from the catalog, so each is warned about once.
+	missing sync.Map
 }
 
 // New returns a Runner after validating cfg (the error is a [*ConfigError]).
@@ -315,6 +318,13 @@ func (ru *run) tools(ctx context.Context) (map[string]*toolEntry, []ToolDef, err
 		}
 		m[s.Name] = &toolEntry{spec: s, schema: sc}
 		defs = append(defs, ToolDef{Name: s.Name, Description: s.Description, Parameters: bytes.Clone(s.Parameters)})
+	}
+	for name := range ru.r.approve {
+		if m[name] == nil {
+			if _, seen := ru.r.missing.LoadOrStore(name, true); !seen {
+				ru.log.Warn().Str(logKeyEvent, evApprovalToolMissing).Str(logKeyTool, name).Send()
+			}
+		}
 	}
 	return m, defs, nil
 }
