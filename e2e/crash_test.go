@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,22 +11,9 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// pickWorker returns the worker whose pid is ppid, or the parent of ppid
-// (an exec tool's parent is its supervisor, whose parent is the worker),
-// and the other one.
+// pickWorker returns the worker whose pid is ppid, and the other one.
 func pickWorker(t *testing.T, ppid int, a, b *proc) (ran, other *proc) {
 	t.Helper()
-	if ppid != a.pid() && ppid != b.pid() {
-		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ppid)); err == nil {
-			if i := strings.LastIndexByte(string(data), ')'); i >= 0 {
-				if f := strings.Fields(string(data[i+1:])); len(f) > 1 {
-					if gp, err := strconv.Atoi(f[1]); err == nil {
-						ppid = gp
-					}
-				}
-			}
-		}
-	}
 	switch ppid {
 	case a.pid():
 		return a, b
