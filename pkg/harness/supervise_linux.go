@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,6 +62,10 @@ type superviseSpec struct {
 	Argv   []string `json:"argv"`
 	User   *runAs   `json:"user,omitempty"`
 	Limits Limits   `json:"limits"`
+	// DropEnv names a variable of the supervisor's environment that is not
+	// the tool's (GORACE, which keeps a race-enabled build of the worker
+	// from sleeping a second on exit).
+	DropEnv string `json:"drop_env,omitempty"`
 }
 
 // supervision is the worker's end of one supervised run.
@@ -71,7 +76,12 @@ type supervision struct {
 // supervised rewrites cmd, built to run c directly, to run c under a
 // supervisor.
 func (c *command) supervised(cmd *exec.Cmd) (*supervision, error) {
-	spec, err := json.Marshal(superviseSpec{Path: c.path, Argv: c.argv, User: c.user, Limits: c.limits})
+	ss := superviseSpec{Path: c.path, Argv: c.argv, User: c.user, Limits: c.limits}
+	if !slices.ContainsFunc(c.env, func(kv string) bool { return strings.HasPrefix(kv, "GORACE=") }) {
+		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
+		ss.DropEnv = "GORACE"
+	}
+	spec, err := json.Marshal(ss)
 	if err != nil {
 		return nil, err
 	}
@@ -152,8 +162,12 @@ func supervise(specJSON string) int {
 	if spec.User != nil || !spec.Limits.zero() {
 		path, argv = "/proc/self/exe", []string{launcherArg0, specJSON}
 	}
+	env := os.Environ()
+	if spec.DropEnv != "" {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, spec.DropEnv+"=") })
+	}
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{
-		Env:   os.Environ(),
+		Env:   env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})

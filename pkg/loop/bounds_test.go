@@ -54,10 +54,10 @@ func TestCallsPastTheKeptCeilingAreDropped(t *testing.T) {
 type hostileModel struct {
 	calls   int
 	measure bool // measure the live heap at each call (a GC each time)
-	mu    sync.Mutex
-	n     int
-	peak  uint64 // the largest live heap seen at a model call, after a GC
-	bad   error
+	mu      sync.Mutex
+	n       int
+	peak    uint64 // the largest live heap seen at a model call, after a GC
+	bad     error
 }
 
 func (h *hostileModel) Complete(ctx context.Context, req loop.Request) (*loop.Response, error) {
