@@ -22,11 +22,13 @@ const MaxCatalogTools = 1024
 // Bounds of one catalog entry, which every model request carries: a larger
 // description or schema is skipped with a warning and counted
 // ([CatalogObserver]), so that no writer of the catalog can fill the
-// model's context. 1024 entries at the bounds are at most 37 MiB; the
-// fleets we know serve tens of tools of a few KiB.
+// model's context; all entries together are bounded by MaxCatalogBytes
+// (entries past it are skipped as AnomalyFull). The fleets we know serve
+// tens of tools of a few KiB.
 const (
 	MaxCatalogDescriptionBytes = 4 << 10
 	MaxCatalogSchemaBytes      = 32 << 10
+	MaxCatalogBytes            = 2 << 20
 )
 
 // Kinds of catalog anomalies, as [CatalogObserver.CatalogAnomaly] reports
@@ -38,7 +40,8 @@ const (
 	// AnomalyOversized: an entry over a description or schema bound;
 	// skipped.
 	AnomalyOversized = "oversized"
-	// AnomalyFull: an entry past MaxCatalogTools; skipped.
+	// AnomalyFull: an entry past MaxCatalogTools or MaxCatalogBytes;
+	// skipped.
 	AnomalyFull = "full"
 )
 
@@ -117,6 +120,7 @@ type Catalog struct {
 
 	mu    sync.RWMutex
 	specs map[string]protocol.ToolSpec
+	bytes int // descriptions and schemas of specs, together
 	// gated holds every tool any entry ever declared requires_approval,
 	// for the catalog's life: a later entry never lowers it.
 	gated map[string]bool
@@ -191,7 +195,7 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 	key := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		c.mu.Lock()
-		delete(c.specs, key)
+		c.remove(key)
 		c.mu.Unlock()
 		return
 	}
@@ -202,7 +206,7 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 	if err != nil {
 		bad.Warn().Str(logKey, clipKey(key)).Str(logCode, errorCode(err)).Msg("skipped a malformed catalog entry")
 		c.mu.Lock()
-		delete(c.specs, key)
+		c.remove(key)
 		c.mu.Unlock()
 		return
 	}
@@ -212,17 +216,24 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 			Msg("catalog entry over its size bounds: tool skipped")
 		c.anomaly(AnomalyOversized)
 		c.mu.Lock()
-		delete(c.specs, key)
+		c.remove(key)
 		c.mu.Unlock()
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.specs[key]; !ok && len(c.specs) >= MaxCatalogTools {
+	old, had := c.specs[key]
+	if !had && len(c.specs) >= MaxCatalogTools {
 		bad.Warn().Str(logTool, key).Int("limit", MaxCatalogTools).Msg("catalog full: tool skipped")
 		c.anomaly(AnomalyFull)
 		return
 	}
+	if c.bytes-specBytes(old)+specBytes(spec) > MaxCatalogBytes {
+		bad.Warn().Str(logTool, key).Int("limit_bytes", MaxCatalogBytes).Msg("catalog full (bytes): tool skipped")
+		c.anomaly(AnomalyFull)
+		return
+	}
+	c.bytes += specBytes(spec) - specBytes(old)
 	switch {
 	case spec.RequiresApproval:
 		c.gated[key] = true
@@ -233,6 +244,17 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 		spec.RequiresApproval = true
 	}
 	c.specs[key] = spec
+}
+
+// specBytes is what a spec adds to every model request.
+func specBytes(s protocol.ToolSpec) int { return len(s.Description) + len(s.Parameters) }
+
+// remove forgets key; c.mu must be held.
+func (c *Catalog) remove(key string) {
+	if old, ok := c.specs[key]; ok {
+		c.bytes -= specBytes(old)
+		delete(c.specs, key)
+	}
 }
 
 func (c *Catalog) anomaly(kind string) {

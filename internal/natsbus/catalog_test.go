@@ -279,3 +279,47 @@ func TestOversizedCatalogEntriesAreSkipped(t *testing.T) {
 		t.Errorf("no warning: %s", log.String())
 	}
 }
+
+// An attack: a writer of the catalog floods it with 60 tools at the entry
+// bounds (the model would read every one in every request). The catalog
+// holds at most MaxCatalogBytes of them; the rest are skipped and counted.
+func TestCatalogFloodIsBounded(t *testing.T) {
+	f := newFleet(t)
+	obs := &anomalies{}
+	cat, err := natsbus.NewCatalogWith(ctx(t), f.js, f.subjects, natsbus.CatalogConfig{Logger: zerolog.Nop(), Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	kv, err := f.js.KeyValue(ctx(t), f.subjects.CatalogBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := json.RawMessage(`{"type":"object","description":"` + strings.Repeat("j", natsbus.MaxCatalogSchemaBytes-64) + `"}`)
+	digest, _ := protocol.SchemaDigest(params)
+	for i := range 60 {
+		name := fmt.Sprintf("junk%d", i)
+		data, _ := protocol.Encode(&protocol.ToolSpec{V: 1, Name: name, Description: strings.Repeat("d", natsbus.MaxCatalogDescriptionBytes),
+			Parameters: params, SchemaDigest: digest})
+		if _, err := kv.Put(ctx(t), name, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		specs, _ := cat.Tools(ctx(t))
+		total := 0
+		for _, s := range specs {
+			total += len(s.Description) + len(s.Parameters)
+		}
+		if total > natsbus.MaxCatalogBytes {
+			t.Fatalf("the catalog holds %d bytes of tools, over %d", total, natsbus.MaxCatalogBytes)
+		}
+		if n := len(specs) + obs.count(natsbus.AnomalyFull); n != 60 {
+			return fmt.Errorf("%d tools held + %d skipped, want 60 in all", len(specs), obs.count(natsbus.AnomalyFull))
+		}
+		if obs.count(natsbus.AnomalyFull) == 0 {
+			return fmt.Errorf("nothing skipped")
+		}
+		return nil
+	})
+}
