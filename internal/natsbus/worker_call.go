@@ -172,10 +172,16 @@ func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, m jetst
 	tc.meter.onTerminated(TerminatedUnapproved)
 	code := "stream_error"
 	var perr *approvalproof.Error
+	ev := log.Warn()
 	if errors.As(why, &perr) {
 		code = perr.Code
+	} else {
+		// The approvals stream could not be read (a missing permission
+		// for its STREAM.INFO and STREAM.MSG.GET, the server away): the
+		// error names the API, never a payload.
+		ev = ev.Err(why)
 	}
-	log.Warn().Str(logCode, code).Msg("refused a call that needs approval: no valid approval in the approvals stream; not run")
+	ev.Str(logCode, code).Msg("refused a call that needs approval: no valid approval in the approvals stream; not run")
 	result := protocol.Result{
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeDenied,
 		ErrorType: "approval:" + code, Worker: w.cfg.Name, Attempt: attempt,
