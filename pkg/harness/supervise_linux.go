@@ -120,8 +120,18 @@ type supStatus struct {
 // may be left of the tool's group if the supervisor could not.
 func (s *supervision) finish() supStatus {
 	defer s.r.Close()
+	st := parseStatus(s.r)
+	if st.toolPID > 0 {
+		_ = killGroup(st.toolPID)
+	}
+	return st
+}
+
+// parseStatus reads a supervisor's report, up to maxStatusBytes; unknown
+// or malformed lines are ignored.
+func parseStatus(r io.Reader) supStatus {
 	var st supStatus
-	sc := bufio.NewScanner(io.LimitReader(s.r, maxStatusBytes))
+	sc := bufio.NewScanner(io.LimitReader(r, maxStatusBytes))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		switch {
@@ -137,8 +147,8 @@ func (s *supervision) finish() supStatus {
 			st.startErr = true
 		}
 	}
-	if st.toolPID > 0 {
-		_ = killGroup(st.toolPID)
+	if st.toolPID <= 1 {
+		st.toolPID = 0 // never kill(0) or kill(-1): only a real child's group
 	}
 	return st
 }
