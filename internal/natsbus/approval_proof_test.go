@@ -3,11 +3,15 @@ package natsbus_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -46,6 +50,26 @@ func (f *fleet) storeApproval(t *testing.T, call protocol.Call, reqDeadline time
 		decSeqs = append(decSeqs, a.Sequence)
 	}
 	return ack.Sequence, decSeqs
+}
+
+// republish stores call on its tool's subject as the dispatcher does, but
+// with a fresh message id, as a copy published past the dedup window would
+// be.
+func (f *fleet) republish(t *testing.T, call protocol.Call) {
+	t.Helper()
+	subject, _ := f.subjects.Call(call.Tool)
+	replyTo, _ := f.subjects.Result(call.RunID)
+	data, err := protocol.Encode(&call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	msg.Header.Set(protocol.HeaderMsgID, "replay-"+protocol.NewID())
+	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
+	if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // An attack: whoever may publish calls (a coordinator's credentials, a
@@ -116,11 +140,38 @@ func TestWorkerRunsApprovedCallsOnly(t *testing.T) {
 			return c
 		}, ""},
 	}
+	// The approved call republished (a new message, past any dedup): this
+	// worker ran it already.
+	var approved protocol.Call
+	tests = append(tests, tc{"the approved call again", func() protocol.Call {
+		c := approved
+		c.Attempt = 2
+		return c
+	}, "approval:replayed"})
 	refused := int64(0)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := runs.Load()
 			call := tt.call()
+			if tt.name == "approved" {
+				approved = call
+			}
+			if tt.wantCode == "approval:replayed" {
+				// Republished as if past the dedup window: another message id.
+				f.republish(t, call)
+				// Its answer is not stored: the call key has its result.
+				refused++
+				natstest.WaitFor(t, 10*time.Second, func() error {
+					if got := w.Stats().Unapproved; got != refused {
+						return fmt.Errorf("Stats().Unapproved=%d, want %d", got, refused)
+					}
+					return nil
+				})
+				if runs.Load() != before || !f.log.Contains(`"code":"replayed"`) {
+					t.Fatalf("the replayed approved call ran again, or was not refused as replayed")
+				}
+				return
+			}
 			if err := d.Publish(ctx(t), call); err != nil {
 				t.Fatalf("Publish: %v", err)
 			}

@@ -61,7 +61,11 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	// manifest or the call marks. Whoever published the call, a missing
 	// or forged approval never runs.
 	if tc.spec.RequiresApproval || call.RequiresApproval {
-		if err := w.verifyApproval(ctx, call); err != nil {
+		err := w.verifyApproval(ctx, call)
+		if err == nil && !w.firstRunOfApproved(call) {
+			err = errReplayed
+		}
+		if err != nil {
 			w.refuseUnapproved(ctx, tc, m, call, replyTo, attempt, err, log)
 			return
 		}
@@ -127,6 +131,9 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
 		if tc.idempotent {
+			if tc.spec.RequiresApproval || call.RequiresApproval {
+				w.forgetApproved(call) // its redelivery may run here again
+			}
 			m.NakWithDelay(time.Second) // run again elsewhere, if the deadline allows
 		}
 		return
@@ -162,6 +169,44 @@ func (w *Worker) verifyApproval(ctx context.Context, call protocol.Call) error {
 		w.approvalsMu.Unlock()
 	}
 	return approvalproof.Verify(ctx, st, w.subjects, call, w.cfg.ApprovalMaxAge)
+}
+
+// maxRememberedApprovals bounds the approved calls a worker remembers
+// having run.
+const maxRememberedApprovals = 4096
+
+// errReplayed refuses an approved call this worker has already run: a
+// republished copy (an approval is good for one run).
+var errReplayed = &approvalproof.Error{Code: "replayed"}
+
+// firstRunOfApproved records an approved call about to run and reports
+// whether this worker had not run it before.
+func (w *Worker) firstRunOfApproved(call protocol.Call) bool {
+	ref := runKey(call.RunID, call.CallKey)
+	w.approvalsMu.Lock()
+	defer w.approvalsMu.Unlock()
+	if w.ranApproved == nil {
+		w.ranApproved = make(map[string]struct{})
+	}
+	if _, ran := w.ranApproved[ref]; ran {
+		return false
+	}
+	if len(w.ranApprovedRing) >= maxRememberedApprovals {
+		delete(w.ranApproved, w.ranApprovedRing[0])
+		w.ranApprovedRing = w.ranApprovedRing[1:]
+	}
+	w.ranApproved[ref] = struct{}{}
+	w.ranApprovedRing = append(w.ranApprovedRing, ref)
+	return true
+}
+
+// forgetApproved undoes firstRunOfApproved for a call that is handed back
+// to be run again.
+func (w *Worker) forgetApproved(call protocol.Call) {
+	ref := runKey(call.RunID, call.CallKey)
+	w.approvalsMu.Lock()
+	defer w.approvalsMu.Unlock()
+	delete(w.ranApproved, ref) // its ring slot ages out harmlessly
 }
 
 // refuseUnapproved answers a call that needs approval and has no valid
