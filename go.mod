@@ -22,6 +22,7 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sync v0.25.0
 	google.golang.org/protobuf v1.36.12
+	golang.org/x/sys v0.49.0
 )
 
 require (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -143,17 +142,6 @@ func streamContents(t *testing.T, js jetstream.JetStream, stream string) string 
 		fmt.Fprintf(&b, "%s %v %s\n", m.Subject, m.Header, m.Data)
 	}
 	return b.String()
-}
-
-// freeAddr returns a loopback address with a port free at the time.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // httpGet returns the body of url, and an error unless it answered 200.

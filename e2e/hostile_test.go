@@ -271,7 +271,7 @@ func (h *hostile) results(run protocol.RunID, openKey protocol.CallKey) {
 		result(func(r *protocol.Result) { r.V = 2 }),
 		result(func(*protocol.Result) {}),
 		result(func(r *protocol.Result) { r.RunID = "someoneelse" }),
-		result(func(r *protocol.Result) { r.CallKey, r.Outcome = openKey, protocol.OutcomeDenied }),
+		result(func(r *protocol.Result) { r.CallKey, r.Outcome = openKey, protocol.OutcomeApprovalExpired }),
 		result(func(r *protocol.Result) { r.CallKey, r.Outcome = openKey, "approved" }),
 	)
 	for _, p := range payloads {

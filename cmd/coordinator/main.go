@@ -18,7 +18,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/rs/zerolog"
 	"github.com/toolfleet/toolfleet/internal/tracing"
+
+	"github.com/toolfleet/toolfleet/internal/procsec"
 )
 
 // Exit statuses of DESIGN.md §6.
@@ -30,7 +33,26 @@ const (
 )
 
 func main() {
-	os.Exit(tracing.Main("toolfleet-coordinator", os.Stderr, func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }))
+	// Credentials stay out of reach of the tools of in-process workers:
+	// secrets leave the environment (procsec.Getenv still reads them) and
+	// the process is not dumpable, so /proc/<pid>/environ, mem and fd are
+	// closed to processes of the same uid.
+	procsec.Take()
+	hardenErr := procsec.Harden()
+	code := tracing.Main("toolfleet-coordinator", os.Stderr, func() int { return run(os.Args[1:], os.Stdout, os.Stderr) })
+	if hardenErr != nil {
+		fmt.Fprintln(os.Stderr, "coordinator: could not make the process non-dumpable:", hardenErr)
+	}
+	os.Exit(code)
+}
+
+// warnCommandLine warns about credentials given on the command line, which
+// every local user reads in /proc/<pid>/cmdline.
+func warnCommandLine(log zerolog.Logger, args []string) {
+	if found := procsec.CommandLineSecrets(args); len(found) > 0 {
+		log.Warn().Strs("flags", found).
+			Msg("a password on the command line is readable by every local user (/proc/<pid>/cmdline): use env NATS_PASSWORD or a credentials file (--creds)")
+	}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

@@ -8,13 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/mcpserve"
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
@@ -88,7 +88,7 @@ Flags:`)
 		return exitUsage
 	}
 	var tokens []string
-	for _, t := range strings.Split(os.Getenv(envMCPTokens), ",") {
+	for _, t := range strings.Split(procsec.Getenv(envMCPTokens), ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			tokens = append(tokens, t)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/anthropic"
 	"github.com/toolfleet/toolfleet/pkg/model/openai"
@@ -47,11 +48,11 @@ func (f *modelFlags) newModel(log zerolog.Logger) (loop.Model, error) {
 		}
 		switch kind {
 		case "openai":
-			m, err = openai.New(openai.Config{Model: arg, BaseURL: f.modelBaseURL, Logger: log})
+			m, err = openai.New(openai.Config{Model: arg, BaseURL: f.modelBaseURL, APIKey: procsec.Getenv(openai.EnvAPIKey), Logger: log})
 		case "openai-responses":
-			m, err = responses.New(responses.Config{Model: arg, BaseURL: f.modelBaseURL, PreviousResponseID: f.previousResponseID, Logger: log})
+			m, err = responses.New(responses.Config{Model: arg, BaseURL: f.modelBaseURL, APIKey: procsec.Getenv(responses.EnvAPIKey), PreviousResponseID: f.previousResponseID, Logger: log})
 		default:
-			m, err = anthropic.New(anthropic.Config{Model: arg, BaseURL: f.modelBaseURL, Logger: log})
+			m, err = anthropic.New(anthropic.Config{Model: arg, BaseURL: f.modelBaseURL, APIKey: procsec.Getenv(anthropic.EnvAPIKey), Logger: log})
 		}
 	default:
 		return nil, &usageError{fmt.Sprintf("--model must be scripted:FILE, openai:MODEL, openai-responses:MODEL or anthropic:MODEL, got %q", f.model)}

@@ -18,7 +18,10 @@ import (
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
+	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // demoPrompt is the prompt of the bundled demo script.
@@ -43,7 +46,7 @@ func (f *connFlags) register(fs *flag.FlagSet, embedded bool) {
 }
 
 func (f *connFlags) conn() natsbus.ConnConfig {
-	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password}
+	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password, Getenv: procsec.Getenv}
 }
 
 // fleetFlags are the flags "coordinator run" and "coordinator serve" share:
@@ -55,6 +58,8 @@ type fleetFlags struct {
 	tools, builtins string
 	modelFlags
 	maxRounds, maxCalls, maxObsChars int
+	maxKept, maxTranscriptBytes      int
+	maxRunDuration                   time.Duration
 	toolTimeout, approvalTimeout     time.Duration
 	requireApproval                  string
 	traceArgs                        bool
@@ -81,6 +86,9 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.IntVar(&f.maxRounds, "max-rounds", 8, limit("model rounds before giving up (>= 1)"))
 	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 32, limit("tool calls executed per round; the rest are rejected (>= 1)"))
 	fs.IntVar(&f.maxObsChars, "max-observation-chars", 12000, limit("bound on each observation, in characters (>= 1)"))
+	fs.IntVar(&f.maxKept, "max-tool-calls-kept", 0, "hard ceiling on the calls of one model response kept in the transcript; the rest are dropped (> --max-tool-calls-per-round; default max(128, per-round+1))")
+	fs.IntVar(&f.maxTranscriptBytes, "max-transcript-bytes", loop.DefaultMaxTranscriptBytes, "bound on a run's transcript, in bytes; a run past it ends with an error (>= 1)")
+	fs.DurationVar(&f.maxRunDuration, "max-run-duration", loop.DefaultMaxRunDuration, "wall-clock budget of one run; past it the run ends with an error, every open call answered (> 0)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, limit("override every tool's own timeout (> 0)"))
 	fs.StringVar(&f.requireApproval, "require-approval", "", "tools that need a human's approval: comma list, or * (tools declaring requires_approval always do)")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 2*time.Minute, "how long to wait for an approval before the call expires (> 0)")
@@ -139,6 +147,9 @@ func (f *fleetFlags) validate(set map[string]bool) error {
 		{"tool-timeout", set["tool-timeout"] && f.toolTimeout <= 0, "> 0", f.toolTimeout},
 		{"approval-timeout", f.approvalTimeout <= 0, "> 0", f.approvalTimeout},
 		{"workers", f.workers < 0, ">= 0", f.workers},
+		{"max-tool-calls-kept", set["max-tool-calls-kept"] && f.maxKept <= f.maxCalls, fmt.Sprintf("> --max-tool-calls-per-round (%d)", f.maxCalls), f.maxKept},
+		{"max-transcript-bytes", f.maxTranscriptBytes < 1, ">= 1", f.maxTranscriptBytes},
+		{"max-run-duration", f.maxRunDuration <= 0, "> 0", f.maxRunDuration},
 	}
 	for _, c := range checks {
 		if c.bad {
@@ -158,6 +169,29 @@ func (f *fleetFlags) validate(set map[string]bool) error {
 	}
 	if f.streamCheckInterval <= 0 {
 		return &usageError{fmt.Sprintf("--stream-check-interval must be > 0, got %v", f.streamCheckInterval)}
+	}
+	// Everything that would otherwise fail only after the embedded server
+	// and the streams are up.
+	if _, err := protocol.NewSubjects(f.prefix); err != nil {
+		return &usageError{fmt.Sprintf("--prefix must match %s, got %q", protocol.TokenPattern, f.prefix)}
+	}
+	if f.creds != "" {
+		if _, err := os.Stat(f.creds); err != nil {
+			return &usageError{fmt.Sprintf("--creds: %v", err)}
+		}
+	}
+	if f.tools != "" {
+		if _, err := harness.LoadManifest(f.tools); err != nil {
+			return &usageError{fmt.Sprintf("--tools: %v", err)}
+		}
+	}
+	if _, err := harness.Builtins(splitList(f.builtins)); err != nil {
+		return &usageError{fmt.Sprintf("--builtin: %v", err)}
+	}
+	for _, name := range splitList(f.requireApproval) {
+		if name != "*" && (len(name) > 64 || !protocol.ValidToken(name)) {
+			return &usageError{fmt.Sprintf("--require-approval must list tool names (%s) or *, got %q", protocol.TokenPattern, name)}
+		}
 	}
 	if f.metricsAddr != "" {
 		if _, port, err := net.SplitHostPort(f.metricsAddr); err != nil || !validPort(port) {
@@ -231,6 +265,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "coordinator run:", err)
 		return exitUsage
 	}
+	warnCommandLine(log, args)
 	model, err := f.newModel(log)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator run:", err)
@@ -280,6 +315,9 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 			MaxRounds:            f.maxRounds,
 			MaxToolCallsPerRound: f.maxCalls,
 			MaxObservationChars:  f.maxObsChars,
+			MaxToolCallsKept:     f.maxKept,
+			MaxTranscriptBytes:   f.maxTranscriptBytes,
+			MaxRunDuration:       f.maxRunDuration,
 			ToolTimeout:          f.toolTimeout,
 			ApprovalTimeout:      f.approvalTimeout,
 			RequireApproval:      splitList(f.requireApproval),

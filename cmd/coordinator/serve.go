@@ -130,6 +130,7 @@ Flags:`)
 		fmt.Fprintln(stderr, "coordinator serve:", err)
 		return exitUsage
 	}
+	warnCommandLine(log, args)
 	model, err := f.newModel(log)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator serve:", err)

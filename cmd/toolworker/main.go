@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/internal/tracing"
 )
@@ -36,8 +37,17 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code := tracing.Main("toolfleet-toolworker", os.Stderr, func() int { return run(ctx, os.Args[1:], os.Stderr, os.Getenv) })
+	// Credentials stay out of reach of the exec tools: secrets leave the
+	// environment (procsec.Getenv still reads them) and the process is not
+	// dumpable, so /proc/<pid>/environ, mem and fd are closed to processes
+	// of the same uid.
+	procsec.Take()
+	hardenErr := procsec.Harden()
+	code := tracing.Main("toolfleet-toolworker", os.Stderr, func() int { return run(ctx, os.Args[1:], os.Stderr, procsec.Getenv) })
 	stop()
+	if hardenErr != nil {
+		fmt.Fprintln(os.Stderr, "toolworker: could not make the process non-dumpable:", hardenErr)
+	}
 	os.Exit(code)
 }
 
@@ -79,6 +89,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	if err != nil {
 		fmt.Fprintf(stderr, "toolworker: %v\n", err)
 		return exitConfig
+	}
+	if found := procsec.CommandLineSecrets(args); len(found) > 0 {
+		log.Warn().Strs("flags", found).
+			Msg("a password on the command line is readable by every local user (/proc/<pid>/cmdline): use env NATS_PASSWORD or a credentials file (--creds)")
 	}
 	if *concurrency < 1 {
 		fmt.Fprintf(stderr, "toolworker: --concurrency: must be >= 1, got %d\n", *concurrency)

@@ -98,7 +98,11 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err := c.startWorkers(ctx); err != nil {
 		return nil, err
 	}
-	c.catalog, err = natsbus.NewCatalog(ctx, c.js, subjects, cfg.Logger)
+	cc := natsbus.CatalogConfig{Logger: cfg.Logger}
+	if c.obs != nil {
+		cc.Observer = c.obs.coord
+	}
+	c.catalog, err = natsbus.NewCatalogWith(ctx, c.js, subjects, cc)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: reading the tool catalog: %w", err)
 	}

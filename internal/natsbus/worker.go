@@ -55,6 +55,9 @@ type WorkerStats struct {
 	Cancelled int64
 	// ResultErrors counts results that could not be published.
 	ResultErrors int64
+	// Unapproved counts calls that needed approval and carried no proof
+	// the worker could verify: answered denied, not run.
+	Unapproved int64
 }
 
 // Worker serves the tools of one harness from the calls stream: it pulls
@@ -85,7 +88,15 @@ type Worker struct {
 	nextID  uint64
 	active  map[string]uint64 // run.key → stream sequence of idempotent calls running here
 
-	executed, expired, malformed, cancelled, resultErrors atomic.Int64
+	executed, expired, malformed, cancelled, resultErrors, unapproved atomic.Int64
+
+	approvalsMu sync.Mutex
+	approvals   jetstream.Stream // the approvals stream, looked up when first needed
+	// ranApproved remembers the last maxRememberedApprovals approved calls
+	// this worker ran (run.key), in order, so that a republished copy of
+	// one is refused here.
+	ranApproved     map[string]struct{}
+	ranApprovedRing []string
 }
 
 // toolConsumer is one tool this worker serves and its shared consumer.
@@ -167,6 +178,7 @@ func (w *Worker) Stats() WorkerStats {
 		Malformed:    w.malformed.Load(),
 		Cancelled:    w.cancelled.Load(),
 		ResultErrors: w.resultErrors.Load(),
+		Unapproved:   w.unapproved.Load(),
 	}
 }
 

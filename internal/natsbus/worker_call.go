@@ -10,6 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/approvalproof"
 
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -17,8 +20,9 @@ import (
 
 // Term reasons, visible in the server's terminated-message advisories.
 const (
-	termMalformed = "malformed"
-	termExpired   = "expired"
+	termMalformed  = "malformed"
+	termExpired    = "expired"
+	termUnapproved = "unapproved"
 )
 
 // errExpired refuses a call whose deadline has passed.
@@ -56,6 +60,21 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	}
 	log := w.log.With().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
 		Int(logAttempt, attempt).Logger()
+
+	// Checked twice: the coordinator asked an operator, and the worker
+	// reads the operator's decision back itself, for every call its own
+	// manifest or the call marks. Whoever published the call, a missing
+	// or forged approval never runs.
+	if tc.spec.RequiresApproval || call.RequiresApproval {
+		err := w.verifyApproval(ctx, call)
+		if err == nil && !w.firstRunOfApproved(call) {
+			err = errReplayed
+		}
+		if err != nil {
+			w.refuseUnapproved(ctx, tc, m, call, replyTo, attempt, err, log)
+			return
+		}
+	}
 
 	if tc.idempotent {
 		// The server redelivers a call whose heartbeats it missed for the
@@ -124,6 +143,9 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
 		if tc.idempotent {
+			if tc.spec.RequiresApproval || call.RequiresApproval {
+				w.forgetApproved(call) // its redelivery may run here again
+			}
 			m.NakWithDelay(time.Second) // run again elsewhere, if the deadline allows
 		}
 		return
@@ -136,6 +158,97 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		ev = ev.Str(logErrorType, res.ErrorType)
 	}
 	ev.Msg("call finished")
+}
+
+// verifyApproval checks the call's proof of approval against the
+// approvals stream.
+func (w *Worker) verifyApproval(ctx context.Context, call protocol.Call) error {
+	if call.Approval == nil {
+		return approvalproof.ErrMissing
+	}
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	w.approvalsMu.Lock()
+	st := w.approvals
+	w.approvalsMu.Unlock()
+	if st == nil {
+		var err error
+		if st, err = w.js.Stream(ctx, w.subjects.ApprovalsStream()); err != nil {
+			return err
+		}
+		w.approvalsMu.Lock()
+		w.approvals = st
+		w.approvalsMu.Unlock()
+	}
+	return approvalproof.Verify(ctx, st, w.subjects, call, w.cfg.ApprovalMaxAge)
+}
+
+// maxRememberedApprovals bounds the approved calls a worker remembers
+// having run.
+const maxRememberedApprovals = 4096
+
+// errReplayed refuses an approved call this worker has already run: a
+// republished copy (an approval is good for one run).
+var errReplayed = &approvalproof.Error{Code: "replayed"}
+
+// firstRunOfApproved records an approved call about to run and reports
+// whether this worker had not run it before.
+func (w *Worker) firstRunOfApproved(call protocol.Call) bool {
+	ref := runKey(call.RunID, call.CallKey)
+	w.approvalsMu.Lock()
+	defer w.approvalsMu.Unlock()
+	if w.ranApproved == nil {
+		w.ranApproved = make(map[string]struct{})
+	}
+	if _, ran := w.ranApproved[ref]; ran {
+		return false
+	}
+	if len(w.ranApprovedRing) >= maxRememberedApprovals {
+		delete(w.ranApproved, w.ranApprovedRing[0])
+		w.ranApprovedRing = w.ranApprovedRing[1:]
+	}
+	w.ranApproved[ref] = struct{}{}
+	w.ranApprovedRing = append(w.ranApprovedRing, ref)
+	return true
+}
+
+// forgetApproved undoes firstRunOfApproved for a call that is handed back
+// to be run again.
+func (w *Worker) forgetApproved(call protocol.Call) {
+	ref := runKey(call.RunID, call.CallKey)
+	w.approvalsMu.Lock()
+	defer w.approvalsMu.Unlock()
+	delete(w.ranApproved, ref) // its ring slot ages out harmlessly
+}
+
+// refuseUnapproved answers a call that needs approval and has no valid
+// proof: denied, never run, and the message terminated so that it is not
+// delivered again.
+func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, m jetstream.Msg, call protocol.Call, replyTo string, attempt int, why error, log zerolog.Logger) {
+	w.unapproved.Add(1)
+	tc.meter.onTerminated(TerminatedUnapproved)
+	code := "stream_error"
+	var perr *approvalproof.Error
+	ev := log.Warn()
+	if errors.As(why, &perr) {
+		code = perr.Code
+	} else {
+		// The approvals stream could not be read (a missing permission
+		// for its STREAM.INFO and STREAM.MSG.GET, the server away): the
+		// error names the API, never a payload.
+		ev = ev.Err(why)
+	}
+	ev.Str(logCode, code).Msg("refused a call that needs approval: no valid approval in the approvals stream; not run")
+	result := protocol.Result{
+		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeDenied,
+		ErrorType: "approval:" + code, Worker: w.cfg.Name, Attempt: attempt,
+	}
+	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.Deadline); err != nil {
+		w.resultErrors.Add(1)
+		tc.meter.onResultFailed()
+		log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
+	}
+	m.TermWithReason(termUnapproved)
 }
 
 // errClaimed refuses a non-idempotent call another delivery claimed.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -22,6 +23,7 @@ var errConnecting = errors.New("connecting to NATS")
 // so probes answer "connecting" rather than nothing while NATS is
 // unreachable, and answers from the worker's probe once attached.
 type observability struct {
+	reg   *prometheus.Registry
 	srv   *metrics.Server
 	nc    atomic.Pointer[nats.Conn]
 	probe atomic.Pointer[natsbus.Probe]
@@ -35,8 +37,8 @@ func startObservability(cfg Config, p *prepared) (*observability, error) {
 	if cfg.MetricsAddr == "" {
 		return nil, nil
 	}
-	o := &observability{}
 	reg := metrics.NewRegistry()
+	o := &observability{reg: reg}
 	wc.Observer = metrics.NewWorker(reg)
 	p.streamsObserver = metrics.NewStreams(reg)
 	metrics.RegisterConn(reg, func() bool {
@@ -81,6 +83,7 @@ func (o *observability) attach(nc *nats.Conn, w *Worker) {
 		return
 	}
 	o.probe.Store(natsbus.NewProbe(nc, w.js, w.worker.ProbeConfig()))
+	metrics.RegisterExecEscapes(o.reg, w.harness.Escaped)
 }
 
 // close stops the metrics server.

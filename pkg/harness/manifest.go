@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -54,13 +55,24 @@ type manifestTool struct {
 	Idempotent       bool              `json:"idempotent"`
 	RequiresApproval bool              `json:"requires_approval"`
 	Env              map[string]string `json:"env"`
+	// User and Group (names or numeric ids) run the tool as another user;
+	// the worker must run as root.
+	User   string `json:"user"`
+	Group  string `json:"group"`
+	Limits Limits `json:"limits"`
 }
 
 // ParseManifest parses a JSON tool manifest:
 //
 //	{"tools": [{"name": "wc", "description": "...", "parameters": {...},
 //	  "timeout": "30s", "command": ["wc", "-c"], "idempotent": true,
-//	  "requires_approval": false, "env": {"LANG": "C"}}]}
+//	  "requires_approval": false, "env": {"LANG": "C"},
+//	  "user": "nobody", "limits": {"memory_bytes": 268435456, "cpu_seconds": 10,
+//	  "processes": 64, "open_files": 256}}]}
+//
+// "user" (and "group"), names or numeric ids, run the tool as that user:
+// the worker must be root, or the manifest is refused. "limits" are the
+// tool's rlimits ([Limits]). Both need Linux.
 //
 // Every tool is an exec tool: "command" is required. A manifest may also
 // list "mcp_servers" (read by package mcptool), and "tools" is then optional. Decoding is strict
@@ -189,6 +201,13 @@ func parseTool(i int, raw json.RawMessage, dir, pathEnv string) (Tool, error) {
 	if err != nil {
 		return fail(field, err)
 	}
+	if (m.User != "" || m.Group != "" || !m.Limits.zero()) && runtime.GOOS != "linux" {
+		return fail("limits", errors.New("user, group and limits need Linux"))
+	}
+	if cmd.user, field, err = resolveUser(m.User, m.Group); err != nil {
+		return fail(field, err)
+	}
+	cmd.limits = m.Limits
 	return Tool{
 		Name:             m.Name,
 		Description:      m.Description,

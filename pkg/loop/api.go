@@ -122,4 +122,7 @@ type Decision struct {
 	Reason string
 	// Approver names who decided, as they said.
 	Approver string
+	// Proof points workers at the approval in the approvals stream, so
+	// they can check it themselves; nil when the gate has none.
+	Proof *protocol.ApprovalProof
 }

@@ -485,7 +485,9 @@ func TestThousandCallsInOneRound(t *testing.T) {
 		mu.Unlock()
 		return looptest.OK("x"), true
 	}
-	e := newEnv(t, fastConfig(), m, h, nil)
+	cfg := fastConfig()
+	cfg.MaxToolCallsKept = 2000 // all 1000 kept and answered
+	e := newEnv(t, cfg, m, h, nil)
 	baseline := runtime.NumGoroutine()
 	res, err := e.run(t, "go")
 	if err != nil {

@@ -30,7 +30,8 @@ type slot struct {
 	args     []byte // canonical arguments, once valid
 	key      protocol.CallKey
 	start    time.Time
-	approval bool // needs the gate
+	approval bool                    // needs the gate
+	proof    *protocol.ApprovalProof // the gate's proof of an approval
 
 	timeout  time.Duration
 	deadline time.Time
@@ -53,7 +54,11 @@ type slot struct {
 // round runs DESIGN §4 for one assistant message: it stores the message
 // (with any replaced ids) and appends one tool message per call, in request
 // order, whatever happens.
-func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry) {
+//
+// dropped counts the calls of the model's response past
+// MaxToolCallsKept, which msg no longer holds: the last rejected call's
+// observation says so, once.
+func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry, dropped int) {
 	calls := msg.ToolCalls
 	n, limit := len(calls), ru.cfg.MaxToolCallsPerRound
 	within := min(n, limit)
@@ -117,8 +122,10 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 	}
 	if n > within {
 		ru.log.Warn().Str(logKeyEvent, evCallsRejected).Int(logKeyRound, round).
-			Int(logKeyRequested, n).Int(logKeyLimit, limit).Int(logKeyCount, n-within).Send()
+			Int(logKeyRequested, n+dropped).Int(logKeyLimit, limit).Int(logKeyCount, n-within).
+			Int(logKeyDropped, dropped).Send()
 	}
+	ru.res.Metadata.DroppedToolCalls += dropped
 
 	// Step 4: approvals, concurrently. Step 5 and 6: dispatch and gather.
 	ru.approve(ctx, round, slots)
@@ -139,8 +146,11 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		ru.observe(s, tools)
 	}
 	if n > within {
-		text, cut := bound(obsCapRejected(n, limit), ru.cfg.MaxObservationChars)
+		text, cut := bound(obsCapRejected(n+dropped, limit), ru.cfg.MaxObservationChars)
 		for i := within; i < n; i++ {
+			if i == n-1 && dropped > 0 {
+				text, cut = bound(obsCapRejected(n+dropped, limit)+obsDropped(dropped), ru.cfg.MaxObservationChars)
+			}
 			if cut {
 				ru.res.Metadata.TruncatedObservations++
 			}
@@ -391,6 +401,7 @@ func (ru *run) applyDecision(ctx context.Context, s *slot, a approval, timeout t
 		ru.answer(s, protocol.OutcomeDenied, obsApprovalUnavailable(s.name))
 	case a.d.Approved:
 		s.gateResult = "approved"
+		s.proof = a.d.Proof
 	default:
 		s.gateResult = "denied"
 		reason, _ := protocol.Truncate(a.d.Reason, protocol.MaxReasonLen)

@@ -19,6 +19,13 @@ import (
 // prompt, an invalid transcript); such runs return a nil Result.
 var ErrInvalidInput = errors.New("invalid run input")
 
+// ErrTranscriptTooLarge ends a run whose transcript grew past
+// Config.MaxTranscriptBytes.
+var ErrTranscriptTooLarge = errors.New("loop: the transcript is over its byte bound (max_transcript_bytes)")
+
+// ErrRunBudget ends a run that ran past Config.MaxRunDuration.
+var ErrRunBudget = errors.New("loop: the run is over its wall-clock budget (max_run_duration)")
+
 // Runner runs the ReAct loop. It is safe for concurrent use: each Run has
 // its own state, and runs share only the compiled-schema cache.
 type Runner struct {
@@ -30,6 +37,9 @@ type Runner struct {
 	approveAll bool
 	approve    map[string]bool
 	schemas    schemaCache
+	// missing holds the RequireApproval names already reported missing
+	// from the catalog, so each is warned about once.
+	missing sync.Map
 }
 
 // New returns a Runner after validating cfg (the error is a [*ConfigError]).
@@ -137,10 +147,36 @@ func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
 	}
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
+	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.MaxRunDuration, ErrRunBudget)
+	defer cancel()
 	ctx, endRun := ru.startRunSpan(ctx)
 	res, err := ru.loop(ctx)
 	endRun(res, err)
 	return res, err
+}
+
+// stopped finishes a run whose context ended: cancelled, or over its
+// wall-clock budget.
+func (ru *run) stopped(ctx context.Context) (*Result, error) {
+	if errors.Is(context.Cause(ctx), ErrRunBudget) {
+		return ru.finish(TerminationError, "", ErrRunBudget)
+	}
+	return ru.finish(TerminationCancelled, "", nil)
+}
+
+// transcriptBytes is the size of the transcript: contents, ids, names and
+// arguments.
+func (ru *run) transcriptBytes() int {
+	n := 0
+	for i := range ru.msgs {
+		m := &ru.msgs[i]
+		n += len(m.Role) + len(m.Content) + len(m.ToolCallID)
+		for j := range m.ToolCalls {
+			tc := &m.ToolCalls[j]
+			n += len(tc.ID) + len(tc.Type) + len(tc.Function.Name) + len(tc.Function.Arguments)
+		}
+	}
+	return n
 }
 
 func (ru *run) loop(runCtx context.Context) (*Result, error) {
@@ -151,31 +187,42 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 		ctx, end := ru.startRoundSpan(runCtx, round)
 		endRound = end
 		if ctx.Err() != nil {
-			return ru.finish(TerminationCancelled, "", nil)
+			return ru.stopped(ctx)
+		}
+		if n := ru.transcriptBytes(); n > ru.cfg.MaxTranscriptBytes {
+			ru.log.Warn().Str(logKeyEvent, evTranscriptTooLarge).Int(logKeyRound, round).
+				Int(logKeyCount, n).Int(logKeyLimit, ru.cfg.MaxTranscriptBytes).Send()
+			return ru.finish(TerminationError, "", ErrTranscriptTooLarge)
 		}
 		tools, defs, err := ru.tools(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ru.finish(TerminationCancelled, "", nil)
+				return ru.stopped(ctx)
 			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: reading the tool catalog: %w", err))
 		}
 		resp, err := ru.complete(ctx, round, defs)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ru.finish(TerminationCancelled, "", nil)
+				return ru.stopped(ctx)
 			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
 		}
 		ru.res.Metadata.Rounds = round
-		msg := Message{Role: "assistant", Content: resp.Message.Content, ToolCalls: cloneToolCalls(resp.Message.ToolCalls)}
+		// Calls past the ceiling are never copied, stored or answered.
+		calls, dropped := resp.Message.ToolCalls, 0
+		if len(calls) > ru.cfg.MaxToolCallsKept {
+			calls, dropped = calls[:ru.cfg.MaxToolCallsKept], len(calls)-ru.cfg.MaxToolCallsKept
+		}
+		msg := Message{Role: "assistant", Content: resp.Message.Content, ToolCalls: cloneToolCalls(calls)}
+		resp = nil
 		if len(msg.ToolCalls) == 0 {
 			ru.msgs = append(ru.msgs, msg)
 			return ru.finish(TerminationNatural, msg.Content, nil)
 		}
-		ru.round(ctx, round, msg, tools)
+		ru.round(ctx, round, msg, tools, dropped)
 		if ctx.Err() != nil {
-			return ru.finish(TerminationCancelled, "", nil)
+			return ru.stopped(ctx)
 		}
 	}
 	return ru.finish(TerminationMaxRounds, "", nil)
@@ -292,6 +339,13 @@ func (ru *run) tools(ctx context.Context) (map[string]*toolEntry, []ToolDef, err
 		}
 		m[s.Name] = &toolEntry{spec: s, schema: sc}
 		defs = append(defs, ToolDef{Name: s.Name, Description: s.Description, Parameters: bytes.Clone(s.Parameters)})
+	}
+	for name := range ru.r.approve {
+		if m[name] == nil {
+			if _, seen := ru.r.missing.LoadOrStore(name, true); !seen {
+				ru.log.Warn().Str(logKeyEvent, evApprovalToolMissing).Str(logKeyTool, name).Send()
+			}
+		}
 	}
 	return m, defs, nil
 }
