@@ -16,7 +16,7 @@ import (
 // answer 70,000 calls every round (8 rounds), the default serve
 // concurrency, and reports the peak of the Go heap in use (sampled every
 // 5ms) and of the memory the Go runtime took from the OS: the memory
-// budget of 16 hostile runs, documented in docs/security-processes.md.
+// budget of 16 hostile runs, documented in docs/security.md.
 //
 //	go test ./pkg/loop -run '^$' -bench SixteenHostileRuns -benchtime 1x
 func BenchmarkSixteenHostileRuns(b *testing.B) {
