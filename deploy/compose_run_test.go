@@ -194,7 +194,29 @@ func TestComposeServesARun(t *testing.T) {
 	}
 	var running []started
 	var submit invocation
-	for _, in := range composeInvocations(t) {
+	invocations := composeInvocations(t)
+	// One-shot jobs first, to completion: provision creates the streams.
+	for _, in := range invocations {
+		if !in.oneShot {
+			continue
+		}
+		env := []string{"PATH=" + os.Getenv("PATH")}
+		for k, v := range in.env {
+			if k == "NATS_URL" {
+				v = natsURL
+			}
+			env = append(env, k+"="+interpolate(t, v, dotenv))
+		}
+		c := exec.Command(filepath.Join(bins, in.binary), in.args...)
+		c.Env = env
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", in.where, err, out)
+		}
+	}
+	for _, in := range invocations {
+		if in.oneShot {
+			continue
+		}
 		svc := strings.TrimPrefix(in.where, "docker-compose.yml service ")
 		if len(in.profiles) > 0 { // not started by "up"
 			if svc == "submit" {
@@ -268,7 +290,8 @@ func TestComposeServesARun(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
-		c := exec.CommandContext(ctx, natsBin, args...)
+		// As the compose entrypoint does: replies on the user's own inbox.
+		c := exec.CommandContext(ctx, natsBin, append([]string{"--inbox-prefix", "_INBOX_" + user}, args...)...)
 		c.Env = env
 		c.Stdin = strings.NewReader("")
 		var out bytes.Buffer
@@ -296,9 +319,9 @@ func TestComposeServesARun(t *testing.T) {
 	})
 
 	// The docs' submission, as the client user.
-	reply, err := cli("client", "req", "--raw", "fleet.run.submit", `{"prompt": "What is (17 + 25) * 3?"}`)
+	reply, err := cli("client", "req", "--raw", "fleet.run.submit.client", `{"prompt": "What is (17 + 25) * 3?"}`)
 	if err != nil {
-		t.Fatalf("nats req fleet.run.submit: %v\n%s", err, reply)
+		t.Fatalf("nats req fleet.run.submit.client: %v\n%s", err, reply)
 	}
 	resp, err := protocol.DecodeRunResponse(bytes.TrimSpace([]byte(reply)), 0)
 	if err != nil || resp.Status != protocol.RunAccepted {
@@ -306,11 +329,11 @@ func TestComposeServesARun(t *testing.T) {
 	}
 	var stored string
 	if err := eventually(30*time.Second, func() error {
-		out, err := cli("client", "kv", "get", resp.ResultBucket, resp.RunID, "--raw")
+		out, err := cli("client", "kv", "get", resp.ResultBucket, resp.ResultKey, "--raw")
 		stored = out
 		return err
 	}); err != nil {
-		t.Fatalf("nats kv get %s %s: %v\n%s", resp.ResultBucket, resp.RunID, err, stored)
+		t.Fatalf("nats kv get %s %s: %v\n%s", resp.ResultBucket, resp.ResultKey, err, stored)
 	}
 	res, err := protocol.DecodeRunResult(bytes.TrimSpace([]byte(stored)), 0)
 	if err != nil {

@@ -28,6 +28,9 @@ type invocation struct {
 	// profiles are the compose profiles of the service: one with a profile
 	// is not started by "docker compose up".
 	profiles []string
+	// oneShot is a job that runs to completion before the services start
+	// (coordinator provision).
+	oneShot bool
 }
 
 // subcommand returns the coordinator's subcommand ("" for the toolworker).
@@ -121,6 +124,7 @@ func composeInvocations(t testing.TB) []invocation {
 			args:     args,
 			env:      stringMap(get(svc, "environment")),
 			profiles: stringList(t, "docker-compose.yml "+name+".profiles", get(svc, "profiles")),
+			oneShot:  bin == "coordinator" && len(args) > 0 && args[0] == "provision",
 		})
 	}
 	return out
@@ -229,7 +233,9 @@ func TestDeployFlagsExist(t *testing.T) {
 
 	for _, in := range invs {
 		t.Run(in.where, func(t *testing.T) {
-			if want := "serve"; in.binary == "coordinator" && len(in.profiles) > 0 {
+			if in.oneShot {
+				// coordinator provision: composeInvocations marks it by its subcommand
+			} else if want := "serve"; in.binary == "coordinator" && len(in.profiles) > 0 {
 				want = "submit" // a command-line helper, not a service
 				if in.subcommand() != want {
 					t.Fatalf("coordinator args %v: want the %s subcommand first", in.args, want)
@@ -414,7 +420,7 @@ func TestComposeFile(t *testing.T) {
 			}
 		})
 	}
-	wantUser := map[string]string{"coordinator": "coordinator", "toolworker": "worker", "nats-cli": "client", "submit": "client"}
+	wantUser := map[string]string{"provision": "admin", "coordinator": "coordinator", "toolworker": "worker", "nats-cli": "client", "submit": "client"}
 	for svc, user := range wantUser {
 		if got := str(svcs[svc], "environment", "NATS_USER"); got != user {
 			t.Errorf("service %s connects as %q, want %q", svc, got, user)
@@ -423,8 +429,8 @@ func TestComposeFile(t *testing.T) {
 
 	for _, in := range composeInvocations(t) {
 		svc := strings.TrimPrefix(in.where, "docker-compose.yml service ")
-		if len(in.profiles) > 0 {
-			continue // a command-line helper: no healthcheck, no metrics
+		if len(in.profiles) > 0 || in.oneShot {
+			continue // a command-line helper or a one-shot job: no healthcheck, no metrics
 		}
 		t.Run(svc+" healthcheck", func(t *testing.T) {
 			port := metricsPort(t, in)

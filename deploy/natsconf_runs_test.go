@@ -13,7 +13,7 @@ import (
 )
 
 func TestConfNeedsEachPassword(t *testing.T) {
-	all := []string{"TOOLFLEET_COORDINATOR_PASSWORD", "TOOLFLEET_WORKER_PASSWORD", "TOOLFLEET_OPERATOR_PASSWORD", "TOOLFLEET_CLIENT_PASSWORD"}
+	all := []string{"TOOLFLEET_ADMIN_PASSWORD", "TOOLFLEET_WORKER_DEPLOY_PASSWORD", "TOOLFLEET_COORDINATOR_PASSWORD", "TOOLFLEET_WORKER_PASSWORD", "TOOLFLEET_OPERATOR_PASSWORD", "TOOLFLEET_CLIENT_PASSWORD"}
 	for _, unset := range all {
 		t.Run(unset, func(t *testing.T) {
 			for _, v := range all {
@@ -41,17 +41,16 @@ func TestConfServeAndSubmit(t *testing.T) {
 	subjects := protocol.Subjects{}
 	const run = "run1"
 	queue, _ := subjects.RunQueue(run)
-	result, _ := subjects.RunResult(run)
+	result, _ := subjects.ClientRunResult("client", run)
+	submit, _ := subjects.RunSubmitAs("client")
+	key := protocol.RunKey("client", run)
 
-	// The coordinator sets up the runs stream, its consumer and the bucket.
-	if _, err := coord.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: subjects.RunsStream(), Subjects: []string{subjects.RunQueues()}, Retention: jetstream.WorkQueuePolicy,
-	}); err != nil {
-		t.Fatalf("coordinator creating %s: %v", subjects.RunsStream(), err)
-	}
-	kv, err := coord.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subjects.RunsBucket()})
+	// The admin sets up the runs stream and the bucket, the coordinator
+	// the consumer.
+	provision(t, s)
+	kv, err := coord.js.KeyValue(ctx, subjects.RunsBucket())
 	if err != nil {
-		t.Fatalf("coordinator creating bucket %s: %v", subjects.RunsBucket(), err)
+		t.Fatalf("coordinator opening bucket %s: %v", subjects.RunsBucket(), err)
 	}
 	cons, err := coord.js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), jetstream.ConsumerConfig{
 		Durable: subjects.RunsConsumer(), FilterSubject: subjects.RunQueues(), AckPolicy: jetstream.AckExplicitPolicy,
@@ -62,26 +61,26 @@ func TestConfServeAndSubmit(t *testing.T) {
 
 	// It answers submissions in the coordinators' queue group.
 	queued := make(chan error, 1)
-	sub, err := coord.nc.QueueSubscribe(subjects.RunSubmit(), subjects.RunSubmitGroup(), func(m *nats.Msg) {
+	sub, err := coord.nc.QueueSubscribe(subjects.RunSubmits(), subjects.RunSubmitGroup(), func(m *nats.Msg) {
 		if _, err := coord.js.Publish(ctx, queue, m.Data); err != nil {
 			queued <- err
 			return
 		}
 		queued <- m.Respond([]byte(`{"v":1,"status":"accepted","run_id":"` + run + `"}`))
 	})
-	if err != nil || violated(t, coord, "Subscription", subjects.RunSubmit()) {
-		t.Fatalf("coordinator subscribing to %s: %v", subjects.RunSubmit(), err)
+	if err != nil || violated(t, coord, "Subscription", subjects.RunSubmits()) {
+		t.Fatalf("coordinator subscribing to %s: %v", subjects.RunSubmits(), err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck
 	if err := coord.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 
-	results, err := cli.nc.SubscribeSync(subjects.RunResults())
-	if err != nil || violated(t, cli, "Subscription", subjects.RunResults()) {
-		t.Fatalf("client subscribing to %s: %v", subjects.RunResults(), err)
+	results, err := cli.nc.SubscribeSync("fleet.run.result.client.>")
+	if err != nil || violated(t, cli, "Subscription", "fleet.run.result.client.>") {
+		t.Fatalf("client subscribing to its results: %v", err)
 	}
-	reply, err := cli.nc.Request(subjects.RunSubmit(), []byte(`{"prompt":"tf-canary-prompt"}`), 2*time.Second)
+	reply, err := cli.nc.Request(submit, []byte(`{"prompt":"tf-canary-prompt"}`), 2*time.Second)
 	if err != nil {
 		t.Fatalf("client submitting a run: %v", err)
 	}
@@ -99,7 +98,7 @@ func TestConfServeAndSubmit(t *testing.T) {
 	if err := m.DoubleAck(ctx); err != nil {
 		t.Fatalf("coordinator acking the run: %v", err)
 	}
-	if _, err := kv.Put(ctx, run, []byte(`{"v":1,"run_id":"run1"}`)); err != nil {
+	if _, err := kv.Put(ctx, key, []byte(`{"v":1,"run_id":"run1"}`)); err != nil {
 		t.Fatalf("coordinator storing the result: %v", err)
 	}
 	if err := coord.nc.Publish(result, []byte(`{"v":1,"run_id":"run1"}`)); err != nil || violated(t, coord, "Publish", result) {
@@ -113,10 +112,10 @@ func TestConfServeAndSubmit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client opening %s: %v", subjects.RunsBucket(), err)
 	}
-	if e, err := ckv.Get(ctx, run); err != nil || string(e.Value()) != `{"v":1,"run_id":"run1"}` {
+	if e, err := ckv.Get(ctx, key); err != nil || string(e.Value()) != `{"v":1,"run_id":"run1"}` {
 		t.Fatalf("client reading the result: %v", err)
 	}
-	w, err := ckv.Watch(ctx, run)
+	w, err := ckv.Watch(ctx, key)
 	if err != nil {
 		t.Fatalf("client watching the result: %v", err)
 	}
@@ -136,7 +135,19 @@ func TestConfServeAndSubmit(t *testing.T) {
 		for _, subj := range []string{
 			queue,                                    // skip the coordinator's checks
 			"$KV." + subjects.RunsBucket() + ".run1", // forge a result
-			result,                                   // forge an announcement
+			"$KV." + subjects.RunsBucket() + "." + key,
+			result,                   // forge an announcement
+			subjects.RunSubmit(),     // submit without its name
+			"fleet.run.submit.bob",   // submit as another client
+			"fleet.run.result.bob.x", // forge another client's announcement
+			// read another client's (or an unnamed) result
+			"$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.bob.run2",
+			"$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.run2",
+			"$JS.API.DIRECT.GET.KV_fleet_runs",
+			"$JS.API.STREAM.MSG.GET.KV_fleet_runs",
+			"$JS.API.CONSUMER.CREATE.KV_fleet_runs.x.$KV.fleet_runs.>",
+			"$JS.API.CONSUMER.CREATE.KV_fleet_runs.x.$KV.fleet_runs.bob.>",
+			"$JS.API.CONSUMER.CREATE.KV_fleet_runs.x",
 			"fleet.call.echo",
 			"fleet.approval.decision.run1.key1",
 			"$JS.API.STREAM.PURGE.KV_" + subjects.RunsBucket(),
@@ -150,7 +161,7 @@ func TestConfServeAndSubmit(t *testing.T) {
 				t.Errorf("client publish on %s not refused", subj)
 			}
 		}
-		for _, subj := range []string{subjects.RunSubmit(), "fleet.run.queue.>", "fleet.call.>", "fleet.approval.>", "fleet.result.>", ">"} {
+		for _, subj := range []string{subjects.RunSubmit(), subjects.RunResults(), "fleet.run.result.bob.>", "fleet.run.result.*", "fleet.run.queue.>", "fleet.call.>", "fleet.approval.>", "fleet.result.>", ">"} {
 			if !refusedSub(t, cli, subj) {
 				t.Errorf("client subscribe on %s not refused", subj)
 			}
@@ -159,8 +170,10 @@ func TestConfServeAndSubmit(t *testing.T) {
 
 	t.Run("only clients submit", func(t *testing.T) {
 		for name, c := range map[string]client{"worker": worker, "operator": op} {
-			if !refusedPub(t, c, subjects.RunSubmit()) {
-				t.Errorf("%s publish on %s not refused", name, subjects.RunSubmit())
+			for _, subj := range []string{subjects.RunSubmit(), submit} {
+				if !refusedPub(t, c, subj) {
+					t.Errorf("%s publish on %s not refused", name, subj)
+				}
 			}
 		}
 	})

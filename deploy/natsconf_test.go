@@ -22,10 +22,12 @@ import (
 )
 
 var passwords = map[string]string{
-	"coordinator": "tf-coord-0a1b2c",
-	"worker":      "tf-worker-3d4e5f",
-	"operator":    "tf-operator-6a7b8c",
-	"client":      "tf-client-9d0e1f",
+	"admin":         "tf-admin-1c2d3e",
+	"coordinator":   "tf-coord-0a1b2c",
+	"worker":        "tf-worker-3d4e5f",
+	"worker_deploy": "tf-worker-deploy-4a5b6c",
+	"operator":      "tf-operator-6a7b8c",
+	"client":        "tf-client-9d0e1f",
 }
 
 // startFromConf starts a server from nats-server.conf, parsed by
@@ -33,10 +35,9 @@ var passwords = map[string]string{
 // temporary directory.
 func startFromConf(t *testing.T) *server.Server {
 	t.Helper()
-	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", passwords["coordinator"])
-	t.Setenv("TOOLFLEET_WORKER_PASSWORD", passwords["worker"])
-	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", passwords["operator"])
-	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", passwords["client"])
+	for user, pw := range passwords {
+		t.Setenv(passwordVar(user), pw)
+	}
 	opts, err := server.ProcessConfigFile("nats-server.conf")
 	if err != nil {
 		t.Fatalf("ProcessConfigFile: %v", err)
@@ -66,6 +67,7 @@ type client struct {
 func connectAs(t *testing.T, s *server.Server, user string) client {
 	t.Helper()
 	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, passwords[user]), nats.Name(user),
+		nats.CustomInboxPrefix(inboxOf(user)),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // errors are read with LastError
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
@@ -76,6 +78,23 @@ func connectAs(t *testing.T, s *server.Server, user string) client {
 		t.Fatal(err)
 	}
 	return client{nc, js}
+}
+
+// passwordVar is the environment variable nats-server.conf reads user's
+// password from.
+func passwordVar(user string) string { return "TOOLFLEET_" + strings.ToUpper(user) + "_PASSWORD" }
+
+// inboxOf is the inbox prefix deploy/nats-server.conf grants user.
+func inboxOf(user string) string { return "_INBOX_" + user }
+
+// provision creates every stream and bucket of the fleet as the admin
+// user, as "coordinator provision" does.
+func provision(t *testing.T, s *server.Server) {
+	t.Helper()
+	admin := connectAs(t, s, "admin")
+	if _, err := natsbus.Provision(t.Context(), admin.js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
+		t.Fatalf("admin provisioning the fleet: %v", err)
+	}
 }
 
 // refusedPub publishes on subj and reports whether the server answered with
@@ -112,7 +131,8 @@ func TestConfRefusesUnknownClients(t *testing.T) {
 	for name, opts := range map[string][]nats.Option{
 		"anonymous":      nil,
 		"wrong password": {nats.UserInfo("operator", "guess")},
-		"unknown user":   {nats.UserInfo("admin", "admin")},
+		"unknown user":   {nats.UserInfo("root", "root")},
+		"admin guessed":  {nats.UserInfo("admin", "admin")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			nc, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
@@ -147,19 +167,17 @@ func TestConfPermissions(t *testing.T) {
 	op := connectAs(t, s, "operator")
 	subjects := protocol.Subjects{}
 
-	// The coordinator creates the streams; the worker the catalog.
-	if err := natsbus.EnsureStreams(ctx, coord.js, subjects, natsbus.StreamConfig{}); err != nil {
-		t.Fatalf("coordinator creating %s: %v", subjects.ApprovalsStream(), err)
+	// The admin creates the streams; neither the coordinator nor the worker may.
+	provision(t, s)
+	if err := natsbus.EnsureStreams(ctx, coord.js, subjects, natsbus.StreamConfig{ResultsMaxAge: time.Minute}); err == nil {
+		t.Error("the coordinator changed a stream")
 	}
-	if _, err := coord.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subjects.CallsStream(), Subjects: []string{subjects.Calls()}, Retention: jetstream.WorkQueuePolicy}); err != nil {
-		t.Fatalf("coordinator creating %s: %v", subjects.CallsStream(), err)
+	if err := natsbus.EnsureWorkerStreams(ctx, worker.js, subjects, natsbus.StreamConfig{ResultsMaxAge: time.Minute}); err == nil {
+		t.Error("the worker changed a stream")
 	}
-	if _, err := worker.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: subjects.ResultsStream(), Subjects: []string{subjects.Results()}}); err != nil {
-		t.Fatalf("worker creating %s: %v", subjects.ResultsStream(), err)
-	}
-	kv, err := worker.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subjects.CatalogBucket()})
+	kv, err := worker.js.KeyValue(ctx, subjects.CatalogBucket())
 	if err != nil {
-		t.Fatalf("worker creating the catalog: %v", err)
+		t.Fatalf("worker opening the catalog: %v", err)
 	}
 	if _, err := kv.Put(ctx, "echo", []byte(`{}`)); err != nil {
 		t.Fatalf("worker writing the catalog: %v", err)
@@ -220,8 +238,12 @@ func TestConfPermissions(t *testing.T) {
 			"$JS.API.STREAM.UPDATE.FLEET_APPROVALS",
 			"$JS.API.STREAM.PURGE.FLEET_APPROVALS",
 			"$JS.API.STREAM.DELETE.FLEET_CALLS",
-			"$JS.API.STREAM.MSG.GET.FLEET_APPROVALS",
 			"$JS.API.CONSUMER.CREATE.FLEET_APPROVALS.x",
+			"$JS.API.CONSUMER.CREATE.FLEET_APPROVALS.x.fleet.approval.>",
+			"$JS.API.STREAM.CREATE.FLEET_CALLS",
+			"$JS.API.STREAM.UPDATE.FLEET_CALLS",
+			"$JS.API.STREAM.UPDATE.FLEET_RESULTS",
+			"$JS.API.STREAM.UPDATE.KV_fleet_tools",
 		} {
 			if !refusedPub(t, worker, subj) {
 				t.Errorf("worker publish on %s not refused", subj)
@@ -317,12 +339,10 @@ func TestConfOperatorWorkflow(t *testing.T) {
 	ctx := t.Context()
 	coord := connectAs(t, s, "coordinator")
 	subjects := protocol.Subjects{}
-	if err := natsbus.EnsureStreams(ctx, coord.js, subjects, natsbus.StreamConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	provision(t, s)
 	gate := approval.NewGate(coord.nc, coord.js, subjects, approval.GateConfig{})
 	operatorConn := func(ctx context.Context) (*nats.Conn, error) {
-		return nats.Connect(s.ClientURL(), nats.UserInfo("operator", passwords["operator"]))
+		return nats.Connect(s.ClientURL(), nats.UserInfo("operator", passwords["operator"]), nats.CustomInboxPrefix(inboxOf("operator")))
 	}
 
 	type res struct {
@@ -403,7 +423,7 @@ func TestConfOperatorWorkflow(t *testing.T) {
 		{[]string{"stream", "get", "FLEET_APPROVALS", "-S", "fleet.approval.outcome.run1.key1"}, `"outcome":"approved"`},
 		{[]string{"sub", "fleet.approval.decision.run1.key2", "--stream", "FLEET_APPROVALS", "--all", "--count", "1", "--raw"}, `"reason":"staging is frozen"`},
 	} {
-		c := exec.CommandContext(ctx, nats, tc.args...)
+		c := exec.CommandContext(ctx, nats, append([]string{"--inbox-prefix", inboxOf("operator")}, tc.args...)...)
 		c.Env = cmd.Env
 		c.Stdin = strings.NewReader("")
 		b, err := runWithin(c, 20*time.Second)

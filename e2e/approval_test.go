@@ -26,9 +26,11 @@ import (
 
 // The users of deploy/nats-server.conf and the passwords this test gives them.
 var approvalPasswords = map[string]string{
+	"admin":       "tf-e2e-admin-0",
 	"coordinator": "tf-e2e-coordinator-1",
 	"worker":      "tf-e2e-worker-2",
 	"operator":    "tf-e2e-operator-3",
+	"client":      "tf-e2e-client-4",
 }
 
 // TestApprovalEndToEnd runs the real binaries against a server started from
@@ -152,10 +154,12 @@ func TestApprovalEndToEnd(t *testing.T) {
 // this process, on a random loopback port with a temporary store.
 func startApprovalServer(t *testing.T) *server.Server {
 	t.Helper()
+	t.Setenv("TOOLFLEET_ADMIN_PASSWORD", approvalPasswords["admin"])
+	t.Setenv("TOOLFLEET_WORKER_DEPLOY_PASSWORD", "tf-worker-deploy-unused")
 	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", approvalPasswords["coordinator"])
 	t.Setenv("TOOLFLEET_WORKER_PASSWORD", approvalPasswords["worker"])
 	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", approvalPasswords["operator"])
-	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", "tf-client-unused") // the run submitter, not used here
+	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", approvalPasswords["client"])
 	opts, err := server.ProcessConfigFile("../deploy/nats-server.conf")
 	if err != nil {
 		t.Fatalf("deploy/nats-server.conf: %v", err)
@@ -171,7 +175,20 @@ func startApprovalServer(t *testing.T) *server.Server {
 		t.Fatal("nats-server not ready")
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	provisionAs(t, s.ClientURL(), approvalEnv(t, s.ClientURL(), "admin"))
 	return s
+}
+
+// provisionAs runs "coordinator provision" with env (the admin user's
+// credentials) and fails the test unless it succeeds.
+func provisionAs(t *testing.T, url string, env []string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bins.coordinator, "provision", "--nats-url", url)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "FLEET_APPROVALS") {
+		t.Fatalf("coordinator provision: %v\n%s", err, out)
+	}
 }
 
 // approvalEnv is a child's environment: no inherited NATS settings, a
@@ -183,7 +200,7 @@ func approvalEnv(t *testing.T, url, user string) []string {
 
 func approvalConn(t *testing.T, url, user string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.UserInfo(user, approvalPasswords[user]))
+	nc, err := nats.Connect(url, nats.UserInfo(user, approvalPasswords[user]), nats.CustomInboxPrefix("_INBOX_"+user))
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}
@@ -236,12 +253,6 @@ func waitForApprovalCatalog(t *testing.T, url string, worker *proc, tools ...str
 	defer nc.Close()
 	natstest.WaitFor(t, 30*time.Second, func() error {
 		if worker.exited() {
-			if strings.Contains(worker.log(), `Publish to \"$JS.API.STREAM.UPDATE.FLEET_APPROVALS\"`) {
-				// Known gap, not a pass: the worker user may not touch
-				// the approvals stream, and toolworker still ensures it.
-				t.Skip("toolworker ensures FLEET_APPROVALS, which deploy/nats-server.conf forbids to workers: " +
-					"it must ensure only the calls and results streams and the catalog")
-			}
 			t.Fatalf("toolworker exited: %v\n%s", worker.err, worker.log())
 		}
 		kv, err := js.KeyValue(t.Context(), protocol.Subjects{}.CatalogBucket())

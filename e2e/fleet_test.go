@@ -539,7 +539,7 @@ func nextResult(t *testing.T, sub *nats.Subscription, timeout time.Duration, mat
 // call of a run.
 func storedResults(t *testing.T, f *fleet, run protocol.RunID, key protocol.CallKey) int {
 	t.Helper()
-	subject, err := protocol.Subjects{}.Result(run)
+	subject, err := protocol.Subjects{}.ResultsOf(run)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func (h *hostile) core(subject string, data []byte) {
 func (h *hostile) calls(run protocol.RunID) {
 	h.published = map[string]int{}
 	subjects := protocol.Subjects{}
-	result, _ := subjects.Result(run)
+	result, _ := subjects.Result(run, "echo")
 	valid := func(tool, id string, deadline time.Time) protocol.Call {
 		return protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), CallID: canary, Tool: tool,
 			Arguments: json.RawMessage(`{"id":"` + id + `"}`), Deadline: deadline, Attempt: 1}
@@ -259,7 +259,7 @@ func (h *hostile) calls(run protocol.RunID) {
 // as output), another run's result and outcomes no worker may report for
 // an open call. None may answer a call.
 func (h *hostile) results(run protocol.RunID, openKey protocol.CallKey) {
-	subject, _ := protocol.Subjects{}.Result(run)
+	subject, _ := protocol.Subjects{}.Result(run, "echo")
 	result := func(mut func(*protocol.Result)) []byte {
 		r := protocol.Result{V: 1, RunID: run, CallKey: protocol.NewID(), Outcome: protocol.OutcomeOK, Output: canary}
 		mut(&r)
@@ -271,7 +271,7 @@ func (h *hostile) results(run protocol.RunID, openKey protocol.CallKey) {
 		result(func(r *protocol.Result) { r.V = 2 }),
 		result(func(*protocol.Result) {}),
 		result(func(r *protocol.Result) { r.RunID = "someoneelse" }),
-		result(func(r *protocol.Result) { r.CallKey, r.Outcome = openKey, protocol.OutcomeDenied }),
+		result(func(r *protocol.Result) { r.CallKey, r.Outcome = openKey, protocol.OutcomeApprovalExpired }),
 		result(func(r *protocol.Result) { r.CallKey, r.Outcome = openKey, "approved" }),
 	)
 	for _, p := range payloads {

@@ -14,7 +14,8 @@ import (
 // bins are the commands under test, built once by TestMain.
 var bins struct {
 	coordinator, toolworker, sidefx string
-	race                            bool // built with the race detector
+	mcpserver                       string // pkg/mcptool/mcptooltest/cmd/mcptestserver
+	race                            bool   // built with the race detector
 }
 
 func TestMain(m *testing.M) {
@@ -31,6 +32,7 @@ func TestMain(m *testing.M) {
 	if err := buildBinaries(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 	} else {
+		installNPMServers()
 		code = m.Run()
 	}
 	os.RemoveAll(dir)
@@ -49,6 +51,10 @@ func buildBinaries(dir string) error {
 		args = append(args, "-race")
 	}
 	if err := goCommand(append(args, "./cmd/coordinator", "./cmd/toolworker")...); err != nil {
+		return err
+	}
+	bins.mcpserver = filepath.Join(dir, "mcptestserver")
+	if err := goCommand("build", "-o", bins.mcpserver, "./pkg/mcptool/mcptooltest/cmd/mcptestserver"); err != nil {
 		return err
 	}
 	return goCommand("build", "-o", bins.sidefx, "./e2e/sidefx")

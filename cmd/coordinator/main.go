@@ -5,6 +5,7 @@
 //	coordinator serve [flags]             serve submitted runs until SIGTERM
 //	coordinator submit [flags] PROMPT     submit a run to the serving coordinators
 //	coordinator approvals list|approve|deny ...   answer pending approvals
+//	coordinator mcp [flags]               serve the fleet's tools to MCP clients
 //
 // Run "coordinator run --help" (or serve, submit) for the flags.
 package main
@@ -16,6 +17,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/toolfleet/toolfleet/internal/tracing"
+
+	"github.com/toolfleet/toolfleet/internal/procsec"
 )
 
 // Exit statuses of DESIGN.md §6.
@@ -27,7 +33,26 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// Credentials stay out of reach of the tools of in-process workers:
+	// secrets leave the environment (procsec.Getenv still reads them) and
+	// the process is not dumpable, so /proc/<pid>/environ, mem and fd are
+	// closed to processes of the same uid.
+	procsec.Take()
+	hardenErr := procsec.Harden()
+	code := tracing.Main("toolfleet-coordinator", os.Stderr, func() int { return run(os.Args[1:], os.Stdout, os.Stderr) })
+	if hardenErr != nil {
+		fmt.Fprintln(os.Stderr, "coordinator: could not make the process non-dumpable:", hardenErr)
+	}
+	os.Exit(code)
+}
+
+// warnCommandLine warns about credentials given on the command line, which
+// every local user reads in /proc/<pid>/cmdline.
+func warnCommandLine(log zerolog.Logger, args []string) {
+	if found := procsec.CommandLineSecrets(args); len(found) > 0 {
+		log.Warn().Strs("flags", found).
+			Msg("a password on the command line is readable by every local user (/proc/<pid>/cmdline): use env NATS_PASSWORD or a credentials file (--creds)")
+	}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -46,6 +71,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return submitCommand(ctx, args[1:], stdout, stderr)
 	case "approvals":
 		return approvalsCommand(ctx, args[1:], stdout, stderr)
+	case "mcp":
+		return mcpCommand(ctx, args[1:], stdout, stderr)
+	case "provision":
+		return provisionCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -62,6 +91,8 @@ func usage(w io.Writer) {
   coordinator serve [flags]                       serve submitted runs until SIGTERM
   coordinator submit [--wait] [flags] PROMPT      submit a run to the serving coordinators
   coordinator approvals list|approve|deny [...]   see and answer pending approvals
+  coordinator mcp [--transport stdio|http]        serve the fleet's tools to MCP clients
+  coordinator provision [flags]                   create or update the fleet's streams (admin)
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

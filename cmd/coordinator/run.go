@@ -18,9 +18,10 @@ import (
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
+	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
-	"github.com/toolfleet/toolfleet/pkg/model/openai"
-	"github.com/toolfleet/toolfleet/pkg/model/scripted"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // demoPrompt is the prompt of the bundled demo script.
@@ -45,7 +46,7 @@ func (f *connFlags) register(fs *flag.FlagSet, embedded bool) {
 }
 
 func (f *connFlags) conn() natsbus.ConnConfig {
-	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password}
+	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password, Getenv: procsec.Getenv}
 }
 
 // fleetFlags are the flags "coordinator run" and "coordinator serve" share:
@@ -53,15 +54,19 @@ func (f *connFlags) conn() natsbus.ConnConfig {
 // logging.
 type fleetFlags struct {
 	connFlags
-	workers                          int
-	tools, builtins                  string
-	model, modelBaseURL              string
+	workers         int
+	tools, builtins string
+	modelFlags
 	maxRounds, maxCalls, maxObsChars int
+	maxKept, maxTranscriptBytes      int
+	maxRunDuration                   time.Duration
 	toolTimeout, approvalTimeout     time.Duration
 	requireApproval                  string
 	traceArgs                        bool
 	logLevel                         string
 	metricsAddr                      string
+	streamCheckInterval              time.Duration
+	listen                           string
 }
 
 // register defines the flags on fs. With ceilings, the loop limits are
@@ -77,17 +82,20 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.IntVar(&f.workers, "workers", 0, "in-process toolworkers (0: 1 with the embedded server, none with --nats-url)")
 	fs.StringVar(&f.tools, "tools", "", "tool manifest for in-process workers")
 	fs.StringVar(&f.builtins, "builtin", "", "built-in tools for in-process workers (default calculator,echo when --tools is empty)")
-	fs.StringVar(&f.model, "model", "", "scripted:FILE | openai:MODEL_NAME (default: the bundled demo script)")
-	fs.StringVar(&f.modelBaseURL, "model-base-url", os.Getenv("OPENAI_BASE_URL"), "OpenAI-compatible API base URL (env OPENAI_BASE_URL); key from OPENAI_API_KEY")
+	f.modelFlags.register(fs)
 	fs.IntVar(&f.maxRounds, "max-rounds", 8, limit("model rounds before giving up (>= 1)"))
 	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 32, limit("tool calls executed per round; the rest are rejected (>= 1)"))
 	fs.IntVar(&f.maxObsChars, "max-observation-chars", 12000, limit("bound on each observation, in characters (>= 1)"))
+	fs.IntVar(&f.maxKept, "max-tool-calls-kept", 0, "hard ceiling on the calls of one model response kept in the transcript; the rest are dropped (> --max-tool-calls-per-round; default max(128, per-round+1))")
+	fs.IntVar(&f.maxTranscriptBytes, "max-transcript-bytes", loop.DefaultMaxTranscriptBytes, "bound on a run's transcript, in bytes; a run past it ends with an error (>= 1)")
+	fs.DurationVar(&f.maxRunDuration, "max-run-duration", loop.DefaultMaxRunDuration, "wall-clock budget of one run; past it the run ends with an error, every open call answered (> 0)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, limit("override every tool's own timeout (> 0)"))
 	fs.StringVar(&f.requireApproval, "require-approval", "", "tools that need a human's approval: comma list, or * (tools declaring requires_approval always do)")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 2*time.Minute, "how long to wait for an approval before the call expires (> 0)")
-	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values (default: keys only)")
+	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values and add them to trace spans (default: keys only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
+	fs.DurationVar(&f.streamCheckInterval, "stream-check-interval", natsbus.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the coordinator stops serving while it differs (> 0)")
 }
 
 // runFlags are the flags of "coordinator run".
@@ -101,6 +109,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	f.fleetFlags.register(fs, false)
 	fs.StringVar(&f.output, "output", "text", "text | json")
+	fs.StringVar(&f.listen, "listen", "", "with the embedded server, also listen on this `HOST:PORT` (port 0: random) with credentials drawn at start, written to a credentials file whose path is logged (default: in-process connections only)")
 	return fs
 }
 
@@ -138,10 +147,50 @@ func (f *fleetFlags) validate(set map[string]bool) error {
 		{"tool-timeout", set["tool-timeout"] && f.toolTimeout <= 0, "> 0", f.toolTimeout},
 		{"approval-timeout", f.approvalTimeout <= 0, "> 0", f.approvalTimeout},
 		{"workers", f.workers < 0, ">= 0", f.workers},
+		{"max-tool-calls-kept", set["max-tool-calls-kept"] && f.maxKept <= f.maxCalls, fmt.Sprintf("> --max-tool-calls-per-round (%d)", f.maxCalls), f.maxKept},
+		{"max-transcript-bytes", f.maxTranscriptBytes < 1, ">= 1", f.maxTranscriptBytes},
+		{"max-run-duration", f.maxRunDuration <= 0, "> 0", f.maxRunDuration},
 	}
 	for _, c := range checks {
 		if c.bad {
 			return &usageError{fmt.Sprintf("--%s must be %s, got %v", c.name, c.rule, c.got)}
+		}
+	}
+	if f.listen == "none" || (f.natsURL != "" && !set["listen"]) {
+		f.listen = ""
+	}
+	if f.listen != "" {
+		if f.natsURL != "" {
+			return &usageError{"--listen is for the embedded server: it cannot be used with --nats-url"}
+		}
+		if _, port, err := net.SplitHostPort(f.listen); err != nil || !validPort(port) {
+			return &usageError{fmt.Sprintf("--listen must be HOST:PORT or :PORT, got %q", f.listen)}
+		}
+	}
+	if f.streamCheckInterval <= 0 {
+		return &usageError{fmt.Sprintf("--stream-check-interval must be > 0, got %v", f.streamCheckInterval)}
+	}
+	// Everything that would otherwise fail only after the embedded server
+	// and the streams are up.
+	if _, err := protocol.NewSubjects(f.prefix); err != nil {
+		return &usageError{fmt.Sprintf("--prefix must match %s, got %q", protocol.TokenPattern, f.prefix)}
+	}
+	if f.creds != "" {
+		if _, err := os.Stat(f.creds); err != nil {
+			return &usageError{fmt.Sprintf("--creds: %v", err)}
+		}
+	}
+	if f.tools != "" {
+		if _, err := harness.LoadManifest(f.tools); err != nil {
+			return &usageError{fmt.Sprintf("--tools: %v", err)}
+		}
+	}
+	if _, err := harness.Builtins(splitList(f.builtins)); err != nil {
+		return &usageError{fmt.Sprintf("--builtin: %v", err)}
+	}
+	for _, name := range splitList(f.requireApproval) {
+		if name != "*" && (len(name) > 64 || !protocol.ValidToken(name)) {
+			return &usageError{fmt.Sprintf("--require-approval must list tool names (%s) or *, got %q", protocol.TokenPattern, name)}
 		}
 	}
 	if f.metricsAddr != "" {
@@ -170,33 +219,6 @@ func checkOutput(output string) error {
 		return &usageError{fmt.Sprintf("--output must be text or json, got %q", output)}
 	}
 	return nil
-}
-
-func (f *fleetFlags) newModel(log zerolog.Logger) (loop.Model, error) {
-	switch kind, arg, _ := strings.Cut(f.model, ":"); kind {
-	case "":
-		return scripted.Demo(), nil
-	case "scripted":
-		if arg == "" {
-			return nil, &usageError{"--model scripted:FILE needs a file"}
-		}
-		m, err := scripted.Load(arg)
-		if err != nil {
-			return nil, &usageError{fmt.Sprintf("--model: %v", err)}
-		}
-		return m, nil
-	case "openai":
-		if arg == "" {
-			return nil, &usageError{"--model openai:MODEL_NAME needs a model name"}
-		}
-		m, err := openai.New(openai.Config{Model: arg, BaseURL: f.modelBaseURL, Logger: log})
-		if err != nil {
-			return nil, &usageError{fmt.Sprintf("--model: %v", err)}
-		}
-		return m, nil
-	default:
-		return nil, &usageError{fmt.Sprintf("--model must be scripted:FILE or openai:MODEL_NAME, got %q", f.model)}
-	}
 }
 
 func splitList(s string) []string {
@@ -243,6 +265,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "coordinator run:", err)
 		return exitUsage
 	}
+	warnCommandLine(log, args)
 	model, err := f.newModel(log)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator run:", err)
@@ -292,13 +315,18 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 			MaxRounds:            f.maxRounds,
 			MaxToolCallsPerRound: f.maxCalls,
 			MaxObservationChars:  f.maxObsChars,
+			MaxToolCallsKept:     f.maxKept,
+			MaxTranscriptBytes:   f.maxTranscriptBytes,
+			MaxRunDuration:       f.maxRunDuration,
 			ToolTimeout:          f.toolTimeout,
 			ApprovalTimeout:      f.approvalTimeout,
 			RequireApproval:      splitList(f.requireApproval),
 			TraceArgs:            f.traceArgs,
 		},
-		MetricsAddr: f.metricsAddr,
-		Logger:      log,
+		MetricsAddr:         f.metricsAddr,
+		StreamCheckInterval: f.streamCheckInterval,
+		Listen:              f.listen,
+		Logger:              log,
 	}
 }
 

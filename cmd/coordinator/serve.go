@@ -37,6 +37,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", coordinator.DefaultShutdownGrace, "on SIGTERM, how long runs in flight may finish before they are cancelled")
 	fs.DurationVar(&f.runAckWait, "run-ack-wait", coordinator.DefaultRunAckWait, "how long a run taken by a coordinator that died waits before another coordinator takes it (fleet-wide)")
 	fs.DurationVar(&f.resultTTL, "result-ttl", coordinator.DefaultResultTTL, "how long results stay in the runs bucket (fleet-wide)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:0", "with the embedded server, the `HOST:PORT` clients and remote workers connect to (port 0: random), with credentials drawn at start and written to a credentials file whose path is logged; \"none\": in-process connections only")
 	fs.StringVar(&f.storeDir, "store-dir", "", "the embedded server's JetStream directory (default: a temporary directory, removed on exit)")
 	return fs
 }
@@ -96,10 +97,12 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 Serves runs: answers run requests on <prefix>.run.submit, runs up to
 --max-concurrent-runs of them at once (sharing the work with every other
 serving coordinator), stores each result in the <prefix>_runs bucket under
-its run id and announces it on <prefix>.run.result.<run_id>. The loop limits
+<client>.<run_id> and announces it on <prefix>.run.result.<client>.<run_id>
+(the run id alone without a client). The loop limits
 are ceilings: a request may lower them, never raise them.
 
-  nats req fleet.run.submit '{"prompt": "What is 6 * 7?"}'
+  nats req fleet.run.submit.<client> '{"prompt": "What is 6 * 7?"}'
+  (the shared fleet.run.submit also works where permissions allow it)
 
 Flags:`)
 		fs.PrintDefaults()
@@ -127,6 +130,7 @@ Flags:`)
 		fmt.Fprintln(stderr, "coordinator serve:", err)
 		return exitUsage
 	}
+	warnCommandLine(log, args)
 	model, err := f.newModel(log)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator serve:", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -127,6 +128,28 @@ func TestServeAndSubmit(t *testing.T) {
 			t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, exitMaxRounds, out, stderr)
 		}
 	})
+	t.Run("submit --messages continues an Anthropic transcript left open by a crash", func(t *testing.T) {
+		// The run that wrote it stopped before answering send_1.
+		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--output", "json", "--messages", writeFile(t, `[
+		  {"role": "user", "content": "Compute 2+2 and mail it to bob."},
+		  {"role": "assistant", "content": [
+		    {"type": "tool_use", "id": "calc_1", "name": "calculator", "input": {"expression": "2+2"}},
+		    {"type": "tool_use", "id": "send_1", "name": "send_email", "input": {"to": "bob"}}]},
+		  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "calc_1", "content": "4"}]}]`))
+		if code != exitOK {
+			t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+		}
+		var res struct {
+			Messages []loop.Message `json:"messages"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Messages) < 4 || res.Messages[3].ToolCallID != "send_1" ||
+			!strings.Contains(res.Messages[3].Content, "may or may not have taken effect; check before calling it again") {
+			t.Fatalf("send_1 not answered outcome_unknown: %+v", res.Messages)
+		}
+	})
 	t.Run("a refused request exits 2", func(t *testing.T) {
 		code, out, stderr := submit(t, "--nats-url", url, "--output", "json", "--messages", writeFile(t, "[]"))
 		if code != exitUsage || !strings.Contains(stderr, `refused: invalid_field: field "messages"`) || !strings.Contains(out, `"status": "refused"`) {
@@ -161,7 +184,31 @@ func TestServeEmbeddedLogsItsURL(t *testing.T) {
 	if m == nil {
 		t.Fatalf("serve did not log the embedded server's URL:\n%s", logs.String())
 	}
-	code, out, stderr := submit(t, "--nats-url", m[1], "--wait", "demo")
+	// It listens with credentials drawn at start: refused without them,
+	// served with the credentials file's, which are never logged.
+	if code, _, _ := submit(t, "--nats-url", m[1], "--timeout", "2s", "demo"); code == exitOK {
+		t.Fatal("a submission without the credentials was served")
+	}
+	cm := regexp.MustCompile(`"credentials_file":"([^"]+)"`).FindStringSubmatch(logs.String())
+	if cm == nil {
+		t.Fatalf("serve did not log its credentials file:\n%s", logs.String())
+	}
+	env, err := os.ReadFile(cm[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(env)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		creds[k] = v
+	}
+	if creds["NATS_URL"] != m[1] || creds["NATS_USER"] == "" || len(creds["NATS_PASSWORD"]) < 32 {
+		t.Fatalf("credentials file %s:\n%s", cm[1], env)
+	}
+	if strings.Contains(logs.String(), creds["NATS_PASSWORD"]) {
+		t.Fatal("serve logged the generated password")
+	}
+	code, out, stderr := submit(t, "--nats-url", m[1], "--user", creds["NATS_USER"], "--password", creds["NATS_PASSWORD"], "--wait", "demo")
 	if code != exitOK || !strings.Contains(out, "served by embedded-c") || !strings.Contains(out, "1150") {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}
@@ -184,7 +231,7 @@ func TestServeAndSubmitRefuseBadFlags(t *testing.T) {
 		{"serve", []string{"--max-rounds", "0"}, "--max-rounds must be >= 1"},
 		{"serve", []string{"--nats-url", "nats://127.0.0.1:1", "--store-dir", "/tmp/x"}, "--store-dir is for the embedded server"},
 		{"serve", []string{"a prompt"}, "takes no arguments"},
-		{"serve", []string{"--model", "gpt:x"}, "--model must be scripted:FILE or openai:MODEL_NAME"},
+		{"serve", []string{"--model", "gpt:x"}, "--model must be scripted:FILE, openai:MODEL"},
 		{"submit", []string{}, "a PROMPT (or --messages FILE) is required"},
 		{"submit", []string{"--max-rounds", "-1", "hi"}, "--max-rounds must be >= 0"},
 		{"submit", []string{"--tool-timeout", "-1s", "hi"}, "--tool-timeout must be >= 0"},

@@ -17,6 +17,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/transcript"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -30,6 +31,7 @@ type submitFlags struct {
 	maxRounds, maxCalls, maxObsChars int
 	toolTimeout                      time.Duration
 	requireApproval                  string
+	client                           string
 }
 
 func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
@@ -40,12 +42,13 @@ func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for NATS and for a coordinator to accept the run")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "with --wait, how long to wait for the result (default: until interrupted)")
 	fs.StringVar(&f.output, "output", "text", "text | json")
-	fs.StringVar(&f.messagesFile, "messages", "", "a JSON `FILE` holding a transcript (OpenAI chat messages) to continue, instead of a PROMPT")
+	fs.StringVar(&f.messagesFile, "messages", "", "a JSON `FILE` holding a transcript to continue, instead of a PROMPT: chat-completions messages, an Anthropic Messages transcript or Responses input items (calls left unanswered are answered outcome_unknown)")
 	fs.IntVar(&f.maxRounds, "max-rounds", 0, "lower the coordinators' max rounds (default: theirs)")
 	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 0, "lower the coordinators' tool calls per round (default: theirs)")
 	fs.IntVar(&f.maxObsChars, "max-observation-chars", 0, "lower the coordinators' observation bound (default: theirs)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, "lower every call's timeout (default: the coordinators' or each tool's own)")
 	fs.StringVar(&f.requireApproval, "require-approval", "", "more tools whose calls need a human's approval: comma list, or *")
+	fs.StringVar(&f.client, "client", "", "submit on this client's own subject (fleet.run.submit.NAME), whose results only it may read; \"-\" for the shared fleet.run.submit (default: the NATS user, else shared)")
 	return fs
 }
 
@@ -82,6 +85,12 @@ func (f *submitFlags) request(prompt string) (protocol.RunRequest, error) {
 			return req, &usageError{fmt.Sprintf("--messages: %v", err)}
 		}
 		req.Messages = bytes.TrimSpace(data)
+		// An Anthropic or Responses transcript travels as chat messages.
+		if msgs, format, err := transcript.Decode(req.Messages); err == nil && format != transcript.FormatChat {
+			if b, err := json.Marshal(msgs); err == nil {
+				req.Messages = b
+			}
+		}
 	case prompt == "":
 		return req, &usageError{"a PROMPT (or --messages FILE) is required"}
 	}
@@ -126,6 +135,20 @@ Flags:`)
 		return exitUsage
 	}
 
+	client := f.client
+	switch {
+	case client == "-":
+		client = ""
+	case client == "":
+		if user := f.user; user != "" && protocol.ValidToken(user) {
+			client = user
+		} else if user := os.Getenv(natsbus.EnvUser); f.user == "" && user != "" && protocol.ValidToken(user) {
+			client = user
+		}
+	case !protocol.ValidToken(client):
+		fmt.Fprintf(stderr, "coordinator submit: --client must match %s, got %q\n", protocol.TokenPattern, client)
+		return exitUsage
+	}
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	conn := f.conn()
@@ -136,7 +159,12 @@ Flags:`)
 		return exitError
 	}
 	defer nc.Close()
-	resp, err := coordinator.Submit(cctx, nc, subjects, req)
+	data, err := protocol.Encode(&req)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator submit:", err)
+		return exitError
+	}
+	resp, err := coordinator.SubmitRawAs(cctx, nc, subjects, client, data)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError
@@ -169,9 +197,13 @@ Flags:`)
 		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError
 	}
-	res, raw, err := coordinator.WaitResult(wctx, js, subjects, resp.RunID)
+	key := resp.ResultKey
+	if key == "" {
+		key = resp.RunID
+	}
+	res, raw, err := coordinator.WaitResult(wctx, js, subjects, key)
 	if err != nil {
-		fmt.Fprintf(stderr, "coordinator submit: %v (the result will be in bucket %s under key %s)\n", err, resp.ResultBucket, resp.RunID)
+		fmt.Fprintf(stderr, "coordinator submit: %v (the result will be in bucket %s under key %s)\n", err, resp.ResultBucket, key)
 		return exitError
 	}
 	if err := printRunResult(stdout, f.output, res, raw); err != nil {

@@ -51,7 +51,7 @@ const (
 const fanout = 32
 
 // Phases that --only selects.
-var phases = []string{"baseline", "single", "round", "sustained", "sleep", "runs"}
+var phases = []string{"baseline", "single", "round", "sustained", "sleep", "runs", "mcp"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -220,7 +220,7 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Config{StoreDir: dir})
+	srv, err := embedded.Start(embedded.Config{StoreDir: dir, Listen: true})
 	if err != nil {
 		return err
 	}
@@ -255,6 +255,11 @@ func (b *bench) run(ctx context.Context) error {
 	if b.want("runs") {
 		if err := b.heldRuns(ctx, f); err != nil {
 			return fmt.Errorf("concurrent runs: %w", err)
+		}
+	}
+	if b.want("mcp") {
+		if err := b.mcp(ctx, f); err != nil {
+			return fmt.Errorf("mcp: %w", err)
 		}
 	}
 	b.print(url)

@@ -17,7 +17,9 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/internal/tracing"
 )
 
 // version is the version the worker's discovery service announces (a
@@ -35,7 +37,18 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stderr, os.Getenv))
+	// Credentials stay out of reach of the exec tools: secrets leave the
+	// environment (procsec.Getenv still reads them) and the process is not
+	// dumpable, so /proc/<pid>/environ, mem and fd are closed to processes
+	// of the same uid.
+	procsec.Take()
+	hardenErr := procsec.Harden()
+	code := tracing.Main("toolfleet-toolworker", os.Stderr, func() int { return run(ctx, os.Args[1:], os.Stderr, procsec.Getenv) })
+	stop()
+	if hardenErr != nil {
+		fmt.Fprintln(os.Stderr, "toolworker: could not make the process non-dumpable:", hardenErr)
+	}
+	os.Exit(code)
 }
 
 // run is the whole program; it returns the exit status.
@@ -55,6 +68,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		logStderr   = fs.Bool("log-stderr", false, "log exec tools' stderr (it may hold secrets)")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
+		checkEvery  = fs.Duration("stream-check-interval", natsbus.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the worker takes no calls while it differs (> 0)")
 		ackWait     = fs.Duration("ack-wait", natsbus.DefaultAckWait, "how long the server waits for a call's ack or heartbeat before redelivering it to another worker; running idempotent calls heartbeat every third of it (fleet-wide: the last worker to start sets it)")
 	)
 	fs.Usage = func() {
@@ -76,8 +90,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		fmt.Fprintf(stderr, "toolworker: %v\n", err)
 		return exitConfig
 	}
+	if found := procsec.CommandLineSecrets(args); len(found) > 0 {
+		log.Warn().Strs("flags", found).
+			Msg("a password on the command line is readable by every local user (/proc/<pid>/cmdline): use env NATS_PASSWORD or a credentials file (--creds)")
+	}
 	if *concurrency < 1 {
 		fmt.Fprintf(stderr, "toolworker: --concurrency: must be >= 1, got %d\n", *concurrency)
+		return exitConfig
+	}
+	if *checkEvery <= 0 {
+		fmt.Fprintf(stderr, "toolworker: --stream-check-interval: must be > 0, got %v\n", *checkEvery)
 		return exitConfig
 	}
 	if *ackWait < 10*time.Millisecond {
@@ -97,15 +119,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 			Password:  *password,
 			Getenv:    getenv,
 		},
-		Prefix:      *prefix,
-		ToolsFile:   *tools,
-		Builtins:    builtins,
-		Concurrency: *concurrency,
-		Name:        *name,
-		LogStderr:   *logStderr,
-		MetricsAddr: *metricsAddr,
-		Worker:      natsbus.WorkerConfig{AckWait: *ackWait, Version: version},
-		Logger:      log,
+		Prefix:              *prefix,
+		ToolsFile:           *tools,
+		Builtins:            builtins,
+		Concurrency:         *concurrency,
+		Name:                *name,
+		LogStderr:           *logStderr,
+		MetricsAddr:         *metricsAddr,
+		StreamCheckInterval: *checkEvery,
+		Worker:              natsbus.WorkerConfig{AckWait: *ackWait, Version: version},
+		Logger:              log,
 	}
 	err = toolworker.Run(ctx, cfg)
 	var ce *toolworker.ConfigError

@@ -7,7 +7,8 @@
 //	{"id": "a1", "sleep_ms": 1500, "exit": 0, "output": "text"}
 //
 // appends "start <id> <pid> <ppid>" to the file named by $SIDEFX_LOG (ppid
-// is the worker that started it), sleeps, appends "done <id> <pid>", prints
+// is the worker that started it: the parent, or the parent's parent when
+// the parent is the worker's exec supervisor), sleeps, appends "done <id> <pid>", prints
 // "ran <id> pid <pid> worker-pid <ppid>" (or "output" when given) and exits
 // with "exit". A killed run never writes its done line.
 package main
@@ -17,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -37,7 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sidefx: bad arguments")
 		os.Exit(2)
 	}
-	pid, ppid := os.Getpid(), os.Getppid()
+	pid, ppid := os.Getpid(), workerPID()
 	record(fmt.Sprintf("start %s %d %d\n", a.ID, pid, ppid))
 	time.Sleep(time.Duration(a.SleepMS) * time.Millisecond)
 	record(fmt.Sprintf("done %s %d\n", a.ID, pid))
@@ -47,6 +50,27 @@ func main() {
 		fmt.Printf("ran %s pid %d worker-pid %d", a.ID, pid, ppid)
 	}
 	os.Exit(a.Exit)
+}
+
+// workerPID is the pid of the worker that runs the tool: the parent, or
+// its parent when the parent is the worker's exec supervisor.
+func workerPID() int {
+	ppid := os.Getppid()
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid))
+	if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); argv0 != "toolfleet-exec-supervisor" {
+		return ppid
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ppid))
+	if err != nil {
+		return ppid
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	if f := strings.Fields(string(stat[i+1:])); i >= 0 && len(f) > 1 {
+		if gp, err := strconv.Atoi(f[1]); err == nil {
+			return gp
+		}
+	}
+	return ppid
 }
 
 // record appends one line in a single write, so concurrent runs never

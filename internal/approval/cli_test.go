@@ -89,7 +89,7 @@ func TestOperatorWithNatsCLI(t *testing.T) {
 				t.Fatalf("nats pub: %v\n%s", err, out)
 			}
 			r := recv(t, res, 20*time.Second)
-			if r.err != nil || r.d != tt.want {
+			if r.err != nil || sansProof(t, r.d) != tt.want {
 				t.Fatalf("Decision=%+v, %v; want %+v", r.d, r.err, tt.want)
 			}
 			if !strings.HasPrefix(seen.DecisionSubject, "fleet.approval.decision.run1.") {

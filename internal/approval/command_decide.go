@@ -118,7 +118,9 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 	note, ok := waitNote(ctx, st, outSubj, *wait)
 	switch {
 	case !ok:
-		fmt.Fprintf(c.stdout, "the coordinator has not recorded an outcome within %v\n", *wait)
+		// The decision is in the audit log, but no coordinator said it
+		// acted on it: the operator must not take the call as decided.
+		return c.fail(name, fmt.Errorf("no coordinator recorded an outcome within %v: the decision is stored, but no coordinator may have acted on it (is the run still waiting?)", *wait))
 	case note.Digest != p.req.Digest:
 		return c.fail(name, errors.New("the coordinator recorded an outcome for other arguments"))
 	default:

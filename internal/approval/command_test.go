@@ -114,7 +114,7 @@ func TestCommandApproveAndDeny(t *testing.T) {
 				t.Fatalf("exit=%d, stdout %q, stderr %q", code, out, errs)
 			}
 			r := recv(t, res, 5*time.Second)
-			if r.err != nil || r.d != tt.want {
+			if r.err != nil || sansProof(t, r.d) != tt.want {
 				t.Fatalf("Decision=%+v, %v; want %+v", r.d, r.err, tt.want)
 			}
 			for _, want := range []string{"tool:      deploy", `arguments: {"env":"prod","replicas":3}`, "digest:    " + req.Digest, "coordinator recorded: " + tt.note} {
@@ -132,6 +132,27 @@ func TestCommandApproveAndDeny(t *testing.T) {
 				t.Errorf("a refused decision should still show the request:\n%s", out)
 			}
 		})
+	}
+}
+
+// A decision no coordinator acts on (its coordinator is gone, the request
+// still within its deadline) is published, but the command fails: the
+// operator must not believe the call was decided.
+func TestCommandFailsWhenNoCoordinatorActs(t *testing.T) {
+	f := newFixture(t, GateConfig{})
+	orphan := newRequest(t, "run1", "deploy", `{}`, time.Hour)
+	orphan.Digest = digestOf(t, orphan)
+	orphan.DecisionSubject = "fleet.approval.decision.run1." + orphan.CallKey
+	data, _ := protocol.Encode(&orphan)
+	if _, err := f.js.Publish(t.Context(), "fleet.approval.request.run1."+orphan.CallKey, data); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCommand(t, f, "approve", "run1", orphan.CallKey, "--wait", "300ms")
+	if code == 0 || !strings.Contains(errs, "no coordinator recorded an outcome") {
+		t.Fatalf("exit=%d stdout=%q stderr=%q, want a failure saying no coordinator acted", code, out, errs)
+	}
+	if !strings.Contains(out, "decision published") {
+		t.Errorf("stdout should still say the decision was published:\n%s", out)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/toolfleet/toolfleet/internal/termsafe"
 )
 
 // displayJSON makes JSON text safe to print on an operator's terminal
@@ -45,22 +47,7 @@ func utf16Surrogates(r rune) (rune, rune) {
 // displayText makes free text (a call id, an approver, a reason) safe to
 // print on one terminal line: non-printable and formatting runes become
 // U+FFFD, and it is clipped to max runes.
-func displayText(s string, max int) string {
-	var b strings.Builder
-	n := 0
-	for _, r := range s {
-		if n == max {
-			b.WriteString("…")
-			break
-		}
-		if !unicode.IsPrint(r) || unicode.Is(unicode.Cf, r) {
-			r = utf8.RuneError
-		}
-		b.WriteRune(r)
-		n++
-	}
-	return b.String()
-}
+func displayText(s string, max int) string { return termsafe.Line(s, max) }
 
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string {

@@ -5,12 +5,14 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/approvalproof"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -23,6 +25,9 @@ type Gate struct {
 	js       jetstream.JetStream
 	subjects protocol.Subjects
 	cfg      GateConfig
+
+	mu     sync.Mutex
+	stream jetstream.Stream // the approvals stream, once looked up
 }
 
 var _ loop.Gate = (*Gate)(nil)
@@ -84,10 +89,11 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	msg.Data = data
 	msg.Header.Set(protocol.HeaderVersion, "1")
 	msg.Header.Set(protocol.HeaderDeadline, req.Deadline.UTC().Format(time.RFC3339Nano))
-	if _, err := g.js.PublishMsg(waitCtx, msg,
+	ack, err := g.js.PublishMsg(waitCtx, msg,
 		jetstream.WithMsgID(RequestMsgID(req.CallKey)),
 		jetstream.WithExpectStream(g.subjects.ApprovalsStream()),
-	); err != nil {
+	)
+	if err != nil {
 		if ctx.Err() != nil {
 			// The request may be stored already: say it was withdrawn.
 			g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
@@ -118,6 +124,27 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 		}
 
 		d, reason := g.check(&req, m.Data)
+		var proof *protocol.ApprovalProof
+		if reason == "" {
+			// What counts is what the stream holds, as workers check it:
+			// the first valid decision stored after the request.
+			var stored approvalproof.Decision
+			stored, proof, err = g.stored(waitCtx, decSubj, &req, ack.Sequence)
+			switch {
+			case err == nil:
+				d = stored.ApprovalDecision
+				if !stored.Stored.Before(req.Deadline) {
+					reason = ignoreLate
+				}
+			case ctx.Err() != nil:
+				g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+				return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", ctx.Err())
+			case waitCtx.Err() != nil:
+				reason = ignoreLate
+			default:
+				return loop.Decision{}, fmt.Errorf("approval: reading the decision back: %w", err)
+			}
+		}
 		if reason != "" {
 			log.Warn().Str(logReason, reason).Msg("approval decision ignored")
 			if reason == ignoreLate {
@@ -138,10 +165,51 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 			Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval decided")
 		g.record(ctx, req, note, log)
 		if *d.Approved {
-			return loop.Decision{Approved: true, Approver: d.Approver, Reason: d.Reason}, nil
+			return loop.Decision{Approved: true, Approver: d.Approver, Reason: d.Reason, Proof: proof}, nil
 		}
 		return loop.Decision{Reason: d.Reason, Approver: d.Approver}, nil
 	}
+}
+
+// stored returns the first valid decision for req stored in the approvals
+// stream after the request (at reqSeq), and the proof naming it. A decision
+// seen on the subject may not be stored yet: it retries until ctx ends.
+func (g *Gate) stored(ctx context.Context, decSubj string, req *protocol.ApprovalRequest, reqSeq uint64) (approvalproof.Decision, *protocol.ApprovalProof, error) {
+	st, err := g.approvals(ctx)
+	if err != nil {
+		return approvalproof.Decision{}, nil, err
+	}
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		d, err := approvalproof.FirstDecision(ctx, st, decSubj, req.Digest, reqSeq)
+		if err == nil {
+			return d, &protocol.ApprovalProof{RequestSeq: reqSeq, DecisionSeq: d.Seq}, nil
+		}
+		if !errors.Is(err, approvalproof.ErrDecisionNotFound) {
+			return approvalproof.Decision{}, nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return approvalproof.Decision{}, nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// approvals returns the approvals stream, looked up once.
+func (g *Gate) approvals(ctx context.Context) (jetstream.Stream, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stream != nil {
+		return g.stream, nil
+	}
+	st, err := g.js.Stream(ctx, g.subjects.ApprovalsStream())
+	if err != nil {
+		return nil, err
+	}
+	g.stream = st
+	return st, nil
 }
 
 // prepare checks req, fills its defaults and returns its request and decision

@@ -61,7 +61,7 @@ func TestGateDecisions(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("Approve: %v", r.err)
 			}
-			if r.d != tt.want {
+			if sansProof(t, r.d) != tt.want {
 				t.Errorf("Decision=%+v, want %+v", r.d, tt.want)
 			}
 			n := lastNote(t, f, req)
@@ -182,7 +182,7 @@ func TestGateIgnoresInvalidDecisions(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("Approve: %v", r.err)
 			}
-			if r.d != tt.want {
+			if sansProof(t, r.d) != tt.want {
 				t.Errorf("Decision=%+v, want %+v", r.d, tt.want)
 			}
 			logs := f.logs.String()

@@ -216,3 +216,17 @@ func (b *syncBuffer) String() string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// sansProof checks that an approval carries a proof of its decision (and a
+// denial none) and returns d without it, for comparison.
+func sansProof(t testing.TB, d loop.Decision) loop.Decision {
+	t.Helper()
+	if d.Approved != (d.Proof != nil) {
+		t.Errorf("Decision %+v: an approval, and only one, carries a proof", d)
+	}
+	if d.Proof != nil && (d.Proof.RequestSeq == 0 || d.Proof.DecisionSeq <= d.Proof.RequestSeq) {
+		t.Errorf("proof %+v: want a request sequence and a later decision sequence", *d.Proof)
+	}
+	d.Proof = nil
+	return d
+}

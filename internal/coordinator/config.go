@@ -20,6 +20,16 @@ type Config struct {
 	// StoreDir holds the embedded server's JetStream store. Default: a new
 	// temporary directory, removed by Close.
 	StoreDir string
+	// Listen, with the embedded server, opens its TCP client listener on
+	// this HOST:PORT (port 0: a random one) with credentials drawn at
+	// start, written to CredentialsFile for the operator and remote
+	// workers and clients. Default: no listener, in-process connections
+	// only.
+	Listen string
+	// CredentialsFile is where a listening embedded server's URL, user and
+	// password are written (mode 0600, NATS_URL=, NATS_USER=,
+	// NATS_PASSWORD= lines). Default: nats.env in the store directory.
+	CredentialsFile string
 	// Workers is the number of in-process toolworkers. Default (0): 1 with
 	// the embedded server, none with a remote one.
 	Workers int
@@ -39,6 +49,9 @@ type Config struct {
 	// /readyz on this address (e.g. ":9090") from Open to Close: the
 	// coordinator's and its in-process workers' metrics. Default: none.
 	MetricsAddr string
+	// StreamCheckInterval is the pause between checks of the fleet's
+	// stream configuration. Default: 30s.
+	StreamCheckInterval time.Duration
 	// Logger receives the coordinator's and the loop's logs. The zero value
 	// discards them.
 	Logger zerolog.Logger

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,14 +30,17 @@ type Coordinator struct {
 	subjects protocol.Subjects
 	log      zerolog.Logger
 
-	server   *embedded.Server // nil with a remote server
-	storeDir string           // removed by Close when Open created it
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	catalog  *natsbus.Catalog
-	obs      *observability         // nil without MetricsAddr
-	monitor  *natsbus.SchemaMonitor // reports schema conflicts
-	runner   *loop.Runner
+	server    *embedded.Server // nil with a remote server
+	storeDir  string           // removed by Close when Open created it
+	credsFile string           // the listening embedded server's credentials, removed by Close
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	catalog   *natsbus.Catalog
+	obs       *observability         // nil without MetricsAddr
+	monitor   *natsbus.SchemaMonitor // reports schema conflicts
+	guard     *natsbus.StreamGuard   // the fleet's streams as expected
+	guardEnd  context.CancelFunc
+	runner    *loop.Runner
 
 	workers       []inprocWorker
 	workersCancel context.CancelFunc
@@ -86,13 +92,17 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	if err := natsbus.EnsureStreams(ctx, c.js, subjects, natsbus.StreamConfig{}); err != nil {
-		return nil, fmt.Errorf("coordinator: %w", err)
+	if err := c.startGuard(ctx); err != nil {
+		return nil, err
 	}
 	if err := c.startWorkers(ctx); err != nil {
 		return nil, err
 	}
-	c.catalog, err = natsbus.NewCatalog(ctx, c.js, subjects, cfg.Logger)
+	cc := natsbus.CatalogConfig{Logger: cfg.Logger}
+	if c.obs != nil {
+		cc.Observer = c.obs.coord
+	}
+	c.catalog, err = natsbus.NewCatalogWith(ctx, c.js, subjects, cc)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: reading the tool catalog: %w", err)
 	}
@@ -107,7 +117,7 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, err
 	}
 
-	dispatcher := natsbus.NewDispatcher(c.nc, c.js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger})
+	dispatcher := natsbus.NewDispatcher(c.nc, c.js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger, Guard: c.guard})
 	gate := approval.NewGate(c.nc, c.js, subjects, approval.GateConfig{Logger: cfg.Logger})
 	lc := c.cfg.Loop
 	lc.Logger = cfg.Logger
@@ -118,6 +128,37 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	return c, nil
 }
 
+// startGuard sets up the streams a coordinator uses — the embedded
+// server's owner is its own provisioning identity and creates or updates
+// them; against a remote server a coordinator creates only a missing one
+// (when the server lets it) and changes none — then checks their
+// configuration, refusing to start when it differs, and keeps checking
+// until Close.
+func (c *Coordinator) startGuard(ctx context.Context) error {
+	list := natsbus.StreamsOf(natsbus.FleetStreams(c.subjects, natsbus.StreamConfig{}), natsbus.RoleCoordinator)
+	if c.server != nil {
+		if _, err := natsbus.ProvisionStreams(ctx, c.js, list); err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+	} else {
+		natsbus.CreateMissingStreams(ctx, c.js, list, c.log)
+	}
+	c.guard = natsbus.NewStreamGuard(c.js, natsbus.StreamGuardConfig{
+		Streams: list, Interval: c.cfg.StreamCheckInterval, Logger: c.log, Observer: c.streamsObserver(),
+	})
+	if err := c.guard.Check(ctx); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.guardEnd = cancel
+	go c.guard.Run(gctx)
+	return nil
+}
+
+// StreamsErr is nil while the fleet's streams have their expected
+// configuration, the *natsbus.DriftError of the last check otherwise.
+func (c *Coordinator) StreamsErr() error { return c.guard.Err() }
+
 func (c *Coordinator) startEmbedded() error {
 	dir := c.cfg.StoreDir
 	if dir == "" {
@@ -127,12 +168,42 @@ func (c *Coordinator) startEmbedded() error {
 		}
 		dir, c.storeDir = d, d
 	}
-	s, err := embedded.Start(embedded.Config{StoreDir: dir, Logger: c.cfg.Logger})
+	ec := embedded.Config{StoreDir: dir, Logger: c.cfg.Logger}
+	if c.cfg.Listen != "" {
+		host, port, err := net.SplitHostPort(c.cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("coordinator: --listen: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("coordinator: --listen: port %q", port)
+		}
+		if p == 0 {
+			p = -1
+		}
+		ec.Listen, ec.GenerateCredentials, ec.Host, ec.Port = true, true, host, p
+	}
+	s, err := embedded.Start(ec)
 	if err != nil {
 		return fmt.Errorf("coordinator: starting embedded NATS: %w", err)
 	}
 	c.server = s
-	c.log.Info().Str("url", s.ClientURL()).Msg("embedded NATS server started")
+	if !s.Listening() {
+		c.log.Info().Msg("embedded NATS server started (in-process connections only)")
+		return nil
+	}
+	path := c.cfg.CredentialsFile
+	if path == "" {
+		path = filepath.Join(dir, "nats.env")
+	}
+	user, password := s.Credentials()
+	content := fmt.Sprintf("NATS_URL=%s\nNATS_USER=%s\nNATS_PASSWORD=%s\n", s.ClientURL(), user, password)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("coordinator: writing the embedded server's credentials: %w", err)
+	}
+	c.credsFile = path
+	c.log.Info().Str("url", s.ClientURL()).Str("user", user).Str("credentials_file", path).
+		Msg("embedded NATS server started; its credentials, drawn at start, are in the credentials file")
 	return nil
 }
 
@@ -148,7 +219,7 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 			ToolsFile: c.cfg.ToolsFile,
 			Builtins:  c.cfg.Builtins,
 			Name:      fmt.Sprintf("inproc-%d", i+1),
-			Worker:    natsbus.WorkerConfig{Observer: c.workerObserver()},
+			Worker:    natsbus.WorkerConfig{Observer: c.workerObserver(), Guard: c.guard},
 			Logger:    c.cfg.Logger,
 		})
 		if err != nil {
@@ -233,7 +304,12 @@ func (c *Coordinator) Run(ctx context.Context, prompt string) (*loop.Result, err
 // Conn returns the coordinator's NATS connection.
 func (c *Coordinator) Conn() *nats.Conn { return c.nc }
 
-// ClientURL returns the embedded server's URL, or "" with a remote server.
+// CredentialsFile returns the file holding a listening embedded server's
+// URL and credentials, or "" without one.
+func (c *Coordinator) CredentialsFile() string { return c.credsFile }
+
+// ClientURL returns the embedded server's URL, or "" with a remote server
+// or an embedded one that does not listen.
 func (c *Coordinator) ClientURL() string {
 	if c.server == nil {
 		return ""
@@ -245,6 +321,9 @@ func (c *Coordinator) ClientURL() string {
 // embedded server down. It is idempotent.
 func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
+		if c.guardEnd != nil {
+			c.guardEnd()
+		}
 		if c.workersCancel != nil {
 			c.workersCancel()
 			c.workersDone.Wait()
@@ -259,6 +338,9 @@ func (c *Coordinator) Close() error {
 		}
 		if c.server != nil {
 			c.server.Shutdown()
+		}
+		if c.credsFile != "" {
+			os.Remove(c.credsFile)
 		}
 		if c.storeDir != "" {
 			os.RemoveAll(c.storeDir)

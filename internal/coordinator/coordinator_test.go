@@ -29,6 +29,11 @@ func TestDemoOnEmbeddedServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// The embedded server opens no listener unless asked: no process on
+	// the machine (nor a tool) can reach it.
+	if c.ClientURL() != "" || c.CredentialsFile() != "" {
+		t.Fatalf("embedded server listens at %q (credentials %q), want in-process only", c.ClientURL(), c.CredentialsFile())
+	}
 	res, err := c.Run(t.Context(), "demo")
 	if err != nil {
 		t.Fatal(err)

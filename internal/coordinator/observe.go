@@ -24,6 +24,7 @@ var errConnecting = errors.New("connecting to NATS")
 type observability struct {
 	coord   *metrics.Coordinator
 	worker  *metrics.Worker
+	streams *metrics.Streams
 	srv     *metrics.Server
 	nc      atomic.Pointer[nats.Conn]
 	probe   atomic.Pointer[natsbus.Probe]
@@ -38,7 +39,7 @@ func (c *Coordinator) startMetrics() error {
 		return nil
 	}
 	reg := metrics.NewRegistry()
-	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg)}
+	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg)}
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()
@@ -75,7 +76,7 @@ func (c *Coordinator) startMonitor(ctx context.Context) error {
 	mc := natsbus.SchemaMonitorConfig{Logger: c.cfg.Logger}
 	if c.obs != nil {
 		c.obs.nc.Store(c.nc)
-		c.obs.probe.Store(natsbus.NewProbe(c.nc, c.js, natsbus.FleetProbeConfig(c.subjects)))
+		c.probeGuards(c.guard)
 		mc.Observer = c.obs.coord
 	}
 	m, err := natsbus.NewSchemaMonitor(ctx, c.nc, c.js, c.subjects, mc)
@@ -84,6 +85,27 @@ func (c *Coordinator) startMonitor(ctx context.Context) error {
 	}
 	c.monitor = m
 	return nil
+}
+
+// probeGuards answers readiness from the fleet's streams and consumers and
+// from guards: not ready while one finds a stream configured otherwise
+// than expected.
+func (c *Coordinator) probeGuards(guards ...*natsbus.StreamGuard) {
+	if c.obs == nil {
+		return
+	}
+	pc := natsbus.FleetProbeConfig(c.subjects)
+	pc.Guards = guards
+	c.obs.probe.Store(natsbus.NewProbe(c.nc, c.js, pc))
+}
+
+// streamsObserver is what stream guards report to: the metrics, or
+// nothing.
+func (c *Coordinator) streamsObserver() natsbus.StreamGuardObserver {
+	if c.obs == nil {
+		return nil
+	}
+	return c.obs.streams
 }
 
 // workerObserver is what in-process workers report to: the metrics, or

@@ -39,6 +39,7 @@ const (
 	logCode        = "code"
 	logField       = "field"
 	logBytes       = "bytes"
+	logClient      = "client"
 )
 
 // errShutdown is the cause of a run cancelled because the shutdown grace
@@ -54,6 +55,7 @@ type service struct {
 	limited  zerolog.Logger
 	cons     jetstream.Consumer
 	kv       jetstream.KeyValue
+	guard    *natsbus.StreamGuard // the runs stream and bucket
 	disp     *natsbus.Dispatcher
 	gate     *approval.Gate
 	slots    *semaphore.Weighted
@@ -92,10 +94,15 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error
-	if s.cons, s.kv, err = ensureRuns(octx, c.js, c.subjects, cfg); err != nil {
+	s.guard = natsbus.NewStreamGuard(c.js, natsbus.StreamGuardConfig{
+		Streams: runsStreams(c.subjects, cfg), Interval: c.cfg.StreamCheckInterval,
+		Logger: c.log, Observer: c.streamsObserver(),
+	})
+	if s.cons, s.kv, err = c.ensureRuns(octx, cfg, s.guard); err != nil {
 		return err
 	}
-	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger})
+	c.probeGuards(c.guard, s.guard)
+	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard})
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
 	return s.serve(ctx)
 }
@@ -105,16 +112,26 @@ func (s *service) serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunSubmit(), err)
 	}
+	// Each client's own submit subject.
+	clients, err := s.c.nc.QueueSubscribe(s.subjects.RunSubmits(), s.subjects.RunSubmitGroup(), s.onSubmit)
+	if err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunSubmits(), err)
+	}
 	abandoned, err := s.c.nc.QueueSubscribe(s.subjects.RunsMaxDeliveries(), s.subjects.RunSubmitGroup(), s.onMaxDeliveries)
 	if err != nil {
 		sub.Unsubscribe()
+		clients.Unsubscribe()
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunsMaxDeliveries(), err)
 	}
 	defer abandoned.Unsubscribe()
 	if err := s.c.nc.FlushTimeout(opTimeout); err != nil {
 		sub.Unsubscribe()
+		clients.Unsubscribe()
 		return fmt.Errorf("coordinator: registering the submit subscription: %w", err)
 	}
+
+	go s.guard.Run(ctx)
 
 	// Runs outlive ctx by up to ShutdownGrace.
 	execCtx, cancelExec := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -127,14 +144,16 @@ func (s *service) serve(ctx context.Context) error {
 	ev := s.log.Info().Str("submit", s.subjects.RunSubmit()).Str("stream", s.subjects.RunsStream()).
 		Str("bucket", s.subjects.RunsBucket()).Int("max_concurrent_runs", s.cfg.MaxConcurrentRuns)
 	if url := s.c.ClientURL(); url != "" {
-		ev = ev.Str("nats_url", url)
+		ev = ev.Str("nats_url", url).Str("credentials_file", s.c.CredentialsFile())
 	}
 	ev.Msg("serving runs")
 
 	<-ctx.Done()
 	s.log.Info().Msg("shutting down: no new runs are taken")
-	if err := sub.Drain(); err != nil {
-		sub.Unsubscribe()
+	for _, sb := range []*nats.Subscription{sub, clients} {
+		if err := sb.Drain(); err != nil {
+			sb.Unsubscribe()
+		}
 	}
 	<-pulled
 
@@ -151,7 +170,7 @@ func (s *service) serve(ctx context.Context) error {
 	}
 	// The drained subscription answers what it had already received.
 	deadline := time.Now().Add(opTimeout)
-	for sub.IsValid() && time.Now().Before(deadline) {
+	for (sub.IsValid() || clients.IsValid()) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.log.Info().Msg("stopped serving runs")
@@ -163,6 +182,10 @@ func (s *service) serve(ctx context.Context) error {
 func (s *service) pull(ctx, execCtx context.Context) {
 	failures := 0
 	for {
+		// Streams that differ from the expected configuration: take no run.
+		if s.c.guard.Wait(ctx) != nil || s.guard.Wait(ctx) != nil {
+			return
+		}
 		if err := s.slots.Acquire(ctx, 1); err != nil {
 			return
 		}
@@ -195,7 +218,7 @@ func (s *service) pull(ctx, execCtx context.Context) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
 			errors.Is(err, jetstream.ErrStreamNotFound) {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
-			if cons, _, err := ensureRuns(octx, s.c.js, s.subjects, s.cfg); err == nil {
+			if cons, _, err := s.c.ensureRuns(octx, s.cfg, nil); err == nil {
 				s.cons = cons
 			}
 			cancel()
@@ -226,6 +249,19 @@ func (s *service) next() (jetstream.Msg, error) {
 // onSubmit answers one run request: refused with the reason, or queued in
 // the runs stream and accepted with its run id.
 func (s *service) onSubmit(m *nats.Msg) {
+	if s.c.guard.Err() != nil || s.guard.Err() != nil {
+		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
+			Code: protocol.CodeUnavailable, Message: "the fleet's streams are not configured as expected; retry later",
+		}})
+		return
+	}
+	client, ok := submitter(s.subjects, m.Subject)
+	if !ok {
+		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
+			Code: protocol.CodeInvalidField, Field: "subject", Message: "not a submit subject",
+		}})
+		return
+	}
 	if _, _, err := decodeRunRequest(m.Data, s.cfg.MaxRequestBytes); err != nil {
 		re := protocol.RunErrorFrom(err)
 		s.limited.Warn().Str(logCode, re.Code).Str(logField, re.Field).Int(logBytes, len(m.Data)).Msg("run request refused")
@@ -238,6 +274,9 @@ func (s *service) onSubmit(m *nats.Msg) {
 	msg.Data = m.Data
 	msg.Header.Set(protocol.HeaderMsgID, protocol.RunMsgID(run))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	if client != "" {
+		msg.Header.Set(protocol.HeaderClient, client)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	_, err := s.c.js.PublishMsg(ctx, msg)
 	cancel()
@@ -248,12 +287,26 @@ func (s *service) onSubmit(m *nats.Msg) {
 		}})
 		return
 	}
-	resultSubject, _ := s.subjects.RunResult(run)
-	s.log.Info().Str(logRun, run).Int(logBytes, len(m.Data)).Msg("run accepted")
+	resultSubject, _ := s.subjects.ClientRunResult(client, run)
+	ev := s.log.Info().Str(logRun, run).Int(logBytes, len(m.Data))
+	if client != "" {
+		ev = ev.Str(logClient, client)
+	}
+	ev.Msg("run accepted")
 	s.reply(m, &protocol.RunResponse{
 		V: protocol.Version, Status: protocol.RunAccepted, RunID: run,
-		ResultSubject: resultSubject, ResultBucket: s.subjects.RunsBucket(),
+		ResultSubject: resultSubject, ResultBucket: s.subjects.RunsBucket(), ResultKey: protocol.RunKey(client, run),
 	})
+}
+
+// submitter returns the client a submission came from: "" on the shared
+// submit subject, the last token on a client's own ([Subjects.RunSubmitAs]).
+func submitter(subjects protocol.Subjects, subject string) (string, bool) {
+	if subject == subjects.RunSubmit() {
+		return "", true
+	}
+	client, ok := strings.CutPrefix(subject, subjects.RunSubmit()+".")
+	return client, ok && protocol.ValidToken(client)
 }
 
 func (s *service) reply(m *nats.Msg, resp *protocol.RunResponse) {
@@ -285,8 +338,17 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	rec.RunID = run
+	client := m.Headers().Get(protocol.HeaderClient)
+	if client != "" && !protocol.ValidToken(client) {
+		m.TermWithReason(termMalformed)
+		s.limited.Warn().Str(logRun, run).Msg("terminated a queued run request with an invalid client")
+		return
+	}
 	log := s.log.With().Str(logRun, run).Int(logAttempt, rec.Attempt).Logger()
-	if s.stored(run) {
+	if client != "" {
+		log = log.With().Str(logClient, client).Logger()
+	}
+	if s.stored(protocol.RunKey(client, run)) {
 		m.Ack()
 		log.Info().Msg("the run already has a result: its request is acknowledged, not run again")
 		return
@@ -295,7 +357,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 	if err != nil {
 		rec.Error = protocol.RunErrorFrom(err)
 		log.Warn().Str(logCode, rec.Error.Code).Str(logField, rec.Error.Field).Msg("queued run request refused")
-		s.finish(m, log, rec, true)
+		s.finish(m, log, client, rec, true)
 		return
 	}
 
@@ -307,7 +369,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		// only add valid tool names to them.
 		log.Error().Err(err).Msg("could not configure the run")
 		rec.Error = protocol.RunErrorFrom(err)
-		s.finish(m, log, rec, true)
+		s.finish(m, log, client, rec, true)
 		return
 	}
 	ev := log.Info().Int("max_rounds", lim.record.MaxRounds).Int("max_tool_calls_per_round", lim.record.MaxToolCallsPerRound).
@@ -349,7 +411,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 				Message: "the model or the tool catalog failed; every tool call is answered; see the coordinator's logs"}
 		}
 	}
-	s.finish(m, log, rec, false)
+	s.finish(m, log, client, rec, false)
 }
 
 // runner returns a loop runner for one run with the applied limits, whose
@@ -372,11 +434,12 @@ func (s *service) runner(run protocol.RunID, lim appliedLimits) (*loop.Runner, e
 	return loop.New(lc, s.c.cfg.Model, cat, s.disp, s.gate)
 }
 
-// stored reports whether run already has a result in the bucket.
-func (s *service) stored(run protocol.RunID) bool {
+// stored reports whether the run of key ([protocol.RunKey]) already has
+// a result in the bucket.
+func (s *service) stored(key string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_, err := s.kv.Get(ctx, run)
+	_, err := s.kv.Get(ctx, key)
 	return err == nil
 }
 
@@ -405,8 +468,8 @@ func (s *service) heartbeat(m jetstream.Msg) (stop func()) {
 // announces it, and acknowledges the request — or terminates it when term
 // is set or the result could not be stored: a request that ran, or cannot
 // run, is never delivered again.
-func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunResult, term bool) {
-	data, created, err := s.store(rec)
+func (s *service) finish(m jetstream.Msg, log zerolog.Logger, client string, rec *protocol.RunResult, term bool) {
+	data, created, err := s.store(client, rec)
 	switch {
 	case err != nil:
 		log.Error().Err(err).Msg("could not store the run's result: it is lost")
@@ -415,7 +478,7 @@ func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunR
 	case !created:
 		log.Warn().Msg("another coordinator stored this run's result first: this one is dropped")
 	default:
-		if subject, err := s.subjects.RunResult(rec.RunID); err == nil {
+		if subject, err := s.subjects.ClientRunResult(client, rec.RunID); err == nil {
 			if err := s.c.nc.Publish(subject, data); err != nil {
 				log.Warn().Err(err).Msg("could not announce the run's result (it is stored)")
 			}
@@ -439,9 +502,10 @@ func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunR
 	ev.Msg("run finished")
 }
 
-// store writes rec under its run id unless a result is already there,
-// retrying transient failures for up to storeTimeout.
-func (s *service) store(rec *protocol.RunResult) (data []byte, created bool, err error) {
+// store writes rec under its key (the client's and run id) unless a
+// result is already there, retrying transient failures for up to
+// storeTimeout.
+func (s *service) store(client string, rec *protocol.RunResult) (data []byte, created bool, err error) {
 	data, err = encodeBounded(rec, s.cfg.MaxResultBytes)
 	if err != nil {
 		return nil, false, err
@@ -449,7 +513,7 @@ func (s *service) store(rec *protocol.RunResult) (data []byte, created bool, err
 	deadline := time.Now().Add(storeTimeout)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_, err = s.kv.Create(ctx, rec.RunID, data)
+		_, err = s.kv.Create(ctx, protocol.RunKey(client, rec.RunID), data)
 		cancel()
 		switch {
 		case err == nil:

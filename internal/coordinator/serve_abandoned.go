@@ -48,7 +48,9 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 		return
 	}
 	run, ok := strings.CutPrefix(raw.Subject, s.queuePrefix)
-	if ok && protocol.ValidToken(run) && !s.stored(run) {
+	client := raw.Header.Get(protocol.HeaderClient)
+	ok = ok && (client == "" || protocol.ValidToken(client))
+	if ok && protocol.ValidToken(run) && !s.stored(protocol.RunKey(client, run)) {
 		rec := &protocol.RunResult{
 			V: protocol.Version, RunID: run, Coordinator: s.cfg.Name, Attempt: int(adv.Deliveries),
 			SubmittedAt: raw.Time.UTC(),
@@ -56,13 +58,13 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 				"the run was taken %d times and never finished: each coordinator that took it stopped mid-run", adv.Deliveries)},
 		}
 		log := s.log.With().Str(logRun, run).Int(logAttempt, rec.Attempt).Logger()
-		data, created, err := s.store(rec)
+		data, created, err := s.store(client, rec)
 		switch {
 		case err != nil:
 			log.Error().Err(err).Msg("could not store an abandoned run's result")
 			return // keep the request: another coordinator may manage
 		case created:
-			if subject, err := s.subjects.RunResult(run); err == nil {
+			if subject, err := s.subjects.ClientRunResult(client, run); err == nil {
 				s.c.nc.Publish(subject, data)
 			}
 			log.Warn().Msg("run abandoned: it was taken as often as allowed and never finished")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/transcript"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -32,7 +33,10 @@ func decodeMessages(raw json.RawMessage) ([]loop.Message, error) {
 	dec.DisallowUnknownFields()
 	var msgs []loop.Message
 	if err := dec.Decode(&msgs); err != nil {
-		return nil, bad("must be an array of {role, content, tool_calls, tool_call_id} messages")
+		// An Anthropic Messages transcript or Responses input items.
+		if msgs, _, err = transcript.Decode(raw); err != nil {
+			return nil, bad("must be an array of {role, content, tool_calls, tool_call_id} messages, an Anthropic Messages transcript or Responses input items")
+		}
 	}
 	switch {
 	case len(msgs) == 0:

@@ -2,9 +2,7 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -12,21 +10,17 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// runsStreamConfig is the work-queue stream of accepted run requests.
-func runsStreamConfig(s protocol.Subjects, c ServeConfig) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        s.RunsStream(),
-		Description: "toolfleet run requests waiting for a coordinator",
-		Subjects:    []string{s.RunQueues()},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    c.Replicas,
-		MaxAge:      c.QueuedRunMaxAge,
-		MaxMsgs:     c.MaxQueuedRuns,
-		MaxBytes:    -1,
-		MaxMsgSize:  runsMaxMsgSize,
-		Discard:     jetstream.DiscardNew,
-		Duplicates:  runsDuplicateWindow,
+// StreamConfig is the fleet-wide stream configuration of c's runs stream
+// and bucket, the defaults for the others (see natsbus.FleetStreams).
+func (c ServeConfig) StreamConfig() natsbus.StreamConfig {
+	c = c.withDefaults()
+	return natsbus.StreamConfig{
+		Replicas:           c.Replicas,
+		MaxQueuedRuns:      c.MaxQueuedRuns,
+		QueuedRunMaxAge:    c.QueuedRunMaxAge,
+		RunResultTTL:       c.ResultTTL,
+		RunResultsMaxBytes: c.ResultsMaxBytes,
+		MaxRunResultBytes:  c.MaxResultBytes,
 	}
 }
 
@@ -46,59 +40,37 @@ func runsConsumerConfig(s protocol.Subjects, c ServeConfig) jetstream.ConsumerCo
 	}
 }
 
-// runsBucketConfig is the KV bucket of run results.
-func runsBucketConfig(s protocol.Subjects, c ServeConfig) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:       s.RunsBucket(),
-		Description:  "toolfleet run results: run id -> result",
-		History:      1,
-		TTL:          c.ResultTTL,
-		MaxBytes:     c.ResultsMaxBytes,
-		MaxValueSize: int32(c.MaxResultBytes),
-		Storage:      jetstream.FileStorage,
-		Replicas:     c.Replicas,
-	}
+// runsStreams are the streams a serving coordinator uses beyond those of
+// every coordinator.
+func runsStreams(s protocol.Subjects, c ServeConfig) []natsbus.FleetStream {
+	return natsbus.StreamsOf(natsbus.FleetStreams(s, c.StreamConfig()), natsbus.RoleServe)
 }
 
-// ensureRuns creates or updates the runs stream, its consumer and the runs
-// bucket. It is idempotent and safe to run from several coordinators at
-// once.
-func ensureRuns(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, c ServeConfig) (jetstream.Consumer, jetstream.KeyValue, error) {
-	sc := runsStreamConfig(s, c)
-	if err := retryExists(ctx, func() error {
-		_, err := natsbus.CreateOrUpdateStream(ctx, js, sc)
-		return err
-	}); err != nil {
-		return nil, nil, fmt.Errorf("coordinator: stream %s: %w", sc.Name, err)
+// ensureRuns makes sure the runs stream and bucket exist — the embedded
+// server's owner creates or updates them, a coordinator of a remote server
+// only creates a missing one — checks their configuration with guard, and
+// creates or updates the runs consumer.
+func (c *Coordinator) ensureRuns(ctx context.Context, cfg ServeConfig, guard *natsbus.StreamGuard) (jetstream.Consumer, jetstream.KeyValue, error) {
+	list := runsStreams(c.subjects, cfg)
+	if c.server != nil {
+		if _, err := natsbus.ProvisionStreams(ctx, c.js, list); err != nil {
+			return nil, nil, fmt.Errorf("coordinator: %w", err)
+		}
+	} else {
+		natsbus.CreateMissingStreams(ctx, c.js, list, c.log)
 	}
-	kc := runsBucketConfig(s, c)
-	var kv jetstream.KeyValue
-	if err := retryExists(ctx, func() (err error) {
-		kv, err = natsbus.CreateOrUpdateKeyValue(ctx, js, kc)
-		return err
-	}); err != nil {
-		return nil, nil, fmt.Errorf("coordinator: bucket %s: %w", kc.Bucket, err)
+	if guard != nil {
+		if err := guard.Check(ctx); err != nil {
+			return nil, nil, fmt.Errorf("coordinator: %w", err)
+		}
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, sc.Name, runsConsumerConfig(s, c))
+	kv, err := c.js.KeyValue(ctx, c.subjects.RunsBucket())
 	if err != nil {
-		return nil, nil, fmt.Errorf("coordinator: consumer %s on %s: %w", s.RunsConsumer(), sc.Name, err)
+		return nil, nil, fmt.Errorf("coordinator: bucket %s: %w", c.subjects.RunsBucket(), err)
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, c.subjects.RunsStream(), runsConsumerConfig(c.subjects, cfg))
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator: consumer %s on %s: %w", c.subjects.RunsConsumer(), c.subjects.RunsStream(), err)
 	}
 	return cons, kv, nil
-}
-
-// retryExists retries a create-or-update when another process created the
-// same stream between our update and our create.
-func retryExists(ctx context.Context, f func() error) error {
-	var err error
-	for range 5 {
-		if err = f(); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return err
 }

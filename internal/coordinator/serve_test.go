@@ -236,8 +236,8 @@ func TestServeRunsASubmittedPrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.GetLastMsgForSubject(t.Context(), "fleet.result."+run); err != nil {
-		t.Fatalf("no tool result on fleet.result.%s: %v", run, err)
+	if _, err := st.GetLastMsgForSubject(t.Context(), "fleet.result."+run+".echo"); err != nil {
+		t.Fatalf("no tool result on fleet.result.%s.echo: %v", run, err)
 	}
 	// The stored result is the run's --output json object plus the serving
 	// fields.
@@ -627,5 +627,52 @@ func TestServeNeverLogsRequests(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "run accepted") {
 		t.Fatalf("the log was not captured:\n%s", logs.String())
+	}
+}
+
+// TestServeBindsTheClientToItsRun: a run submitted on a client's own
+// subject is announced on that client's result subject and kept under its
+// name, where a deployment lets only that client read it; the shared
+// subject keeps working without a client.
+func TestServeBindsTheClientToItsRun(t *testing.T) {
+	f := newServeFleet(t)
+	announced := make(chan *nats.Msg, 8)
+	sub, err := f.nc.ChanSubscribe("fleet.run.result.>", announced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	f.start(serveOpts{script: echoThenAnswer})
+
+	var resp protocol.RunResponse
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		var err error
+		resp, err = coordinator.SubmitRawAs(t.Context(), f.nc, protocol.Subjects{}, "alice", []byte(`{"prompt": "say hello"}`))
+		return err
+	})
+	if resp.Status != protocol.RunAccepted || resp.ResultKey != "alice."+resp.RunID ||
+		resp.ResultSubject != "fleet.run.result.alice."+resp.RunID {
+		t.Fatalf("reply = %+v, want accepted under alice.<run> and fleet.run.result.alice.<run>", resp)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, resp.ResultKey)
+	if err != nil || res.RunID != resp.RunID || res.TerminationReason != "natural" {
+		t.Fatalf("result under %s: %+v %v", resp.ResultKey, res, err)
+	}
+	kv, err := f.js.KeyValue(t.Context(), "fleet_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(t.Context(), resp.RunID); err == nil {
+		t.Error("the client's result is also under the bare run id")
+	}
+	select {
+	case m := <-announced:
+		if m.Subject != resp.ResultSubject {
+			t.Errorf("announced on %s, want %s", m.Subject, resp.ResultSubject)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no announcement")
 	}
 }

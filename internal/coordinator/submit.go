@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,14 +30,29 @@ func Submit(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, req 
 // SubmitRaw is [Submit] with the request already encoded, as "nats req"
 // sends it.
 func SubmitRaw(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, data []byte) (protocol.RunResponse, error) {
+	return SubmitRawAs(ctx, nc, subjects, "", data)
+}
+
+// SubmitRawAs is SubmitRaw on client's own submit subject
+// ([protocol.Subjects.RunSubmitAs]); "" means the shared one. The result
+// is then kept under the response's ResultKey, which only that client
+// may read in a deployment that gives each client its own subjects.
+func SubmitRawAs(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, client string, data []byte) (protocol.RunResponse, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opTimeout)
 		defer cancel()
 	}
-	msg, err := nc.RequestWithContext(ctx, subjects.RunSubmit(), data)
+	subject := subjects.RunSubmit()
+	if client != "" {
+		var err error
+		if subject, err = subjects.RunSubmitAs(client); err != nil {
+			return protocol.RunResponse{}, fmt.Errorf("coordinator: client: %w", err)
+		}
+	}
+	msg, err := nc.RequestWithContext(ctx, subject, data)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return protocol.RunResponse{}, fmt.Errorf("coordinator: %s: %w", subjects.RunSubmit(), ErrNoCoordinator)
+		return protocol.RunResponse{}, fmt.Errorf("coordinator: %s: %w", subject, ErrNoCoordinator)
 	}
 	if err != nil {
 		return protocol.RunResponse{}, fmt.Errorf("coordinator: submitting the run: %w", err)
@@ -48,10 +64,19 @@ func SubmitRaw(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, d
 	return resp, nil
 }
 
-// WaitResult waits until run's result is in the runs bucket and returns it
-// decoded and as stored. It sees a result stored before it was called as
-// well as one stored later, and waits until ctx ends.
-func WaitResult(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID) (protocol.RunResult, []byte, error) {
+// WaitResult waits until the result under key (a run id, or
+// [protocol.RunKey] of a client's run: a RunResponse's ResultKey) is in
+// the runs bucket and returns it decoded and as stored. It sees a result
+// stored before it was called as well as one stored later, and waits until
+// ctx ends.
+func WaitResult(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, key string) (protocol.RunResult, []byte, error) {
+	run := key
+	if client, r, ok := strings.Cut(key, "."); ok {
+		if !protocol.ValidToken(client) {
+			return protocol.RunResult{}, nil, fmt.Errorf("coordinator: result key %q is not valid", key)
+		}
+		run = r
+	}
 	if !protocol.ValidToken(run) {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: run id %q is not valid", run)
 	}
@@ -59,7 +84,7 @@ func WaitResult(ctx context.Context, js jetstream.JetStream, subjects protocol.S
 	if err != nil {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: bucket %s: %w", subjects.RunsBucket(), err)
 	}
-	w, err := kv.Watch(ctx, run, jetstream.IgnoreDeletes())
+	w, err := kv.Watch(ctx, key, jetstream.IgnoreDeletes())
 	if err != nil {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: watching run %s: %w", run, err)
 	}

@@ -1,6 +1,8 @@
 package embedded
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -19,9 +21,19 @@ const DefaultHost = "127.0.0.1"
 // readyTimeout bounds how long Start waits for the server to accept clients.
 const readyTimeout = 10 * time.Second
 
-// Config configures an embedded server. The zero value starts a server on a
-// random loopback port with its store in a fresh temporary directory.
+// Config configures an embedded server. The zero value starts a server
+// that serves in-process connections only (no TCP listener) with its store
+// in a fresh temporary directory.
 type Config struct {
+	// Listen opens the TCP client listener on Host:Port. Default: false,
+	// in-process connections only (nats-server's DontListen): no other
+	// process, and no tool a worker runs, can reach the server.
+	Listen bool
+	// GenerateCredentials makes the server accept only one user, with a
+	// password drawn at start ([Server.Credentials]); [Server.InProcess]
+	// presents it. Use it whenever the server listens for anyone but the
+	// tests. Ignored when ConfigText sets an authorization of its own.
+	GenerateCredentials bool
 	// StoreDir is JetStream's directory (the server adds "jetstream/" below
 	// it). Default: a new temporary directory, removed by Shutdown.
 	StoreDir string
@@ -52,7 +64,31 @@ type Server struct {
 	ownsStore bool
 	port      int
 	once      sync.Once
+	// user and password are the generated credentials, "" without.
+	user, password string
 }
+
+// GeneratedUser is the user name of generated credentials.
+const GeneratedUser = "toolfleet"
+
+// randomPassword draws a password of 32 random bytes, hex-encoded and
+// starting with letters (nats-server reads configuration values by their
+// look).
+func randomPassword() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "tf-" + hex.EncodeToString(b), nil
+}
+
+// Credentials returns the generated user and password, or "" and "" when
+// the server has none (see Config.GenerateCredentials). Never log the
+// password.
+func (s *Server) Credentials() (user, password string) { return s.user, s.password }
+
+// Listening reports whether the server has a TCP client listener.
+func (s *Server) Listening() bool { return s.cfg.Listen }
 
 // Start validates cfg, starts the server and waits until it accepts
 // clients.
@@ -74,6 +110,16 @@ func Start(cfg Config) (*Server, error) {
 	if opts.Port == 0 {
 		opts.Port = server.RANDOM_PORT
 	}
+	opts.DontListen = !cfg.Listen
+	var user, password string
+	if cfg.GenerateCredentials && opts.Username == "" && len(opts.Users) == 0 && len(opts.Nkeys) == 0 && opts.Authorization == "" {
+		pw, err := randomPassword()
+		if err != nil {
+			return nil, fmt.Errorf("embedded: drawing a password: %w", err)
+		}
+		user, password = GeneratedUser, pw
+		opts.Username, opts.Password = user, password
+	}
 	if cfg.ServerName != "" {
 		opts.ServerName = cfg.ServerName
 	}
@@ -81,7 +127,7 @@ func Start(cfg Config) (*Server, error) {
 	opts.NoSigs = true
 	opts.Trace, opts.TraceVerbose = false, false
 
-	s := &Server{storeDir: cfg.StoreDir}
+	s := &Server{storeDir: cfg.StoreDir, user: user, password: password}
 	if s.storeDir == "" {
 		dir, err := os.MkdirTemp("", "toolfleet-nats-")
 		if err != nil {
@@ -110,7 +156,7 @@ func Start(cfg Config) (*Server, error) {
 		s.Shutdown()
 		return nil, errors.New("embedded: server not ready for connections within 10s")
 	}
-	if addr, ok := srv.Addr().(*net.TCPAddr); ok {
+	if addr, ok := srv.Addr().(*net.TCPAddr); ok && cfg.Listen {
 		s.port = addr.Port
 	}
 	s.cfg = cfg
@@ -123,8 +169,14 @@ func Start(cfg Config) (*Server, error) {
 // reuses both (a temporary store is removed by Shutdown, though).
 func (s *Server) Config() Config { return s.cfg }
 
-// ClientURL is the URL TCP clients connect to, nats://host:port.
-func (s *Server) ClientURL() string { return s.srv.ClientURL() }
+// ClientURL is the URL TCP clients connect to, nats://host:port, or ""
+// when the server does not listen.
+func (s *Server) ClientURL() string {
+	if !s.cfg.Listen {
+		return ""
+	}
+	return s.srv.ClientURL()
+}
 
 // Port is the client listener's port, resolved when it was random.
 func (s *Server) Port() int { return s.port }
@@ -133,8 +185,19 @@ func (s *Server) Port() int { return s.port }
 func (s *Server) StoreDir() string { return s.storeDir }
 
 // InProcess is the nats.Option that connects to this server without the
-// network: nats.Connect("", s.InProcess()).
-func (s *Server) InProcess() nats.Option { return nats.InProcessServer(s.srv) }
+// network: nats.Connect("", s.InProcess()). With generated credentials it
+// presents them too.
+func (s *Server) InProcess() nats.Option {
+	if s.user == "" {
+		return nats.InProcessServer(s.srv)
+	}
+	return func(o *nats.Options) error {
+		if err := nats.InProcessServer(s.srv)(o); err != nil {
+			return err
+		}
+		return nats.UserInfo(s.user, s.password)(o)
+	}
+}
 
 // NATSServer exposes the underlying server, for health checks and tests.
 func (s *Server) NATSServer() *server.Server { return s.srv }

@@ -13,7 +13,7 @@ import (
 )
 
 func TestStartDefaultsUseLoopbackAndTemporaryStore(t *testing.T) {
-	s, err := embedded.Start(embedded.Config{})
+	s, err := embedded.Start(embedded.Config{Listen: true})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -94,5 +94,83 @@ func TestLoggerReceivesServerNotices(t *testing.T) {
 	s.Shutdown()
 	if !strings.Contains(buf.String(), `"component":"nats-server"`) {
 		t.Fatalf("no server log lines reached the logger; got %q", buf.String())
+	}
+}
+
+// TestStartDoesNotListenUnlessAsked: the zero Config opens no TCP
+// listener — nothing on the machine can reach the server — and serves
+// in-process connections.
+func TestStartDoesNotListenUnlessAsked(t *testing.T) {
+	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	if s.ClientURL() != "" || s.Port() != 0 || s.Listening() {
+		t.Fatalf("ClientURL %q port %d listening %v, want no listener", s.ClientURL(), s.Port(), s.Listening())
+	}
+	if addr := s.NATSServer().Addr(); addr != nil {
+		t.Fatalf("the server listens on %v", addr)
+	}
+	nc, err := nats.Connect("", s.InProcess())
+	if err != nil {
+		t.Fatalf("in-process connect: %v", err)
+	}
+	defer nc.Close()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGeneratedCredentials: a listening server with generated credentials
+// refuses anyone without them, over TCP and in process; InProcess presents
+// them; each start draws another password, which the server never logs.
+func TestGeneratedCredentials(t *testing.T) {
+	buf := natstest.NewLogBuffer(t)
+	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Listen: true, GenerateCredentials: true,
+		Logger: zerolog.New(buf).Level(zerolog.DebugLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	user, password := s.Credentials()
+	if user != embedded.GeneratedUser || len(password) < 32 {
+		t.Fatalf("credentials %q/%d bytes, want the generated user and a long password", user, len(password))
+	}
+	for name, opts := range map[string][]nats.Option{
+		"no credentials":   nil,
+		"wrong password":   {nats.UserInfo(user, password+"x")},
+		"in-process, none": {nats.InProcessServer(s.NATSServer())},
+	} {
+		url := s.ClientURL()
+		if strings.HasPrefix(name, "in-process") {
+			url = ""
+		}
+		if nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(0))...); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		}
+	}
+	for name, connect := range map[string]func() (*nats.Conn, error){
+		"tcp":        func() (*nats.Conn, error) { return nats.Connect(s.ClientURL(), nats.UserInfo(user, password)) },
+		"in-process": func() (*nats.Conn, error) { return nats.Connect("", s.InProcess()) },
+	} {
+		nc, err := connect()
+		if err != nil {
+			t.Fatalf("%s with the credentials: %v", name, err)
+		}
+		nc.Close()
+	}
+	other, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Listen: true, GenerateCredentials: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Shutdown()
+	if _, p2 := other.Credentials(); p2 == password {
+		t.Error("two starts drew the same password")
+	}
+	s.Shutdown()
+	if buf.Contains(password) {
+		t.Error("the server logged the generated password")
 	}
 }

@@ -28,12 +28,17 @@ type Coordinator struct {
 	tokens        *prometheus.CounterVec
 	conflicts     *prometheus.CounterVec
 	conflicted    prometheus.Gauge
+	anomalies     *prometheus.CounterVec
 }
 
 var (
-	_ loop.Observer          = (*Coordinator)(nil)
-	_ natsbus.SchemaObserver = (*Coordinator)(nil)
+	_ loop.Observer           = (*Coordinator)(nil)
+	_ natsbus.SchemaObserver  = (*Coordinator)(nil)
+	_ natsbus.CatalogObserver = (*Coordinator)(nil)
 )
+
+// catalogAnomalies is the closed vocabulary of the catalog anomaly label.
+var catalogAnomalies = []string{natsbus.AnomalyApprovalConflict, natsbus.AnomalyOversized, natsbus.AnomalyFull}
 
 // Closed vocabularies of the coordinator's labels.
 var (
@@ -92,9 +97,16 @@ func NewCoordinator(reg prometheus.Registerer) *Coordinator {
 			Namespace: Namespace, Subsystem: "schema", Name: "conflicted_tools",
 			Help: "Tools whose schema live workers disagree on, at the last check.",
 		}),
+		anomalies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Subsystem: "catalog", Name: "anomalies_total",
+			Help: "Catalog entries that disagree on requires_approval (approval_conflict; the tool keeps requiring it) or were skipped (oversized, full).",
+		}, []string{"kind"}),
 	}
 	reg.MustRegister(c.runs, c.runsInFlight, c.calls, c.duration, c.rejected, c.approvals,
-		c.modelLatency, c.tokens, c.conflicts, c.conflicted)
+		c.modelLatency, c.tokens, c.conflicts, c.conflicted, c.anomalies)
+	for _, k := range catalogAnomalies {
+		c.anomalies.WithLabelValues(k)
+	}
 	// Series that alerts compare against exist from the start, at zero.
 	for _, r := range terminationReasons {
 		c.runs.WithLabelValues(r)
@@ -142,6 +154,11 @@ func (c *Coordinator) CallEnded(tool string, outcome protocol.Outcome, d time.Du
 // Approval counts how the gate settled a call.
 func (c *Coordinator) Approval(r loop.ApprovalResult) {
 	c.approvals.WithLabelValues(oneOf(string(r), approvalResults...)).Inc()
+}
+
+// CatalogAnomaly counts a catalog entry that disagrees or was skipped.
+func (c *Coordinator) CatalogAnomaly(kind string) {
+	c.anomalies.WithLabelValues(oneOf(kind, catalogAnomalies...)).Inc()
 }
 
 // SchemaConflict counts a new or changed schema conflict.

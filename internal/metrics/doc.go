@@ -13,7 +13,8 @@
 //	toolfleet_worker_call_duration_seconds{tool}           how long tools ran
 //	toolfleet_worker_calls_in_flight{tool}                 calls running now
 //	toolfleet_worker_redeliveries_total{tool}              deliveries after the first
-//	toolfleet_worker_calls_terminated_total{tool,reason}   malformed or expired, not run
+//	toolfleet_worker_exec_escapes_total                    exec tool processes that left their group, killed
+//	toolfleet_worker_calls_terminated_total{tool,reason}   malformed, expired or unapproved, not run
 //	toolfleet_worker_result_failures_total{tool}           results that could not be published
 //
 // Coordinator side (fed by loop.Observer and natsbus.SchemaObserver):
@@ -27,6 +28,7 @@
 //	toolfleet_model_call_duration_seconds{result}          model latency (ok or error)
 //	toolfleet_model_tokens_total{kind}                     prompt and completion tokens
 //	toolfleet_schema_conflicts_total{tool}                 conflicts found (new or changed)
+//	toolfleet_catalog_anomalies_total{kind}                approval_conflict, oversized, full
 //	toolfleet_schema_conflicted_tools                      tools in conflict at the last check
 //
 // Both: toolfleet_nats_connected (1 connected, 0 not), and the Go runtime

@@ -221,3 +221,31 @@ func TestListenRefusesEmptyAddr(t *testing.T) {
 		t.Fatal("Listen with no address succeeded")
 	}
 }
+
+// TestStreamsDriftGauge: a drifted stream and field read 1, back to 0 once
+// a check of that stream finds it as expected; a check of other streams
+// leaves it alone.
+func TestStreamsDriftGauge(t *testing.T) {
+	reg := metrics.NewRegistry()
+	s := metrics.NewStreams(reg)
+	s.StreamsChecked([]string{"FLEET_RESULTS", "FLEET_CALLS"}, []natsbus.Drift{{Stream: "FLEET_RESULTS", Field: "republish"}})
+	f := metricstest.Gather(t, reg)
+	if err := f.Want("toolfleet_stream_config_drift", L("stream", "FLEET_RESULTS", "field", "republish"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Want("toolfleet_stream_config_checks_total", L("result", "drift"), 1); err != nil {
+		t.Fatal(err)
+	}
+	s.StreamsChecked([]string{"FLEET_RUNS"}, nil)
+	if err := metricstest.Gather(t, reg).Want("toolfleet_stream_config_drift", L("stream", "FLEET_RESULTS", "field", "republish"), 1); err != nil {
+		t.Fatalf("a check of other streams cleared it: %v", err)
+	}
+	s.StreamsChecked([]string{"FLEET_RESULTS", "FLEET_CALLS"}, nil)
+	f = metricstest.Gather(t, reg)
+	if err := f.Want("toolfleet_stream_config_drift", L("stream", "FLEET_RESULTS", "field", "republish"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Want("toolfleet_stream_config_checks_total", L("result", "ok"), 2); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -47,7 +47,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		}, []string{"tool"}),
 		terminated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "worker", Name: "calls_terminated_total",
-			Help: "Call messages terminated without running, by tool and reason (malformed, expired).",
+			Help: "Call messages terminated without running, by tool and reason (malformed, expired, unapproved).",
 		}, []string{"tool", "reason"}),
 		resultFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "worker", Name: "result_failures_total",
@@ -68,7 +68,7 @@ func (w *Worker) Delivered(tool string, attempt int) {
 // CallTerminated counts a message terminated without running.
 func (w *Worker) CallTerminated(tool, reason string) {
 	w.terminated.WithLabelValues(w.tools.label(tool),
-		oneOf(reason, natsbus.TerminatedMalformed, natsbus.TerminatedExpired)).Inc()
+		oneOf(reason, natsbus.TerminatedMalformed, natsbus.TerminatedExpired, natsbus.TerminatedUnapproved)).Inc()
 }
 
 // CallStarted counts a call in flight.
@@ -87,4 +87,14 @@ func (w *Worker) CallFinished(tool string, outcome protocol.Outcome, d time.Dura
 // ResultFailed counts a result that could not be published.
 func (w *Worker) ResultFailed(tool string) {
 	w.resultFailures.WithLabelValues(w.tools.label(tool)).Inc()
+}
+
+// RegisterExecEscapes registers toolfleet_worker_exec_escapes_total, read
+// at each scrape from escaped: processes exec tools started outside their
+// process group (setsid, a double fork) that were found and killed.
+func RegisterExecEscapes(reg prometheus.Registerer, escaped func() int64) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: Namespace, Subsystem: "worker", Name: "exec_escapes_total",
+		Help: "Processes exec tools started outside their process group (setsid, a double fork), found and killed.",
+	}, func() float64 { return float64(escaped()) }))
 }

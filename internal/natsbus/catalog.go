@@ -19,6 +19,46 @@ import (
 // skipped and logged.
 const MaxCatalogTools = 1024
 
+// Bounds of one catalog entry, which every model request carries: a larger
+// description or schema is skipped with a warning and counted
+// ([CatalogObserver]), so that no writer of the catalog can fill the
+// model's context; all entries together are bounded by MaxCatalogBytes
+// (entries past it are skipped as AnomalyFull). The fleets we know serve
+// tens of tools of a few KiB.
+const (
+	MaxCatalogDescriptionBytes = 4 << 10
+	MaxCatalogSchemaBytes      = 32 << 10
+	MaxCatalogBytes            = 2 << 20
+)
+
+// Kinds of catalog anomalies, as [CatalogObserver.CatalogAnomaly] reports
+// them.
+const (
+	// AnomalyApprovalConflict: an entry drops requires_approval that an
+	// earlier entry for the tool declared. The tool keeps requiring it.
+	AnomalyApprovalConflict = "approval_conflict"
+	// AnomalyOversized: an entry over a description or schema bound;
+	// skipped.
+	AnomalyOversized = "oversized"
+	// AnomalyFull: an entry past MaxCatalogTools or MaxCatalogBytes;
+	// skipped.
+	AnomalyFull = "full"
+)
+
+// CatalogObserver receives a [Catalog]'s anomalies, for metrics. It must be
+// quick and never block.
+type CatalogObserver interface {
+	CatalogAnomaly(kind string)
+}
+
+// CatalogConfig configures [NewCatalogWith]. The zero value is ready to use.
+type CatalogConfig struct {
+	// Logger receives the catalog's warnings. Default: discard.
+	Logger zerolog.Logger
+	// Observer counts anomalies. Default: nil, count nothing.
+	Observer CatalogObserver
+}
+
 // PublishSpecs writes each spec into the catalog bucket under its tool's
 // name. A spec whose schema digest does not match its parameters is
 // refused. When the bucket already holds a spec for the tool with another
@@ -47,6 +87,16 @@ func PublishSpecs(ctx context.Context, js jetstream.JetStream, s protocol.Subjec
 				log.Warn().Str(logTool, spec.Name).Str(logOld, prev.SchemaDigest).Str(logNew, spec.SchemaDigest).
 					Msg("tool schema differs from the one in the catalog: workers disagree; the newest spec wins")
 			}
+			if derr == nil && prev.RequiresApproval && !spec.RequiresApproval {
+				// Never lowered by a later writer: a worker whose manifest
+				// lacks the flag (drift) keeps the tool gated.
+				log.Warn().Str(logTool, spec.Name).
+					Msg("the catalog says this tool requires approval and this worker's manifest does not: workers disagree; it keeps requiring approval")
+				spec.RequiresApproval = true
+				if data, err = protocol.Encode(&spec); err != nil {
+					return fmt.Errorf("natsbus: spec of %q: %w", spec.Name, err)
+				}
+			}
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("natsbus: reading the catalog entry of %q: %w", spec.Name, err)
 		}
@@ -62,6 +112,7 @@ func PublishSpecs(ctx context.Context, js jetstream.JetStream, s protocol.Subjec
 // their specs. It implements [loop.Catalog] and is safe for concurrent use.
 type Catalog struct {
 	log     zerolog.Logger
+	obs     CatalogObserver
 	watcher jetstream.KeyWatcher
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -70,6 +121,10 @@ type Catalog struct {
 	mu      sync.RWMutex
 	specs   map[string]protocol.ToolSpec
 	changed chan struct{} // closed and replaced on every change to specs
+	bytes   int           // descriptions and schemas of specs, together
+	// gated holds every tool any entry ever declared requires_approval,
+	// for the catalog's life: a later entry never lowers it.
+	gated map[string]bool
 }
 
 var _ loop.Catalog = (*Catalog)(nil)
@@ -78,6 +133,13 @@ var _ loop.Catalog = (*Catalog)(nil)
 // It returns once the bucket's current entries are loaded. Malformed
 // entries are skipped and logged by key and error code, never content.
 func NewCatalog(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, log zerolog.Logger) (*Catalog, error) {
+	return NewCatalogWith(ctx, js, s, CatalogConfig{Logger: log})
+}
+
+// NewCatalogWith is [NewCatalog] with an observer for the catalog's
+// anomalies.
+func NewCatalogWith(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg CatalogConfig) (*Catalog, error) {
+	log := cfg.Logger
 	kv, err := js.KeyValue(ctx, s.CatalogBucket())
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: catalog bucket %s: %w", s.CatalogBucket(), err)
@@ -95,6 +157,8 @@ func NewCatalog(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 		done:    make(chan struct{}),
 		specs:   make(map[string]protocol.ToolSpec),
 		changed: make(chan struct{}),
+		gated:   make(map[string]bool),
+		obs:     cfg.Observer,
 	}
 	loaded := make(chan struct{})
 	go c.watch(loaded)
@@ -133,8 +197,7 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 	key := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		c.mu.Lock()
-		delete(c.specs, key)
-		c.notifyLocked()
+		c.remove(key)
 		c.mu.Unlock()
 		return
 	}
@@ -145,17 +208,43 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 	if err != nil {
 		bad.Warn().Str(logKey, clipKey(key)).Str(logCode, errorCode(err)).Msg("skipped a malformed catalog entry")
 		c.mu.Lock()
-		delete(c.specs, key)
-		c.notifyLocked()
+		c.remove(key)
+		c.mu.Unlock()
+		return
+	}
+	if len(spec.Description) > MaxCatalogDescriptionBytes || len(spec.Parameters) > MaxCatalogSchemaBytes {
+		bad.Warn().Str(logTool, key).Int("description_bytes", len(spec.Description)).Int("schema_bytes", len(spec.Parameters)).
+			Int("description_limit", MaxCatalogDescriptionBytes).Int("schema_limit", MaxCatalogSchemaBytes).
+			Msg("catalog entry over its size bounds: tool skipped")
+		c.anomaly(AnomalyOversized)
+		c.mu.Lock()
+		c.remove(key)
 		c.mu.Unlock()
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.notifyLocked()
-	if _, ok := c.specs[key]; !ok && len(c.specs) >= MaxCatalogTools {
+	old, had := c.specs[key]
+	if !had && len(c.specs) >= MaxCatalogTools {
 		bad.Warn().Str(logTool, key).Int("limit", MaxCatalogTools).Msg("catalog full: tool skipped")
+		c.anomaly(AnomalyFull)
 		return
+	}
+	if c.bytes-specBytes(old)+specBytes(spec) > MaxCatalogBytes {
+		bad.Warn().Str(logTool, key).Int("limit_bytes", MaxCatalogBytes).Msg("catalog full (bytes): tool skipped")
+		c.anomaly(AnomalyFull)
+		return
+	}
+	c.bytes += specBytes(spec) - specBytes(old)
+	switch {
+	case spec.RequiresApproval:
+		c.gated[key] = true
+	case c.gated[key]:
+		c.log.Warn().Str(logTool, key).
+			Msg("a catalog entry drops requires_approval that an earlier one declared: workers disagree; the tool keeps requiring approval")
+		c.anomaly(AnomalyApprovalConflict)
+		spec.RequiresApproval = true
 	}
 	c.specs[key] = spec
 }
@@ -192,6 +281,32 @@ func (c *Catalog) WaitFor(ctx context.Context, names ...string) error {
 			return fmt.Errorf("natsbus: waiting for the catalog to list %q: %w", missing, context.Cause(ctx))
 		}
 	}
+}
+
+// specBytes is what a spec adds to every model request.
+func specBytes(s protocol.ToolSpec) int { return len(s.Description) + len(s.Parameters) }
+
+// remove forgets key; c.mu must be held for writing.
+func (c *Catalog) remove(key string) {
+	if old, ok := c.specs[key]; ok {
+		c.bytes -= specBytes(old)
+		delete(c.specs, key)
+		c.notifyLocked()
+	}
+}
+
+func (c *Catalog) anomaly(kind string) {
+	if c.obs != nil {
+		c.obs.CatalogAnomaly(kind)
+	}
+}
+
+// RequiresApproval reports whether any entry the catalog has seen declared
+// that tool requires approval.
+func (c *Catalog) RequiresApproval(tool string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.gated[tool]
 }
 
 // Tools returns the specs currently in the catalog, sorted by name.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // Environment variables read by [Connect] for fields left empty; the same
@@ -21,6 +23,8 @@ const (
 	EnvPassword = "NATS_PASSWORD"
 	EnvToken    = "NATS_TOKEN"
 	EnvNKey     = "NATS_NKEY"
+	// EnvInboxPrefix sets ConnConfig.InboxPrefix.
+	EnvInboxPrefix = "NATS_INBOX_PREFIX"
 )
 
 // Connection defaults.
@@ -54,6 +58,13 @@ type ConnConfig struct {
 	Token string
 	// NKeyFile is a file holding an NKey seed. Default: $NATS_NKEY.
 	NKeyFile string
+	// InboxPrefix is the prefix of this connection's reply subjects
+	// (request/reply, JetStream API answers and pulled messages). A
+	// deployment lets each user subscribe to its own prefix only, so no
+	// user reads another's replies (deploy/nats-server.conf grants
+	// _INBOX_<user>.>). Default: $NATS_INBOX_PREFIX, else _INBOX_<User>
+	// when User is a valid subject token, else NATS's _INBOX.
+	InboxPrefix string
 	// Logger receives connection state changes. The zero value discards.
 	Logger zerolog.Logger
 	// Getenv reads the environment. Default: os.Getenv.
@@ -81,6 +92,15 @@ func (cfg ConnConfig) resolved() (ConnConfig, error) {
 		cfg.User, cfg.Password = getenv(EnvUser), getenv(EnvPassword)
 		cfg.Token = getenv(EnvToken)
 		cfg.NKeyFile = getenv(EnvNKey)
+	}
+	if cfg.InboxPrefix == "" {
+		cfg.InboxPrefix = getenv(EnvInboxPrefix)
+	}
+	if cfg.InboxPrefix == "" && cfg.User != "" && protocol.ValidToken(cfg.User) {
+		cfg.InboxPrefix = "_INBOX_" + cfg.User
+	}
+	if cfg.InboxPrefix != "" && !validInboxPrefix(cfg.InboxPrefix) {
+		return cfg, configErr("InboxPrefix", "must be subject tokens without wildcards, got %q", clip(cfg.InboxPrefix))
 	}
 	var methods []string
 	if cfg.CredsFile != "" {
@@ -170,6 +190,9 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 	case cfg.User != "":
 		options = append(options, nats.UserInfo(cfg.User, cfg.Password))
 	}
+	if cfg.InboxPrefix != "" {
+		options = append(options, nats.CustomInboxPrefix(cfg.InboxPrefix))
+	}
 	options = append(options, opts...)
 
 	wait := 100 * time.Millisecond
@@ -193,6 +216,28 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// validInboxPrefix reports whether p is one or more subject tokens of
+// [protocol.TokenPattern] characters (dots between them allowed).
+func validInboxPrefix(p string) bool {
+	if len(p) > 128 {
+		return false
+	}
+	for _, t := range strings.Split(p, ".") {
+		if !protocol.ValidToken(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// clip bounds a configuration value quoted in an error.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // retryableConnectError reports whether a failed first connection may

@@ -79,7 +79,7 @@ func TestConnectRetriesUntilTheServerIsUp(t *testing.T) {
 		}
 		done <- err
 	}()
-	srv, err := embedded.Start(embedded.Config{Port: port, StoreDir: t.TempDir()})
+	srv, err := embedded.Start(embedded.Config{Port: port, StoreDir: t.TempDir(), Listen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/tracing"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -43,6 +45,10 @@ type DispatcherConfig struct {
 	// falls that far behind, further events are dropped and counted.
 	// Default: 1024.
 	InboxSize int
+	// Guard, when set, refuses to publish a call while the fleet's
+	// streams differ from their expected configuration. Default: nil,
+	// no check.
+	Guard *StreamGuard
 }
 
 // Dispatcher publishes a coordinator's calls into the calls stream and
@@ -55,6 +61,9 @@ type Dispatcher struct {
 	cfg      DispatcherConfig
 	log      zerolog.Logger
 	garbage  zerolog.Logger
+	// inboxes are the open inboxes by run, so that Publish tells each the
+	// tool of every call it publishes.
+	inboxes sync.Map // protocol.RunID -> *Inbox
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -85,7 +94,7 @@ func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subj
 // one sent while the connection is down is lost (see the package
 // documentation).
 func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, error) {
-	resultSubj, err := d.subjects.Result(run)
+	resultSubj, err := d.subjects.ResultsOf(run)
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: run id: %w", err)
 	}
@@ -94,12 +103,16 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		return nil, fmt.Errorf("natsbus: run id: %w", err)
 	}
 	in := &Inbox{
-		run:     run,
-		events:  make(chan loop.Event, d.cfg.InboxSize),
-		limit:   d.cfg.MaxMessageBytes,
-		log:     d.log.With().Str(logRun, run).Logger(),
-		garbage: d.garbage,
+		run:      run,
+		events:   make(chan loop.Event, d.cfg.InboxSize),
+		limit:    d.cfg.MaxMessageBytes,
+		log:      d.log.With().Str(logRun, run).Logger(),
+		garbage:  d.garbage,
+		prefix:   strings.TrimSuffix(resultSubj, ">"),
+		progress: progressSubj,
 	}
+	d.inboxes.Store(run, in)
+	in.forget = func() { d.inboxes.CompareAndDelete(run, in) }
 	sub, err := d.nc.Subscribe(progressSubj, in.onProgress)
 	if err != nil {
 		in.Close()
@@ -137,13 +150,19 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	if err := call.Validate(); err != nil {
 		return fmt.Errorf("natsbus: call: %w", err)
 	}
+	if err := d.cfg.Guard.Err(); err != nil {
+		return err
+	}
 	subject, err := d.subjects.Call(call.Tool)
 	if err != nil {
 		return fmt.Errorf("natsbus: call: %w", err)
 	}
-	replyTo, err := d.subjects.Result(call.RunID)
+	replyTo, err := d.subjects.Result(call.RunID, call.Tool)
 	if err != nil {
 		return fmt.Errorf("natsbus: call: %w", err)
+	}
+	if v, ok := d.inboxes.Load(call.RunID); ok {
+		v.(*Inbox).Expect(call.CallKey, call.Tool)
 	}
 	data, err := protocol.Encode(&call)
 	if err != nil {
@@ -158,6 +177,7 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 	msg.Header.Set(protocol.HeaderDeadline, call.Deadline.UTC().Format(time.RFC3339Nano))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	tracing.Inject(ctx, msg.Header)
 	pctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	if err := publishRetrying(pctx, d.js, msg); err != nil {
@@ -207,6 +227,15 @@ type Inbox struct {
 	consumer  jetstream.Consumer       // the run's results, nil until Open made it
 	consuming jetstream.ConsumeContext // nil until Open started it
 	closeOnce sync.Once
+	// prefix is the run's result subject without the tool token.
+	prefix string
+	// progress is the run's progress subject. A push consumer delivers a
+	// stream's messages to any subject with the server's authority, but
+	// under their own subject: a notice is taken only on this one.
+	progress string
+	// tools are the tools of the calls published for the run, by key.
+	tools  sync.Map // protocol.CallKey -> protocol.ToolName
+	forget func()
 
 	mu         sync.Mutex // serialises sends with Close
 	closed     bool
@@ -234,6 +263,9 @@ func (in *Inbox) Recoveries() int64 { return in.recoveries.Load() }
 // Close stops reading, deletes the run's results consumer and closes the
 // Events channel. It is idempotent.
 func (in *Inbox) Close() error {
+	if in.forget != nil {
+		in.forget()
+	}
 	in.closeOnce.Do(in.stopReading)
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -263,10 +295,23 @@ func (in *Inbox) stopReading() {
 	}
 }
 
+// Expect records that the call key of the run is a call to tool: its
+// result is taken only from the subject of that tool's results, which a
+// deployment lets only that tool's workers publish on. [Dispatcher.Publish]
+// records every call it publishes; a process that resumes a run whose
+// calls another published records them with Expect.
+func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
+
 func (in *Inbox) onResult(m jetstream.Msg) {
 	r, err := protocol.DecodeResult(m.Data(), in.limit)
 	if err == nil && r.RunID != in.run {
 		err = codedError("run_mismatch")
+	}
+	if err == nil {
+		if want, ok := in.tools.Load(r.CallKey); ok && m.Subject() != in.prefix+want.(protocol.ToolName) {
+			// A worker answering a call of another tool (or a forger).
+			err = codedError("tool_mismatch")
+		}
 	}
 	if err != nil {
 		in.refuse(m.Subject(), err)
@@ -302,6 +347,9 @@ func (in *Inbox) onProgress(m *nats.Msg) {
 	p, err := protocol.DecodeProgress(m.Data, in.limit)
 	if err == nil && p.RunID != in.run {
 		err = codedError("run_mismatch")
+	}
+	if err == nil && m.Subject != in.progress {
+		err = codedError("subject_mismatch")
 	}
 	if err != nil {
 		in.refuse(m.Subject, err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -23,7 +25,7 @@ func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	inbox := in.(*natsbus.Inbox)
-	resultSubj, _ := f.subjects.Result(run)
+	resultSubj, _ := f.subjects.Result(run, "echo")
 	progressSubj, _ := f.subjects.Progress(run)
 
 	result := func(r protocol.RunID) []byte {
@@ -110,7 +112,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 		[]byte("\x00\xff\xfe binary"),
 	}
 	callSubj, _ := f.subjects.Call("echo")
-	resultSubj, _ := f.subjects.Result(run)
+	resultSubj, _ := f.subjects.Result(run, "echo")
 	progressSubj, _ := f.subjects.Progress(run)
 	cancelSubj, _ := f.subjects.Cancel(run, valid.CallKey)
 	for _, p := range payloads {
@@ -157,7 +159,7 @@ func TestInboxRecoversItsConsumer(t *testing.T) {
 	}
 	defer in.Close()
 	inbox := in.(*natsbus.Inbox)
-	subject, _ := f.subjects.Result(run)
+	subject, _ := f.subjects.Result(run, "echo")
 	publish := func() protocol.CallKey {
 		t.Helper()
 		r := protocol.Result{V: 1, RunID: run, CallKey: protocol.NewID(), Outcome: protocol.OutcomeOK}
@@ -232,5 +234,38 @@ func TestACallPublishedAgainAfterItRanIsNotStoredAgain(t *testing.T) {
 	f.waitIdle(t, "echo")
 	if got := w.Stats().Executed; got != 1 {
 		t.Fatalf("Executed = %d, want 1", got)
+	}
+}
+
+// TestInboxTakesAResultOnlyFromItsToolsSubject: a worker of another tool
+// that learned a call's key cannot answer it — a result on its own tool's
+// subject is dropped (and cannot take the result's dedup id either); the
+// result on the call's tool's subject is taken.
+func TestInboxTakesAResultOnlyFromItsToolsSubject(t *testing.T) {
+	f := newFleet(t)
+	d, run, in := f.openRun(t)
+	call := newCall(run, "deploy", `{"text":"x"}`, 20*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(tool, output string) {
+		t.Helper()
+		subj, _ := f.subjects.Result(run, tool)
+		data, _ := protocol.Encode(&protocol.Result{V: 1, RunID: run, CallKey: call.CallKey, Outcome: protocol.OutcomeOK, Output: output})
+		msg := nats.NewMsg(subj)
+		msg.Data = data
+		msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(tool, call.CallKey))
+		if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("calculator", "forged")
+	publish("deploy", "real")
+	r := nextResult(t, in, call.CallKey, 10*time.Second)
+	if r.Output != "real" {
+		t.Fatalf("took %q, want the deploy worker's result", r.Output)
+	}
+	if got := in.(*natsbus.Inbox).Garbage(); got != 1 {
+		t.Errorf("Garbage() = %d, want 1 (the forged result)", got)
 	}
 }

@@ -6,13 +6,20 @@
 //
 // # Streams
 //
-// [EnsureStreams] creates or updates, idempotently and safely when several
-// processes run it at once:
+// [FleetStreams] is the single list of the fleet's streams and buckets
+// with their expected configuration. [Provision] (coordinator provision,
+// run by the one identity a deployment lets change streams) creates or
+// restores them; [EnsureStreams] does the same for coordinators' and
+// workers' streams where the process is its own admin (the embedded server,
+// tests). Every other process only creates a missing stream when the
+// server lets it ([CreateMissingStreams]) and checks the configuration it
+// finds with a [StreamGuard], at start and periodically, refusing to serve
+// while a stream differs. The streams:
 //
 //   - the calls stream (work queue, <prefix>.call.>): one durable pull
 //     consumer per tool, shared by every worker serving it; a bounded queue
 //     that refuses new calls when full, so publishers feel back-pressure;
-//   - the results stream (<prefix>.result.>), so results outlive a
+//   - the results stream (<prefix>.result.<run>.<tool>), so results outlive a
 //     coordinator's disconnection or restart and a redelivered call cannot
 //     store two results; a run's [Inbox] reads its results from this
 //     stream (an ordered consumer of the run's subject), not from core
@@ -20,7 +27,8 @@
 //     still delivered;
 //   - the approvals stream (<prefix>.approval.>), an audit log that refuses
 //     deletes and purges;
-//   - the catalog bucket of tool specs.
+//   - the catalog bucket of tool specs;
+//   - for coordinator serve, the runs stream and the runs bucket.
 //
 // # Worker invariants
 //

@@ -39,6 +39,9 @@ type ProbeConfig struct {
 	Consumers []ConsumerRef
 	// Buckets are key-value buckets that must answer a status request.
 	Buckets []string
+	// Guards must find the expected stream configuration for the process
+	// to be ready (see [StreamGuard]).
+	Guards []*StreamGuard
 	// Timeout bounds one readiness check, all streams and consumers
 	// together. Default: 2s.
 	Timeout time.Duration
@@ -91,6 +94,11 @@ func (p *Probe) Healthy(context.Context) error {
 func (p *Probe) Ready(ctx context.Context) error {
 	if err := p.Healthy(ctx); err != nil {
 		return err
+	}
+	for _, g := range p.cfg.Guards {
+		if err := g.Err(); err != nil {
+			return err
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -159,6 +167,9 @@ func FleetProbeConfig(s protocol.Subjects) ProbeConfig {
 // and the consumer of each of its tools.
 func (w *Worker) ProbeConfig() ProbeConfig {
 	cfg := ProbeConfig{Streams: []string{w.subjects.CallsStream(), w.subjects.ResultsStream()}}
+	if w.cfg.Guard != nil {
+		cfg.Guards = []*StreamGuard{w.cfg.Guard}
+	}
 	for _, tc := range w.tools {
 		cfg.Consumers = append(cfg.Consumers, ConsumerRef{Stream: w.subjects.CallsStream(), Name: tc.config.Durable})
 	}

@@ -3,7 +3,6 @@ package natsbus
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,6 +18,13 @@ const (
 	DefaultResultsMaxAge          = time.Hour
 	DefaultResultsMaxBytes        = 1 << 30
 	DefaultApprovalsMaxAge        = 30 * 24 * time.Hour
+	DefaultMaxQueuedRuns          = 10_000
+	DefaultQueuedRunMaxAge        = 24 * time.Hour
+	DefaultRunResultTTL           = 24 * time.Hour
+	DefaultRunResultsMaxBytes     = 1 << 30
+	// DefaultMaxRunResultBytes bounds a stored run result: NATS's default
+	// max_payload (1 MiB) less room for headers.
+	DefaultMaxRunResultBytes = protocol.DefaultMaxMessageBytes - 8<<10
 	// DuplicateWindow is how long the calls and results streams remember a
 	// Nats-Msg-Id: a call or result published twice within it is stored once.
 	DuplicateWindow = 2 * time.Minute
@@ -49,6 +55,19 @@ type StreamConfig struct {
 	// ApprovalsMaxAge is how long the approval audit log is kept. Default:
 	// 30 days.
 	ApprovalsMaxAge time.Duration
+	// MaxQueuedRuns bounds the run requests waiting in the runs stream.
+	// Default: 10,000.
+	MaxQueuedRuns int64
+	// QueuedRunMaxAge drops a run request nobody took. Default: 24h.
+	QueuedRunMaxAge time.Duration
+	// RunResultTTL is how long a run's result stays in the runs bucket.
+	// Default: 24h.
+	RunResultTTL time.Duration
+	// RunResultsMaxBytes bounds the runs bucket. Default: 1 GiB.
+	RunResultsMaxBytes int64
+	// MaxRunResultBytes bounds one stored run result. Default: 1 MiB less
+	// 8 KiB.
+	MaxRunResultBytes int
 }
 
 func (c StreamConfig) withDefaults() StreamConfig {
@@ -76,6 +95,21 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	if c.ApprovalsMaxAge <= 0 {
 		c.ApprovalsMaxAge = DefaultApprovalsMaxAge
 	}
+	if c.MaxQueuedRuns <= 0 {
+		c.MaxQueuedRuns = DefaultMaxQueuedRuns
+	}
+	if c.QueuedRunMaxAge <= 0 {
+		c.QueuedRunMaxAge = DefaultQueuedRunMaxAge
+	}
+	if c.RunResultTTL <= 0 {
+		c.RunResultTTL = DefaultRunResultTTL
+	}
+	if c.RunResultsMaxBytes <= 0 {
+		c.RunResultsMaxBytes = DefaultRunResultsMaxBytes
+	}
+	if c.MaxRunResultBytes <= 0 {
+		c.MaxRunResultBytes = DefaultMaxRunResultBytes
+	}
 	return c
 }
 
@@ -98,134 +132,41 @@ func (c StreamConfig) Validate() error {
 		return configErr("ResultsMaxAge", "must be >= 0")
 	case c.ApprovalsMaxAge < 0:
 		return configErr("ApprovalsMaxAge", "must be >= 0")
+	case c.MaxQueuedRuns < 0:
+		return configErr("MaxQueuedRuns", "must be >= 0")
+	case c.QueuedRunMaxAge < 0:
+		return configErr("QueuedRunMaxAge", "must be >= 0")
+	case c.RunResultTTL < 0:
+		return configErr("RunResultTTL", "must be >= 0")
+	case c.RunResultsMaxBytes < 0:
+		return configErr("RunResultsMaxBytes", "must be >= 0")
+	case c.MaxRunResultBytes < 0 || c.MaxRunResultBytes > 64<<20:
+		return configErr("MaxRunResultBytes", "must be 1..64 MiB")
 	}
 	return nil
 }
 
-// streamConfigs returns the fleet's stream configurations.
-func streamConfigs(s protocol.Subjects, c StreamConfig) []jetstream.StreamConfig {
-	return []jetstream.StreamConfig{
-		{
-			Name:                 s.CallsStream(),
-			Description:          "toolfleet tool calls waiting for a worker",
-			Subjects:             []string{s.Calls()},
-			Retention:            jetstream.WorkQueuePolicy,
-			Storage:              jetstream.FileStorage,
-			Replicas:             c.Replicas,
-			MaxAge:               c.CallsMaxAge,
-			MaxMsgs:              c.MaxPendingCalls,
-			MaxMsgsPerSubject:    c.MaxPendingCallsPerTool,
-			MaxBytes:             -1,
-			MaxMsgSize:           int32(c.MaxMessageBytes),
-			Discard:              jetstream.DiscardNew,
-			DiscardNewPerSubject: true,
-			Duplicates:           min(DuplicateWindow, c.CallsMaxAge),
-		},
-		{
-			Name:        s.ResultsStream(),
-			Description: "toolfleet tool results",
-			Subjects:    []string{s.Results()},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    c.Replicas,
-			MaxAge:      c.ResultsMaxAge,
-			MaxMsgs:     -1,
-			MaxBytes:    c.ResultsMaxBytes,
-			MaxMsgSize:  int32(c.MaxMessageBytes),
-			Discard:     jetstream.DiscardOld,
-			Duplicates:  min(DuplicateWindow, c.ResultsMaxAge),
-		},
-		{
-			Name:        s.ApprovalsStream(),
-			Description: "toolfleet approval requests, decisions and outcomes (audit log)",
-			Subjects:    []string{s.Approvals()},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    c.Replicas,
-			MaxAge:      c.ApprovalsMaxAge,
-			MaxMsgs:     -1,
-			MaxBytes:    -1,
-			MaxMsgSize:  int32(c.MaxMessageBytes),
-			Discard:     jetstream.DiscardOld,
-			DenyDelete:  true,
-			DenyPurge:   true,
-		},
-	}
-}
-
-func catalogConfig(s protocol.Subjects, c StreamConfig) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:       s.CatalogBucket(),
-		Description:  "toolfleet tool catalog: tool name -> spec",
-		History:      1,
-		MaxValueSize: int32(c.MaxMessageBytes),
-		Storage:      jetstream.FileStorage,
-		Replicas:     c.Replicas,
-	}
-}
-
-// EnsureStreams creates the fleet's streams and catalog bucket, or updates
-// them to this configuration. It is idempotent and safe to run from several
-// processes at once.
+// EnsureStreams creates the fleet's streams and catalog bucket (those of
+// coordinators and workers in [FleetStreams]), or updates them to this
+// configuration. It is idempotent and safe to run from several processes
+// at once. It is for an identity that may change streams (an embedded
+// server's owner, tests); a fleet under deploy/nats-server.conf is set up
+// by [Provision] and its processes only check ([StreamGuard]).
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig) error {
-	return ensure(ctx, js, s, cfg, true)
-}
-
-// EnsureWorkerStreams is EnsureStreams without the approvals stream, which
-// is the audit log: workers have no business with it, and under
-// deploy/nats-server.conf they are not allowed to touch it (whoever may
-// update a stream may shorten its MaxAge and so erase it).
-func EnsureWorkerStreams(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig) error {
-	return ensure(ctx, js, s, cfg, false)
-}
-
-func ensure(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig, approvals bool) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	cfg = cfg.withDefaults()
-	for _, sc := range streamConfigs(s, cfg) {
-		if !approvals && sc.Name == s.ApprovalsStream() {
-			continue
-		}
-		if err := retryCreate(ctx, func() error {
-			_, err := CreateOrUpdateStream(ctx, js, sc)
-			return err
-		}); err != nil {
-			return fmt.Errorf("natsbus: stream %s: %w", sc.Name, err)
-		}
-	}
-	kc := catalogConfig(s, cfg)
-	if err := retryCreate(ctx, func() error {
-		_, err := CreateOrUpdateKeyValue(ctx, js, kc)
+	_, err := ProvisionStreams(ctx, js, StreamsOf(FleetStreams(s, cfg), RoleCoordinator|RoleWorker))
+	return err
+}
+
+// EnsureWorkerStreams is EnsureStreams for the streams a worker uses.
+func EnsureWorkerStreams(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig) error {
+	if err := cfg.Validate(); err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("natsbus: bucket %s: %w", kc.Bucket, err)
 	}
-	return nil
-}
-
-// CreateOrUpdateStream creates the stream of cfg, or updates it when it
-// exists with another configuration; one that already has cfg is left
-// untouched. (jetstream's CreateOrUpdateStream updates first, and an
-// update rewrites the stream's configuration even when nothing changed —
-// which nats-server races against a consumer being created on the same
-// stream, as happens whenever several fleet processes start at once.)
-func CreateOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	s, err := js.CreateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return js.UpdateStream(ctx, cfg)
-	}
-	return s, err
-}
-
-// CreateOrUpdateKeyValue is [CreateOrUpdateStream] for a KV bucket.
-func CreateOrUpdateKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		return js.UpdateKeyValue(ctx, cfg)
-	}
-	return kv, err
+	_, err := ProvisionStreams(ctx, js, StreamsOf(FleetStreams(s, cfg), RoleWorker))
+	return err
 }
 
 // retryCreate runs a create-or-update, retrying when another process

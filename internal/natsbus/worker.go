@@ -55,6 +55,9 @@ type WorkerStats struct {
 	Cancelled int64
 	// ResultErrors counts results that could not be published.
 	ResultErrors int64
+	// Unapproved counts calls that needed approval and carried no proof
+	// the worker could verify: answered denied, not run.
+	Unapproved int64
 }
 
 // Worker serves the tools of one harness from the calls stream: it pulls
@@ -85,7 +88,15 @@ type Worker struct {
 	nextID  uint64
 	active  map[string]uint64 // run.key → stream sequence of idempotent calls running here
 
-	executed, expired, malformed, cancelled, resultErrors atomic.Int64
+	executed, expired, malformed, cancelled, resultErrors, unapproved atomic.Int64
+
+	approvalsMu sync.Mutex
+	approvals   jetstream.Stream // the approvals stream, looked up when first needed
+	// ranApproved remembers the last maxRememberedApprovals approved calls
+	// this worker ran (run.key), in order, so that a republished copy of
+	// one is refused here.
+	ranApproved     map[string]struct{}
+	ranApprovedRing []string
 }
 
 // toolConsumer is one tool this worker serves and its shared consumer.
@@ -136,16 +147,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 			subject:    subject,
 			spec:       spec,
 			meter:      newToolMeter(spec.Name, subject, cfg.Observer),
-			config: jetstream.ConsumerConfig{
-				Durable:       durable,
-				Description:   "toolfleet workers serving " + spec.Name,
-				FilterSubject: subject,
-				DeliverPolicy: jetstream.DeliverAllPolicy,
-				AckPolicy:     jetstream.AckExplicitPolicy,
-				AckWait:       cfg.AckWait,
-				MaxDeliver:    cfg.MaxDeliver,
-				MaxAckPending: cfg.ToolMaxAckPending,
-			},
+			config:     toolConsumerConfig(durable, spec.Name, subject, cfg),
 		})
 	}
 	w.toolByName = make(map[string]*toolConsumer, len(w.tools))
@@ -176,6 +178,7 @@ func (w *Worker) Stats() WorkerStats {
 		Malformed:    w.malformed.Load(),
 		Cancelled:    w.cancelled.Load(),
 		ResultErrors: w.resultErrors.Load(),
+		Unapproved:   w.unapproved.Load(),
 	}
 }
 
@@ -294,6 +297,10 @@ func (w *Worker) ensureConsumer(ctx context.Context, tc *toolConsumer) error {
 func (w *Worker) consume(ctx, execCtx context.Context, tc *toolConsumer) {
 	failures := 0
 	for {
+		// Streams that differ from the expected configuration: take no call.
+		if err := w.cfg.Guard.Wait(ctx); err != nil {
+			return
+		}
 		if err := w.sem.Acquire(ctx, 1); err != nil {
 			return
 		}
@@ -459,3 +466,18 @@ func (w *Worker) end(run protocol.RunID, key protocol.CallKey, seq uint64) {
 }
 
 func runKey(run protocol.RunID, key protocol.CallKey) string { return run + "." + key }
+
+// toolConsumerConfig is the durable consumer every worker serving tool
+// shares, with cfg's defaults applied.
+func toolConsumerConfig(durable, tool, subject string, cfg WorkerConfig) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       durable,
+		Description:   "toolfleet workers serving " + tool,
+		FilterSubject: subject,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.ToolMaxAckPending,
+	}
+}

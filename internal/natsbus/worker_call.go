@@ -10,6 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/approvalproof"
 
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -17,8 +20,9 @@ import (
 
 // Term reasons, visible in the server's terminated-message advisories.
 const (
-	termMalformed = "malformed"
-	termExpired   = "expired"
+	termMalformed  = "malformed"
+	termExpired    = "expired"
+	termUnapproved = "unapproved"
 )
 
 // errExpired refuses a call whose deadline has passed.
@@ -33,7 +37,12 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		seq = md.Sequence.Stream
 	}
 	tc.meter.onDelivered(attempt)
+	ct := startCallTrace(ctx, tc.name, m)
+	outcome := "not_run"
+	defer func() { ct.end(outcome) }()
+	endValidation := ct.child("validation")
 	call, replyTo, err := w.accept(tc, m)
+	endValidation(traceErr(err))
 	switch {
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
@@ -51,6 +60,21 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	}
 	log := w.log.With().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
 		Int(logAttempt, attempt).Logger()
+
+	// Checked twice: the coordinator asked an operator, and the worker
+	// reads the operator's decision back itself, for every call its own
+	// manifest or the call marks. Whoever published the call, a missing
+	// or forged approval never runs.
+	if tc.spec.RequiresApproval || call.RequiresApproval {
+		err := w.verifyApproval(ctx, call)
+		if err == nil && !w.firstRunOfApproved(call) {
+			err = errReplayed
+		}
+		if err != nil {
+			w.refuseUnapproved(ctx, tc, m, call, replyTo, attempt, err, log)
+			return
+		}
+	}
 
 	if tc.idempotent {
 		// The server redelivers a call whose heartbeats it missed for the
@@ -74,6 +98,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 			return
 		}
 	}
+	ct.call(call, attempt)
 	w.publishProgress(call, attempt)
 
 	cctx, cancel := context.WithCancelCause(ctx)
@@ -82,6 +107,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	stopHeartbeat := w.heartbeat(tc, m)
 	w.executed.Add(1)
 	tc.meter.onStarted()
+	endExecution := ct.child("execution")
 	res := w.h.Execute(cctx, harness.Call{
 		Tool:           call.Tool,
 		Arguments:      call.Arguments,
@@ -90,6 +116,8 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	})
 	stopHeartbeat()
 	unregister()
+	outcome = string(res.Outcome)
+	endExecution(map[bool]string{true: "", false: string(res.Outcome)}[res.Outcome == protocol.OutcomeOK])
 	tc.meter.onFinished(res.Outcome, res.Duration)
 	if res.Outcome == protocol.OutcomeCancelled {
 		w.cancelled.Add(1)
@@ -107,11 +135,17 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		Worker:     w.cfg.Name,
 		Attempt:    attempt,
 	}
-	if err := w.publishResult(ctx, replyTo, &result, call.Deadline); err != nil {
+	endPublish := ct.child("result publish")
+	err = w.publishResult(ctx, replyTo, tc.name, &result, call.Deadline)
+	endPublish(map[bool]string{true: "", false: "publish_failed"}[err == nil])
+	if err != nil {
 		w.resultErrors.Add(1)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
 		if tc.idempotent {
+			if tc.spec.RequiresApproval || call.RequiresApproval {
+				w.forgetApproved(call) // its redelivery may run here again
+			}
 			m.NakWithDelay(time.Second) // run again elsewhere, if the deadline allows
 		}
 		return
@@ -124,6 +158,97 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		ev = ev.Str(logErrorType, res.ErrorType)
 	}
 	ev.Msg("call finished")
+}
+
+// verifyApproval checks the call's proof of approval against the
+// approvals stream.
+func (w *Worker) verifyApproval(ctx context.Context, call protocol.Call) error {
+	if call.Approval == nil {
+		return approvalproof.ErrMissing
+	}
+	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
+	defer cancel()
+	w.approvalsMu.Lock()
+	st := w.approvals
+	w.approvalsMu.Unlock()
+	if st == nil {
+		var err error
+		if st, err = w.js.Stream(ctx, w.subjects.ApprovalsStream()); err != nil {
+			return err
+		}
+		w.approvalsMu.Lock()
+		w.approvals = st
+		w.approvalsMu.Unlock()
+	}
+	return approvalproof.Verify(ctx, st, w.subjects, call, w.cfg.ApprovalMaxAge)
+}
+
+// maxRememberedApprovals bounds the approved calls a worker remembers
+// having run.
+const maxRememberedApprovals = 4096
+
+// errReplayed refuses an approved call this worker has already run: a
+// republished copy (an approval is good for one run).
+var errReplayed = &approvalproof.Error{Code: "replayed"}
+
+// firstRunOfApproved records an approved call about to run and reports
+// whether this worker had not run it before.
+func (w *Worker) firstRunOfApproved(call protocol.Call) bool {
+	ref := runKey(call.RunID, call.CallKey)
+	w.approvalsMu.Lock()
+	defer w.approvalsMu.Unlock()
+	if w.ranApproved == nil {
+		w.ranApproved = make(map[string]struct{})
+	}
+	if _, ran := w.ranApproved[ref]; ran {
+		return false
+	}
+	if len(w.ranApprovedRing) >= maxRememberedApprovals {
+		delete(w.ranApproved, w.ranApprovedRing[0])
+		w.ranApprovedRing = w.ranApprovedRing[1:]
+	}
+	w.ranApproved[ref] = struct{}{}
+	w.ranApprovedRing = append(w.ranApprovedRing, ref)
+	return true
+}
+
+// forgetApproved undoes firstRunOfApproved for a call that is handed back
+// to be run again.
+func (w *Worker) forgetApproved(call protocol.Call) {
+	ref := runKey(call.RunID, call.CallKey)
+	w.approvalsMu.Lock()
+	defer w.approvalsMu.Unlock()
+	delete(w.ranApproved, ref) // its ring slot ages out harmlessly
+}
+
+// refuseUnapproved answers a call that needs approval and has no valid
+// proof: denied, never run, and the message terminated so that it is not
+// delivered again.
+func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, m jetstream.Msg, call protocol.Call, replyTo string, attempt int, why error, log zerolog.Logger) {
+	w.unapproved.Add(1)
+	tc.meter.onTerminated(TerminatedUnapproved)
+	code := "stream_error"
+	var perr *approvalproof.Error
+	ev := log.Warn()
+	if errors.As(why, &perr) {
+		code = perr.Code
+	} else {
+		// The approvals stream could not be read (a missing permission
+		// for its STREAM.INFO and STREAM.MSG.GET, the server away): the
+		// error names the API, never a payload.
+		ev = ev.Err(why)
+	}
+	ev.Str(logCode, code).Msg("refused a call that needs approval: no valid approval in the approvals stream; not run")
+	result := protocol.Result{
+		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeDenied,
+		ErrorType: "approval:" + code, Worker: w.cfg.Name, Attempt: attempt,
+	}
+	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.Deadline); err != nil {
+		w.resultErrors.Add(1)
+		tc.meter.onResultFailed()
+		log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
+	}
+	m.TermWithReason(termUnapproved)
 }
 
 // errClaimed refuses a non-idempotent call another delivery claimed.
@@ -184,7 +309,7 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 	if call.Tool != tc.name {
 		return protocol.Call{}, "", codedError("tool_mismatch")
 	}
-	replyTo, err := w.subjects.Result(call.RunID)
+	replyTo, err := w.subjects.Result(call.RunID, tc.name)
 	if err != nil {
 		return protocol.Call{}, "", err
 	}
@@ -248,14 +373,14 @@ func (w *Worker) publishProgress(call protocol.Call, attempt int) {
 // publishTimeout, then, while the server does not answer, until the call's
 // deadline plus resultGrace or until stopping ends (the worker cancels its
 // calls to stop).
-func (w *Worker) publishResult(stopping context.Context, replyTo string, r *protocol.Result, deadline time.Time) error {
+func (w *Worker) publishResult(stopping context.Context, replyTo, tool string, r *protocol.Result, deadline time.Time) error {
 	data, err := encodeResult(r, w.cfg.MaxMessageBytes)
 	if err != nil {
 		return err
 	}
 	msg := nats.NewMsg(replyTo)
 	msg.Data = data
-	msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(r.CallKey))
+	msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(tool, r.CallKey))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)

@@ -19,6 +19,7 @@ const (
 	DefaultMaxDeliver        = 5
 	DefaultShutdownGrace     = 10 * time.Second
 	DefaultPollWait          = time.Second
+	DefaultApprovalMaxAge    = time.Hour
 )
 
 // workerNameRE is the rule for worker names, which appear in results and
@@ -74,8 +75,16 @@ type WorkerConfig struct {
 	// lets coordinators detect workers that disagree on a tool's schema.
 	// Default: false, the worker registers.
 	NoDiscovery bool
+	// Guard, when set, holds the worker back from taking calls while the
+	// fleet's streams differ from their expected configuration. Default:
+	// nil, no check.
+	Guard *StreamGuard
 	// Now tells the time, for deadlines. Default: time.Now.
 	Now func() time.Time
+	// ApprovalMaxAge bounds how long after the operator's decision an
+	// approved call's deadline may be: a proof of approval is good for one
+	// prompt run of the call. Default: 1h.
+	ApprovalMaxAge time.Duration
 }
 
 func (c WorkerConfig) withDefaults() WorkerConfig {
@@ -115,6 +124,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	if c.Version == "" {
 		c.Version = DefaultServiceVersion
 	}
+	if c.ApprovalMaxAge == 0 {
+		c.ApprovalMaxAge = DefaultApprovalMaxAge
+	}
 	return c
 }
 
@@ -143,6 +155,8 @@ func (c WorkerConfig) validate() error {
 		return configErr("PollWait", "must be >= 10ms")
 	case c.MaxFetchBatch < 1:
 		return configErr("MaxFetchBatch", "must be >= 1")
+	case c.ApprovalMaxAge < 0:
+		return configErr("ApprovalMaxAge", "must be >= 0")
 	case len(c.Version) > 64 || !semverRE.MatchString(c.Version):
 		return configErr("Version", "must be a semantic version such as 1.2.3")
 	}

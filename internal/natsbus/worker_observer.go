@@ -13,6 +13,9 @@ import (
 const (
 	TerminatedMalformed = termMalformed
 	TerminatedExpired   = termExpired
+	// TerminatedUnapproved is a call that needs approval and carries no
+	// proof the worker could verify: answered denied, never run.
+	TerminatedUnapproved = termUnapproved
 )
 
 // WorkerObserver receives a [Worker]'s measurements, for metrics. Its
@@ -118,6 +121,8 @@ func (m *toolMeter) onTerminated(reason string) {
 	switch reason {
 	case TerminatedExpired:
 		m.expired.Add(1)
+	case TerminatedUnapproved:
+		// counted by WorkerStats.Unapproved and the observer
 	default:
 		m.malformed.Add(1)
 	}

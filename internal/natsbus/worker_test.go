@@ -74,7 +74,7 @@ func TestCallRoundTrip(t *testing.T) {
 	}
 
 	// The result is stored in the results stream too, on the run's subject.
-	subj, _ := f.subjects.Result(run)
+	subj, _ := f.subjects.Result(run, call.Tool)
 	s, err := f.js.Stream(ctx(t), f.subjects.ResultsStream())
 	if err != nil {
 		t.Fatal(err)
@@ -87,8 +87,8 @@ func TestCallRoundTrip(t *testing.T) {
 	if err != nil || sr.CallKey != call.CallKey || sr.Output != "hello" {
 		t.Fatalf("stored result = %+v (%v), want the call's result", sr, err)
 	}
-	if got := stored.Header.Get(protocol.HeaderMsgID); got != protocol.ResultMsgID(call.CallKey) {
-		t.Errorf("stored result %s = %q, want %q", protocol.HeaderMsgID, got, protocol.ResultMsgID(call.CallKey))
+	if got := stored.Header.Get(protocol.HeaderMsgID); got != protocol.ResultMsgID(call.Tool, call.CallKey) {
+		t.Errorf("stored result %s = %q, want %q", protocol.HeaderMsgID, got, protocol.ResultMsgID(call.Tool, call.CallKey))
 	}
 	f.waitIdle(t, "echo")
 }
@@ -383,7 +383,7 @@ func TestForgedReplySubjectIsRefused(t *testing.T) {
 
 	run := protocol.NewID()
 	callSubj, _ := f.subjects.Call("echo")
-	otherRun, _ := f.subjects.Result(protocol.NewID())
+	otherRun, _ := f.subjects.Result(protocol.NewID(), "echo")
 	tests := []struct {
 		name    string
 		replyTo string // "" leaves the header out

@@ -21,7 +21,7 @@ func Start(t testing.TB) *embedded.Server {
 // Start.
 func StartWithConfig(t testing.TB, confText string) *embedded.Server {
 	t.Helper()
-	return start(t, embedded.Config{StoreDir: t.TempDir(), ConfigText: confText})
+	return start(t, embedded.Config{StoreDir: t.TempDir(), ConfigText: confText, Listen: true})
 }
 
 // Restart shuts s down (if it still runs) and starts a new server with the

@@ -2,6 +2,7 @@ package toolworker
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -39,8 +40,13 @@ type Config struct {
 	// Worker holds the worker's other settings; Concurrency, Name and Logger
 	// above take precedence over its fields.
 	Worker natsbus.WorkerConfig
-	// Streams sizes the fleet's streams when this worker creates them.
+	// Streams is the fleet's stream configuration: what this worker
+	// creates when a stream is missing (and the server lets it) and what it
+	// checks the streams against. Default: the defaults.
 	Streams natsbus.StreamConfig
+	// StreamCheckInterval is the pause between checks of the stream
+	// configuration. Default: 30s.
+	StreamCheckInterval time.Duration
 	// Logger receives the worker's logs. The zero value discards.
 	Logger zerolog.Logger
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -22,6 +23,7 @@ var errConnecting = errors.New("connecting to NATS")
 // so probes answer "connecting" rather than nothing while NATS is
 // unreachable, and answers from the worker's probe once attached.
 type observability struct {
+	reg   *prometheus.Registry
 	srv   *metrics.Server
 	nc    atomic.Pointer[nats.Conn]
 	probe atomic.Pointer[natsbus.Probe]
@@ -30,13 +32,15 @@ type observability struct {
 // startObservability starts the metrics server when cfg.MetricsAddr is set
 // and makes the worker report to it (wc.Observer). It returns nil
 // otherwise; every method of a nil *observability does nothing.
-func startObservability(cfg Config, wc *natsbus.WorkerConfig) (*observability, error) {
+func startObservability(cfg Config, p *prepared) (*observability, error) {
+	wc := &p.worker
 	if cfg.MetricsAddr == "" {
 		return nil, nil
 	}
-	o := &observability{}
 	reg := metrics.NewRegistry()
+	o := &observability{reg: reg}
 	wc.Observer = metrics.NewWorker(reg)
+	p.streamsObserver = metrics.NewStreams(reg)
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()
@@ -71,7 +75,15 @@ func (o *observability) attach(nc *nats.Conn, w *Worker) {
 		return
 	}
 	o.nc.Store(nc)
+	if w.mcp != nil {
+		js := w.js
+		w.mcp.mu.Lock()
+		w.mcp.onWorker = func(nw *natsbus.Worker) { o.probe.Store(natsbus.NewProbe(nc, js, nw.ProbeConfig())) }
+		w.mcp.mu.Unlock()
+		return
+	}
 	o.probe.Store(natsbus.NewProbe(nc, w.js, w.worker.ProbeConfig()))
+	metrics.RegisterExecEscapes(o.reg, w.harness.Escaped)
 }
 
 // close stops the metrics server.

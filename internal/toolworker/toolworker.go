@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/mcptool"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -20,12 +22,20 @@ const flushTimeout = 2 * time.Second
 // Worker is a toolworker on a connection its caller owns.
 type Worker struct {
 	cfg      Config
+	nc       *nats.Conn
 	js       jetstream.JetStream
 	subjects protocol.Subjects
 	harness  *harness.Harness
 	worker   *natsbus.Worker
+	// mcp is set when the manifest lists MCP servers (see mcp.go).
+	mcp *mcpState
 
-	published chan struct{} // closed once every spec is in the catalog
+	published     chan struct{} // closed once every spec is in the catalog
+	publishedOnce sync.Once
+	// guard checks the streams; ownGuard when this worker created it
+	// (an in-process worker may share its coordinator's).
+	guard    *natsbus.StreamGuard
+	ownGuard bool
 }
 
 // New validates cfg, builds the harness and the worker. It does no I/O
@@ -46,6 +56,12 @@ type prepared struct {
 	subjects protocol.Subjects
 	harness  *harness.Harness
 	worker   natsbus.WorkerConfig
+	// tools and servers are set when the manifest lists MCP servers: the
+	// harness is then built by Run, once the servers list their tools.
+	tools   []harness.Tool
+	servers []mcptool.ServerConfig
+	// streamsObserver receives the stream checks, for metrics.
+	streamsObserver natsbus.StreamGuardObserver
 }
 
 func prepare(cfg Config) (*prepared, error) {
@@ -54,12 +70,16 @@ func prepare(cfg Config) (*prepared, error) {
 		return nil, &ConfigError{Flag: "--prefix", Err: err}
 	}
 	var tools []harness.Tool
+	var servers []mcptool.ServerConfig
 	if cfg.ToolsFile != "" {
 		t, err := harness.LoadManifest(cfg.ToolsFile)
 		if err != nil {
 			return nil, &ConfigError{Flag: "--tools", Err: err}
 		}
 		tools = append(tools, t...)
+		if servers, err = loadMCPServers(cfg); err != nil {
+			return nil, &ConfigError{Flag: "--tools", Err: err}
+		}
 	}
 	if len(cfg.Builtins) > 0 {
 		t, err := harness.Builtins(cfg.Builtins)
@@ -68,14 +88,10 @@ func prepare(cfg Config) (*prepared, error) {
 		}
 		tools = append(tools, t...)
 	}
-	if len(tools) == 0 {
+	if len(tools) == 0 && len(servers) == 0 {
 		return nil, &ConfigError{Flag: "--tools/--builtin", Err: errors.New("no tools to serve")}
 	}
-	h, err := harness.New(harness.Config{
-		MaxOutputChars: cfg.MaxOutputChars,
-		LogStderr:      cfg.LogStderr,
-		Logger:         cfg.Logger,
-	}, tools...)
+	h, err := newHarness(cfg, tools...)
 	if err != nil {
 		return nil, &ConfigError{Flag: "--tools/--builtin", Err: err}
 	}
@@ -93,7 +109,16 @@ func prepare(cfg Config) (*prepared, error) {
 	if err := cfg.Streams.Validate(); err != nil {
 		return nil, asConfigError(err)
 	}
-	return &prepared{cfg: cfg, subjects: subjects, harness: h, worker: wc}, nil
+	return &prepared{cfg: cfg, subjects: subjects, harness: h, worker: wc, tools: tools, servers: servers}, nil
+}
+
+// newHarness builds the harness of tools with the worker's settings.
+func newHarness(cfg Config, tools ...harness.Tool) (*harness.Harness, error) {
+	return harness.New(harness.Config{
+		MaxOutputChars: cfg.MaxOutputChars,
+		LogStderr:      cfg.LogStderr,
+		Logger:         cfg.Logger,
+	}, tools...)
 }
 
 func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
@@ -101,35 +126,79 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolworker: %w", err)
 	}
-	w, err := natsbus.NewWorker(nc, js, p.subjects, p.harness, p.worker)
-	if err != nil {
+	wc, own := p.worker, false
+	if wc.Guard == nil {
+		wc.Guard = natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{
+			Streams:  natsbus.StreamsOf(natsbus.FleetStreams(p.subjects, p.cfg.Streams), natsbus.RoleWorker),
+			Interval: p.cfg.StreamCheckInterval,
+			Logger:   p.cfg.Logger,
+			Observer: p.streamsObserver,
+		})
+		own = true
+	}
+	w := &Worker{cfg: p.cfg, nc: nc, js: js, subjects: p.subjects, harness: p.harness,
+		guard: wc.Guard, ownGuard: own, published: make(chan struct{})}
+	if len(p.servers) > 0 {
+		w.mcp = &mcpState{tools: p.tools, servers: p.servers, worker: wc}
+		return w, nil
+	}
+	if w.worker, err = natsbus.NewWorker(nc, js, p.subjects, p.harness, wc); err != nil {
 		return nil, asConfigError(err)
 	}
-	return &Worker{cfg: p.cfg, js: js, subjects: p.subjects, harness: p.harness, worker: w, published: make(chan struct{})}, nil
+	return w, nil
 }
 
 // Published is closed once Run has written every tool's spec into the
-// catalog bucket. It stays open if Run fails before that; callers that wait
-// on it also wait for Run to return.
+// catalog bucket (with MCP servers: their first tool list). It stays open if
+// Run fails before that; callers that wait on it also wait for Run to return.
 func (w *Worker) Published() <-chan struct{} { return w.published }
 
-// Harness returns the worker's harness.
-func (w *Worker) Harness() *harness.Harness { return w.harness }
+func (w *Worker) markPublished() { w.publishedOnce.Do(func() { close(w.published) }) }
 
-// Stats returns the worker's counters.
-func (w *Worker) Stats() natsbus.WorkerStats { return w.worker.Stats() }
+// Harness returns the worker's harness (with MCP servers: the current one).
+func (w *Worker) Harness() *harness.Harness {
+	if w.mcp != nil {
+		h, _ := w.mcp.current()
+		return h
+	}
+	return w.harness
+}
 
-// Run ensures the fleet's streams, publishes the tools' specs to the
-// catalog and serves calls until ctx ends, then shuts down gracefully (see
-// natsbus.Worker.Run).
+// Stats returns the worker's counters (with MCP servers: since the last
+// change of their tools).
+func (w *Worker) Stats() natsbus.WorkerStats {
+	if w.mcp != nil {
+		if _, nw := w.mcp.current(); nw != nil {
+			return nw.Stats()
+		}
+		return natsbus.WorkerStats{}
+	}
+	return w.worker.Stats()
+}
+
+// Run checks the fleet's streams (creating a missing one when the server
+// lets it, changing none), publishes the tools' specs to the catalog and
+// serves calls until ctx ends, then shuts down gracefully (see
+// natsbus.Worker.Run). It refuses to start when a stream differs from its
+// expected configuration (a *natsbus.DriftError), and takes no calls while
+// a later check finds one that does.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := natsbus.EnsureWorkerStreams(ctx, w.js, w.subjects, w.cfg.Streams); err != nil {
-		return fmt.Errorf("toolworker: %w", err)
+	if w.ownGuard {
+		natsbus.CreateMissingStreams(ctx, w.js, natsbus.StreamsOf(natsbus.FleetStreams(w.subjects, w.cfg.Streams), natsbus.RoleWorker), w.cfg.Logger)
+		if err := w.guard.Check(ctx); err != nil {
+			return fmt.Errorf("toolworker: %w", err)
+		}
+		gctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go w.guard.Run(gctx)
+	}
+	if w.mcp != nil {
+		return w.runMCP(ctx)
 	}
 	if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, w.harness.Specs(), w.cfg.Logger); err != nil {
 		return fmt.Errorf("toolworker: %w", err)
 	}
-	close(w.published)
+	w.markPublished()
 	return w.worker.Run(ctx)
 }
 
@@ -141,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	obs, err := startObservability(cfg, &p.worker)
+	obs, err := startObservability(cfg, p)
 	if err != nil {
 		return err
 	}

@@ -43,27 +43,33 @@
 // MaxAbandoned plus the caller's concurrency. Go tools that do blocking work
 // must honour ctx; put anything that cannot into an exec tool.
 //
-// On Linux an exec tool also dies with its worker: the kernel sends it
-// SIGKILL when the worker process ends, even by SIGKILL, so a call that is
-// redelivered after a worker crash never runs next to the dead worker's copy.
-// That parent-death signal reaches the tool's own process, not the processes
-// it started, and it is tied to the OS thread that started the tool, which
-// the Go runtime keeps for the life of the process unless a goroutine exits
-// while locked to it (runtime.LockOSThread). Elsewhere a tool may outlive a
-// worker killed with SIGKILL.
+// On Linux an exec tool runs under a supervisor: the worker's own binary,
+// re-executed, which is a child subreaper, so every process the tool starts
+// stays in its subtree even after setsid or a double fork. When the tool
+// exits, at its deadline, on cancel, and when the worker dies (even by
+// SIGKILL: the supervisor's parent-death signal), the supervisor kills the
+// tool's process group and every process left in its subtree. Processes
+// that had left the tool's group are counted ([Harness.Escaped]) and the
+// call ends failed ("harness.EscapedProcessGroup"), never as a clean
+// success. The parent-death signal is tied to the OS thread that started
+// the supervisor, which the Go runtime keeps for the life of the process
+// unless a goroutine exits while locked to it (runtime.LockOSThread). A
+// tool running as the worker's own user can kill its supervisor, and then
+// what it left outside its group survives: give such tools a "user" of
+// their own. Elsewhere there is no supervisor: the tool's group is killed,
+// a process that left it escapes, and a tool may outlive a worker killed
+// with SIGKILL.
 //
-// Killing an exec tool's process group reaches every process that stayed in
-// the group; the group is also killed when the tool exits on its own, so
-// nothing it started in the background outlives the call. A process that
-// moves itself to another group or session (setsid) escapes the kill; if it
-// holds stdout open, Execute waits at most 100ms more and then closes the
-// pipe. Killed grandchildren are reparented to PID 1 (or the nearest
-// subreaper), which must reap them: in a container, run the worker under an
-// init that reaps zombies (tini, docker --init).
+// A manifest's "limits" (rlimits) and "user"/"group" are applied by a
+// launcher stage between fork and the tool's program, so they hold from
+// its first instruction; a user other than the worker's own needs a worker
+// running as root.
 //
-// An exec tool runs in the worker's working directory, as the worker's user:
-// the harness bounds time, output and environment, not file system or
-// network access. Use OS isolation (containers, seccomp, users) for that.
+// An exec tool runs in the worker's working directory, as the worker's user
+// unless its manifest names another: the harness bounds time, output,
+// environment and, with "limits", memory, CPU, processes and files, not
+// file system or network access. Use OS isolation (containers, seccomp,
+// users) for that.
 //
 // Memory is bounded for exec tools (stdout and stderr are read up to a bound
 // and the rest is discarded), but not for Go tools: a Go tool's output string

@@ -31,6 +31,10 @@ type command struct {
 	path string   // absolute path of the program
 	argv []string // argv[0] as written in the manifest, then its arguments
 	env  []string // the complete environment: PATH and the manifest's env
+	// user is who the tool runs as; nil: the worker's own user.
+	user *runAs
+	// limits are the tool's OS limits.
+	limits Limits
 }
 
 // run is the tool's [Func], for callers that run the tool directly: it
@@ -54,6 +58,8 @@ type execRun struct {
 	pid       int
 	started   bool
 	err       error // from Start or Wait (nil, *exec.ExitError, exec.ErrWaitDelay, ...)
+	// sup is what the supervisor reported (Linux), nil without one.
+	sup *supStatus
 }
 
 // exec runs the command with args on stdin until it exits or ctx ends, when
@@ -74,15 +80,33 @@ func (c *command) exec(ctx context.Context, args []byte, limitRunes int) execRun
 	cmd.WaitDelay = execWaitDelay
 
 	var r execRun
-	if err := cmd.Start(); err != nil {
+	sup, err := c.supervised(cmd)
+	if err != nil {
 		r.err = err
 		return r
+	}
+	if err := cmd.Start(); err != nil {
+		if sup != nil {
+			sup.abort()
+		}
+		r.err = err
+		return r
+	}
+	if sup != nil {
+		sup.started()
 	}
 	r.started = true
 	r.pid = cmd.Process.Pid
 	r.err = cmd.Wait()
+	if sup != nil {
+		st := sup.finish()
+		r.sup = &st
+		if st.toolPID > 0 {
+			r.pid = st.toolPID
+		}
+	}
 	// Whatever the leader did, nothing it started outlives the call.
-	_ = killGroup(r.pid)
+	_ = killGroup(cmd.Process.Pid)
 	r.stdout, r.stdoutCut = stdout.String(), stdout.cut
 	r.stderr, r.stderrLen = stderr.Bytes(), stderr.total
 	return r
@@ -112,8 +136,27 @@ func (h *Harness) runCommand(tctx context.Context, e *entry, args []byte, limit 
 		}
 	}
 
+	if r.sup != nil && r.sup.escaped > 0 {
+		h.escaped.Add(int64(r.sup.escaped))
+		h.cfg.Logger.Warn().Str(logKeyTool, name).Int(logKeyPID, r.pid).Int("escaped", r.sup.escaped).
+			Msg("exec tool left its process group (setsid or similar): those processes were found and killed")
+	}
 	var exitErr *exec.ExitError
 	switch {
+	case tctx.Err() != nil && r.started:
+		return Result{Outcome: endOutcome(tctx)}
+	case r.sup != nil && r.sup.startErr:
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: "harness.StartError"}
+	case r.sup != nil && r.sup.ended && r.sup.code != 0:
+		if r.sup.code < 0 {
+			return Result{Outcome: protocol.OutcomeFailed, ErrorType: "signal: " + r.sup.signal.String()}
+		}
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: fmt.Sprintf("exit status %d", r.sup.code)}
+	case r.sup != nil && r.sup.ended && r.sup.escaped > 0:
+		// Not a clean success: the tool did something behind its back.
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: "harness.EscapedProcessGroup"}
+	case r.sup != nil && r.sup.ended:
+		// exited 0 (the supervisor's own exit mirrors it)
 	case r.err == nil, errors.Is(r.err, exec.ErrWaitDelay) && tctx.Err() == nil:
 		// ErrWaitDelay alone: the command succeeded, but something it left
 		// behind held stdout open; that something has been killed.

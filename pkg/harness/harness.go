@@ -79,6 +79,9 @@ type Harness struct {
 	tools     map[string]*entry
 	specs     []protocol.ToolSpec // sorted by name
 	abandoned atomic.Int64
+	// escaped counts processes of exec tools found outside their tool's
+	// process group and killed.
+	escaped atomic.Int64
 }
 
 // entry is a tool with what New derived from it.
@@ -181,6 +184,13 @@ func (h *Harness) Tool(name string) (Tool, bool) {
 // Abandoned returns how many Go tools are still running after their call
 // ended (timeout or cancel) because they ignored their context.
 func (h *Harness) Abandoned() int { return int(h.abandoned.Load()) }
+
+// Escaped counts the processes exec tools started that left the tool's
+// process group (setsid, a double fork into another group) and that the
+// supervisor found and killed; a call with any ends failed
+// ("harness.EscapedProcessGroup"), never as a clean success. Always 0
+// where there is no supervisor (outside Linux).
+func (h *Harness) Escaped() int64 { return h.escaped.Load() }
 
 // schemaError drops the tool name [schema.Compile] puts in front of its
 // errors: a ToolError names the tool already.

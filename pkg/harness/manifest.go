@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -40,6 +41,8 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 // manifestFile is the JSON manifest of DESIGN.md §6.
 type manifestFile struct {
 	Tools []json.RawMessage `json:"tools"`
+	// MCPServers is read by package mcptool; "tools" may then be absent.
+	MCPServers json.RawMessage `json:"mcp_servers"`
 }
 
 // manifestTool is one entry of a manifest.
@@ -52,15 +55,27 @@ type manifestTool struct {
 	Idempotent       bool              `json:"idempotent"`
 	RequiresApproval bool              `json:"requires_approval"`
 	Env              map[string]string `json:"env"`
+	// User and Group (names or numeric ids) run the tool as another user;
+	// the worker must run as root.
+	User   string `json:"user"`
+	Group  string `json:"group"`
+	Limits Limits `json:"limits"`
 }
 
 // ParseManifest parses a JSON tool manifest:
 //
 //	{"tools": [{"name": "wc", "description": "...", "parameters": {...},
 //	  "timeout": "30s", "command": ["wc", "-c"], "idempotent": true,
-//	  "requires_approval": false, "env": {"LANG": "C"}}]}
+//	  "requires_approval": false, "env": {"LANG": "C"},
+//	  "user": "nobody", "limits": {"memory_bytes": 268435456, "cpu_seconds": 10,
+//	  "processes": 64, "open_files": 256}}]}
 //
-// Every tool is an exec tool: "command" is required. Decoding is strict
+// "user" (and "group"), names or numeric ids, run the tool as that user:
+// the worker must be root, or the manifest is refused. "limits" are the
+// tool's rlimits ([Limits]). Both need Linux.
+//
+// Every tool is an exec tool: "command" is required. A manifest may also
+// list "mcp_servers" (read by package mcptool), and "tools" is then optional. Decoding is strict
 // (unknown fields, trailing data and more than [MaxManifestSize] bytes are
 // refused) and errors name the tool and the field. A command without a slash
 // is looked up in PATH now; one with a slash is taken relative to the current
@@ -115,7 +130,7 @@ func parseManifest(data []byte, dir string) ([]Tool, error) {
 		return nil, err
 	}
 	switch {
-	case file.Tools == nil:
+	case file.Tools == nil && file.MCPServers == nil:
 		return nil, errors.New(`field "tools": required`)
 	case len(file.Tools) > MaxManifestTools:
 		return nil, fmt.Errorf(`field "tools": more than %d tools`, MaxManifestTools)
@@ -186,6 +201,13 @@ func parseTool(i int, raw json.RawMessage, dir, pathEnv string) (Tool, error) {
 	if err != nil {
 		return fail(field, err)
 	}
+	if (m.User != "" || m.Group != "" || !m.Limits.zero()) && runtime.GOOS != "linux" {
+		return fail("limits", errors.New("user, group and limits need Linux"))
+	}
+	if cmd.user, field, err = resolveUser(m.User, m.Group); err != nil {
+		return fail(field, err)
+	}
+	cmd.limits = m.Limits
 	return Tool{
 		Name:             m.Name,
 		Description:      m.Description,

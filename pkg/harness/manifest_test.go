@@ -176,3 +176,13 @@ func FuzzParseManifest(f *testing.F) {
 		}
 	})
 }
+
+func TestManifestWithMCPServersOnly(t *testing.T) {
+	tools, err := harness.ParseManifest([]byte(`{"mcp_servers": [{"name": "fs", "command": ["x"]}]}`))
+	if err != nil || len(tools) != 0 {
+		t.Fatalf("a manifest of MCP servers only: %v, %d tools", err, len(tools))
+	}
+	if _, err := harness.ParseManifest([]byte(`{}`)); err == nil || !strings.Contains(err.Error(), `field "tools": required`) {
+		t.Errorf("an empty manifest: %v", err)
+	}
+}

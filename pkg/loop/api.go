@@ -14,6 +14,11 @@ type Message struct {
 	Content    string     `json:"content"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// Outcome is, on a tool message, how the call ended. Providers whose
+	// format marks failed results (Anthropic's is_error) read it; any
+	// outcome but ok is a failure. It is not part of the JSON form, which
+	// stays the chat-completions format.
+	Outcome protocol.Outcome `json:"-"`
 }
 
 // ToolCall is one call the model asked for, as the model wrote it. Every
@@ -117,4 +122,7 @@ type Decision struct {
 	Reason string
 	// Approver names who decided, as they said.
 	Approver string
+	// Proof points workers at the approval in the approvals stream, so
+	// they can check it themselves; nil when the gate has none.
+	Proof *protocol.ApprovalProof
 }

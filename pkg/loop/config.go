@@ -3,6 +3,7 @@ package loop
 import (
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,6 +22,15 @@ const (
 	DefaultApprovalTimeout = 2 * time.Minute
 	DefaultGrace           = 500 * time.Millisecond
 	DefaultCancelTimeout   = 2 * time.Second
+	// DefaultMaxToolCallsKept is the default ceiling on the calls of one
+	// model response kept in the transcript (never below
+	// MaxToolCallsPerRound+1).
+	DefaultMaxToolCallsKept = 128
+	// DefaultMaxTranscriptBytes bounds the transcript a run sends the
+	// model: 8 rounds of 32 calls of 12000 characters fit 5 times over.
+	DefaultMaxTranscriptBytes = 16 << 20
+	// DefaultMaxRunDuration bounds a run's wall-clock time.
+	DefaultMaxRunDuration = time.Hour
 )
 
 // Config tunes a [Runner]. Its zero value is ready to use: every zero field
@@ -36,6 +46,24 @@ type Config struct {
 	// MaxObservationChars bounds every tool message, in runes, marker
 	// included. Default: 12000.
 	MaxObservationChars int
+	// MaxToolCallsKept is a hard ceiling on the calls of one model response
+	// kept in the transcript: calls past MaxToolCallsPerRound are answered
+	// rejected up to it, and calls past it are dropped from the stored
+	// assistant message (so every id that stays is answered exactly once),
+	// noted once to the model and counted in Metadata.DroppedToolCalls. A
+	// model answering 70,000 calls a round cannot grow a run past it. It
+	// must exceed MaxToolCallsPerRound. Default: max(128,
+	// MaxToolCallsPerRound+1).
+	MaxToolCallsKept int
+	// MaxTranscriptBytes bounds the transcript's total bytes (contents,
+	// ids, names and arguments): a run whose transcript grows past it ends
+	// with termination reason "error" and ErrTranscriptTooLarge before the
+	// next model call. Default: 16 MiB.
+	MaxTranscriptBytes int
+	// MaxRunDuration bounds a run's wall-clock time: past it the run ends
+	// as if cancelled (every open call answered), with termination reason
+	// "error" and ErrRunBudget. Default: 1h.
+	MaxRunDuration time.Duration
 	// ToolTimeout, when set, overrides every tool's own timeout. When zero,
 	// each call gets its tool's TimeoutMS, or DefaultToolTimeout (30s) if
 	// the tool declares none. Time queued counts against it.
@@ -58,6 +86,11 @@ type Config struct {
 	CancelTimeout time.Duration
 	// Logger receives the trace lines. The zero value discards them.
 	Logger zerolog.Logger
+	// TracerProvider makes the OpenTelemetry spans of each run, round, model
+	// call and tool call (see the package doc). Default: the global
+	// provider, which records nothing unless the process installed one.
+	TracerProvider trace.TracerProvider
+
 	// Observer receives measurements (model calls, call outcomes,
 	// approvals, runs) for metrics. Default: nil, observe nothing.
 	Observer Observer
@@ -90,6 +123,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CancelTimeout == 0 {
 		c.CancelTimeout = DefaultCancelTimeout
+	}
+	if c.MaxToolCallsKept == 0 {
+		c.MaxToolCallsKept = max(DefaultMaxToolCallsKept, c.MaxToolCallsPerRound+1)
+	}
+	if c.MaxTranscriptBytes == 0 {
+		c.MaxTranscriptBytes = DefaultMaxTranscriptBytes
+	}
+	if c.MaxRunDuration == 0 {
+		c.MaxRunDuration = DefaultMaxRunDuration
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -136,10 +178,15 @@ func (c Config) Validate() error {
 		{"max_rounds", c.MaxRounds},
 		{"max_tool_calls_per_round", c.MaxToolCallsPerRound},
 		{"max_observation_chars", c.MaxObservationChars},
+		{"max_transcript_bytes", c.MaxTranscriptBytes},
 	} {
 		if r.v < 1 {
 			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be >= 1"}
 		}
+	}
+	if c.MaxToolCallsKept <= c.MaxToolCallsPerRound {
+		return &ConfigError{Field: "max_tool_calls_kept", Value: c.MaxToolCallsKept,
+			Rule: fmt.Sprintf("must be > max_tool_calls_per_round (%d)", c.MaxToolCallsPerRound)}
 	}
 	type durRule struct {
 		field string
@@ -150,6 +197,7 @@ func (c Config) Validate() error {
 		{"approval_timeout", c.ApprovalTimeout},
 		{"grace", c.Grace},
 		{"cancel_timeout", c.CancelTimeout},
+		{"max_run_duration", c.MaxRunDuration},
 	} {
 		if r.v < 0 || (r.v == 0 && r.field != "tool_timeout") {
 			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be > 0"}

@@ -89,6 +89,24 @@
 // It is given catalog tool names only — a name the model made up is passed
 // as "" — so metric labels stay bounded.
 //
+// # Input transcripts
+//
+// [Runner.RunMessages] repairs what a crash leaves behind before the first
+// model call: the tool messages after an assistant message are put in
+// request order, and a call with no tool message is answered
+// outcome_unknown ("may or may not have taken effect; check before calling
+// it again"), never "cancelled". Providers convert their own transcript
+// formats to []Message first.
+//
+// # Tracing
+//
+// Each run is an OpenTelemetry trace from [Config.TracerProvider] (default:
+// the global provider): a span for the run, each round, each model call
+// ("chat") and each tool call ("execute_tool", from validation to the
+// answer), with GenAI semantic-convention attributes. The call span's
+// context is in the context given to [Dispatcher.Publish], for the
+// transport to carry to the worker. Spans carry what trace lines carry.
+//
 // # Caveats
 //
 // Go cannot stop a goroutine: a Gate or Dispatcher that ignores its context

@@ -71,12 +71,13 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 		call := protocol.Call{
 			V: protocol.Version, RunID: ru.id, Round: round, CallKey: s.key, CallID: s.id,
 			Tool: s.name, Arguments: bytes.Clone(s.args), Deadline: s.deadline, Attempt: 1,
-			MaxOutputChars: ru.cfg.MaxObservationChars,
+			MaxOutputChars:   ru.cfg.MaxObservationChars,
+			RequiresApproval: s.approval, Approval: s.proof,
 		}
 		ru.keys[s.key] = keyOpen
 		open[i] = true
 		go func() {
-			pctx, cancel := context.WithDeadline(ctx, call.Deadline)
+			pctx, cancel := context.WithDeadline(ru.spanContext(ctx, s), call.Deadline)
 			defer cancel()
 			ch <- publishResult{i: i, err: ru.r.disp.Publish(pctx, call)}
 		}()
@@ -202,7 +203,8 @@ func (ru *run) expire(s *slot) {
 func workerOutcome(o protocol.Outcome) bool {
 	switch o {
 	case protocol.OutcomeOK, protocol.OutcomeFailed, protocol.OutcomeInvalidArguments,
-		protocol.OutcomeUnknownTool, protocol.OutcomeTimeout, protocol.OutcomeCancelled:
+		protocol.OutcomeUnknownTool, protocol.OutcomeTimeout, protocol.OutcomeCancelled,
+		protocol.OutcomeDenied:
 		return true
 	}
 	return false
@@ -290,6 +292,9 @@ func (ru *run) fromResult(s *slot, res protocol.Result) {
 		ru.answer(s, protocol.OutcomeUnknownTool, obsUnknownTool(s.name))
 	case protocol.OutcomeTimeout:
 		ru.answer(s, protocol.OutcomeTimeout, obsTimeout(s.name, s.timeout))
+	case protocol.OutcomeDenied:
+		s.gateResult = "worker_refused"
+		ru.answer(s, protocol.OutcomeDenied, obsWorkerRefused(s.name))
 	default: // protocol.OutcomeCancelled
 		ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
 	}

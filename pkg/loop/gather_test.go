@@ -26,7 +26,7 @@ func TestDroppedEvents(t *testing.T) {
 			return loop.Event{Result: &protocol.Result{V: 1, RunID: "otherrun", CallKey: c.CallKey, Outcome: protocol.OutcomeOK, Output: "forged"}}
 		}, "other_run"},
 		{"coordinator-only outcome", func(c protocol.Call) loop.Event {
-			return loop.Event{Result: &protocol.Result{V: 1, RunID: c.RunID, CallKey: c.CallKey, Outcome: protocol.OutcomeDenied}}
+			return loop.Event{Result: &protocol.Result{V: 1, RunID: c.RunID, CallKey: c.CallKey, Outcome: protocol.OutcomeApprovalExpired}}
 		}, "invalid_outcome"},
 		{"unknown outcome", func(c protocol.Call) loop.Event {
 			return loop.Event{Result: &protocol.Result{V: 1, RunID: c.RunID, CallKey: c.CallKey, Outcome: "maybe"}}

@@ -485,7 +485,9 @@ func TestThousandCallsInOneRound(t *testing.T) {
 		mu.Unlock()
 		return looptest.OK("x"), true
 	}
-	e := newEnv(t, fastConfig(), m, h, nil)
+	cfg := fastConfig()
+	cfg.MaxToolCallsKept = 2000 // all 1000 kept and answered
+	e := newEnv(t, cfg, m, h, nil)
 	baseline := runtime.NumGoroutine()
 	res, err := e.run(t, "go")
 	if err != nil {
@@ -580,7 +582,7 @@ func TestBadInputRefused(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"bad role", []loop.Message{{Role: "wizard", Content: "x"}}},
-		{"unanswered call", []loop.Message{{Role: "user", Content: "x"}, {Role: "assistant", ToolCalls: []loop.ToolCall{looptest.Call("a", "echo", "{}")}}}},
+		{"answered twice", []loop.Message{{Role: "user", Content: "x"}, {Role: "assistant", ToolCalls: []loop.ToolCall{looptest.Call("a", "echo", "{}")}}, {Role: "tool", ToolCallID: "a"}, {Role: "tool", ToolCallID: "a"}}},
 		{"orphan tool message", []loop.Message{{Role: "user", Content: "x"}, {Role: "tool", ToolCallID: "a"}}},
 		{"empty call id", []loop.Message{{Role: "assistant", ToolCalls: []loop.ToolCall{looptest.Call("", "echo", "{}")}}, {Role: "tool"}}},
 	}

@@ -19,6 +19,12 @@ func obsCapRejected(requested, limit int) string {
 	return fmt.Sprintf("Tool call rejected: this round requested %d tool calls, exceeding the limit of %d. Retry with fewer calls.", requested, limit)
 }
 
+// obsDropped tells the model, once, that calls past the kept ceiling were
+// dropped from the transcript.
+func obsDropped(n int) string {
+	return fmt.Sprintf(" %d further calls were dropped unread and are not in the transcript.", n)
+}
+
 // obsRepeatRejected answers a call whose id repeats an earlier call of the
 // same assistant message.
 func obsRepeatRejected(id string) string {
@@ -44,6 +50,10 @@ func obsApprovalExpired(name string, d time.Duration) string {
 
 func obsApprovalUnavailable(name string) string {
 	return "Tool '" + clipName(name) + "' blocked by approval: approval unavailable (no decision was made)"
+}
+
+func obsWorkerRefused(name string) string {
+	return "Tool '" + clipName(name) + "' blocked by approval: the worker found no valid approval and did not run it"
 }
 
 func obsDispatchFailed(name string) string {
@@ -138,3 +148,11 @@ func fmtDuration(d time.Duration) string {
 // bound truncates an observation to max runes with the protocol's marker,
 // reporting whether it cut anything.
 func bound(obs string, max int) (string, bool) { return protocol.Truncate(obs, max) }
+
+// obsInputUnanswered answers a call of the input transcript that has no
+// tool message: an earlier run stopped (crashed) before answering it, so
+// whether it ran is not known. Never "cancelled": that word makes models
+// re-run side effects.
+func obsInputUnanswered(name string) string {
+	return "Tool '" + clipName(name) + "' outcome unknown: the run stopped before this call was answered, so it may or may not have taken effect; check before calling it again."
+}

@@ -46,6 +46,9 @@ type Metadata struct {
 	// repeating an earlier call id of the same message. ToolCallsMade +
 	// RejectedToolCalls is the number of tool calls the model made.
 	RejectedToolCalls int `json:"rejected_tool_calls"`
+	// DroppedToolCalls counts calls past MaxToolCallsKept, dropped from the
+	// transcript unanswered (their ids are not in it).
+	DroppedToolCalls int `json:"dropped_tool_calls,omitempty"`
 	// TruncatedObservations counts tool messages cut to
 	// MaxObservationChars, by the worker or by the loop.
 	TruncatedObservations int `json:"truncated_observations"`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"strings"
 	"time"
 
@@ -29,7 +30,8 @@ type slot struct {
 	args     []byte // canonical arguments, once valid
 	key      protocol.CallKey
 	start    time.Time
-	approval bool // needs the gate
+	approval bool                    // needs the gate
+	proof    *protocol.ApprovalProof // the gate's proof of an approval
 
 	timeout  time.Duration
 	deadline time.Time
@@ -45,12 +47,18 @@ type slot struct {
 	errorType  string // for failed calls
 	cancelWhy  string // non-empty: publish a Cancel for the call
 	gateResult string // how the gate answered, for the trace
+
+	span trace.Span // the call's span, from validation to its answer
 }
 
 // round runs DESIGN §4 for one assistant message: it stores the message
 // (with any replaced ids) and appends one tool message per call, in request
 // order, whatever happens.
-func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry) {
+//
+// dropped counts the calls of the model's response past
+// MaxToolCallsKept, which msg no longer holds: the last rejected call's
+// observation says so, once.
+func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry, dropped int) {
 	calls := msg.ToolCalls
 	n, limit := len(calls), ru.cfg.MaxToolCallsPerRound
 	within := min(n, limit)
@@ -106,6 +114,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		ru.res.Metadata.ToolCallsMade++
 		s.key = ru.newKey()
 		obj := ru.validate(s, calls[i].Function.Arguments, tools)
+		ru.startToolSpan(ctx, round, s, calls[i].Function.Arguments)
 		ru.traceStart(round, s, calls[i].Function.Arguments, obj)
 		if !s.done {
 			s.approval = ru.r.approveAll || ru.r.approve[s.name] || s.entry.spec.RequiresApproval
@@ -113,8 +122,10 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 	}
 	if n > within {
 		ru.log.Warn().Str(logKeyEvent, evCallsRejected).Int(logKeyRound, round).
-			Int(logKeyRequested, n).Int(logKeyLimit, limit).Int(logKeyCount, n-within).Send()
+			Int(logKeyRequested, n+dropped).Int(logKeyLimit, limit).Int(logKeyCount, n-within).
+			Int(logKeyDropped, dropped).Send()
 	}
+	ru.res.Metadata.DroppedToolCalls += dropped
 
 	// Step 4: approvals, concurrently. Step 5 and 6: dispatch and gather.
 	ru.approve(ctx, round, slots)
@@ -130,21 +141,26 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		ru.record(round, s)
 		if !s.repeat {
 			ru.traceEnd(round, s)
+			ru.endToolSpan(s)
 		}
 		ru.observe(s, tools)
 	}
 	if n > within {
-		text, cut := bound(obsCapRejected(n, limit), ru.cfg.MaxObservationChars)
+		text, cut := bound(obsCapRejected(n+dropped, limit), ru.cfg.MaxObservationChars)
 		for i := within; i < n; i++ {
+			if i == n-1 && dropped > 0 {
+				text, cut = bound(obsCapRejected(n+dropped, limit)+obsDropped(dropped), ru.cfg.MaxObservationChars)
+			}
 			if cut {
 				ru.res.Metadata.TruncatedObservations++
 			}
-			ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: calls[i].ID, Content: text})
+			ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: calls[i].ID, Content: text, Outcome: protocol.OutcomeRejected})
 			ru.res.Metadata.RejectedToolCalls++
 			ru.res.Metadata.Outcomes[protocol.OutcomeRejected]++
 			ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: calls[i].ID,
 				Tool: clipName(calls[i].Function.Name), Outcome: protocol.OutcomeRejected})
 			ru.cfg.Observer.CallEnded(catalogName(calls[i].Function.Name, tools), protocol.OutcomeRejected, 0)
+			ru.rejectedSpan(ctx, round, calls[i], tools)
 		}
 	}
 }
@@ -203,7 +219,7 @@ func (ru *run) record(round int, s *slot) {
 	if cut || s.truncated {
 		m.TruncatedObservations++
 	}
-	ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: s.id, Content: obs})
+	ru.msgs = append(ru.msgs, Message{Role: "tool", ToolCallID: s.id, Content: obs, Outcome: s.outcome})
 	m.Outcomes[s.outcome]++
 	if s.outcome == protocol.OutcomeRejected {
 		m.RejectedToolCalls++
@@ -385,6 +401,7 @@ func (ru *run) applyDecision(ctx context.Context, s *slot, a approval, timeout t
 		ru.answer(s, protocol.OutcomeDenied, obsApprovalUnavailable(s.name))
 	case a.d.Approved:
 		s.gateResult = "approved"
+		s.proof = a.d.Proof
 	default:
 		s.gateResult = "denied"
 		reason, _ := protocol.Truncate(a.d.Reason, protocol.MaxReasonLen)

@@ -19,6 +19,13 @@ import (
 // prompt, an invalid transcript); such runs return a nil Result.
 var ErrInvalidInput = errors.New("invalid run input")
 
+// ErrTranscriptTooLarge ends a run whose transcript grew past
+// Config.MaxTranscriptBytes.
+var ErrTranscriptTooLarge = errors.New("loop: the transcript is over its byte bound (max_transcript_bytes)")
+
+// ErrRunBudget ends a run that ran past Config.MaxRunDuration.
+var ErrRunBudget = errors.New("loop: the run is over its wall-clock budget (max_run_duration)")
+
 // Runner runs the ReAct loop. It is safe for concurrent use: each Run has
 // its own state, and runs share only the compiled-schema cache.
 type Runner struct {
@@ -30,6 +37,9 @@ type Runner struct {
 	approveAll bool
 	approve    map[string]bool
 	schemas    schemaCache
+	// missing holds the RequireApproval names already reported missing
+	// from the catalog, so each is warned about once.
+	missing sync.Map
 }
 
 // New returns a Runner after validating cfg (the error is a [*ConfigError]).
@@ -70,8 +80,15 @@ func (r *Runner) Run(ctx context.Context, prompt string) (*Result, error) {
 
 // RunMessages runs the loop on a transcript, which it copies and never
 // mutates. The transcript must be non-empty, use the roles system, user,
-// assistant and tool, and answer every tool call of an assistant message
-// with one tool message right after it.
+// assistant and tool, and give each tool message right after the assistant
+// message whose call it answers, at most one per call id. Before the first
+// model call the copy is repaired: the tool messages after an assistant
+// message are put in request order, and a call left unanswered (by an
+// earlier run that crashed) is answered outcome_unknown — "may or may not
+// have taken effect; check before calling it again", never "cancelled".
+// Transcripts in a provider's own format are converted first by the
+// provider packages (anthropic.DecodeTranscript,
+// responses.DecodeTranscript).
 //
 // The returned Result is nil only when the input is refused. Otherwise it is
 // complete — every tool call id answered — whatever happened: a model or
@@ -80,10 +97,14 @@ func (r *Runner) Run(ctx context.Context, prompt string) (*Result, error) {
 // "cancelled", nil error; open calls are answered "cancelled" and cancels
 // are published with a fresh context bounded by CancelTimeout).
 func (r *Runner) RunMessages(ctx context.Context, msgs []Message) (*Result, error) {
-	if err := checkInput(msgs); err != nil {
+	fixed, unanswered, err := repairInput(msgs)
+	if err != nil {
 		return nil, err
 	}
-	return r.run(ctx, cloneMessages(msgs))
+	if unanswered > 0 {
+		r.cfg.Logger.Warn().Str(logKeyEvent, evInputUnanswered).Int(logKeyCount, unanswered).Send()
+	}
+	return r.run(ctx, fixed)
 }
 
 // keyState records how a call key of the run was closed, so a later result
@@ -126,37 +147,82 @@ func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
 	}
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
-	return ru.loop(ctx)
+	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.MaxRunDuration, ErrRunBudget)
+	defer cancel()
+	ctx, endRun := ru.startRunSpan(ctx)
+	res, err := ru.loop(ctx)
+	endRun(res, err)
+	return res, err
 }
 
-func (ru *run) loop(ctx context.Context) (*Result, error) {
+// stopped finishes a run whose context ended: cancelled, or over its
+// wall-clock budget.
+func (ru *run) stopped(ctx context.Context) (*Result, error) {
+	if errors.Is(context.Cause(ctx), ErrRunBudget) {
+		return ru.finish(TerminationError, "", ErrRunBudget)
+	}
+	return ru.finish(TerminationCancelled, "", nil)
+}
+
+// transcriptBytes is the size of the transcript: contents, ids, names and
+// arguments.
+func (ru *run) transcriptBytes() int {
+	n := 0
+	for i := range ru.msgs {
+		m := &ru.msgs[i]
+		n += len(m.Role) + len(m.Content) + len(m.ToolCallID)
+		for j := range m.ToolCalls {
+			tc := &m.ToolCalls[j]
+			n += len(tc.ID) + len(tc.Type) + len(tc.Function.Name) + len(tc.Function.Arguments)
+		}
+	}
+	return n
+}
+
+func (ru *run) loop(runCtx context.Context) (*Result, error) {
+	endRound := func() {}
+	defer func() { endRound() }()
 	for round := 1; round <= ru.cfg.MaxRounds; round++ {
+		endRound()
+		ctx, end := ru.startRoundSpan(runCtx, round)
+		endRound = end
 		if ctx.Err() != nil {
-			return ru.finish(TerminationCancelled, "", nil)
+			return ru.stopped(ctx)
+		}
+		if n := ru.transcriptBytes(); n > ru.cfg.MaxTranscriptBytes {
+			ru.log.Warn().Str(logKeyEvent, evTranscriptTooLarge).Int(logKeyRound, round).
+				Int(logKeyCount, n).Int(logKeyLimit, ru.cfg.MaxTranscriptBytes).Send()
+			return ru.finish(TerminationError, "", ErrTranscriptTooLarge)
 		}
 		tools, defs, err := ru.tools(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ru.finish(TerminationCancelled, "", nil)
+				return ru.stopped(ctx)
 			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: reading the tool catalog: %w", err))
 		}
 		resp, err := ru.complete(ctx, round, defs)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ru.finish(TerminationCancelled, "", nil)
+				return ru.stopped(ctx)
 			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
 		}
 		ru.res.Metadata.Rounds = round
-		msg := Message{Role: "assistant", Content: resp.Message.Content, ToolCalls: cloneToolCalls(resp.Message.ToolCalls)}
+		// Calls past the ceiling are never copied, stored or answered.
+		calls, dropped := resp.Message.ToolCalls, 0
+		if len(calls) > ru.cfg.MaxToolCallsKept {
+			calls, dropped = calls[:ru.cfg.MaxToolCallsKept], len(calls)-ru.cfg.MaxToolCallsKept
+		}
+		msg := Message{Role: "assistant", Content: resp.Message.Content, ToolCalls: cloneToolCalls(calls)}
+		resp = nil
 		if len(msg.ToolCalls) == 0 {
 			ru.msgs = append(ru.msgs, msg)
 			return ru.finish(TerminationNatural, msg.Content, nil)
 		}
-		ru.round(ctx, round, msg, tools)
+		ru.round(ctx, round, msg, tools, dropped)
 		if ctx.Err() != nil {
-			return ru.finish(TerminationCancelled, "", nil)
+			return ru.stopped(ctx)
 		}
 	}
 	return ru.finish(TerminationMaxRounds, "", nil)
@@ -169,10 +235,12 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 		Int(logKeyMessages, len(req.Messages)).Int(logKeyTools, len(defs)).Send()
 	start := ru.cfg.Now()
 	ru.res.Metadata.ModelCalls++
-	resp, err := ru.r.model.Complete(ctx, req)
+	mctx, endModel := ru.startModelSpan(ctx, round)
+	resp, err := ru.r.model.Complete(mctx, req)
 	if err == nil && resp == nil {
 		err = errors.New("model returned no response")
 	}
+	endModel(resp, err)
 	took := ru.cfg.Now().Sub(start)
 	elapsed := ms(took)
 	if err != nil {
@@ -272,6 +340,13 @@ func (ru *run) tools(ctx context.Context) (map[string]*toolEntry, []ToolDef, err
 		m[s.Name] = &toolEntry{spec: s, schema: sc}
 		defs = append(defs, ToolDef{Name: s.Name, Description: s.Description, Parameters: bytes.Clone(s.Parameters)})
 	}
+	for name := range ru.r.approve {
+		if m[name] == nil {
+			if _, seen := ru.r.missing.LoadOrStore(name, true); !seen {
+				ru.log.Warn().Str(logKeyEvent, evApprovalToolMissing).Str(logKeyTool, name).Send()
+			}
+		}
+	}
 	return m, defs, nil
 }
 
@@ -330,46 +405,71 @@ func (c *schemaCache) get(s protocol.ToolSpec) (*schema.Schema, error) {
 	return sc, err
 }
 
-// checkInput refuses transcripts a model API would refuse.
-func checkInput(msgs []Message) error {
+// repairInput refuses transcripts no model API would take and that cannot be
+// repaired, and returns a copy in which the tool messages after each
+// assistant message answer its calls in request order, every call once:
+// those left unanswered get an outcome_unknown observation.
+func repairInput(msgs []Message) ([]Message, int, error) {
 	if len(msgs) == 0 {
-		return fmt.Errorf("loop: %w: no messages", ErrInvalidInput)
+		return nil, 0, fmt.Errorf("loop: %w: no messages", ErrInvalidInput)
 	}
 	bad := func(i int, format string, a ...any) error {
 		return fmt.Errorf("loop: %w: message %d: %s", ErrInvalidInput, i, fmt.Sprintf(format, a...))
 	}
-	var open map[string]bool // ids of the last assistant message not yet answered
+	out := make([]Message, 0, len(msgs))
+	unanswered := 0
+	var calls []ToolCall           // of the last assistant message
+	var answers map[string]Message // its tool messages so far
+	closeCalls := func() {
+		for _, tc := range calls {
+			a, ok := answers[tc.ID]
+			if !ok {
+				a = Message{Role: "tool", ToolCallID: tc.ID, Content: obsInputUnanswered(tc.Function.Name), Outcome: protocol.OutcomeUnknown}
+				unanswered++
+			}
+			out = append(out, a)
+		}
+		calls, answers = nil, nil
+	}
 	for i, m := range msgs {
 		switch m.Role {
 		case "system", "user", "assistant", "tool":
 		default:
-			return bad(i, "unknown role %s", quoteClipped(m.Role))
+			return nil, 0, bad(i, "unknown role %s", quoteClipped(m.Role))
 		}
 		if m.Role == "tool" {
-			if !open[m.ToolCallID] {
-				return bad(i, "tool message for call id %s, which is not an open call of the assistant message before it", quoteClipped(m.ToolCallID))
+			found := false
+			for _, tc := range calls {
+				found = found || tc.ID == m.ToolCallID
 			}
-			delete(open, m.ToolCallID)
+			if !found {
+				return nil, 0, bad(i, "tool message for call id %s, which is not a call of the assistant message before it", quoteClipped(m.ToolCallID))
+			}
+			if _, dup := answers[m.ToolCallID]; dup {
+				return nil, 0, bad(i, "a second tool message for call id %s", quoteClipped(m.ToolCallID))
+			}
+			answers[m.ToolCallID] = m
 			continue
 		}
-		if len(open) > 0 {
-			return bad(i, "%d tool calls of the assistant message before it are not answered", len(open))
-		}
+		closeCalls()
 		if len(m.ToolCalls) > 0 && m.Role != "assistant" {
-			return bad(i, "only assistant messages carry tool calls")
+			return nil, 0, bad(i, "only assistant messages carry tool calls")
 		}
-		open = make(map[string]bool, len(m.ToolCalls))
+		seen := make(map[string]bool, len(m.ToolCalls))
 		for _, tc := range m.ToolCalls {
-			if tc.ID == "" || open[tc.ID] {
-				return bad(i, "tool call ids must be non-empty and distinct")
+			if tc.ID == "" || seen[tc.ID] {
+				return nil, 0, bad(i, "tool call ids must be non-empty and distinct")
 			}
-			open[tc.ID] = true
+			seen[tc.ID] = true
+		}
+		m.ToolCalls = cloneToolCalls(m.ToolCalls)
+		out = append(out, m)
+		if len(m.ToolCalls) > 0 {
+			calls, answers = m.ToolCalls, map[string]Message{}
 		}
 	}
-	if len(open) > 0 {
-		return bad(len(msgs)-1, "%d tool calls of the last assistant message are not answered", len(open))
-	}
-	return nil
+	closeCalls()
+	return out, unanswered, nil
 }
 
 func cloneMessages(msgs []Message) []Message {

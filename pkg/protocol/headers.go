@@ -13,11 +13,17 @@ const (
 	HeaderDeadline = "Fleet-Deadline"
 	// HeaderVersion is the protocol version of the body.
 	HeaderVersion = "Fleet-Version"
+	// HeaderClient names, on a queued run request, the client that
+	// submitted it: the token of the submit subject it came on, which the
+	// server's permissions let only that client publish. Only coordinators
+	// may queue run requests, so a client cannot set it.
+	HeaderClient = "Fleet-Client"
 )
 
 // CallMsgID is the dedup id of a call: one per call key and attempt.
 func CallMsgID(key CallKey) string { return "call-" + key }
 
 // ResultMsgID is the dedup id of a call's result, so a redelivered call that
-// runs again cannot store a second result.
-func ResultMsgID(key CallKey) string { return "result-" + key }
+// runs again cannot store a second result. The tool is part of it: a
+// worker of another tool cannot take the id of a call it was never given.
+func ResultMsgID(tool ToolName, key CallKey) string { return "result-" + key + "." + tool }

@@ -25,6 +25,23 @@ type Call struct {
 	// MaxOutputChars is the coordinator's bound on the observation; the
 	// worker truncates output to min(this, its own bound). 0: the worker's.
 	MaxOutputChars int `json:"max_output_chars,omitempty"`
+	// RequiresApproval says the coordinator held the call for an operator's
+	// approval. A worker then runs it only with a valid Approval, as it
+	// does for every call of a tool its own manifest marks.
+	RequiresApproval bool `json:"requires_approval,omitempty"`
+	// Approval points at the operator's decision in the approvals stream,
+	// which the worker reads back and checks itself before running a call
+	// that needs approval.
+	Approval *ApprovalProof `json:"approval,omitempty"`
+}
+
+// ApprovalProof names the approvals-stream messages that approved a call:
+// the request the coordinator published and the operator's decision. The
+// sequences are only pointers; a worker trusts what it reads there, never
+// this struct.
+type ApprovalProof struct {
+	RequestSeq  uint64 `json:"request_seq"`
+	DecisionSeq uint64 `json:"decision_seq"`
 }
 
 // Validate checks the fields' rules.
@@ -57,6 +74,8 @@ func (c *Call) Validate() error {
 		return invalid("call_id", "too long")
 	case c.MaxOutputChars < 0:
 		return invalid("max_output_chars", "must be >= 0")
+	case c.Approval != nil && (c.Approval.RequestSeq == 0 || c.Approval.DecisionSeq <= c.Approval.RequestSeq):
+		return invalid("approval", "needs a request_seq and a later decision_seq")
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -115,8 +116,13 @@ type RunResponse struct {
 	RunID RunID `json:"run_id,omitempty"`
 	// ResultSubject is where the result will be announced (core NATS).
 	ResultSubject string `json:"result_subject,omitempty"`
-	// ResultBucket is the KV bucket that will keep the result under RunID.
+	// ResultBucket is the KV bucket that will keep the result under
+	// ResultKey.
 	ResultBucket string `json:"result_bucket,omitempty"`
+	// ResultKey is the result's key in ResultBucket: RunID, or
+	// <client>.<RunID> for a run submitted on a client's own subject.
+	// Default (empty, from an older coordinator): RunID.
+	ResultKey string `json:"result_key,omitempty"`
 	// Error says why a request was refused.
 	Error *RunError `json:"error,omitempty"`
 }
@@ -130,6 +136,9 @@ func (r *RunResponse) Validate() error {
 	case RunAccepted:
 		if !ValidToken(r.RunID) {
 			return invalid("run_id", "must match "+TokenPattern)
+		}
+		if client, ok := strings.CutSuffix(r.ResultKey, "."+r.RunID); r.ResultKey != "" && r.ResultKey != r.RunID && (!ok || !ValidToken(client)) {
+			return invalid("result_key", "must be the run id or <client>.<run id>")
 		}
 	case RunRefused:
 		if r.Error == nil {

@@ -58,9 +58,23 @@ func (s Subjects) ToolInfo(tool ToolName) (string, error) { return s.join("tool"
 // ToolInfos is the wildcard covering every tool-info subject.
 func (s Subjects) ToolInfos() string { return s.p() + ".tool.>" }
 
-// Result is the subject a run's results are published on:
-// <prefix>.result.<run>.
-func (s Subjects) Result(run RunID) (string, error) { return s.join("result", run) }
+// Result is the subject the results of a run's calls to tool are
+// published on: <prefix>.result.<run>.<tool>. The tool token lets a
+// deployment allow only a tool's workers to answer its calls, and the
+// coordinator takes a result only on the subject of its call's tool.
+func (s Subjects) Result(run RunID, tool ToolName) (string, error) {
+	return s.join("result", run, tool)
+}
+
+// ResultsOf is the wildcard covering every result of run:
+// <prefix>.result.<run>.>.
+func (s Subjects) ResultsOf(run RunID) (string, error) {
+	subj, err := s.join("result", run)
+	if err != nil {
+		return "", err
+	}
+	return subj + ".>", nil
+}
 
 // Results is the wildcard covering every result subject.
 func (s Subjects) Results() string { return s.p() + ".result.>" }
@@ -137,6 +151,26 @@ func (s Subjects) Consumer(tool ToolName) (string, error) {
 // [Subjects.RunSubmitGroup] queue group.
 func (s Subjects) RunSubmit() string { return s.p() + ".run.submit" }
 
+// RunSubmitAs is the subject on which client submits its runs:
+// <prefix>.run.submit.<client>. A deployment lets each client publish on
+// its own only, so the coordinator learns the submitter from the subject
+// and keeps the result where only that client may read it
+// ([Subjects.ClientRunResult], [RunKey]).
+func (s Subjects) RunSubmitAs(client string) (string, error) { return s.join("run.submit", client) }
+
+// RunSubmits is the wildcard of every client's submit subject.
+func (s Subjects) RunSubmits() string { return s.p() + ".run.submit.*" }
+
+// ClientRunResult is the subject a client's run result is announced on:
+// <prefix>.run.result.<client>.<run>, or [Subjects.RunResult] without a
+// client.
+func (s Subjects) ClientRunResult(client string, run RunID) (string, error) {
+	if client == "" {
+		return s.RunResult(run)
+	}
+	return s.join("run.result", client, run)
+}
+
 // RunSubmitGroup is the queue group in which coordinators serve
 // [Subjects.RunSubmit], so each request is answered by one of them.
 func (s Subjects) RunSubmitGroup() string { return "coordinators" }
@@ -173,6 +207,16 @@ func (s Subjects) RunsMaxDeliveries() string {
 // RunsBucket names the KV bucket of run results, keyed by run id
 // (fleet_runs).
 func (s Subjects) RunsBucket() string { return strings.ReplaceAll(s.p(), "-", "_") + "_runs" }
+
+// RunKey is the key of a run's result in the runs bucket: <client>.<run>,
+// or the run id alone without a client. A deployment lets each client
+// read the keys under its own name only.
+func RunKey(client string, run RunID) string {
+	if client == "" {
+		return run
+	}
+	return client + "." + run
+}
 
 // clip bounds untrusted text quoted in an error message.
 func clip(s string) string {

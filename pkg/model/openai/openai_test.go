@@ -508,6 +508,20 @@ func TestToolCallArgumentsAsObject(t *testing.T) {
 	}
 }
 
+// manyCalls is a chat completion with n tool calls.
+func manyCalls(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"id":"c%d","type":"function","function":{"name":"echo","arguments":"{}"}}`, i)
+	}
+	b.WriteString(`]}}]}`)
+	return b.String()
+}
+
 func TestBadResponses(t *testing.T) {
 	big := `{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"` + strings.Repeat("x", 4096) + `"}}]}`
 	tests := []struct {
@@ -519,6 +533,11 @@ func TestBadResponses(t *testing.T) {
 		{"not JSON", openaitest.Reply{Body: `<html>gateway</html>`}, openai.ErrBadResponse},
 		{"too large", openaitest.Reply{Body: big}, openai.ErrResponseTooLarge},
 		{"too large error body", openaitest.Reply{Status: 500, Body: `{"error":{"message":"` + strings.Repeat("y", 4096) + `"}}`}, openai.ErrResponseTooLarge},
+		{"too large, chunked", openaitest.Reply{Body: big, Chunked: true}, openai.ErrResponseTooLarge},
+		{"too large, chunked, many calls", openaitest.Reply{Body: manyCalls(2000), Chunked: true}, openai.ErrResponseTooLarge},
+		{"too large error body, chunked", openaitest.Reply{Status: 500, Body: `{"error":{"message":"` + strings.Repeat("y", 4096) + `"}}`, Chunked: true}, openai.ErrResponseTooLarge},
+		{"too large 400 body, chunked", openaitest.Reply{Status: 400, Body: `{"error":{"message":"` + strings.Repeat("y", 4096) + `"}}`, Chunked: true}, openai.ErrResponseTooLarge},
+		{"too large, chunked, limit inside a string", openaitest.Reply{Body: `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"` + strings.Repeat("z", 990) + `"}}]}`, Chunked: true}, openai.ErrResponseTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -69,6 +69,9 @@ type Reply struct {
 	Header http.Header
 	// Body, when set, is sent verbatim instead of a built response.
 	Body string
+	// Chunked sends Body in small flushed pieces (chunked transfer
+	// encoding, no Content-Length), as a streaming proxy would.
+	Chunked bool
 	// Error, for a non-2xx Status without Body, is error.message.
 	Error string
 
@@ -239,7 +242,21 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, rep Reply) {
 	if rep.Body != "" {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		_, _ = io.WriteString(w, rep.Body)
+		if !rep.Chunked {
+			_, _ = io.WriteString(w, rep.Body)
+			return
+		}
+		f, _ := w.(http.Flusher)
+		for b := rep.Body; b != ""; {
+			n := min(len(b), 512)
+			if _, err := io.WriteString(w, b[:n]); err != nil {
+				return
+			}
+			if f != nil {
+				f.Flush()
+			}
+			b = b[n:]
+		}
 		return
 	}
 	if status >= 300 {

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/logging"
+	"github.com/toolfleet/toolfleet/internal/mcpserve"
+	"github.com/toolfleet/toolfleet/internal/procsec"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+)
+
+// envMCPTokens holds the bearer tokens "coordinator mcp --transport http"
+// accepts, comma-separated.
+const envMCPTokens = "TOOLFLEET_MCP_TOKENS"
+
+// mcpFlags are the flags of "coordinator mcp": the fleet flags and the
+// transport's.
+type mcpFlags struct {
+	fleetFlags
+	transport   string
+	addr        string
+	path        string
+	noAuth      bool
+	noLocalhost bool
+}
+
+func newMCPFlagSet(f *mcpFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("coordinator mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.fleetFlags.register(fs, false)
+	fs.StringVar(&f.transport, "transport", "stdio", "stdio | http (streamable HTTP, stateless)")
+	fs.StringVar(&f.addr, "http-addr", "127.0.0.1:8808", "listen `ADDR` of --transport http")
+	fs.StringVar(&f.path, "http-path", "/mcp", "URL path of the MCP endpoint")
+	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without bearer tokens (for a reverse proxy that authenticates); otherwise env "+envMCPTokens+" must hold at least one token")
+	fs.BoolVar(&f.noLocalhost, "disable-localhost-protection", false, "accept any Host header on a loopback listener (a reverse proxy on the same host)")
+	return fs
+}
+
+// noModel is the model of a coordinator that only serves MCP: runs are made
+// by mcpserve's own one-call model.
+type noModel struct{}
+
+func (noModel) Complete(context.Context, loop.Request) (*loop.Response, error) {
+	return nil, errors.New("coordinator mcp runs no model")
+}
+
+// mcpCommand runs "coordinator mcp": serve the fleet's tools to MCP
+// clients until the client disconnects (stdio) or SIGINT/SIGTERM.
+func mcpCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f mcpFlags
+	fs := newMCPFlagSet(&f, stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: coordinator mcp [flags]
+
+Serves the fleet's live catalog as MCP tools, over stdio (one client: a
+desktop or IDE host starts this command) or streamable HTTP (stateless: run
+replicas behind a load balancer). Each tools/call runs like a call of the
+loop: validation, approvals (the client waits), a worker, the deadline.
+
+Flags:`)
+		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\nexit status: 0 stopped (client gone, SIGINT or SIGTERM), 2 bad usage or config, 1 other error")
+	}
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "coordinator mcp: takes no arguments, got %q\n", pos[0])
+		return exitUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := f.validate(set); err != nil {
+		fmt.Fprintln(stderr, "coordinator mcp:", err)
+		return exitUsage
+	}
+	var tokens []string
+	for _, t := range strings.Split(procsec.Getenv(envMCPTokens), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			tokens = append(tokens, t)
+		}
+	}
+	switch {
+	case f.transport != "stdio" && f.transport != "http":
+		fmt.Fprintf(stderr, "coordinator mcp: --transport must be stdio or http, got %q\n", f.transport)
+		return exitUsage
+	case f.transport == "http" && len(tokens) == 0 && !f.noAuth:
+		fmt.Fprintf(stderr, "coordinator mcp: --transport http needs bearer tokens in env %s (or --no-auth behind an authenticating proxy)\n", envMCPTokens)
+		return exitUsage
+	case !strings.HasPrefix(f.path, "/"):
+		fmt.Fprintf(stderr, "coordinator mcp: --http-path must start with /, got %q\n", f.path)
+		return exitUsage
+	}
+	log, err := logging.New(stderr, f.logLevel, "coordinator")
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator mcp:", err)
+		return exitUsage
+	}
+	c, err := coordinator.Open(ctx, f.config(noModel{}, log))
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator mcp:", err)
+		var ce *loop.ConfigError
+		if errors.As(err, &ce) {
+			return exitUsage
+		}
+		return exitError
+	}
+	defer c.Close()
+	fl := c.Fleet()
+	srv, err := mcpserve.New(mcpserve.Config{Logger: log}, mcpserve.Fleet{
+		Catalog: fl.Catalog, Dispatcher: fl.Dispatcher, Gate: fl.Gate, Loop: fl.Loop,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator mcp:", err)
+		return exitUsage
+	}
+	if err := srv.Sync(ctx); err != nil {
+		log.Warn().Err(err).Msg("reading the catalog failed")
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go srv.Run(sctx)
+
+	if f.transport == "stdio" {
+		log.Info().Int("tools", len(srv.Tools())).Msg("serving MCP on stdio")
+		if err := srv.ServeStdio(sctx); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+			log.Error().Err(err).Msg("MCP stdio session ended")
+			return exitError
+		}
+		return exitOK
+	}
+	mux := http.NewServeMux()
+	mux.Handle(f.path, srv.Handler(mcpserve.HTTPConfig{Tokens: tokens, DisableLocalhostProtection: f.noLocalhost}))
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator mcp: --http-addr:", err)
+		return exitUsage
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info().Str("addr", ln.Addr().String()).Str("path", f.path).Bool("auth", len(tokens) > 0).
+		Int("tools", len(srv.Tools())).Msg("serving MCP over streamable HTTP")
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		log.Error().Err(err).Msg("MCP HTTP server stopped")
+		return exitError
+	case <-ctx.Done():
+	}
+	shut, cancelShut := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelShut()
+	_ = hs.Shutdown(shut)
+	return exitOK
+}

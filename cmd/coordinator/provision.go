@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// provisionFlags are the flags of "coordinator provision".
+type provisionFlags struct {
+	connFlags
+	resultTTL     time.Duration
+	timeout       time.Duration
+	toolConsumers string
+}
+
+// provisionCommand creates or updates every stream and bucket of the fleet
+// (natsbus.FleetStreams) with an identity allowed to, and prints what it
+// did, one line per stream.
+func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f provisionFlags
+	fs := flag.NewFlagSet("coordinator provision", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.connFlags.register(fs, false)
+	fs.DurationVar(&f.resultTTL, "result-ttl", coordinator.DefaultResultTTL, "how long results stay in the runs bucket (the serving coordinators' --result-ttl)")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for NATS and JetStream")
+	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: coordinator provision [flags]
+
+Creates every stream and key-value bucket the fleet uses, or updates one
+whose configuration differs, and prints what it did. It is idempotent. Run
+it with the provisioning (admin) identity: under deploy/nats-server.conf no
+other user may create or change a stream, and every fleet process refuses
+to serve while a stream differs from this configuration.
+
+Flags:`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "coordinator provision: unexpected argument %q (flags only)\n", fs.Arg(0))
+		return exitUsage
+	}
+	if f.resultTTL <= 0 {
+		fmt.Fprintf(stderr, "coordinator provision: --result-ttl must be > 0, got %v\n", f.resultTTL)
+		return exitUsage
+	}
+	subjects, err := protocol.NewSubjects(f.prefix)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator provision: --prefix:", err)
+		return exitUsage
+	}
+	cctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	conn := f.conn()
+	conn.Name = "toolfleet-provision"
+	nc, err := natsbus.Connect(cctx, conn)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator provision:", err)
+		return exitError
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator provision:", err)
+		return exitError
+	}
+	actions, err := natsbus.Provision(cctx, js, subjects, coordinator.ServeConfig{ResultTTL: f.resultTTL}.StreamConfig())
+	if err == nil {
+		var more []natsbus.ProvisionAction
+		more, err = natsbus.ProvisionToolConsumers(cctx, js, subjects, splitList(f.toolConsumers))
+		actions = append(actions, more...)
+	}
+	for _, a := range actions {
+		line := a.Action + " " + a.Stream
+		if a.Bucket != "" {
+			line += " (bucket " + a.Bucket + ")"
+		}
+		if len(a.Fields) > 0 {
+			line += ": " + strings.Join(a.Fields, ", ")
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "coordinator provision:", err)
+		return exitError
+	}
+	return exitOK
+}

@@ -1,0 +1,224 @@
+package mcpserve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Defaults of [Config].
+const (
+	// DefaultSyncInterval is how often the catalog is compared with the
+	// tools served.
+	DefaultSyncInterval = time.Second
+	// DefaultProgressInterval is the heartbeat of a long call that asked
+	// for progress.
+	DefaultProgressInterval = 5 * time.Second
+)
+
+// MetaOutcome is the _meta key of a result's outcome.
+const MetaOutcome = "toolfleet/outcome"
+
+// Config configures a [Server]. The zero value of each field means its
+// default.
+type Config struct {
+	// Implementation names the server to clients. Default: toolfleet.
+	Implementation mcp.Implementation
+	// SyncInterval: see [DefaultSyncInterval].
+	SyncInterval time.Duration
+	// ProgressInterval: see [DefaultProgressInterval].
+	ProgressInterval time.Duration
+	// Logger receives the server's logs (the calls' own lines come from
+	// the loop's logger). The zero value discards.
+	Logger zerolog.Logger
+}
+
+// Fleet is what the server runs calls on (see coordinator.Fleet).
+type Fleet struct {
+	Catalog    loop.Catalog
+	Dispatcher loop.Dispatcher
+	Gate       loop.Gate
+	// Loop holds the limits, approvals and observer of every call;
+	// MaxRounds is forced to 1.
+	Loop loop.Config
+}
+
+// Server serves a fleet's catalog as MCP tools.
+type Server struct {
+	cfg   Config
+	fleet Fleet
+	srv   *mcp.Server
+
+	mu     sync.Mutex
+	served map[string]protocol.ToolSpec
+}
+
+// New returns a server; call Sync (or Run) to load the catalog.
+func New(cfg Config, fleet Fleet) (*Server, error) {
+	if fleet.Catalog == nil || fleet.Dispatcher == nil {
+		return nil, errors.New("mcpserve: a catalog and a dispatcher are required")
+	}
+	if cfg.Implementation.Name == "" {
+		cfg.Implementation = mcp.Implementation{Name: "toolfleet", Version: "1"}
+	}
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = DefaultSyncInterval
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = DefaultProgressInterval
+	}
+	fleet.Loop.MaxRounds = 1
+	fleet.Loop.MaxToolCallsPerRound = 1
+	// Check the loop settings once, not at every call.
+	if _, err := loop.New(fleet.Loop, &oneCall{}, fleet.Catalog, fleet.Dispatcher, fleet.Gate); err != nil {
+		return nil, fmt.Errorf("mcpserve: %w", err)
+	}
+	s := &Server{cfg: cfg, fleet: fleet, served: map[string]protocol.ToolSpec{}}
+	s.srv = mcp.NewServer(&cfg.Implementation, &mcp.ServerOptions{
+		Instructions: "Tools served by a toolfleet: calls are validated, may wait for an operator's approval, and are answered exactly once.",
+	})
+	return s, nil
+}
+
+// MCP returns the SDK server.
+func (s *Server) MCP() *mcp.Server { return s.srv }
+
+// Tools returns the names of the tools served, sorted.
+func (s *Server) Tools() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.served))
+	for n := range s.served {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Sync makes the tools served match the catalog: new and changed specs are
+// added, gone ones removed (the SDK tells connected clients the list
+// changed).
+func (s *Server) Sync(ctx context.Context) error {
+	specs, err := s.fleet.Catalog.Tools(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := make(map[string]bool, len(specs))
+	for _, spec := range specs {
+		now[spec.Name] = true
+		if old, ok := s.served[spec.Name]; ok && old.SchemaDigest == spec.SchemaDigest &&
+			old.Description == spec.Description && old.Idempotent == spec.Idempotent &&
+			old.RequiresApproval == spec.RequiresApproval && old.TimeoutMS == spec.TimeoutMS {
+			continue
+		}
+		t, err := toolOf(spec)
+		if err != nil {
+			s.cfg.Logger.Warn().Str("tool", spec.Name).Str("error", err.Error()).Msg("catalog tool not served over MCP")
+			continue
+		}
+		s.srv.AddTool(t, s.handler(spec.Name))
+		s.served[spec.Name] = spec
+	}
+	var gone []string
+	for n := range s.served {
+		if !now[n] {
+			gone = append(gone, n)
+			delete(s.served, n)
+		}
+	}
+	if len(gone) > 0 {
+		s.srv.RemoveTools(gone...)
+	}
+	return nil
+}
+
+// Run syncs with the catalog every SyncInterval until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		if err := s.Sync(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn().Str("error", err.Error()).Msg("reading the catalog failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// toolOf describes a catalog spec as an MCP tool.
+func toolOf(spec protocol.ToolSpec) (*mcp.Tool, error) {
+	var schema map[string]any
+	if err := json.Unmarshal(spec.Parameters, &schema); err != nil {
+		return nil, errors.New("parameters are not a JSON object")
+	}
+	if _, ok := schema["type"]; !ok {
+		schema["type"] = "object" // the catalog's schemas always describe an object
+	}
+	if schema["type"] != "object" {
+		return nil, errors.New(`parameters must have type "object"`)
+	}
+	t := &mcp.Tool{
+		Name:        spec.Name,
+		Description: spec.Description,
+		InputSchema: schema,
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: spec.Idempotent},
+	}
+	if spec.RequiresApproval {
+		t.Description += "\n\n(Each call waits for an operator's approval.)"
+	}
+	return t, nil
+}
+
+// ServeStdio serves one client on stdin and stdout until it disconnects or
+// ctx ends.
+func (s *Server) ServeStdio(ctx context.Context) error {
+	return s.srv.Run(ctx, &mcp.StdioTransport{})
+}
+
+// HTTPConfig configures [Server.Handler].
+type HTTPConfig struct {
+	// Tokens are the bearer tokens accepted; empty: no authentication
+	// (for a reverse proxy that authenticates, or a trusted network).
+	Tokens []string
+	// DisableLocalhostProtection turns off the SDK's DNS-rebinding
+	// protection for servers listening on a loopback address, for a
+	// reverse proxy on the same host that forwards its own Host header.
+	DisableLocalhostProtection bool
+}
+
+// Handler serves streamable HTTP, stateless: no session lives in this
+// process, so replicas behind a load balancer answer alike. A request body
+// over protocol.DefaultMaxMessageBytes is refused (413); a client that
+// disconnects cancels its call.
+func (s *Server) Handler(cfg HTTPConfig) http.Handler {
+	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
+		&mcp.StreamableHTTPOptions{
+			Stateless:                  true,
+			DisableLocalhostProtection: cfg.DisableLocalhostProtection,
+			// No call can be larger than a NATS message.
+			MaxRequestBodyBytes: protocol.DefaultMaxMessageBytes,
+			// A client that goes away cancels its call.
+			PropagateRequestCancellation: true,
+		}))
+	if len(cfg.Tokens) == 0 {
+		return h
+	}
+	return auth.RequireBearerToken(tokenVerifier(cfg.Tokens), &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+}

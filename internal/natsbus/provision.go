@@ -1,0 +1,162 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Actions of [Provision].
+const (
+	ActionCreated   = "created"
+	ActionUpdated   = "updated"
+	ActionUnchanged = "unchanged"
+)
+
+// ProvisionAction is what [Provision] did to one stream.
+type ProvisionAction struct {
+	// Stream is the stream's name (KV_<bucket> for a bucket).
+	Stream string
+	// Bucket is the bucket's name, "" for a plain stream.
+	Bucket string
+	// Action is ActionCreated, ActionUpdated or ActionUnchanged.
+	Action string
+	// Fields are the configuration fields an update changed, by their
+	// JetStream names.
+	Fields []string
+}
+
+// Provision creates every stream and bucket of [FleetStreams] that is
+// missing and updates every one whose configuration differs, so that the
+// fleet finds exactly its expected configuration. It is idempotent and is
+// run by the provisioning identity (coordinator provision), the only one a
+// deployment lets change streams. It returns what it did, stream by
+// stream, also when it fails part way.
+func Provision(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig) ([]ProvisionAction, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return ProvisionStreams(ctx, js, FleetStreams(s, cfg))
+}
+
+// ProvisionStreams is [Provision] of the streams of list.
+func ProvisionStreams(ctx context.Context, js jetstream.JetStream, list []FleetStream) ([]ProvisionAction, error) {
+	var done []ProvisionAction
+	for _, fs := range list {
+		var a ProvisionAction
+		err := retryCreate(ctx, func() (err error) {
+			a, err = provisionOne(ctx, js, fs)
+			return err
+		})
+		if err != nil {
+			return done, fmt.Errorf("natsbus: stream %s: %w", fs.Config.Name, err)
+		}
+		done = append(done, a)
+	}
+	return done, nil
+}
+
+func provisionOne(ctx context.Context, js jetstream.JetStream, fs FleetStream) (ProvisionAction, error) {
+	a := ProvisionAction{Stream: fs.Config.Name, Bucket: fs.Bucket}
+	st, err := js.Stream(ctx, fs.Config.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if _, err := js.CreateStream(ctx, fs.Config); err != nil {
+			return a, err
+		}
+		a.Action = ActionCreated
+		return a, nil
+	case err != nil:
+		return a, err
+	}
+	a.Fields = StreamDrift(fs.Config, st.CachedInfo().Config)
+	if len(a.Fields) == 0 {
+		a.Action = ActionUnchanged
+		return a, nil
+	}
+	if _, err := js.UpdateStream(ctx, fs.Config); err != nil {
+		return a, err
+	}
+	a.Action = ActionUpdated
+	return a, nil
+}
+
+// CreateOrUpdateStream creates the stream of cfg, or updates it when it
+// exists with another configuration; one that already has cfg is left
+// untouched. (jetstream's CreateOrUpdateStream updates first, and an
+// update rewrites the stream's configuration even when nothing changed —
+// which nats-server races against a consumer being created on the same
+// stream, as happens whenever several fleet processes start at once.)
+func CreateOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return js.UpdateStream(ctx, cfg)
+	}
+	return s, err
+}
+
+// createTimeout bounds one create of a missing stream at a process's
+// start; a user without the grant gets no answer.
+const createTimeout = 2 * time.Second
+
+// CreateMissingStreams creates those of list that do not exist and
+// changes none that exists: a process may create its fleet's streams on a
+// server that lets it (a development server), never reconfigure one. A
+// create that fails (under deploy/nats-server.conf no process but the
+// provisioning identity may create streams) is left to the [StreamGuard],
+// which reports the stream missing.
+func CreateMissingStreams(ctx context.Context, js jetstream.JetStream, list []FleetStream, log zerolog.Logger) {
+	for _, fs := range list {
+		cctx, cancel := context.WithTimeout(ctx, createTimeout)
+		_, err := js.Stream(cctx, fs.Config.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateStream(cctx, fs.Config)
+			switch {
+			case err == nil:
+				log.Info().Str(logStream, fs.Config.Name).Msg("stream created")
+			case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+			default:
+				log.Debug().Err(err).Str(logStream, fs.Config.Name).Msg("could not create a missing stream")
+			}
+		}
+		cancel()
+	}
+}
+
+// ProvisionToolConsumers creates the shared consumer of each tool in
+// tools, configured as a worker with the default WorkerConfig creates it
+// (workers then adjust it to their own settings). A tool whose workers
+// have credentials of their own gets its consumer this way before any
+// worker starts: the calls stream is a work queue, on which the server
+// refuses any other consumer whose filter covers the tool's calls.
+func ProvisionToolConsumers(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, tools []string) ([]ProvisionAction, error) {
+	cfg := WorkerConfig{}.withDefaults()
+	var done []ProvisionAction
+	for _, tool := range tools {
+		durable, err := s.Consumer(tool)
+		if err != nil {
+			return done, err
+		}
+		subject, err := s.Call(tool)
+		if err != nil {
+			return done, err
+		}
+		a := ProvisionAction{Stream: s.CallsStream() + " consumer " + durable, Action: ActionUnchanged}
+		if _, err := js.Consumer(ctx, s.CallsStream(), durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if _, err := js.CreateConsumer(ctx, s.CallsStream(), toolConsumerConfig(durable, tool, subject, cfg)); err != nil {
+				return done, fmt.Errorf("natsbus: consumer %s: %w", durable, err)
+			}
+			a.Action = ActionCreated
+		} else if err != nil {
+			return done, fmt.Errorf("natsbus: consumer %s: %w", durable, err)
+		}
+		done = append(done, a)
+	}
+	return done, nil
+}

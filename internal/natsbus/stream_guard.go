@@ -1,0 +1,215 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Defaults of [StreamGuardConfig].
+const (
+	DefaultStreamCheckInterval = 30 * time.Second
+	DefaultStreamCheckTimeout  = 5 * time.Second
+)
+
+// FieldMissing is the [Drift] field of a stream that does not exist.
+const FieldMissing = "missing"
+
+// Drift is one field of one stream that differs from the expected
+// configuration.
+type Drift struct {
+	// Stream names the stream (KV_<bucket> for a bucket).
+	Stream string
+	// Field is the configuration field, by its JetStream name, or
+	// FieldMissing.
+	Field string
+}
+
+// DriftError is the error of a process whose streams are not configured
+// as expected: it refuses to serve until they are.
+type DriftError struct {
+	Drifts []Drift
+}
+
+func (e *DriftError) Error() string {
+	var b strings.Builder
+	b.WriteString("natsbus: the fleet's streams differ from the expected configuration (run coordinator provision):")
+	for i, d := range e.Drifts {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %s %s", d.Stream, d.Field)
+	}
+	return b.String()
+}
+
+// StreamGuardObserver receives every completed check of a [StreamGuard],
+// for metrics: the drifts found, none when the configuration is as
+// expected.
+type StreamGuardObserver interface {
+	StreamsChecked(expected []string, drifts []Drift)
+}
+
+// StreamGuardConfig configures a [StreamGuard]. Streams is required.
+type StreamGuardConfig struct {
+	// Streams are the streams to check (see [FleetStreams], [StreamsOf]).
+	Streams []FleetStream
+	// Interval is the pause between periodic checks. Default: 30s.
+	Interval time.Duration
+	// Timeout bounds one check. Default: 5s.
+	Timeout time.Duration
+	// Logger receives one error line per drifted stream and field, and a
+	// line when the configuration is back. The zero value discards.
+	Logger zerolog.Logger
+	// Observer receives each check's drifts. Default: nil.
+	Observer StreamGuardObserver
+}
+
+// StreamGuard checks that the streams a process uses have exactly their
+// expected configuration, at start and periodically. While one differs
+// (or is missing), [StreamGuard.Err] is a *DriftError: the process
+// refuses to serve (workers take no calls, coordinators publish none and
+// take no runs, /readyz fails) until a check finds them as expected
+// again. A nil *StreamGuard is always satisfied. It is safe for concurrent
+// use.
+type StreamGuard struct {
+	js  jetstream.JetStream
+	cfg StreamGuardConfig
+
+	mu      sync.Mutex
+	err     error          // the last check's drift, nil when none
+	changed chan struct{}  // closed when err changes
+	logged  map[Drift]bool // drifts already logged
+}
+
+// NewStreamGuard returns a guard of cfg.Streams. It checks nothing until
+// Check or Run.
+func NewStreamGuard(js jetstream.JetStream, cfg StreamGuardConfig) *StreamGuard {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultStreamCheckInterval
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultStreamCheckTimeout
+	}
+	return &StreamGuard{js: js, cfg: cfg, changed: make(chan struct{}), logged: map[Drift]bool{}}
+}
+
+// Err is nil while the last check found the expected configuration, the
+// *DriftError it found otherwise.
+func (g *StreamGuard) Err() error {
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// Wait returns nil once the last check found the expected configuration,
+// or ctx's error.
+func (g *StreamGuard) Wait(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	for {
+		g.mu.Lock()
+		err, changed := g.err, g.changed
+		g.mu.Unlock()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// Check checks every stream now. It returns a *DriftError when one
+// differs, another error when the check itself failed (the server did not
+// answer: the last state is kept), nil otherwise.
+func (g *StreamGuard) Check(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	var drifts []Drift
+	names := make([]string, 0, len(g.cfg.Streams))
+	for _, fs := range g.cfg.Streams {
+		names = append(names, fs.Config.Name)
+		st, err := g.js.Stream(cctx, fs.Config.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			drifts = append(drifts, Drift{Stream: fs.Config.Name, Field: FieldMissing})
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("natsbus: checking stream %s: %w", fs.Config.Name, err)
+		}
+		for _, f := range StreamDrift(fs.Config, st.CachedInfo().Config) {
+			drifts = append(drifts, Drift{Stream: fs.Config.Name, Field: f})
+		}
+	}
+	g.record(names, drifts)
+	return g.Err()
+}
+
+func (g *StreamGuard) record(names []string, drifts []Drift) {
+	if g.cfg.Observer != nil {
+		g.cfg.Observer.StreamsChecked(names, drifts)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	was := g.err
+	seen := map[Drift]bool{}
+	for _, d := range drifts {
+		seen[d] = true
+		if !g.logged[d] {
+			g.cfg.Logger.Error().Str(logStream, d.Stream).Str("field", d.Field).
+				Msg("stream configuration differs from the expected one: refusing to serve (run coordinator provision)")
+		}
+	}
+	g.logged = seen
+	if len(drifts) == 0 {
+		g.err = nil
+		if was != nil {
+			g.cfg.Logger.Info().Msg("stream configuration is as expected again: serving")
+		}
+	} else {
+		g.err = &DriftError{Drifts: drifts}
+	}
+	if (was == nil) != (g.err == nil) {
+		close(g.changed)
+		g.changed = make(chan struct{})
+	}
+}
+
+// Run checks every Interval until ctx ends. A check that fails (no answer
+// from the server) is logged and keeps the last state.
+func (g *StreamGuard) Run(ctx context.Context) {
+	if g == nil {
+		return
+	}
+	t := time.NewTicker(g.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := g.Check(ctx); err != nil && ctx.Err() == nil {
+			var de *DriftError
+			if !errors.As(err, &de) {
+				g.cfg.Logger.Warn().Err(err).Msg("could not check the stream configuration")
+			}
+		}
+	}
+}

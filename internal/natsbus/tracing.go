@@ -1,0 +1,92 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// tracerName is the instrumentation scope of the worker's spans.
+const tracerName = "github.com/toolfleet/toolfleet/internal/natsbus"
+
+// callTrace is the worker's spans of one delivered call: a consumer span,
+// child of the coordinator's call span whose context the call's headers
+// carry, with children for the queue wait, validation, execution and the
+// result's publish. Attributes are ids, names, outcomes and durations only.
+type callTrace struct {
+	ctx  context.Context
+	span trace.Span
+}
+
+// startCallTrace opens the span of a delivery of tool's call.
+func startCallTrace(ctx context.Context, tool string, m jetstream.Msg) *callTrace {
+	ctx = tracing.Extract(ctx, m.Headers())
+	tr := otel.GetTracerProvider().Tracer(tracerName)
+	ctx, span := tr.Start(ctx, "execute_tool "+tool, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", tool),
+			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject())))
+	ct := &callTrace{ctx: ctx, span: span}
+	if md, err := m.Metadata(); err == nil && !md.Timestamp.IsZero() && span.IsRecording() {
+		_, q := tr.Start(ctx, "queue wait", trace.WithTimestamp(md.Timestamp))
+		q.SetAttributes(attribute.Int("toolfleet.attempt", max(int(md.NumDelivered), 1)))
+		q.End()
+	}
+	return ct
+}
+
+// child runs a child span named name around the caller's step; the
+// returned func ends it, marking an error (by kind only) when failed.
+func (ct *callTrace) child(name string) func(failed string) {
+	_, span := otel.GetTracerProvider().Tracer(tracerName).Start(ct.ctx, name)
+	return func(failed string) {
+		if failed != "" {
+			span.SetStatus(codes.Error, "")
+			span.SetAttributes(attribute.String("error.type", failed))
+		}
+		span.End()
+	}
+}
+
+// call records the accepted call's ids.
+func (ct *callTrace) call(c protocol.Call, attempt int) {
+	ct.span.SetAttributes(attribute.String("gen_ai.tool.call.id", clipCallID(c.CallID)), attribute.String("toolfleet.call_key", c.CallKey),
+		attribute.String("toolfleet.run_id", c.RunID), attribute.Int("toolfleet.attempt", attempt))
+}
+
+// end closes the delivery's span with its outcome (or why it did not run).
+func (ct *callTrace) end(outcome string) {
+	if outcome != "" {
+		ct.span.SetAttributes(attribute.String("toolfleet.outcome", outcome))
+		if outcome != string(protocol.OutcomeOK) {
+			ct.span.SetStatus(codes.Error, "")
+		}
+	}
+	ct.span.End()
+}
+
+// clipCallID bounds a model-supplied call id on a span.
+func clipCallID(s string) string {
+	if len(s) > protocol.MaxCallIDLen {
+		return s[:protocol.MaxCallIDLen]
+	}
+	return s
+}
+
+// traceErr is err's code for a span, "" for nil.
+func traceErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	if errors.Is(err, errExpired) {
+		return "expired"
+	}
+	return errorCode(err)
+}

@@ -1,0 +1,220 @@
+package toolworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/mcptool"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// mcpState is what a worker serving MCP servers needs: its fixed tools, the
+// servers, and the harness and natsbus worker of the current tool list.
+type mcpState struct {
+	tools   []harness.Tool
+	servers []mcptool.ServerConfig
+	worker  natsbus.WorkerConfig
+
+	mu      sync.Mutex
+	harness *harness.Harness
+	nw      *natsbus.Worker
+	started []*mcptool.Server
+	// onWorker is told of each new natsbus worker (for the probes).
+	onWorker func(*natsbus.Worker)
+}
+
+func (m *mcpState) current() (*harness.Harness, *natsbus.Worker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.harness, m.nw
+}
+
+// Servers returns the MCP servers the worker runs, once Run started them.
+func (w *Worker) Servers() []*mcptool.Server {
+	if w.mcp == nil {
+		return nil
+	}
+	w.mcp.mu.Lock()
+	defer w.mcp.mu.Unlock()
+	return slices.Clone(w.mcp.started)
+}
+
+// loadMCPServers reads the manifest's "mcp_servers".
+func loadMCPServers(cfg Config) ([]mcptool.ServerConfig, error) {
+	getenv := cfg.Conn.Getenv
+	servers, err := mcptool.LoadManifest(cfg.ToolsFile, getenv)
+	if err != nil {
+		return nil, err
+	}
+	for i := range servers {
+		servers[i].Logger = cfg.Logger
+		servers[i].LogStderr = cfg.LogStderr
+	}
+	return servers, nil
+}
+
+// runMCP starts the MCP servers, serves their tools with the fixed ones and
+// serves again, with a new harness, whenever a server's tool list changes:
+// once no call runs (at most reloadWait later; calls still running then get
+// the worker's shutdown grace). Calls published meanwhile wait in their
+// consumers.
+func (w *Worker) runMCP(ctx context.Context) error {
+	st := w.mcp
+	var servers []*mcptool.Server
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	changed := make(chan struct{}, 1)
+	for _, sc := range st.servers {
+		s, err := mcptool.Start(ctx, sc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return &ConfigError{Flag: "--tools", Err: err}
+		}
+		s.OnChange(func() {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+		servers = append(servers, s)
+	}
+	st.mu.Lock()
+	st.started = slices.Clone(servers)
+	st.mu.Unlock()
+	busy := &inflight{inner: st.worker.Observer, idle: make(chan struct{}, 1)}
+	if busy.inner == nil {
+		busy.inner = natsbus.NopWorkerObserver{}
+	}
+	st.worker.Observer = busy
+	tools := func() []harness.Tool {
+		out := slices.Clone(st.tools)
+		for _, s := range servers {
+			out = append(out, s.Tools()...)
+		}
+		return out
+	}
+	h, nw, err := w.build(tools())
+	if err != nil {
+		return err
+	}
+	for {
+		if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, h.Specs(), w.cfg.Logger); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("toolworker: %w", err)
+		}
+		w.markPublished()
+		st.mu.Lock()
+		st.harness, st.nw = h, nw
+		onWorker := st.onWorker
+		st.mu.Unlock()
+		if onWorker != nil {
+			onWorker(nw)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func(nw *natsbus.Worker) { errc <- nw.Run(wctx) }(nw)
+	serving:
+		for {
+			select {
+			case err := <-errc:
+				cancel()
+				return err
+			case <-ctx.Done():
+				cancel()
+				return <-errc
+			case <-changed:
+				h2, nw2, err := w.build(tools())
+				if err != nil {
+					// Keep serving the list that works.
+					w.cfg.Logger.Error().Err(err).Msg("the MCP servers' new tool list cannot be served: keeping the previous one")
+					continue
+				}
+				// Re-serving stops the worker, which gives its calls only
+				// the shutdown grace: wait until none runs (or reloadWait).
+				busy.waitIdle(ctx, reloadWait)
+				cancel()
+				if err := <-errc; err != nil {
+					return err
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				w.cfg.Logger.Info().Msg("an MCP server's tools changed: serving the new list")
+				h, nw = h2, nw2
+				break serving
+			}
+		}
+	}
+}
+
+// reloadWait bounds how long a change of the MCP servers' tools waits for
+// the worker to be idle before it is served (the calls still running then
+// get the worker's shutdown grace).
+const reloadWait = time.Minute
+
+// inflight counts the calls running on the worker, passing every
+// measurement on to inner.
+type inflight struct {
+	inner natsbus.WorkerObserver
+	n     atomic.Int64
+	idle  chan struct{} // signalled when n drops to 0
+}
+
+func (o *inflight) Delivered(tool string, attempt int) { o.inner.Delivered(tool, attempt) }
+func (o *inflight) CallTerminated(tool, reason string) { o.inner.CallTerminated(tool, reason) }
+func (o *inflight) ResultFailed(tool string)           { o.inner.ResultFailed(tool) }
+func (o *inflight) CallStarted(tool string)            { o.n.Add(1); o.inner.CallStarted(tool) }
+func (o *inflight) CallFinished(tool string, out protocol.Outcome, d time.Duration) {
+	o.inner.CallFinished(tool, out, d)
+	if o.n.Add(-1) == 0 {
+		select {
+		case o.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitIdle returns when no call runs, after max, or when ctx ends.
+func (o *inflight) waitIdle(ctx context.Context, max time.Duration) {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for o.n.Load() > 0 {
+		select {
+		case <-o.idle:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// build makes the harness and the natsbus worker of one tool list.
+func (w *Worker) build(tools []harness.Tool) (*harness.Harness, *natsbus.Worker, error) {
+	if len(tools) == 0 {
+		return nil, nil, &ConfigError{Flag: "--tools", Err: errors.New("no tools to serve (the MCP servers list none)")}
+	}
+	h, err := newHarness(w.cfg, tools...)
+	if err != nil {
+		return nil, nil, &ConfigError{Flag: "--tools", Err: err}
+	}
+	nw, err := natsbus.NewWorker(w.nc, w.js, w.subjects, h, w.mcp.worker)
+	if err != nil {
+		return nil, nil, asConfigError(err)
+	}
+	return h, nw, nil
+}
