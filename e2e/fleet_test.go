@@ -62,7 +62,13 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	f := &fleet{t: t, srv: natstest.Start(t), dir: t.TempDir()}
+	return newFleetOn(t, natstest.Start(t))
+}
+
+// newFleetOn is newFleet on a server the test started (a hub, say).
+func newFleetOn(t *testing.T, srv *embedded.Server) *fleet {
+	t.Helper()
+	f := &fleet{t: t, srv: srv, dir: t.TempDir()}
 	f.effects = filepath.Join(f.dir, "effects.log")
 	tool := func(name string, idempotent bool) map[string]any {
 		return map[string]any{

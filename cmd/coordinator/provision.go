@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -76,7 +74,7 @@ Flags:`)
 		return exitError
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsbus.NewJetStream(nc, conn.Domain())
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator provision:", err)
 		return exitError
