@@ -1,7 +1,6 @@
 package toolworker_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
@@ -34,24 +32,12 @@ func TestMCPServerMetricsAfterAForcedRestart(t *testing.T) {
 	}
 	addr := freeAddr(t)
 	scrape := "http://" + addr + "/metrics"
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- toolworker.Run(runCtx, toolworker.Config{
-			Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
-			ToolsFile:   manifest,
-			Name:        "mcp-metered",
-			MetricsAddr: addr,
-			Logger:      zerolog.Nop(),
-		})
-	}()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return")
-		}
+	runWorker(t, toolworker.Config{
+		Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
+		ToolsFile:   manifest,
+		Name:        "mcp-metered",
+		MetricsAddr: addr,
+		Logger:      zerolog.Nop(),
 	})
 	waitStatus(t, scrape, http.StatusOK)
 	server := metricstest.L("server", "m")
@@ -62,36 +48,10 @@ func TestMCPServerMetricsAfterAForcedRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	nc := natstest.Connect(t, srv)
-	js, _ := jetstream.New(nc)
-	d := natsbus.NewDispatcher(nc, js, protocol.Subjects{}, natsbus.DispatcherConfig{})
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	run := protocol.NewID()
-	in, err := d.Open(ctx, run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
 	// The deadline leaves the call time to reach the worker on a loaded
 	// machine; the tool then outlives it.
-	c := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), Tool: "m_hang",
-		Arguments: []byte(`{}`), Deadline: time.Now().Add(3 * time.Second), Attempt: 1}
-	if err := d.Publish(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	for res := (*protocol.Result)(nil); res == nil; {
-		select {
-		case ev := <-in.Events():
-			if ev.Result != nil && ev.Result.CallKey == c.CallKey {
-				res = ev.Result
-				if res.Outcome != protocol.OutcomeTimeout {
-					t.Fatalf("m_hang: %+v, want timeout", res)
-				}
-			}
-		case <-ctx.Done():
-			t.Fatal("no result for m_hang")
-		}
+	if r := callTool(t, natstest.Connect(t, srv), "m_hang", `{}`, 3*time.Second); r.Outcome != protocol.OutcomeTimeout {
+		t.Fatalf("m_hang: %+v, want timeout", r)
 	}
 	natstest.WaitFor(t, 60*time.Second, func() error {
 		f := metricstest.Scrape(t, scrape)
