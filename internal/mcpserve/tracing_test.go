@@ -2,16 +2,13 @@ package mcpserve_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/internal/tracing/tracingtest"
 )
 
 const canary = "CANARY-3b9e2f71-argument"
@@ -21,13 +18,7 @@ const canary = "CANARY-3b9e2f71-argument"
 // worker's spans join the same trace, and no argument value reaches an
 // attribute.
 func TestCallJoinsTheClientsTrace(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
-
+	exp, _ := tracingtest.Install(t)
 	f := newFleet(t, 0)
 	clientTP := sdktrace.NewTracerProvider() // the client's own process
 	ctx, client := clientTP.Tracer("client").Start(context.Background(), "client call")
@@ -37,26 +28,14 @@ func TestCallJoinsTheClientsTrace(t *testing.T) {
 	check(t, f.call(t, "echo", `{"text":"`+canary+`"}`, meta), "ok", canary)
 
 	tid := client.SpanContext().TraceID()
-	var run tracetest.SpanStub
-	worker := false
-	for _, sp := range exp.GetSpans() {
-		for _, a := range sp.Attributes {
-			if strings.Contains(a.Value.Emit(), canary) {
-				t.Errorf("span %q attribute %s carries the argument value", sp.Name, a.Key)
-			}
-		}
-		if sp.Name == "invoke_agent toolfleet" {
-			run = sp
-		}
-		if sp.Name == "execution" && sp.SpanContext.TraceID() == tid {
-			worker = true
-		}
-	}
+	tracingtest.NoAttributeContains(t, exp.GetSpans(), canary)
+	spans := tracingtest.ByName(exp.GetSpans())
+	run, worker := spans["invoke_agent toolfleet"], spans["execution"]
 	if !run.Parent.IsRemote() || run.Parent.SpanID() != client.SpanContext().SpanID() || run.SpanContext.TraceID() != tid {
 		t.Errorf("the run's span has parent %v (remote %v) in trace %v, want the client's span %v in %v",
 			run.Parent.SpanID(), run.Parent.IsRemote(), run.SpanContext.TraceID(), client.SpanContext().SpanID(), tid)
 	}
-	if !worker {
+	if worker.SpanContext.TraceID() != tid {
 		t.Errorf("the worker's execution span is not in the client's trace")
 	}
 

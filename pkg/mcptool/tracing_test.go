@@ -11,12 +11,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/internal/tracing/tracingtest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -48,13 +46,7 @@ func tracedServer(t *testing.T, tp *sdktrace.TracerProvider) (*httptest.Server, 
 // server's span is a child of the call's client span, itself a child of the
 // worker's span; no argument value reaches an attribute.
 func TestCallCarriesTheTraceContextInMeta(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
-
+	exp, tp := tracingtest.Install(t)
 	srv, metas := tracedServer(t, tp)
 	s, err := mcptool.Start(context.Background(), mcptool.ServerConfig{Name: "tr", URL: srv.URL})
 	if err != nil {
@@ -70,15 +62,8 @@ func TestCallCarriesTheTraceContextInMeta(t *testing.T) {
 	parent.End()
 	want(t, r, protocol.OutcomeOK, "")
 
-	spans := map[string]tracetest.SpanStub{}
-	for _, sp := range exp.GetSpans() {
-		spans[sp.Name] = sp
-		for _, a := range sp.Attributes {
-			if strings.Contains(a.Value.Emit(), canary) {
-				t.Errorf("span %q attribute %s carries the argument value", sp.Name, a.Key)
-			}
-		}
-	}
+	tracingtest.NoAttributeContains(t, exp.GetSpans(), canary)
+	spans := tracingtest.ByName(exp.GetSpans())
 	client, ok := spans["tools/call tr_echo"]
 	if !ok {
 		t.Fatalf("no client span among %d spans", len(spans))
