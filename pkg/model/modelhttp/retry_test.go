@@ -3,6 +3,7 @@ package modelhttp
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -74,5 +75,33 @@ func TestBackoffBounds(t *testing.T) {
 				t.Fatalf("Backoff(%d) = %v", n, d)
 			}
 		}
+	}
+}
+
+func TestValidateConfig(t *testing.T) {
+	nan, neg, ok := math.NaN(), -1.0, 0.7
+	for _, c := range []struct {
+		p       Policy
+		baseURL string
+		field   string
+	}{
+		{Policy{Model: "m"}, "https://api.example.com/v1", ""},
+		{Policy{}, "https://api.example.com/v1", "Model"},
+		{Policy{Model: "m"}, "ftp://x", "BaseURL"},
+		{Policy{Model: "m"}, "http://", "BaseURL"},
+		{Policy{Model: "m", MaxRetries: 1000}, "http://x", "MaxRetries"},
+		{Policy{Model: "m", RetryBaseDelay: time.Minute, MaxRetryDelay: time.Second}, "http://x", "RetryBaseDelay"},
+	} {
+		if field, _ := c.p.WithDefaults().ValidateConfig(c.baseURL); field != c.field {
+			t.Errorf("ValidateConfig(%+v, %q) field %q, want %q", c.p, c.baseURL, field, c.field)
+		}
+	}
+	for _, tv := range []*float64{&nan, &neg} {
+		if ValidateTemperature(tv) == nil {
+			t.Errorf("temperature %v accepted", *tv)
+		}
+	}
+	if ValidateTemperature(nil) != nil || ValidateTemperature(&ok) != nil {
+		t.Error("a valid temperature refused")
 	}
 }

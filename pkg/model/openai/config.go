@@ -3,7 +3,6 @@ package openai
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"time"
@@ -134,17 +133,11 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
-	if c.Model == "" {
-		return &ValidationError{Field: "Model", Err: errors.New("required")}
-	}
-	if err := modelhttp.ValidateBaseURL(c.BaseURL); err != nil {
-		return &ValidationError{Field: "BaseURL", Err: err}
-	}
-	if field, err := c.policy().Validate(); err != nil {
+	if field, err := c.policy().ValidateConfig(c.BaseURL); err != nil {
 		return &ValidationError{Field: field, Err: err}
 	}
-	if t := c.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0) || *t < 0) {
-		return &ValidationError{Field: "Temperature", Err: errors.New("must be a finite number >= 0")}
+	if err := modelhttp.ValidateTemperature(c.Temperature); err != nil {
+		return &ValidationError{Field: "Temperature", Err: err}
 	}
 	if c.MaxTokens < 0 {
 		return &ValidationError{Field: "MaxTokens", Err: errors.New("must be >= 0")}
