@@ -25,7 +25,7 @@ func TestMCPServerMetricsAfterAForcedRestart(t *testing.T) {
 	dir := t.TempDir()
 	manifest := filepath.Join(dir, "tools.json")
 	data, _ := json.Marshal(map[string]any{"mcp_servers": []any{map[string]any{
-		"name": "m", "command": []string{mcpServerBin, "1"}, "cancel_grace": "100ms",
+		"name": "m", "command": []string{mcpServerBin, "1"}, "cancel_grace": "100ms", "requires_approval": false,
 	}}})
 	if err := os.WriteFile(manifest, data, 0o644); err != nil {
 		t.Fatal(err)
