@@ -60,6 +60,12 @@ type service struct {
 	inflight sync.WaitGroup
 	// queuePrefix is the runs stream's subject without the run id token.
 	queuePrefix string
+	// handoff is closed when shutting down: runs in flight stop at their
+	// next step boundary and go back to the stream.
+	handoff chan struct{}
+	// owned holds the cancel of every run this coordinator runs.
+	mu    sync.Mutex
+	owned map[protocol.RunID]context.CancelCauseFunc
 }
 
 // Serve serves runs until ctx ends: it answers run requests on the submit
@@ -84,8 +90,10 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	}
 	s := &service{
 		c: c, cfg: cfg, subjects: c.subjects,
-		log:   c.log.With().Str(logCoordinator, cfg.Name).Logger(),
-		slots: semaphore.NewWeighted(int64(cfg.MaxConcurrentRuns)),
+		log:     c.log.With().Str(logCoordinator, cfg.Name).Logger(),
+		slots:   semaphore.NewWeighted(int64(cfg.MaxConcurrentRuns)),
+		handoff: make(chan struct{}),
+		owned:   map[protocol.RunID]context.CancelCauseFunc{},
 	}
 	s.limited = s.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
 	s.queuePrefix = strings.TrimSuffix(c.subjects.RunQueues(), "*")
@@ -111,6 +119,12 @@ func (s *service) serve(ctx context.Context) error {
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunsMaxDeliveries(), err)
 	}
 	defer abandoned.Unsubscribe()
+	cancels, err := s.c.nc.Subscribe(s.subjects.JournalCancels(), s.onCancelRequest)
+	if err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.JournalCancels(), err)
+	}
+	defer cancels.Unsubscribe()
 	if err := s.c.nc.FlushTimeout(opTimeout); err != nil {
 		sub.Unsubscribe()
 		return fmt.Errorf("coordinator: registering the submit subscription: %w", err)
@@ -138,6 +152,10 @@ func (s *service) serve(ctx context.Context) error {
 	}
 	<-pulled
 
+	// Hand the runs in flight off: each stops at its next step boundary
+	// (a model call in flight may finish for up to ShutdownGrace) and its
+	// request goes back to the stream for another coordinator.
+	close(s.handoff)
 	done := make(chan struct{})
 	go func() { s.inflight.Wait(); close(done) }()
 	grace := time.NewTimer(s.cfg.ShutdownGrace)
@@ -320,12 +338,50 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 	stop := s.heartbeat(m)
 	defer stop()
 	rec.StartedAt = time.Now().UTC()
-	var res *loop.Result
-	var runErr error
-	if msgs != nil {
-		res, runErr = runner.RunMessages(ctx, msgs)
+	note := "start"
+	if rec.Attempt > 1 {
+		note = "resume"
+	}
+	octx, ocancel := context.WithTimeout(ctx, storeTimeout)
+	j, err := natsbus.OpenJournal(octx, s.c.js, s.subjects, run, s.cfg.Name, note)
+	ocancel()
+	if err != nil {
+		// The journal cannot be read or taken: another coordinator (or
+		// this one, later) takes the run again from it.
+		stop()
+		if errors.Is(err, loop.ErrFenced) {
+			log.Warn().Msg("another coordinator took the run while this one was opening its journal: leaving it")
+			return
+		}
+		log.Warn().Err(err).Msg("could not open the run's journal: the run is released for a retry")
+		m.NakWithDelay(time.Second)
+		return
+	}
+	if len(j.Entries()) == 0 {
+		data, _ := encodeJSON(struct {
+			Limits  protocol.RunLimits `json:"limits"`
+			Clamped []string           `json:"clamped,omitempty"`
+		}{lim.record, lim.clamped})
+		if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
+			stop()
+			s.released(m, log, j, err)
+			return
+		}
 	} else {
-		res, runErr = runner.Run(ctx, req.Prompt)
+		log.Info().Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
+	}
+	rctx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	unregister := s.own(run, cancelRun)
+	defer unregister()
+	if s.cancelRequested(run) {
+		cancelRun(errRunCancelled)
+	}
+	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: j, Handoff: s.handoff})
+	if errors.Is(runErr, loop.ErrHandedOff) || errors.Is(runErr, loop.ErrJournal) {
+		stop()
+		s.released(m, log, j, runErr)
+		return
 	}
 	rec.FinishedAt = time.Now().UTC()
 	switch {
@@ -350,6 +406,23 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		}
 	}
 	s.finish(m, log, rec, false)
+}
+
+// released leaves a run that stopped at a step boundary to whoever takes
+// it next: handed off (the request goes back at once), fenced (another
+// coordinator owns it: nothing is acknowledged), or stopped by a journal
+// failure (the request goes back after a pause).
+func (s *service) released(m jetstream.Msg, log zerolog.Logger, j *natsbus.Journal, err error) {
+	switch {
+	case errors.Is(err, loop.ErrHandedOff):
+		m.Nak()
+		log.Info().Msg("run handed off at a step boundary: another coordinator resumes it from its journal")
+	case j.Fenced():
+		log.Warn().Msg("another coordinator took the run over: this one stops without acknowledging, publishing or storing anything more")
+	default:
+		m.NakWithDelay(time.Second)
+		log.Warn().Err(err).Msg("could not append to the run's journal: the run is released for a retry")
+	}
 }
 
 // runner returns a loop runner for one run with the applied limits, whose

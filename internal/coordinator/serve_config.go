@@ -13,11 +13,17 @@ const (
 	DefaultMaxConcurrentRuns = 16
 	DefaultShutdownGrace     = 30 * time.Second
 	DefaultRunAckWait        = 30 * time.Second
-	DefaultRunMaxDeliver     = 3
-	DefaultMaxQueuedRuns     = 10_000
-	DefaultQueuedRunMaxAge   = 24 * time.Hour
-	DefaultResultTTL         = 24 * time.Hour
-	DefaultResultsMaxBytes   = 1 << 30
+	// DefaultRunMaxDeliver counts hand-offs too: every coordinator that
+	// takes a run, after a crash or a hand-off, is one delivery.
+	DefaultRunMaxDeliver = 10
+	// DefaultJournalMaxAge keeps a run's journal past its result's TTL.
+	DefaultJournalMaxAge = 48 * time.Hour
+	// DefaultJournalMaxBytes bounds the journal stream.
+	DefaultJournalMaxBytes = 4 << 30
+	DefaultMaxQueuedRuns   = 10_000
+	DefaultQueuedRunMaxAge = 24 * time.Hour
+	DefaultResultTTL       = 24 * time.Hour
+	DefaultResultsMaxBytes = 1 << 30
 	// DefaultMaxResultBytes bounds a stored result: NATS's default
 	// max_payload (1 MiB) less room for headers.
 	DefaultMaxResultBytes = protocol.DefaultMaxMessageBytes - 8<<10
@@ -58,8 +64,9 @@ type ServeConfig struct {
 	// (crashed, partitioned) stays with it before another coordinator takes
 	// it; a running run heartbeats every third of it. Default: 30s.
 	AckWait time.Duration
-	// MaxDeliver bounds how often one request is taken: a run whose
-	// coordinators keep dying is given up after it. Default: 3.
+	// MaxDeliver bounds how often one request is taken (a hand-off counts
+	// as one): a run whose coordinators keep dying is given up after it.
+	// Default: 10.
 	MaxDeliver int
 	// MaxQueuedRuns bounds the requests waiting in the stream; beyond it
 	// submissions are refused as unavailable. Default: 10,000.
@@ -70,6 +77,11 @@ type ServeConfig struct {
 	ResultTTL time.Duration
 	// ResultsMaxBytes bounds the runs bucket. Default: 1 GiB.
 	ResultsMaxBytes int64
+	// JournalMaxAge is how long a run's journal is kept. Default: 48h.
+	JournalMaxAge time.Duration
+	// JournalMaxBytes bounds the journal stream; the oldest entries go
+	// first. Default: 4 GiB.
+	JournalMaxBytes int64
 	// Replicas of the runs stream and bucket. Default: 1.
 	Replicas int
 	// PollWait bounds one pull request for a run; shutting down waits for
@@ -114,6 +126,12 @@ func (c ServeConfig) withDefaults() ServeConfig {
 	}
 	if c.ResultsMaxBytes == 0 {
 		c.ResultsMaxBytes = DefaultResultsMaxBytes
+	}
+	if c.JournalMaxAge == 0 {
+		c.JournalMaxAge = DefaultJournalMaxAge
+	}
+	if c.JournalMaxBytes == 0 {
+		c.JournalMaxBytes = DefaultJournalMaxBytes
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
@@ -161,6 +179,10 @@ func (c ServeConfig) Validate() error {
 		return &ServeConfigError{"result-ttl", c.ResultTTL, ">= 0"}
 	case c.ResultsMaxBytes < 0:
 		return &ServeConfigError{"results-max-bytes", c.ResultsMaxBytes, ">= 0"}
+	case c.JournalMaxAge < 0:
+		return &ServeConfigError{"journal-max-age", c.JournalMaxAge, ">= 0"}
+	case c.JournalMaxBytes < 0:
+		return &ServeConfigError{"journal-max-bytes", c.JournalMaxBytes, ">= 0"}
 	case c.Replicas < 1 || c.Replicas > 5:
 		return &ServeConfigError{"replicas", c.Replicas, "1..5"}
 	case c.PollWait < 10*time.Millisecond:

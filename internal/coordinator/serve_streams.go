@@ -46,6 +46,30 @@ func runsConsumerConfig(s protocol.Subjects, c ServeConfig) jetstream.ConsumerCo
 	}
 }
 
+// JournalStreamConfig is the stream of run journals, one subject per run
+// (<prefix>.journal.run.<run>) plus operators' cancel requests
+// (<prefix>.journal.cancel.<run>). It is one more of the streams the fleet
+// uses: provision and permission it like the runs stream.
+func JournalStreamConfig(s protocol.Subjects, c ServeConfig) jetstream.StreamConfig {
+	c = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        s.JournalStream(),
+		Description: "toolfleet run journals: every step of a run, appended before it takes effect",
+		Subjects:    []string{s.JournalSubjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+		MaxAge:      c.JournalMaxAge,
+		MaxMsgs:     -1,
+		MaxBytes:    c.JournalMaxBytes,
+		MaxMsgSize:  runsMaxMsgSize,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  runsDuplicateWindow,
+		AllowDirect: true,
+		DenyDelete:  true,
+	}
+}
+
 // runsBucketConfig is the KV bucket of run results.
 func runsBucketConfig(s protocol.Subjects, c ServeConfig) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
@@ -60,8 +84,8 @@ func runsBucketConfig(s protocol.Subjects, c ServeConfig) jetstream.KeyValueConf
 	}
 }
 
-// ensureRuns creates or updates the runs stream, its consumer and the runs
-// bucket. It is idempotent and safe to run from several coordinators at
+// ensureRuns creates or updates the runs stream, its consumer, the journal
+// stream and the runs bucket. It is idempotent and safe to run from several coordinators at
 // once.
 func ensureRuns(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, c ServeConfig) (jetstream.Consumer, jetstream.KeyValue, error) {
 	sc := runsStreamConfig(s, c)
@@ -70,6 +94,13 @@ func ensureRuns(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 		return err
 	}); err != nil {
 		return nil, nil, fmt.Errorf("coordinator: stream %s: %w", sc.Name, err)
+	}
+	jc := JournalStreamConfig(s, c)
+	if err := retryExists(ctx, func() error {
+		_, err := natsbus.CreateOrUpdateStream(ctx, js, jc)
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("coordinator: stream %s: %w", jc.Name, err)
 	}
 	kc := runsBucketConfig(s, c)
 	var kv jetstream.KeyValue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -85,9 +86,10 @@ type JournalEntry struct {
 	// Owner, Note and At are free for the journal's own entries (who took
 	// the run, and when); the loop ignores entries of kinds it does not
 	// know.
-	Owner string    `json:"owner,omitempty"`
-	Note  string    `json:"note,omitempty"`
-	At    time.Time `json:"at,omitzero"`
+	Owner string          `json:"owner,omitempty"`
+	Note  string          `json:"note,omitempty"`
+	At    time.Time       `json:"at,omitzero"`
+	Data  json.RawMessage `json:"data,omitempty"`
 }
 
 // JournaledResponse is a model response as journaled.
