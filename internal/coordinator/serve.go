@@ -377,7 +377,11 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 	if s.cancelRequested(run) {
 		cancelRun(errRunCancelled)
 	}
-	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: j, Handoff: s.handoff})
+	var lj loop.Journal = j
+	if s.cfg.AfterAppend != nil {
+		lj = hookedJournal{j, s.cfg.AfterAppend}
+	}
+	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff})
 	if errors.Is(runErr, loop.ErrHandedOff) || errors.Is(runErr, loop.ErrJournal) {
 		stop()
 		s.released(m, log, j, runErr)

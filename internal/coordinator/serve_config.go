@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -87,6 +88,9 @@ type ServeConfig struct {
 	// PollWait bounds one pull request for a run; shutting down waits for
 	// the pull in progress. Default: 1s.
 	PollWait time.Duration
+	// AfterAppend, when set, is called after each entry the loop journals
+	// is stored: a fault-injection point for tests. Default: nil.
+	AfterAppend func(loop.JournalEntry)
 }
 
 func (c ServeConfig) withDefaults() ServeConfig {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -58,4 +60,18 @@ func (s *service) cancelRequested(run protocol.RunID) bool {
 	}
 	_, err = st.GetLastMsgForSubject(ctx, subject)
 	return err == nil
+}
+
+// hookedJournal calls after once each entry is stored.
+type hookedJournal struct {
+	*natsbus.Journal
+	after func(loop.JournalEntry)
+}
+
+func (h hookedJournal) Append(ctx context.Context, e loop.JournalEntry) error {
+	err := h.Journal.Append(ctx, e)
+	if err == nil {
+		h.after(e)
+	}
+	return err
 }
