@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -210,5 +212,73 @@ func TestDurableRunSurvivesKill9AtEachStepBoundary(t *testing.T) {
 				t.Fatalf("model asked %v by round, want each round once", r)
 			}
 		})
+	}
+}
+
+// TestDurableStalledOwnerIsFenced freezes the coordinator that owns a run
+// (SIGSTOP) while its second round's slow call runs. Another coordinator
+// takes the run over after the run ack wait and finishes it. Then the
+// stalled owner is thawed (SIGCONT): its next append is refused (another
+// owner appended since), so it stops there — it asks the model nothing
+// more, publishes no call and stores no result — and leaves the run
+// message alone. Every call ran once; the journal holds one entry per
+// step after the takeover.
+func TestDurableStalledOwnerIsFenced(t *testing.T) {
+	f := newFleet(t)
+	f.startWorker("w1")
+	s := durableScript()
+	s[1] = turn(call("b", toolCharge, map[string]any{"id": "b", "sleep_ms": 4000, "output": "charged b"}),
+		call("w", toolWork, map[string]any{"id": "w", "output": "worked"}))
+	model := f.writeJSON("script.json", map[string]any{"turns": s})
+	stale := f.startServing("c1", model, "")
+	release := make(chan struct{})
+	close(release)
+	f.approveAll(release)
+	run := f.submitRun("go")
+	f.waitStarted("b", 1, 30*time.Second)
+	stale.signal(syscall.SIGSTOP)
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			stale.signal(syscall.SIGCONT)
+		}
+	})
+	survivor := f.startServing("c2", model, "")
+	res, _, _ := f.runResult(run, 60*time.Second)
+	if res.TerminationReason != "natural" || res.Coordinator != "c2" {
+		t.Fatalf("result %+v, want natural on c2", res)
+	}
+	stale.signal(syscall.SIGCONT)
+	stopped = false
+	stale.waitLog(30*time.Second, "another coordinator took the run over")
+
+	if n := len(stale.logLines(func(m map[string]any) bool { return m["message"] == "run finished" && m["run"] == run })); n != 0 {
+		t.Fatalf("the stalled owner finished the run %d times", n)
+	}
+	if r := modelRounds(run, stale, survivor); !reflect.DeepEqual(r, map[int]int{1: 1, 2: 1, 3: 1}) {
+		t.Fatalf("model asked %v by round, want each round once", r)
+	}
+	if e := f.effectsOf("a", "b", "w"); e["a"] != 1 || e["b"] != 1 || e["w"] != 1 {
+		t.Fatalf("side effects %v, want each exactly once", e)
+	}
+	if n := f.callsStored(); n != 3 {
+		t.Fatalf("the calls stream stored %d calls, want 3", n)
+	}
+	recs, err := natsbus.ReadJournal(t.Context(), f.js, protocol.Subjects{}, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after []string
+	for _, r := range recs {
+		if r.Entry.Kind == natsbus.EntryOwner {
+			after = nil
+			if r.Entry.Owner != "c2" {
+				continue
+			}
+		}
+		after = append(after, r.Entry.Kind)
+	}
+	if want := []string{"owner", "observed", "tools", "model", "finished"}; !reflect.DeepEqual(after, want) {
+		t.Fatalf("journal after the takeover: %v, want %v", after, want)
 	}
 }
