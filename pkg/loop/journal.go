@@ -243,9 +243,11 @@ func (ru *run) appendEntry(ctx context.Context, e JournalEntry) bool {
 	if ru.j == nil {
 		return true
 	}
-	if ru.stopped() {
+	if ru.j.err != nil {
 		return false
 	}
+	// A hand-off does not stop an append: what was done (a model answer
+	// that came in meanwhile) is journaled, so it is not done again.
 	if err := ru.j.j.Append(context.WithoutCancel(ctx), e); err != nil {
 		ru.j.err = errors.Join(ErrJournal, err)
 		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, e.Kind).Str(logKeyErrorType, errType(err)).Send()
