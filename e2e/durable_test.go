@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"reflect"
 	"strings"
 	"syscall"
@@ -280,5 +281,95 @@ func TestDurableStalledOwnerIsFenced(t *testing.T) {
 	}
 	if want := []string{"owner", "observed", "tools", "model", "finished"}; !reflect.DeepEqual(after, want) {
 		t.Fatalf("journal after the takeover: %v, want %v", after, want)
+	}
+}
+
+// TestDurableRunResume: "coordinator run --nats-url" journals its run;
+// killed (SIGKILL) while its second round's slow charge runs, the run is
+// seen with "coordinator runs show" (its owner, round 2 and the pending
+// calls) and continued with "coordinator resume RUN", which prints the
+// uninterrupted run's transcript; every call ran once, every round was
+// asked once.
+func TestDurableRunResume(t *testing.T) {
+	want := referenceTranscript(t)
+	f := newFleet(t)
+	f.startWorker("w1")
+	model := f.writeJSON("script.json", map[string]any{"turns": durableScript()})
+	args := []string{"--nats-url", f.url(), "--workers", "0", "--model", "scripted:" + model,
+		"--require-approval", toolWork, "--output", "json", "--log-level", "info"}
+	first := startProc(t, "run", bins.coordinator, append([]string{"run"}, append(args, "go")...)...)
+	first.waitLog(30*time.Second, `"run journaled"`)
+	release := make(chan struct{})
+	close(release)
+	f.approveAll(release)
+	f.waitStarted("b", 1, 30*time.Second)
+	first.kill()
+	var run string
+	for _, l := range first.logLines(func(m map[string]any) bool { return m["message"] == "run journaled" }) {
+		run, _ = l["run"].(string)
+	}
+	if !protocol.ValidToken(run) {
+		t.Fatalf("no run id in the log:\n%s", first.log())
+	}
+
+	show := exec.CommandContext(t.Context(), bins.coordinator, "runs", "show", run)
+	show.Env = []string{"NATS_URL=" + f.url()}
+	out, err := show.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "status:     running") || !strings.Contains(string(out), "round:      2") ||
+		!strings.Contains(string(out), "pending call:      ") {
+		t.Fatalf("coordinator runs show: %v\n%s", err, out)
+	}
+
+	resumed := startProc(t, "resume", bins.coordinator, append([]string{"resume"}, append(args, run)...)...)
+	res := resumed.result(60*time.Second, 0)
+	if res.RunID != run || res.TerminationReason != loop.TerminationNatural || !reflect.DeepEqual(res.Messages, want) {
+		t.Fatalf("resumed run %s: %s\n%+v\nwant\n%+v", res.RunID, res.TerminationReason, res.Messages, want)
+	}
+	if e := f.effectsOf("a", "b", "w"); e["a"] != 1 || e["b"] != 1 || e["w"] != 1 {
+		t.Fatalf("side effects %v, want each exactly once", e)
+	}
+	if r := modelRounds(run, first, resumed); !reflect.DeepEqual(r, map[int]int{1: 1, 2: 1, 3: 1}) {
+		t.Fatalf("model asked %v by round, want each round once", r)
+	}
+}
+
+// TestDurableRunsCancel: a served run waiting for an approval is listed
+// by "coordinator runs list" and cancelled by "coordinator runs cancel";
+// its result is cancelled, and the journal says so.
+func TestDurableRunsCancel(t *testing.T) {
+	f := newFleet(t)
+	f.startWorker("w1")
+	model := f.writeJSON("script.json", map[string]any{"turns": durableScript()})
+	f.startServing("c1", model, "")
+	run := f.submitRun("go")
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		recs, err := natsbus.ReadJournal(t.Context(), f.js, protocol.Subjects{}, run)
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 || recs[len(recs)-1].Entry.Kind != loop.EntryApprovalRequested {
+			return fmt.Errorf("%d entries, not waiting for an approval yet", len(recs))
+		}
+		return nil
+	})
+	cli := func(args ...string) string {
+		cmd := exec.CommandContext(t.Context(), bins.coordinator, args...)
+		cmd.Env = []string{"NATS_URL=" + f.url(), "USER=e2e-operator"}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("coordinator %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := cli("runs", "list"); !strings.Contains(out, run) || !strings.Contains(out, "1 approvals") {
+		t.Fatalf("runs list:\n%s", out)
+	}
+	cli("runs", "cancel", run, "--reason", "not today")
+	res, _, _ := f.runResult(run, 30*time.Second)
+	if res.TerminationReason != "cancelled" {
+		t.Fatalf("result %+v, want cancelled", res)
+	}
+	if out := cli("runs", "show", run); !strings.Contains(out, "finished (cancelled)") || !strings.Contains(out, "result:     true") {
+		t.Fatalf("runs show:\n%s", out)
 	}
 }

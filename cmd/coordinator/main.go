@@ -46,6 +46,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return submitCommand(ctx, args[1:], stdout, stderr)
 	case "approvals":
 		return approvalsCommand(ctx, args[1:], stdout, stderr)
+	case "resume":
+		return resumeCommand(ctx, args[1:], stdout, stderr)
+	case "runs":
+		return runsCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -62,6 +66,8 @@ func usage(w io.Writer) {
   coordinator serve [flags]                       serve submitted runs until SIGTERM
   coordinator submit [--wait] [flags] PROMPT      submit a run to the serving coordinators
   coordinator approvals list|approve|deny [...]   see and answer pending approvals
+  coordinator runs list|show RUN|cancel RUN       see and steer durable runs (journals)
+  coordinator resume [flags] RUN                  continue a killed "coordinator run --nats-url"
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

@@ -48,18 +48,13 @@ func (s *service) onCancelRequest(m *nats.Msg) {
 
 // cancelRequested reports whether an operator asked to cancel run.
 func (s *service) cancelRequested(run protocol.RunID) bool {
-	subject, err := s.subjects.JournalCancel(run)
-	if err != nil {
-		return false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	st, err := s.c.js.Stream(ctx, s.subjects.JournalStream())
+	ok, err := natsbus.CancelRequested(ctx, s.c.js, s.subjects, run)
 	if err != nil {
-		return false
+		s.limited.Warn().Err(err).Str(logRun, run).Msg("could not read the run's cancel requests")
 	}
-	_, err = st.GetLastMsgForSubject(ctx, subject)
-	return err == nil
+	return ok
 }
 
 // hookedJournal calls after once each entry is stored.

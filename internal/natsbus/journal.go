@@ -244,3 +244,74 @@ func decodeJournalEntry(data []byte, e *loop.JournalEntry) error {
 	}
 	return json.Unmarshal(data, e)
 }
+
+// ListJournals returns the runs that have a journal, with their entry
+// counts.
+func ListJournals(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects) (map[protocol.RunID]uint64, error) {
+	s, err := js.Stream(ctx, subjects.JournalStream())
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: journal stream %s: %w", subjects.JournalStream(), err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subjects.Journals()))
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: journal stream %s: %w", subjects.JournalStream(), err)
+	}
+	prefix := subjects.Journals()
+	prefix = prefix[:len(prefix)-1]
+	out := make(map[protocol.RunID]uint64, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if run := subj[min(len(prefix), len(subj)):]; len(subj) > len(prefix) && subj[:len(prefix)] == prefix && protocol.ValidToken(run) {
+			out[run] = n
+		}
+	}
+	return out, nil
+}
+
+// CancelRequest is an operator's request to cancel a run, stored on
+// <prefix>.journal.cancel.<run>. Its presence is what counts; the fields
+// are for the audit trail.
+type CancelRequest struct {
+	V      int       `json:"v"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at,omitzero"`
+}
+
+// RequestCancel stores a cancel request for run: the coordinator running
+// it cancels it at once, and one that takes it later cancels it too.
+func RequestCancel(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, req CancelRequest) error {
+	subject, err := subjects.JournalCancel(run)
+	if err != nil {
+		return fmt.Errorf("natsbus: cancel: %w", err)
+	}
+	req.V = protocol.Version
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := js.Publish(ctx, subject, data, jetstream.WithExpectStream(subjects.JournalStream())); err != nil {
+		return fmt.Errorf("natsbus: storing the cancel request of %s: %w", run, err)
+	}
+	return nil
+}
+
+// CancelRequested reports whether a cancel request is stored for run.
+func CancelRequested(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID) (bool, error) {
+	subject, err := subjects.JournalCancel(run)
+	if err != nil {
+		return false, err
+	}
+	s, err := js.Stream(ctx, subjects.JournalStream())
+	if err != nil {
+		return false, err
+	}
+	_, err = s.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
+}

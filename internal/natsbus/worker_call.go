@@ -87,6 +87,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		Arguments:      call.Arguments,
 		Deadline:       call.Deadline,
 		MaxOutputChars: call.MaxOutputChars,
+		CallKey:        call.CallKey,
 	})
 	stopHeartbeat()
 	unregister()
