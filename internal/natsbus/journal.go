@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,9 @@ type Journal struct {
 	stream  string
 	subject string
 	owner   string
+	// token tells this Journal's appends from any other's, even another
+	// process under the same owner name.
+	token string
 
 	mu      sync.Mutex
 	entries []loop.JournalEntry
@@ -59,7 +63,7 @@ func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: journal: %w", err)
 	}
-	j := &Journal{js: js, stream: subjects.JournalStream(), subject: subject, owner: owner}
+	j := &Journal{js: js, stream: subjects.JournalStream(), subject: subject, owner: owner, token: protocol.NewID()}
 	recs, last, err := readJournal(ctx, js, j.stream, subject)
 	if err != nil {
 		return nil, err
@@ -106,7 +110,7 @@ func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
 	if len(data) > MaxJournalEntryBytes {
 		return fmt.Errorf("natsbus: journal entry %s is %d bytes, limit %d: %w", e.Kind, len(data), MaxJournalEntryBytes, protocol.ErrTooLarge)
 	}
-	msgID := journalMsgID(j.subject, j.last)
+	msgID := journalMsgID(j.subject, j.last, j.token)
 	msg := nats.NewMsg(j.subject)
 	msg.Data = data
 	msg.Header.Set(protocol.HeaderMsgID, msgID)
@@ -156,9 +160,10 @@ func (j *Journal) mine(ctx context.Context, msgID string) (uint64, bool) {
 // headerJournalOwner names the coordinator that appended an entry.
 const headerJournalOwner = "Toolfleet-Owner"
 
-// journalMsgID is the dedup id of the entry appended after seq.
-func journalMsgID(subject string, seq uint64) string {
-	return subject + "@" + strconv.FormatUint(seq, 10)
+// journalMsgID is the dedup id of the entry a Journal (token) appends
+// after seq.
+func journalMsgID(subject string, seq uint64, token string) string {
+	return subject + "@" + strconv.FormatUint(seq, 10) + "@" + token
 }
 
 func wrongLastSequence(err error) bool {
@@ -237,12 +242,24 @@ func readJournal(ctx context.Context, js jetstream.JetStream, stream, subject st
 	}
 }
 
-// decodeJournalEntry decodes one entry strictly.
+// decodeJournalEntry decodes one entry strictly: one JSON object of known
+// fields, within MaxJournalEntryBytes, with a kind.
 func decodeJournalEntry(data []byte, e *loop.JournalEntry) error {
 	if len(data) > MaxJournalEntryBytes {
 		return protocol.ErrTooLarge
 	}
-	return json.Unmarshal(data, e)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(e); err != nil {
+		return fmt.Errorf("natsbus: journal entry: %w", err)
+	}
+	if dec.More() {
+		return errors.New("natsbus: journal entry: trailing data")
+	}
+	if e.Kind == "" {
+		return errors.New("natsbus: journal entry: no kind")
+	}
+	return nil
 }
 
 // ListJournals returns the runs that have a journal, with their entry
