@@ -91,6 +91,14 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 		return
 	}
 
+	if resumed && !published {
+		// Some calls may have been published and answered before the
+		// crash: their results are read first and they are not published
+		// again.
+		ru.catchUp(ctx)
+		ru.drainEarly(round)
+	}
+
 	ch := make(chan publishResult, len(todo))
 	open := make(map[int]bool, len(todo))
 	pending := make(map[protocol.CallKey]*slot, len(todo))
@@ -99,7 +107,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 		s := &slots[i]
 		last = maxTime(last, s.deadline)
 		ru.keys[s.key] = keyOpen
-		if published {
+		if _, answered := ru.early[s.key]; published || answered {
 			pending[s.key] = s
 			continue
 		}
@@ -173,6 +181,27 @@ const catchUpWait = 30 * time.Second
 type CatchUpInbox interface {
 	Inbox
 	CaughtUp() <-chan struct{}
+}
+
+// drainEarly takes what the inbox already holds, keeping results for
+// calls not yet pending (ru.early).
+func (ru *run) drainEarly(round int) {
+	if ru.inbox == nil {
+		return
+	}
+	drops := 0
+	none := map[protocol.CallKey]*slot{}
+	for {
+		select {
+		case ev, ok := <-ru.inbox.Events():
+			if !ok {
+				return
+			}
+			ru.handle(round, ev, none, &drops)
+		default:
+			return
+		}
+	}
 }
 
 // catchUp waits until the inbox delivered its backlog (bounded), unless it

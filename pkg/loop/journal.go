@@ -189,7 +189,11 @@ type journalState struct {
 	handoff <-chan struct{}
 	rp      replay
 	err     error // the first append failure or hand-off: the run stops
+	lost    bool  // a cancelled run's append failed: it ends unjournaled
 }
+
+// cancelledAppendTimeout bounds an append of a run being cancelled.
+const cancelledAppendTimeout = time.Second
 
 // replay indexes journaled entries by what they decide.
 type replay struct {
@@ -246,9 +250,26 @@ func (ru *run) appendEntry(ctx context.Context, e JournalEntry) bool {
 	if ru.j.err != nil {
 		return false
 	}
+	if ru.j.lost {
+		return true
+	}
 	// A hand-off does not stop an append: what was done (a model answer
-	// that came in meanwhile) is journaled, so it is not done again.
-	if err := ru.j.j.Append(context.WithoutCancel(ctx), e); err != nil {
+	// that came in meanwhile) is journaled, so it is not done again. A run
+	// being cancelled journals its end only if the journal answers soon.
+	actx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if ctx.Err() != nil {
+		actx, cancel = context.WithTimeout(actx, cancelledAppendTimeout)
+	}
+	err := ru.j.j.Append(actx, e)
+	cancel()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrFenced) {
+		// The run is cancelled whatever the journal says: it ends without
+		// it (a resume continues it from its last entry).
+		ru.j.lost = true
+		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, e.Kind).Str(logKeyErrorType, errType(err)).Send()
+		return true
+	}
+	if err != nil {
 		ru.j.err = errors.Join(ErrJournal, err)
 		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, e.Kind).Str(logKeyErrorType, errType(err)).Send()
 		return false
