@@ -209,15 +209,15 @@ type Inbox struct {
 	consuming jetstream.ConsumeContext // nil until Open started it
 	// resultSubject and resultsStream are where the run's results are.
 	resultSubject, resultsStream string
-	closeOnce sync.Once
+	closeOnce                    sync.Once
 
-	mu         sync.Mutex // serialises sends with Close
-	closed     bool
+	mu     sync.Mutex // serialises sends with Close
+	closed bool
 	// Catching up (CaughtUp): the highest stream sequence delivered, the
 	// one to reach, and the channel closed once it is.
-	delivered uint64
-	target    uint64
-	caught    chan struct{}
+	delivered  uint64
+	target     uint64
+	caught     chan struct{}
 	events     chan loop.Event
 	dropped    atomic.Int64
 	refused    atomic.Int64
