@@ -52,7 +52,7 @@ type service struct {
 	subjects protocol.Subjects
 	log      zerolog.Logger
 	limited  zerolog.Logger
-	cons     jetstream.Consumer
+	queue    *natsbus.WorkQueue
 	kv       jetstream.KeyValue
 	disp     *natsbus.Dispatcher
 	gate     *approval.Gate
@@ -100,9 +100,20 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error
-	if s.cons, s.kv, err = ensureRuns(octx, c.js, c.subjects, cfg); err != nil {
+	var cons jetstream.Consumer
+	if cons, s.kv, err = ensureRuns(octx, c.js, c.subjects, cfg); err != nil {
 		return err
 	}
+	s.queue = natsbus.NewWorkQueue(natsbus.WorkQueueConfig{
+		Slots: s.slots, PollWait: cfg.PollWait, InFlight: &s.inflight, Logger: s.log, Noun: "run requests",
+		Ensure: func(ctx context.Context) (jetstream.Consumer, error) {
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			defer cancel()
+			cons, _, err := ensureRuns(octx, c.js, c.subjects, cfg)
+			return cons, err
+		},
+	}, s.handle)
+	s.queue.SetConsumer(cons)
 	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger})
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
 	return s.serve(ctx)
@@ -136,7 +147,7 @@ func (s *service) serve(ctx context.Context) error {
 	pulled := make(chan struct{})
 	go func() {
 		defer close(pulled)
-		s.pull(ctx, execCtx)
+		s.queue.Run(ctx, execCtx)
 	}()
 	ev := s.log.Info().Str("submit", s.subjects.RunSubmit()).Str("stream", s.subjects.RunsStream()).
 		Str("bucket", s.subjects.RunsBucket()).Int("max_concurrent_runs", s.cfg.MaxConcurrentRuns)
@@ -174,71 +185,6 @@ func (s *service) serve(ctx context.Context) error {
 	}
 	s.log.Info().Msg("stopped serving runs")
 	return nil
-}
-
-// pull takes requests from the shared consumer, one free slot per request,
-// and runs each in its own goroutine under execCtx.
-func (s *service) pull(ctx, execCtx context.Context) {
-	failures := 0
-	for {
-		if err := s.slots.Acquire(ctx, 1); err != nil {
-			return
-		}
-		m, err := s.next()
-		if m != nil && ctx.Err() != nil {
-			// Taken while shutting down and not started: another coordinator
-			// takes it at once.
-			m.Nak()
-			m = nil
-		}
-		if m == nil {
-			s.slots.Release(1)
-		} else {
-			s.inflight.Add(1)
-			go func() {
-				defer s.inflight.Done()
-				defer s.slots.Release(1)
-				s.handle(execCtx, m)
-			}()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			failures = 0
-			continue
-		}
-		failures++
-		s.limited.Warn().Err(err).Int("failures", failures).Msg("pulling run requests failed; retrying")
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-			errors.Is(err, jetstream.ErrStreamNotFound) {
-			octx, cancel := context.WithTimeout(ctx, opTimeout)
-			if cons, _, err := ensureRuns(octx, s.c.js, s.subjects, s.cfg); err == nil {
-				s.cons = cons
-			}
-			cancel()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(min(time.Duration(failures)*50*time.Millisecond, 2*time.Second)):
-		}
-	}
-}
-
-// next waits up to PollWait for one request. It does not end with ctx, so
-// that a request the server hands over is never left unacknowledged until
-// AckWait; the caller naks it if it arrives during shutdown.
-func (s *service) next() (jetstream.Msg, error) {
-	m, err := s.cons.Next(jetstream.FetchMaxWait(s.cfg.PollWait))
-	switch {
-	case err == nil:
-		return m, nil
-	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
-		return nil, nil
-	default:
-		return nil, err
-	}
 }
 
 // onSubmit answers one run request: refused with the reason, or queued in
@@ -290,31 +236,28 @@ func (s *service) reply(m *nats.Msg, resp *protocol.RunResponse) {
 // handle runs one request taken from the stream, stores its result and
 // acknowledges it. A request that cannot run gets an error result and is
 // terminated, never redelivered.
-func (s *service) handle(ctx context.Context, m jetstream.Msg) {
-	rec := &protocol.RunResult{V: protocol.Version, Coordinator: s.cfg.Name, Attempt: 1}
-	if md, err := m.Metadata(); err == nil {
-		rec.Attempt = int(md.NumDelivered)
-		rec.SubmittedAt = md.Timestamp.UTC()
+func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decision {
+	m := d.Msg
+	rec := &protocol.RunResult{V: protocol.Version, Coordinator: s.cfg.Name, Attempt: d.Attempt}
+	if !d.Stored.IsZero() {
+		rec.SubmittedAt = d.Stored.UTC()
 	}
 	run, ok := strings.CutPrefix(m.Subject(), s.queuePrefix)
 	if !ok || !protocol.ValidToken(run) {
-		m.TermWithReason(termMalformed)
 		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a queued run request without a valid run id")
-		return
+		return natsbus.Term(termMalformed)
 	}
 	rec.RunID = run
 	log := s.log.With().Str(logRun, run).Int(logAttempt, rec.Attempt).Logger()
 	if s.stored(run) {
-		m.Ack()
 		log.Info().Msg("the run already has a result: its request is acknowledged, not run again")
-		return
+		return natsbus.Ack
 	}
 	req, msgs, err := decodeRunRequest(m.Data(), s.cfg.MaxRequestBytes)
 	if err != nil {
 		rec.Error = protocol.RunErrorFrom(err)
 		log.Warn().Str(logCode, rec.Error.Code).Str(logField, rec.Error.Field).Msg("queued run request refused")
-		s.finish(m, log, rec, true)
-		return
+		return s.finish(log, rec, true)
 	}
 
 	lim := applyLimits(s.c.cfg.Loop, req)
@@ -325,8 +268,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		// only add valid tool names to them.
 		log.Error().Err(err).Msg("could not configure the run")
 		rec.Error = protocol.RunErrorFrom(err)
-		s.finish(m, log, rec, true)
-		return
+		return s.finish(log, rec, true)
 	}
 	ev := log.Info().Int("max_rounds", lim.record.MaxRounds).Int("max_tool_calls_per_round", lim.record.MaxToolCallsPerRound).
 		Int("max_observation_chars", lim.record.MaxObservationChars).Int64("tool_timeout_ms", lim.record.ToolTimeoutMS)
@@ -335,7 +277,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	ev.Msg("run started")
 
-	stop := s.heartbeat(m)
+	stop := d.Heartbeat(s.cfg.AckWait / 3)
 	defer stop()
 	rec.StartedAt = time.Now().UTC()
 	note := "start"
@@ -351,11 +293,10 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		stop()
 		if errors.Is(err, loop.ErrFenced) {
 			log.Warn().Msg("another coordinator took the run while this one was opening its journal: leaving it")
-			return
+			return natsbus.Leave
 		}
 		log.Warn().Err(err).Msg("could not open the run's journal: the run is released for a retry")
-		m.NakWithDelay(time.Second)
-		return
+		return natsbus.Nak(time.Second)
 	}
 	if len(j.Entries()) == 0 {
 		data, _ := encodeJSON(struct {
@@ -364,8 +305,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		}{lim.record, lim.clamped})
 		if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
 			stop()
-			s.released(m, log, j, err)
-			return
+			return s.released(log, j, err)
 		}
 	} else {
 		log.Info().Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
@@ -384,8 +324,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff})
 	if errors.Is(runErr, loop.ErrHandedOff) || errors.Is(runErr, loop.ErrJournal) {
 		stop()
-		s.released(m, log, j, runErr)
-		return
+		return s.released(log, j, runErr)
 	}
 	rec.FinishedAt = time.Now().UTC()
 	switch {
@@ -409,23 +348,24 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 				Message: "the model or the tool catalog failed; every tool call is answered; see the coordinator's logs"}
 		}
 	}
-	s.finish(m, log, rec, false)
+	return s.finish(log, rec, false)
 }
 
 // released leaves a run that stopped at a step boundary to whoever takes
 // it next: handed off (the request goes back at once), fenced (another
 // coordinator owns it: nothing is acknowledged), or stopped by a journal
 // failure (the request goes back after a pause).
-func (s *service) released(m jetstream.Msg, log zerolog.Logger, j *natsbus.Journal, err error) {
+func (s *service) released(log zerolog.Logger, j *natsbus.Journal, err error) natsbus.Decision {
 	switch {
 	case errors.Is(err, loop.ErrHandedOff):
-		m.Nak()
 		log.Info().Msg("run handed off at a step boundary: another coordinator resumes it from its journal")
+		return natsbus.Nak(0)
 	case j.Fenced():
 		log.Warn().Msg("another coordinator took the run over: this one stops without acknowledging, publishing or storing anything more")
+		return natsbus.Leave
 	default:
-		m.NakWithDelay(time.Second)
 		log.Warn().Err(err).Msg("could not append to the run's journal: the run is released for a retry")
+		return natsbus.Nak(time.Second)
 	}
 }
 
@@ -457,38 +397,16 @@ func (s *service) stored(run protocol.RunID) bool {
 	return err == nil
 }
 
-// heartbeat tells the server the request is still being worked on, every
-// third of AckWait, until stop is called.
-func (s *service) heartbeat(m jetstream.Msg) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(s.cfg.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				m.InProgress()
-			}
-		}
-	})
-	var once sync.Once
-	return func() { once.Do(func() { close(done); wg.Wait() }) }
-}
-
 // finish stores rec (once per run id, whichever coordinator is first),
 // announces it, and acknowledges the request — or terminates it when term
 // is set or the result could not be stored: a request that ran, or cannot
 // run, is never delivered again.
-func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunResult, term bool) {
+func (s *service) finish(log zerolog.Logger, rec *protocol.RunResult, term bool) natsbus.Decision {
 	data, created, err := s.store(rec)
 	switch {
 	case err != nil:
 		log.Error().Err(err).Msg("could not store the run's result: it is lost")
-		m.TermWithReason("result_not_stored")
-		return
+		return natsbus.Term("result_not_stored")
 	case !created:
 		log.Warn().Msg("another coordinator stored this run's result first: this one is dropped")
 	default:
@@ -498,10 +416,9 @@ func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunR
 			}
 		}
 	}
+	dec := natsbus.Ack
 	if term {
-		m.TermWithReason(termMalformed)
-	} else {
-		m.Ack()
+		dec = natsbus.Term(termMalformed)
 	}
 	ev := log.Info().Int(logBytes, len(data))
 	if rec.TerminationReason != "" {
@@ -514,6 +431,7 @@ func (s *service) finish(m jetstream.Msg, log zerolog.Logger, rec *protocol.RunR
 		ev = ev.Bool("transcript_omitted", true)
 	}
 	ev.Msg("run finished")
+	return dec
 }
 
 // store writes rec under its run id unless a result is already there,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -24,30 +23,24 @@ const (
 // errExpired refuses a call whose deadline has passed.
 var errExpired = errors.New("natsbus: call deadline passed")
 
-// process handles one delivered call from acceptance to ack.
-func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg) {
-	attempt := 1
-	var seq uint64 // the call's message in the calls stream
-	if md, err := m.Metadata(); err == nil {
-		attempt = max(int(md.NumDelivered), 1)
-		seq = md.Sequence.Stream
-	}
+// process handles one delivered call from acceptance to its result, and
+// says how its message is settled.
+func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Decision {
+	m, attempt, seq := d.Msg, d.Attempt, d.Seq // seq: the call's message in the calls stream
 	tc.meter.onDelivered(attempt)
 	call, replyTo, err := w.accept(tc, m)
 	switch {
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
 		tc.meter.onTerminated(TerminatedExpired)
-		m.TermWithReason(termExpired)
 		w.log.Info().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
 			Int(logAttempt, attempt).Msg("call expired before it started: not run")
-		return
+		return Term(termExpired)
 	case err != nil:
 		w.malformed.Add(1)
 		tc.meter.onTerminated(TerminatedMalformed)
-		m.TermWithReason(termMalformed)
 		w.limited.Warn().Str(logSubject, m.Subject()).Str(logCode, errorCode(err)).Msg("terminated a malformed call")
-		return
+		return Term(termMalformed)
 	}
 	log := w.log.With().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
 		Int(logAttempt, attempt).Logger()
@@ -60,18 +53,18 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		// side by side.
 		if !w.begin(call.RunID, call.CallKey, seq) {
 			log.Info().Msg("call redelivered while it runs here: not run again")
-			return
+			return Leave // the attempt running here settles the message
 		}
 		defer w.end(call.RunID, call.CallKey, seq)
 	} else {
 		// At most once: the call is claimed before the tool runs.
-		switch err := w.claim(m, seq); {
+		switch err := w.claim(d); {
 		case errors.Is(err, errClaimed):
 			log.Info().Msg("call already taken by another delivery: not run")
-			return
+			return Settled
 		case err != nil:
 			log.Warn().Err(err).Msg("could not claim a non-idempotent call before running it: not run")
-			return
+			return Leave // redelivered after the ack wait, and claimed again
 		}
 	}
 	w.publishProgress(call, attempt)
@@ -79,7 +72,10 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	unregister := w.register(call.RunID, call.CallKey, cancel)
-	stopHeartbeat := w.heartbeat(tc, m)
+	stopHeartbeat := func() {}
+	if tc.idempotent { // a claimed call is settled already and needs none
+		stopHeartbeat = d.Heartbeat(w.cfg.Heartbeat)
+	}
 	w.executed.Add(1)
 	tc.meter.onStarted()
 	res := w.h.Execute(cctx, harness.Call{
@@ -113,18 +109,19 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
 		if tc.idempotent {
-			m.NakWithDelay(time.Second) // run again elsewhere, if the deadline allows
+			return Nak(time.Second) // run again elsewhere, if the deadline allows
 		}
-		return
-	}
-	if tc.idempotent {
-		m.Ack()
+		return Settled
 	}
 	ev := log.Info().Str(logOutcome, string(res.Outcome)).Dur(logDuration, res.Duration)
 	if res.ErrorType != "" {
 		ev = ev.Str(logErrorType, res.ErrorType)
 	}
 	ev.Msg("call finished")
+	if tc.idempotent {
+		return Ack
+	}
+	return Settled
 }
 
 // errClaimed refuses a non-idempotent call another delivery claimed.
@@ -140,22 +137,22 @@ var errClaimed = errors.New("natsbus: the call was claimed by another delivery")
 // that the message is gone (claimed, or expired), and another error when
 // it does not answer: then the message, if still there, is redelivered
 // after the ack wait and claimed again.
-func (w *Worker) claim(m jetstream.Msg, seq uint64) error {
-	if seq == 0 {
+func (w *Worker) claim(d *Delivery) error {
+	if d.Seq == 0 {
 		return codedError("no_stream_sequence")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
-	if err := w.calls.DeleteMsg(ctx, seq); err != nil {
+	if err := w.calls.DeleteMsg(ctx, d.Seq); err != nil {
 		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
-			m.Ack() // settles this delivery of a message that is gone
+			d.Settle(Ack) // settles this delivery of a message that is gone
 			return errClaimed
 		}
 		return err
 	}
 	// Removing the message also settled its delivery; the ack is for
 	// whoever reads the consumer's state before the server updates it.
-	m.Ack()
+	d.Settle(Ack)
 	return nil
 }
 
@@ -202,30 +199,6 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 		return call, "", errExpired
 	}
 	return call, replyTo, nil
-}
-
-// heartbeat signals in-progress for an idempotent call every Heartbeat
-// until the returned func is called. A non-idempotent call is already
-// acknowledged and needs none.
-func (w *Worker) heartbeat(tc *toolConsumer, m jetstream.Msg) (stop func()) {
-	if !tc.idempotent {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(w.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				m.InProgress()
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }
 
 // publishProgress tells the coordinator the call started (core NATS, best
