@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
@@ -194,5 +195,83 @@ func TestDurableHandoff(t *testing.T) {
 	}
 	if err := looptest.CheckTranscript(got.Messages); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDurableResumedCallsWithoutResults: a run stopped after its calls
+// were published, resumed where no result ever comes: the non-idempotent
+// call, which may have started on a worker the resumed run cannot hear
+// from, ends outcome_unknown at its journaled deadline; the idempotent one
+// ends timeout. Neither is published again.
+func TestDurableResumedCallsWithoutResults(t *testing.T) {
+	idem := looptest.MustSpec("retry", openSchema)
+	idem.Idempotent = true
+	cat := looptest.NewCatalog(append(specs(), idem)...)
+	model := looptest.NewModel(
+		looptest.Calls(looptest.Call("h", "hang", `{}`), looptest.Call("r", "retry", `{}`)),
+		looptest.Answer("done"))
+	cfg := loop.Config{ToolTimeout: 300 * time.Millisecond, Grace: 50 * time.Millisecond}
+	never := func(context.Context, protocol.Call) (protocol.Result, bool) { return protocol.Result{}, false }
+	d := looptest.New(never)
+	d.Durable = true
+	j := looptest.NewJournal()
+	j.FailAt = 5 // tools, model, dispatched, published, then fenced
+	r, err := loop.New(cfg, model, cat, d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "resume-open", Journal: j}); !errors.Is(err, loop.ErrFenced) {
+		t.Fatalf("first owner: %v", err)
+	}
+	if k := j.Kinds(); len(k) != 4 || k[3] != loop.EntryPublished {
+		t.Fatalf("journal %v", k)
+	}
+	d2 := looptest.New(never)
+	d2.Durable = true
+	r2, _ := loop.New(cfg, looptest.NewModel(looptest.Answer("done")), cat, d2, nil)
+	res, err := r2.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "resume-open", Journal: j.Resume(-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]protocol.Outcome{}
+	for _, c := range res.Calls {
+		got[c.CallID] = c.Outcome
+	}
+	if got["h"] != protocol.OutcomeUnknown || got["r"] != protocol.OutcomeTimeout {
+		t.Fatalf("outcomes %v, want h outcome_unknown and r timeout", got)
+	}
+	if len(d2.Published()) != 0 {
+		t.Fatalf("the resumed run published %d calls again", len(d2.Published()))
+	}
+}
+
+// TestDurableApprovalKeepsItsDeadline: a run stopped while an approval
+// waits asks the gate again, after resuming, with the original deadline.
+func TestDurableApprovalKeepsItsDeadline(t *testing.T) {
+	var asked atomic.Int64
+	j := looptest.NewJournal()
+	handoff := make(chan struct{})
+	var first protocol.ApprovalRequest
+	gate := &looptest.Gate{Func: func(ctx context.Context, req protocol.ApprovalRequest) (loop.Decision, error) {
+		first = req
+		close(handoff)
+		<-ctx.Done()
+		return loop.Decision{}, ctx.Err()
+	}}
+	d := looptest.New(handler)
+	d.Durable = true
+	if _, err := durableRunner(t, durableModel(&asked), d, gate).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "deadline-1", Journal: j, Handoff: handoff}); !errors.Is(err, loop.ErrHandedOff) {
+		t.Fatal(err)
+	}
+	d.Wait()
+	allow := looptest.AllowAll()
+	if _, err := durableRunner(t, durableModel(&asked), d, allow).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "deadline-1", Journal: j.Resume(-1)}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := allow.Requests()
+	if len(reqs) == 0 || !reqs[0].Deadline.Equal(first.Deadline) || reqs[0].CallKey != first.CallKey {
+		t.Fatalf("resumed approval request %+v, want deadline %v and key %s", reqs, first.Deadline, first.CallKey)
 	}
 }
