@@ -180,6 +180,7 @@ func TestDurableRunSurvivesKill9AtEachStepBoundary(t *testing.T) {
 	want := referenceTranscript(t)
 	for _, crash := range []string{"model:1", "model:2", "approval_requested:1", "dispatched:2", "published:2", "finished:1"} {
 		t.Run(strings.ReplaceAll(crash, ":", "_"), func(t *testing.T) {
+			t.Parallel() // each has its own server and processes, and mostly waits for the run ack wait
 			f := newFleet(t)
 			f.startWorker("w1")
 			model := f.writeJSON("script.json", map[string]any{"turns": durableScript()})
