@@ -21,6 +21,9 @@ import (
 type chaosModel struct {
 	mu    sync.Mutex
 	asked map[string]int // "K/round" -> requests
+	// hang, when set, is asked first: true makes the request hang until
+	// the client goes away.
+	hang func(run string, round, n int) bool
 }
 
 func (m *chaosModel) handle(_ int, req *openaitest.Request) openaitest.Reply {
@@ -56,8 +59,13 @@ func (m *chaosModel) handle(_ int, req *openaitest.Request) openaitest.Reply {
 		rep.Content = "done " + run
 	}
 	m.mu.Lock()
-	m.asked[fmt.Sprintf("%s/%d", run, round)]++
+	key := fmt.Sprintf("%s/%d", run, round)
+	m.asked[key]++
+	n, hang := m.asked[key], m.hang
 	m.mu.Unlock()
+	if hang != nil && hang(run, round, n) {
+		return openaitest.Reply{Hang: true}
+	}
 	return rep
 }
 
@@ -86,7 +94,11 @@ type servingFleet struct {
 }
 
 func newServingFleet(t *testing.T, coordinators int) *servingFleet {
-	f := &servingFleet{fleet: newFleet(t), model: &chaosModel{asked: map[string]int{}}, procs: map[string]*proc{}}
+	return newServingFleetWith(t, coordinators, &chaosModel{asked: map[string]int{}})
+}
+
+func newServingFleetWith(t *testing.T, coordinators int, model *chaosModel) *servingFleet {
+	f := &servingFleet{fleet: newFleet(t), model: model, procs: map[string]*proc{}}
 	srv := openaitest.NewServer(t, f.model.handle)
 	f.url = srv.URL
 	f.startWorker("w1")
@@ -219,4 +231,34 @@ func TestDurableRollingRestart(t *testing.T) {
 	}
 	made, _ := f.model.calls()
 	t.Logf("%d runs handed off; model calls made %d, needed %d", handedOff, made, runs*3)
+}
+
+// TestDurableKilledMidModelCall kills the owning coordinator while its
+// second round's model call is in flight (the fake model holds it): the
+// coordinator that takes the run asks that round again — the only round
+// asked twice — and nothing else is repeated.
+func TestDurableKilledMidModelCall(t *testing.T) {
+	inFlight := make(chan struct{})
+	var once sync.Once
+	model := &chaosModel{asked: map[string]int{}, hang: func(_ string, round, n int) bool {
+		if round == 2 && n == 1 {
+			once.Do(func() { close(inFlight) })
+			return true
+		}
+		return false
+	}}
+	f := newServingFleetWith(t, 1, model)
+	ids := f.submitAll(1)
+	select {
+	case <-inFlight:
+	case <-time.After(60 * time.Second):
+		t.Fatal("round 2's model call never started")
+	}
+	f.proc("c1").kill()
+	f.restart("c2")
+	f.checkAll(ids)
+	_, repeated := f.model.calls()
+	if len(repeated) != 1 || repeated["0/2"] != 2 {
+		t.Fatalf("rounds asked more than once: %v, want only round 2, twice", repeated)
+	}
 }
