@@ -93,7 +93,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	); err != nil {
 		if ctx.Err() != nil {
 			// The request may be stored already: say it was withdrawn.
-			g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+			g.withdraw(ctx, req, log)
 			return loop.Decision{}, fmt.Errorf("approval: publishing request: %w", ctx.Err())
 		}
 		return loop.Decision{}, fmt.Errorf("approval: publishing request: %w", err)
@@ -105,7 +105,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
-			g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+			g.withdraw(ctx, req, log)
 			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", ctx.Err())
 		case waitCtx.Err() != nil:
 			log.Info().Str(logOutcome, NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
@@ -190,6 +190,16 @@ func (g *Gate) check(req *protocol.ApprovalRequest, data []byte, at time.Time) (
 		return d, ignoreLate
 	}
 	return d, ""
+}
+
+// withdraw records that the run stopped waiting for req, unless it was
+// handed off to another coordinator, which waits for the same request.
+func (g *Gate) withdraw(ctx context.Context, req protocol.ApprovalRequest, log zerolog.Logger) {
+	if errors.Is(context.Cause(ctx), loop.ErrHandedOff) {
+		log.Info().Msg("approval wait handed off: the request stays pending")
+		return
+	}
+	g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
 }
 
 // record publishes how the gate settled req into the approvals stream. It is

@@ -356,8 +356,10 @@ func (ru *run) approve(ctx context.Context, round int, slots []slot) {
 			}
 		}
 	}
-	gctx, gcancel := context.WithCancel(ctx)
-	defer gcancel()
+	// A hand-off ends the gate's wait with cause ErrHandedOff: the request
+	// is still pending, for the next owner.
+	gctx, gcancel := context.WithCancelCause(ctx)
+	defer gcancel(nil)
 	ch := make(chan approval, len(waiting))
 	open := make(map[int]bool, len(waiting))
 	for _, i := range waiting {
@@ -402,6 +404,7 @@ func (ru *run) approve(ctx context.Context, round int, slots []slot) {
 			return
 		case <-ru.handoffC():
 			ru.stopped()
+			gcancel(ErrHandedOff)
 			return
 		case <-ctx.Done():
 			for i := range open {
