@@ -167,17 +167,10 @@ func (s *service) serve(ctx context.Context) error {
 	// (a model call in flight may finish for up to ShutdownGrace) and its
 	// request goes back to the stream for another coordinator.
 	close(s.handoff)
-	done := make(chan struct{})
-	go func() { s.inflight.Wait(); close(done) }()
-	grace := time.NewTimer(s.cfg.ShutdownGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
+	s.queue.Drain(s.cfg.ShutdownGrace, func() {
 		s.log.Warn().Dur("grace", s.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling the runs still in flight")
 		cancelExec(errShutdown)
-		<-done
-	}
+	})
 	// The drained subscription answers what it had already received.
 	deadline := time.Now().Add(opTimeout)
 	for sub.IsValid() && time.Now().Before(deadline) {

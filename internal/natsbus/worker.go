@@ -224,17 +224,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	pullers.Wait()
 
-	done := make(chan struct{})
-	go func() { w.inflight.Wait(); close(done) }()
-	grace := time.NewTimer(w.cfg.ShutdownGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
+	drain(&w.inflight, w.cfg.ShutdownGrace, func() {
 		w.log.Warn().Dur("grace", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling the calls still running")
 		cancelExec(errShutdown)
-		<-done
-	}
+	})
 	w.log.Info().Msg("worker stopped")
 	return nil
 }

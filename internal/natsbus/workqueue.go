@@ -234,6 +234,28 @@ func (q *WorkQueue) Run(ctx, execCtx context.Context) {
 	}
 }
 
+// Drain waits for the handlers in InFlight for up to grace; past it, it
+// calls overdue (which should make them end: cancel their context) and
+// waits for them. It reports whether the grace ran out.
+func (q *WorkQueue) Drain(grace time.Duration, overdue func()) bool {
+	return drain(q.cfg.InFlight, grace, overdue)
+}
+
+func drain(inflight *sync.WaitGroup, grace time.Duration, overdue func()) bool {
+	done := make(chan struct{})
+	go func() { inflight.Wait(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return false
+	case <-t.C:
+		overdue()
+		<-done
+		return true
+	}
+}
+
 // serve runs the handler of one message and settles it.
 func (q *WorkQueue) serve(ctx context.Context, m jetstream.Msg) {
 	d := &Delivery{Msg: m, Attempt: 1}
