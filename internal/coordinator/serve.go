@@ -315,6 +315,14 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 		lj = hookedJournal{j, s.cfg.AfterAppend}
 	}
 	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff})
+	if errors.Is(runErr, loop.ErrJournal) && errors.Is(runErr, protocol.ErrTooLarge) {
+		// Retrying cannot help: a step is larger than a journal entry may be.
+		log.Error().Msg("a step of the run is over the journal's entry limit: the run fails")
+		rec.FinishedAt = time.Now().UTC()
+		rec.Error = &protocol.RunError{Code: protocol.CodeTooLarge,
+			Message: fmt.Sprintf("a step of the run (a model response or a round's tools) is over the %d-byte journal entry limit", natsbus.MaxJournalEntryBytes)}
+		return s.finish(log, rec, true)
+	}
 	if errors.Is(runErr, loop.ErrHandedOff) || errors.Is(runErr, loop.ErrJournal) {
 		stop()
 		return s.released(log, j, runErr)
