@@ -16,7 +16,7 @@ const (
 	DefaultRunAckWait        = 30 * time.Second
 	// DefaultRunMaxDeliver counts hand-offs too: every coordinator that
 	// takes a run, after a crash or a hand-off, is one delivery.
-	DefaultRunMaxDeliver = 10
+	DefaultRunMaxDeliver   = 10
 	DefaultMaxQueuedRuns   = 10_000
 	DefaultQueuedRunMaxAge = 24 * time.Hour
 	DefaultResultTTL       = 24 * time.Hour
