@@ -66,7 +66,7 @@ func callsWithoutTimes(cs []loop.CallRecord) []loop.CallRecord {
 // uninterrupted run's transcript and calls, asks the model only for the
 // rounds not journaled, and runs no call twice.
 func TestDurableResumeAtEveryEntry(t *testing.T) {
-	var executed atomic.Int64
+	var executed, unproven atomic.Int64
 	counting := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
 		executed.Add(1)
 		return handler(ctx, c)
@@ -74,6 +74,12 @@ func TestDurableResumeAtEveryEntry(t *testing.T) {
 	var asked atomic.Int64
 	disp := looptest.New(counting)
 	disp.Durable = true
+	disp.PublishErr = func(c protocol.Call) error {
+		if c.RequiresApproval && c.Approval == nil {
+			unproven.Add(1) // a worker would refuse it
+		}
+		return nil
+	}
 	full := looptest.NewJournal()
 	const run = "durable-run-1"
 	want, err := durableRunner(t, durableModel(&asked), disp, looptest.AllowAll()).
@@ -117,6 +123,9 @@ func TestDurableResumeAtEveryEntry(t *testing.T) {
 	}
 	if executed.Load() != 4 {
 		t.Fatalf("calls ran %d times over all resumes, want 4", executed.Load())
+	}
+	if n := unproven.Load(); n != 0 {
+		t.Fatalf("%d approved calls were published without their approval's proof", n)
 	}
 }
 

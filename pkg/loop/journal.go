@@ -115,6 +115,9 @@ type JournaledDecision struct {
 	GateResult string           `json:"gate_result,omitempty"`
 	Outcome    protocol.Outcome `json:"outcome,omitempty"`
 	Content    string           `json:"content,omitempty"`
+	// Proof is an approval's place in the approvals stream, which the call
+	// carries to the worker: a resumed run publishes the call with it.
+	Proof *protocol.ApprovalProof `json:"proof,omitempty"`
 }
 
 // JournaledObservation is how one call of a round was answered.

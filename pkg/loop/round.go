@@ -487,7 +487,7 @@ func (ru *run) replayDecisions(slots []slot, waiting []int) []int {
 			still = append(still, i)
 			continue
 		}
-		s.gateResult = d.GateResult
+		s.gateResult, s.proof = d.GateResult, d.Proof
 		if d.Outcome != "" {
 			ru.answer(s, d.Outcome, d.Content)
 		}
@@ -497,7 +497,7 @@ func (ru *run) replayDecisions(slots []slot, waiting []int) []int {
 
 // journalDecision journals how the gate settled s, before it takes effect.
 func (ru *run) journalDecision(ctx context.Context, s *slot) bool {
-	d := JournaledDecision{CallKey: s.key, GateResult: s.gateResult}
+	d := JournaledDecision{CallKey: s.key, GateResult: s.gateResult, Proof: s.proof}
 	if s.done {
 		d.Outcome, d.Content = s.outcome, s.obs
 	}
