@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -282,5 +283,77 @@ func TestDurableApprovalKeepsItsDeadline(t *testing.T) {
 	reqs := allow.Requests()
 	if len(reqs) == 0 || !reqs[0].Deadline.Equal(first.Deadline) || reqs[0].CallKey != first.CallKey {
 		t.Fatalf("resumed approval request %+v, want deadline %v and key %s", reqs, first.Deadline, first.CallKey)
+	}
+}
+
+// TestDurableResumePastTheDedupWindow: a run stopped after journaling its
+// dispatch and before journaling that its publishes returned is resumed.
+// Within the dedup window both calls are published again (deduplicated by
+// key downstream); past it the non-idempotent one is not — a second
+// publish could run it twice — and ends outcome_unknown, while the
+// idempotent one is published again and answered.
+func TestDurableResumePastTheDedupWindow(t *testing.T) {
+	idem := looptest.MustSpec("retry", openSchema)
+	idem.Idempotent = true
+	cat := looptest.NewCatalog(append(specs(), idem)...)
+	answerRetry := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+		if c.Tool != "retry" {
+			return protocol.Result{}, false
+		}
+		return looptest.OK("retried"), true
+	}
+	for _, tt := range []struct {
+		name      string
+		window    time.Duration
+		published []protocol.ToolName
+		hang      protocol.Outcome
+	}{
+		{"within the window", time.Hour, []protocol.ToolName{"hang", "retry"}, protocol.OutcomeUnknown},
+		{"past the window", time.Nanosecond, []protocol.ToolName{"retry"}, protocol.OutcomeUnknown},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := loop.Config{ToolTimeout: 300 * time.Millisecond, Grace: 50 * time.Millisecond, DedupWindow: tt.window}
+			model := looptest.NewModel(
+				looptest.Calls(looptest.Call("h", "hang", `{}`), looptest.Call("r", "retry", `{}`)),
+				looptest.Answer("done"))
+			never := func(context.Context, protocol.Call) (protocol.Result, bool) { return protocol.Result{}, false }
+			d := looptest.New(never)
+			d.Durable = true
+			j := looptest.NewJournal()
+			j.FailAt = 4 // tools, model, dispatched, then fenced at published
+			r, err := loop.New(cfg, model, cat, d, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "dedup-" + fmt.Sprint(tt.window), Journal: j}); !errors.Is(err, loop.ErrFenced) {
+				t.Fatalf("first owner: %v", err)
+			}
+			if k := j.Kinds(); len(k) != 3 || k[2] != loop.EntryDispatched {
+				t.Fatalf("journal %v, want it to end at the dispatch", k)
+			}
+			d2 := looptest.New(answerRetry)
+			d2.Durable = true
+			r2, _ := loop.New(cfg, looptest.NewModel(looptest.Answer("done")), cat, d2, nil)
+			res, err := r2.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "dedup-" + fmt.Sprint(tt.window), Journal: j.Resume(-1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d2.Wait()
+			var tools []protocol.ToolName
+			for _, c := range d2.Published() {
+				tools = append(tools, c.Tool)
+			}
+			slices.Sort(tools)
+			if !slices.Equal(tools, tt.published) {
+				t.Fatalf("the resumed run published %v, want %v", tools, tt.published)
+			}
+			got := map[string]protocol.Outcome{}
+			for _, c := range res.Calls {
+				got[c.CallID] = c.Outcome
+			}
+			if got["h"] != tt.hang || got["r"] != protocol.OutcomeOK {
+				t.Fatalf("outcomes %v, want h %s and r ok", got, tt.hang)
+			}
+		})
 	}
 }

@@ -107,7 +107,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 		s := &slots[i]
 		last = maxTime(last, s.deadline)
 		ru.keys[s.key] = keyOpen
-		if _, answered := ru.early[s.key]; published || answered {
+		if _, answered := ru.early[s.key]; published || answered || ru.pastDedup(journaled, s) {
 			pending[s.key] = s
 			continue
 		}
@@ -484,4 +484,17 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// pastDedup reports whether s is a non-idempotent call of a resumed round
+// first dispatched longer ago than Config.DedupWindow: publishing it again
+// would store a new call, which a worker could run a second time, so it is
+// awaited where it is (outcome_unknown at its deadline) instead.
+func (ru *run) pastDedup(journaled map[protocol.CallKey]JournaledCall, s *slot) bool {
+	c, ok := journaled[s.key]
+	if !ok || s.entry.spec.Idempotent {
+		return false
+	}
+	dispatched := c.Deadline.Add(-time.Duration(c.TimeoutMS) * time.Millisecond)
+	return ru.now().Sub(dispatched) >= ru.cfg.DedupWindow
 }
