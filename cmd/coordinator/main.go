@@ -75,6 +75,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return mcpCommand(ctx, args[1:], stdout, stderr)
 	case "provision":
 		return provisionCommand(ctx, args[1:], stdout, stderr)
+	case "resume":
+		return resumeCommand(ctx, args[1:], stdout, stderr)
+	case "runs":
+		return runsCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -93,6 +97,8 @@ func usage(w io.Writer) {
   coordinator approvals list|approve|deny [...]   see and answer pending approvals
   coordinator mcp [--transport stdio|http]        serve the fleet's tools to MCP clients
   coordinator provision [flags]                   create or update the fleet's streams (admin)
+  coordinator runs list|show RUN|cancel RUN       see and steer durable runs (journals)
+  coordinator resume [flags] RUN                  continue a killed "coordinator run --nats-url"
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

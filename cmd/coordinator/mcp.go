@@ -33,10 +33,28 @@ type mcpFlags struct {
 	noLocalhost bool
 }
 
+// mcpFleetFlags are the fleet flags "coordinator mcp" uses. The others
+// (the model's, --max-rounds, --max-tool-calls-per-round: each MCP call is
+// one round of one call) are not defined, so giving one is a usage error
+// and --help does not list them.
+var mcpFleetFlags = []string{
+	"nats-url", "creds", "user", "password", "prefix",
+	"workers", "tools", "builtin",
+	"max-observation-chars", "tool-timeout", "require-approval", "approval-timeout",
+	"trace-args", "log-level", "metrics-addr",
+}
+
 func newMCPFlagSet(f *mcpFlags, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("coordinator mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f.fleetFlags.register(fs, false)
+	// The fleet flags are registered on a set of their own (so their
+	// defaults are set), and those that apply are taken over.
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	f.fleetFlags.register(all, false)
+	for _, name := range mcpFleetFlags {
+		fl := all.Lookup(name)
+		fs.Var(fl.Value, fl.Name, fl.Usage)
+	}
 	fs.StringVar(&f.transport, "transport", "stdio", "stdio | http (streamable HTTP, stateless)")
 	fs.StringVar(&f.addr, "http-addr", "127.0.0.1:8808", "listen `ADDR` of --transport http")
 	fs.StringVar(&f.path, "http-path", "/mcp", "URL path of the MCP endpoint")

@@ -285,16 +285,27 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer c.Close()
 
-	res, runErr := c.Run(ctx, prompt)
+	var res *loop.Result
+	var runErr error
+	if c.Journaling() {
+		res, runErr = c.RunJournaled(ctx, prompt)
+	} else {
+		res, runErr = c.Run(ctx, prompt)
+	}
+	return finishRun(stdout, stderr, "coordinator run", f.output, res, runErr)
+}
+
+// finishRun prints a run's result and returns the exit status.
+func finishRun(stdout, stderr io.Writer, cmd, output string, res *loop.Result, runErr error) int {
 	if res != nil {
-		if err := printResult(stdout, f.output, res); err != nil {
-			fmt.Fprintln(stderr, "coordinator run: writing the result:", err)
+		if err := printResult(stdout, output, res); err != nil {
+			fmt.Fprintln(stderr, cmd+": writing the result:", err)
 			return exitError
 		}
 	}
 	switch {
 	case runErr != nil:
-		fmt.Fprintln(stderr, "coordinator run:", runErr)
+		fmt.Fprintln(stderr, cmd+":", runErr)
 		return exitError
 	case res.TerminationReason == loop.TerminationMaxRounds:
 		return exitMaxRounds

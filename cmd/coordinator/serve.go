@@ -34,7 +34,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.name, "name", "", "coordinator `ID` in run results and logs (default <hostname>-<pid>)")
 	fs.IntVar(&f.maxConcurrentRuns, "max-concurrent-runs", coordinator.DefaultMaxConcurrentRuns, "runs this coordinator runs at once (1..10000)")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", protocol.DefaultMaxRunRequestBytes, "size limit of a run request; larger ones are refused (1..1048576)")
-	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", coordinator.DefaultShutdownGrace, "on SIGTERM, how long runs in flight may finish before they are cancelled")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", coordinator.DefaultShutdownGrace, "on SIGTERM, how long runs in flight have to reach a step boundary and be handed off before they are cancelled")
 	fs.DurationVar(&f.runAckWait, "run-ack-wait", coordinator.DefaultRunAckWait, "how long a run taken by a coordinator that died waits before another coordinator takes it (fleet-wide)")
 	fs.DurationVar(&f.resultTTL, "result-ttl", coordinator.DefaultResultTTL, "how long results stay in the runs bucket (fleet-wide)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:0", "with the embedded server, the `HOST:PORT` clients and remote workers connect to (port 0: random), with credentials drawn at start and written to a credentials file whose path is logged; \"none\": in-process connections only")
@@ -148,7 +148,9 @@ Flags:`)
 		return exitError
 	}
 	defer c.Close()
-	if err := c.Serve(ctx, f.serveConfig()); err != nil {
+	sc := f.serveConfig()
+	sc.AfterAppend = crashAfter()
+	if err := c.Serve(ctx, sc); err != nil {
 		fmt.Fprintln(stderr, "coordinator serve:", err)
 		return exitError
 	}

@@ -314,6 +314,13 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 		}
 		b.add(row{name: "fleet: 1 echo call, full loop round (loop.Runner), " + wn,
 			s: b.loopSingle, ratio: ratio(b.loopSingle.p50, b.baseJS.p50) + " JS round trip"})
+		journaled, err := f.loopLatencyJournaled(ctx, b.p.loopSingle, 1, echoTool, echoArgs, echoText)
+		if err != nil {
+			return fmt.Errorf("single call through a journaled loop: %w", err)
+		}
+		b.add(row{name: "fleet: 1 echo call, full loop round, journaled (RunDurable: 5 fenced appends a round), " + wn,
+			s: journaled, ratio: ratio(journaled.p50, b.loopSingle.p50) + " unjournaled round",
+			note: fmt.Sprintf("journal: +%v a round at p50", (journaled.p50 - b.loopSingle.p50).Round(time.Microsecond))})
 		oc, err := f.openClose(ctx, max(b.p.loopSingle/roundsPerRun, 10))
 		if err != nil {
 			return fmt.Errorf("opening inboxes: %w", err)

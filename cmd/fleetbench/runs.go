@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -10,8 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // roundsPerRun is how many rounds of tool calls each benchmark run asks
@@ -96,6 +102,21 @@ func checkRun(res *loop.Result, err error) error {
 // loopLatency times rounds of calls calls to tool through the loop, n
 // rounds in all (in runs of roundsPerRun rounds), one run at a time.
 func (f *fleet) loopLatency(ctx context.Context, n, calls int, tool, args, want string) (summary, error) {
+	return f.loopLatencyOf(ctx, n, calls, tool, args, want, false)
+}
+
+// loopLatencyJournaled is loopLatency for durable runs: every run journaled
+// in the journal stream (five appends a round: observations, tools, model
+// response, dispatch, publish).
+func (f *fleet) loopLatencyJournaled(ctx context.Context, n, calls int, tool, args, want string) (summary, error) {
+	if _, err := f.js.CreateStream(ctx, coordinator.JournalStreamConfig(f.subjects)); err != nil &&
+		!errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return summary{}, err
+	}
+	return f.loopLatencyOf(ctx, n, calls, tool, args, want, true)
+}
+
+func (f *fleet) loopLatencyOf(ctx context.Context, n, calls int, tool, args, want string, journaled bool) (summary, error) {
 	var s samples
 	var bad atomic.Int64
 	recording := false
@@ -115,7 +136,18 @@ func (f *fleet) loopLatency(ctx context.Context, n, calls int, tool, args, want 
 	cpu := startCPU()
 	for i := range warmup(runs) + runs {
 		recording = i >= warmup(runs)
-		if err := checkRun(r.Run(ctx, "bench")); err != nil {
+		if !journaled {
+			if err := checkRun(r.Run(ctx, "bench")); err != nil {
+				return summary{}, err
+			}
+			continue
+		}
+		run := protocol.NewID()
+		j, err := natsbus.OpenJournal(ctx, f.js, f.subjects, run, "fleetbench", "start")
+		if err != nil {
+			return summary{}, err
+		}
+		if err := checkRun(r.RunDurable(ctx, loop.Durable{Prompt: "bench", RunID: run, Journal: j})); err != nil {
 			return summary{}, err
 		}
 	}

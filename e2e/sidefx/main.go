@@ -8,7 +8,8 @@
 //
 // appends "start <id> <pid> <ppid>" to the file named by $SIDEFX_LOG (ppid
 // is the worker that started it: the parent, or the parent's parent when
-// the parent is the worker's exec supervisor), sleeps, appends "done <id> <pid>", prints
+// the parent is the worker's exec supervisor) and "key <id> <call key>" (the
+// call's $TOOLFLEET_CALL_KEY), sleeps, appends "done <id> <pid>", prints
 // "ran <id> pid <pid> worker-pid <ppid>" (or "output" when given) and exits
 // with "exit". A killed run never writes its done line.
 package main
@@ -42,6 +43,9 @@ func main() {
 	}
 	pid, ppid := os.Getpid(), workerPID()
 	record(fmt.Sprintf("start %s %d %d\n", a.ID, pid, ppid))
+	if key := os.Getenv("TOOLFLEET_CALL_KEY"); key != "" {
+		record(fmt.Sprintf("key %s %s\n", a.ID, key))
+	}
 	time.Sleep(time.Duration(a.SleepMS) * time.Millisecond)
 	record(fmt.Sprintf("done %s %d\n", a.ID, pid))
 	if a.Output != "" {

@@ -60,7 +60,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte(`{"digest":"` + strings.ToUpper(req.Digest) + `","approved":true}`))
 	f.Add([]byte(`yes`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d, reason := g.check(&req, data)
+		d, reason := g.check(&req, data, time.Now())
 		switch reason {
 		case "":
 			if d.Approved == nil || d.Digest != req.Digest || len(data) > maxDecisionBytes {

@@ -18,8 +18,8 @@ import (
 )
 
 // Gate asks operators over NATS whether a call may run. It is safe for
-// concurrent use: every Approve has its own subscription and nothing is
-// shared between calls.
+// concurrent use: every Approve reads the decisions with its own consumer
+// and nothing is shared between calls.
 type Gate struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -33,8 +33,8 @@ type Gate struct {
 var _ loop.Gate = (*Gate)(nil)
 
 // NewGate returns a gate that publishes requests with js into the approvals
-// stream (which must exist: natsbus.EnsureStreams creates it) and listens for decisions on
-// nc. nc and js must use the same connection.
+// stream (which must exist: natsbus.EnsureStreams creates it) and reads the
+// decisions stored there. nc and js must use the same connection.
 func NewGate(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects, cfg GateConfig) *Gate {
 	return &Gate{nc: nc, js: js, subjects: subjects, cfg: cfg.withDefaults()}
 }
@@ -71,19 +71,22 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 		return loop.Decision{Expired: true}, nil
 	}
 
-	// Subscribe before publishing: the SUB reaches the server before the
-	// request is stored, so no decision can be published before we listen.
-	sub, err := g.nc.SubscribeSync(decSubj)
-	if err != nil {
-		return loop.Decision{}, fmt.Errorf("approval: subscribing to decisions: %w", err)
-	}
-	defer sub.Unsubscribe() //nolint:errcheck // best effort; the subscription dies with the connection otherwise
-	if err := sub.SetPendingLimits(maxPendingDecisions, maxPendingDecisions*g.cfg.decisionLimit()); err != nil {
-		return loop.Decision{}, fmt.Errorf("approval: limiting pending decisions: %w", err)
-	}
-
+	// Decisions are read from the approvals stream, from its first
+	// decision for the call: one sent while this coordinator was down or
+	// reconnecting, or before a resumed run asked again, is found.
 	waitCtx, cancel := context.WithTimeout(ctx, remaining)
 	defer cancel()
+	decisions, err := g.js.OrderedConsumer(waitCtx, g.subjects.ApprovalsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{decSubj}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return loop.Decision{}, fmt.Errorf("approval: reading decisions: %w", err)
+	}
+	it, err := decisions.Messages(jetstream.PullMaxMessages(maxPendingDecisions))
+	if err != nil {
+		return loop.Decision{}, fmt.Errorf("approval: reading decisions: %w", err)
+	}
+	defer it.Stop()
 
 	msg := nats.NewMsg(reqSubj)
 	msg.Data = data
@@ -96,7 +99,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	if err != nil {
 		if ctx.Err() != nil {
 			// The request may be stored already: say it was withdrawn.
-			g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+			g.withdraw(ctx, req, log)
 			return loop.Decision{}, fmt.Errorf("approval: publishing request: %w", ctx.Err())
 		}
 		return loop.Decision{}, fmt.Errorf("approval: publishing request: %w", err)
@@ -104,16 +107,11 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	log.Info().Msg("approval requested")
 
 	for {
-		m, err := sub.NextMsgWithContext(waitCtx)
+		m, err := it.Next(jetstream.NextContext(waitCtx))
 		switch {
 		case err == nil:
-		case errors.Is(err, nats.ErrSlowConsumer):
-			// Decisions were dropped because too many piled up; a valid
-			// one may be among them, and the operator can send it again.
-			log.Warn().Str(logReason, "slow_consumer").Msg("approval decisions dropped")
-			continue
 		case ctx.Err() != nil:
-			g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+			g.withdraw(ctx, req, log)
 			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", ctx.Err())
 		case waitCtx.Err() != nil:
 			log.Info().Str(logOutcome, NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
@@ -123,7 +121,11 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", err)
 		}
 
-		d, reason := g.check(&req, m.Data)
+		at := g.cfg.Now()
+		if md, err := m.Metadata(); err == nil {
+			at = md.Timestamp // when the server stored it, not when it is read
+		}
+		d, reason := g.check(&req, m.Data(), at)
 		var proof *protocol.ApprovalProof
 		if reason == "" {
 			// What counts is what the stream holds, as workers check it:
@@ -137,7 +139,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 					reason = ignoreLate
 				}
 			case ctx.Err() != nil:
-				g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+				g.withdraw(ctx, req, log)
 				return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", ctx.Err())
 			case waitCtx.Err() != nil:
 				reason = ignoreLate
@@ -154,9 +156,9 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 			}
 			continue
 		}
-		// First valid decision: stop listening before anything else, so a
+		// First valid decision: stop reading before anything else, so a
 		// second decision cannot be seen.
-		_ = sub.Unsubscribe()
+		it.Stop()
 		note := Note{Outcome: NoteDenied, Approver: d.Approver, Reason: d.Reason}
 		if *d.Approved {
 			note.Outcome = NoteApproved
@@ -243,7 +245,7 @@ func (g *Gate) prepare(req *protocol.ApprovalRequest) (reqSubj, decSubj string, 
 
 // check returns the decision in data if it counts for req, or a reason code
 // saying why it does not.
-func (g *Gate) check(req *protocol.ApprovalRequest, data []byte) (protocol.ApprovalDecision, string) {
+func (g *Gate) check(req *protocol.ApprovalRequest, data []byte, at time.Time) (protocol.ApprovalDecision, string) {
 	d, err := protocol.DecodeApprovalDecision(data, g.cfg.decisionLimit())
 	switch {
 	case errors.Is(err, protocol.ErrTooLarge):
@@ -252,10 +254,20 @@ func (g *Gate) check(req *protocol.ApprovalRequest, data []byte) (protocol.Appro
 		return d, ignoreMalformed
 	case subtle.ConstantTimeCompare([]byte(d.Digest), []byte(req.Digest)) != 1:
 		return d, ignoreDigest
-	case !g.cfg.Now().Before(req.Deadline):
+	case !at.Before(req.Deadline) || !g.cfg.Now().Before(req.Deadline):
 		return d, ignoreLate
 	}
 	return d, ""
+}
+
+// withdraw records that the run stopped waiting for req, unless it was
+// handed off to another coordinator, which waits for the same request.
+func (g *Gate) withdraw(ctx context.Context, req protocol.ApprovalRequest, log zerolog.Logger) {
+	if errors.Is(context.Cause(ctx), loop.ErrHandedOff) {
+		log.Info().Msg("approval wait handed off: the request stays pending")
+		return
+	}
+	g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
 }
 
 // record publishes how the gate settled req into the approvals stream. It is

@@ -348,6 +348,28 @@ func TestGateErrors(t *testing.T) {
 			t.Errorf("note=%+v, want cancelled", n)
 		}
 	})
+	t.Run("handed off while waiting", func(t *testing.T) {
+		// The run goes on on another coordinator: no outcome is recorded,
+		// and a decision sent later is read by the next owner's gate.
+		f := newFixture(t, GateConfig{})
+		requests := f.watch(t)
+		ctx, cancel := context.WithCancelCause(t.Context())
+		req := newRequest(t, "run1", "deploy", `{}`, 5*time.Second)
+		res := f.approveAsync(ctx, req)
+		got := recv(t, requests, 5*time.Second)
+		cancel(loop.ErrHandedOff)
+		if r := recv(t, res, 5*time.Second); r.err == nil || r.d.Approved {
+			t.Fatalf("Approve=%+v, %v; want an error", r.d, r.err)
+		}
+		f.decide(t, got, protocol.ApprovalDecision{Digest: got.Digest, Approved: ptr(true), Approver: "alice"})
+		r := recv(t, f.approveAsync(t.Context(), req), 5*time.Second)
+		if r.err != nil || !r.d.Approved {
+			t.Fatalf("next owner's Approve=%+v, %v; want the stored approval", r.d, r.err)
+		}
+		if n := lastNote(t, f, req); n.Outcome != NoteApproved {
+			t.Errorf("note=%+v, want approved (no cancelled note before it)", n)
+		}
+	})
 	t.Run("context already cancelled", func(t *testing.T) {
 		f := newFixture(t, GateConfig{})
 		ctx, cancel := context.WithCancel(t.Context())

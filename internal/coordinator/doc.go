@@ -22,7 +22,10 @@
 //   - Coordinators take stored requests from the stream's one durable pull
 //     consumer, each only when it has a free run slot, and heartbeat while a
 //     run lasts. A request whose coordinator dies is taken again after
-//     AckWait (the run starts over), at most MaxDeliver times.
+//     AckWait, at most MaxDeliver times, and the run resumed from its
+//     journal (the journal stream, one subject per run; see RunDurable in
+//     pkg/loop and natsbus.Journal). On shutdown runs are handed off at
+//     their next step boundary, not cancelled.
 //   - Each result, a [protocol.RunResult], is created once in the runs
 //     bucket under its run id (a second coordinator's result for the same
 //     run is dropped) and then announced on <prefix>.run.result.<run_id>.
@@ -39,10 +42,10 @@
 //
 // # Caveats
 //
-// A request is delivered at least once: a coordinator that dies mid-run
-// leaves its tool calls done and the run starts over elsewhere, calling
-// tools again (non-idempotent tools stay at most once per call, not per
-// run). A request delivered MaxDeliver times without a result gets an
+// A request is delivered at least once, and resumed, not started over: a
+// journaled model response is not asked again and a journaled call is not
+// published again (its derived call key deduplicates it within the calls
+// stream's window). A request delivered MaxDeliver times without a result gets an
 // "abandoned" error result (from the server's max-deliveries advisory). A
 // queued request nobody takes within QueuedRunMaxAge is dropped without a
 // result. Results expire after ResultTTL.

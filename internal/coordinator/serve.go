@@ -53,7 +53,7 @@ type service struct {
 	subjects protocol.Subjects
 	log      zerolog.Logger
 	limited  zerolog.Logger
-	cons     jetstream.Consumer
+	queue    *natsbus.WorkQueue
 	kv       jetstream.KeyValue
 	guard    *natsbus.StreamGuard // the runs stream and bucket
 	disp     *natsbus.Dispatcher
@@ -62,6 +62,12 @@ type service struct {
 	inflight sync.WaitGroup
 	// queuePrefix is the runs stream's subject without the run id token.
 	queuePrefix string
+	// handoff is closed when shutting down: runs in flight stop at their
+	// next step boundary and go back to the stream.
+	handoff chan struct{}
+	// owned holds the cancel of every run this coordinator runs.
+	mu    sync.Mutex
+	owned map[protocol.RunID]context.CancelCauseFunc
 }
 
 // Serve serves runs until ctx ends: it answers run requests on the submit
@@ -86,8 +92,10 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	}
 	s := &service{
 		c: c, cfg: cfg, subjects: c.subjects,
-		log:   c.log.With().Str(logCoordinator, cfg.Name).Logger(),
-		slots: semaphore.NewWeighted(int64(cfg.MaxConcurrentRuns)),
+		log:     c.log.With().Str(logCoordinator, cfg.Name).Logger(),
+		slots:   semaphore.NewWeighted(int64(cfg.MaxConcurrentRuns)),
+		handoff: make(chan struct{}),
+		owned:   map[protocol.RunID]context.CancelCauseFunc{},
 	}
 	s.limited = s.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
 	s.queuePrefix = strings.TrimSuffix(c.subjects.RunQueues(), "*")
@@ -98,10 +106,28 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 		Streams: runsStreams(c.subjects, cfg), Interval: c.cfg.StreamCheckInterval,
 		Logger: c.log, Observer: c.streamsObserver(),
 	})
-	if s.cons, s.kv, err = c.ensureRuns(octx, cfg, s.guard); err != nil {
+	var cons jetstream.Consumer
+	if cons, s.kv, err = c.ensureRuns(octx, cfg, s.guard); err != nil {
 		return err
 	}
 	c.probeGuards(c.guard, s.guard)
+	s.queue = natsbus.NewWorkQueue(natsbus.WorkQueueConfig{
+		Slots: s.slots, PollWait: cfg.PollWait, InFlight: &s.inflight, Logger: s.log, Noun: "run requests",
+		Ensure: func(ctx context.Context) (jetstream.Consumer, error) {
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			defer cancel()
+			cons, _, err := c.ensureRuns(octx, cfg, nil)
+			return cons, err
+		},
+		// Streams that differ from the expected configuration: take no run.
+		Wait: func(ctx context.Context) error {
+			if err := c.guard.Wait(ctx); err != nil {
+				return err
+			}
+			return s.guard.Wait(ctx)
+		},
+	}, s.handle)
+	s.queue.SetConsumer(cons)
 	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard})
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
 	return s.serve(ctx)
@@ -125,6 +151,12 @@ func (s *service) serve(ctx context.Context) error {
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunsMaxDeliveries(), err)
 	}
 	defer abandoned.Unsubscribe()
+	cancels, err := s.c.nc.Subscribe(s.subjects.JournalCancels(), s.onCancelRequest)
+	if err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.JournalCancels(), err)
+	}
+	defer cancels.Unsubscribe()
 	if err := s.c.nc.FlushTimeout(opTimeout); err != nil {
 		sub.Unsubscribe()
 		clients.Unsubscribe()
@@ -139,7 +171,7 @@ func (s *service) serve(ctx context.Context) error {
 	pulled := make(chan struct{})
 	go func() {
 		defer close(pulled)
-		s.pull(ctx, execCtx)
+		s.queue.Run(ctx, execCtx)
 	}()
 	ev := s.log.Info().Str("submit", s.subjects.RunSubmit()).Str("stream", s.subjects.RunsStream()).
 		Str("bucket", s.subjects.RunsBucket()).Int("max_concurrent_runs", s.cfg.MaxConcurrentRuns)
@@ -157,17 +189,14 @@ func (s *service) serve(ctx context.Context) error {
 	}
 	<-pulled
 
-	done := make(chan struct{})
-	go func() { s.inflight.Wait(); close(done) }()
-	grace := time.NewTimer(s.cfg.ShutdownGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
+	// Hand the runs in flight off: each stops at its next step boundary
+	// (a model call in flight may finish for up to ShutdownGrace) and its
+	// request goes back to the stream for another coordinator.
+	close(s.handoff)
+	s.queue.Drain(s.cfg.ShutdownGrace, func() {
 		s.log.Warn().Dur("grace", s.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling the runs still in flight")
 		cancelExec(errShutdown)
-		<-done
-	}
+	})
 	// The drained subscription answers what it had already received.
 	deadline := time.Now().Add(opTimeout)
 	for (sub.IsValid() || clients.IsValid()) && time.Now().Before(deadline) {
@@ -175,75 +204,6 @@ func (s *service) serve(ctx context.Context) error {
 	}
 	s.log.Info().Msg("stopped serving runs")
 	return nil
-}
-
-// pull takes requests from the shared consumer, one free slot per request,
-// and runs each in its own goroutine under execCtx.
-func (s *service) pull(ctx, execCtx context.Context) {
-	failures := 0
-	for {
-		// Streams that differ from the expected configuration: take no run.
-		if s.c.guard.Wait(ctx) != nil || s.guard.Wait(ctx) != nil {
-			return
-		}
-		if err := s.slots.Acquire(ctx, 1); err != nil {
-			return
-		}
-		m, err := s.next()
-		if m != nil && ctx.Err() != nil {
-			// Taken while shutting down and not started: another coordinator
-			// takes it at once.
-			m.Nak()
-			m = nil
-		}
-		if m == nil {
-			s.slots.Release(1)
-		} else {
-			s.inflight.Add(1)
-			go func() {
-				defer s.inflight.Done()
-				defer s.slots.Release(1)
-				s.handle(execCtx, m)
-			}()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			failures = 0
-			continue
-		}
-		failures++
-		s.limited.Warn().Err(err).Int("failures", failures).Msg("pulling run requests failed; retrying")
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-			errors.Is(err, jetstream.ErrStreamNotFound) {
-			octx, cancel := context.WithTimeout(ctx, opTimeout)
-			if cons, _, err := s.c.ensureRuns(octx, s.cfg, nil); err == nil {
-				s.cons = cons
-			}
-			cancel()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(min(time.Duration(failures)*50*time.Millisecond, 2*time.Second)):
-		}
-	}
-}
-
-// next waits up to PollWait for one request. It does not end with ctx, so
-// that a request the server hands over is never left unacknowledged until
-// AckWait; the caller naks it if it arrives during shutdown.
-func (s *service) next() (jetstream.Msg, error) {
-	m, err := s.cons.Next(jetstream.FetchMaxWait(s.cfg.PollWait))
-	switch {
-	case err == nil:
-		return m, nil
-	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrNoMessages):
-		return nil, nil
-	default:
-		return nil, err
-	}
 }
 
 // onSubmit answers one run request: refused with the reason, or queued in
@@ -325,40 +285,36 @@ func (s *service) reply(m *nats.Msg, resp *protocol.RunResponse) {
 // handle runs one request taken from the stream, stores its result and
 // acknowledges it. A request that cannot run gets an error result and is
 // terminated, never redelivered.
-func (s *service) handle(ctx context.Context, m jetstream.Msg) {
-	rec := &protocol.RunResult{V: protocol.Version, Coordinator: s.cfg.Name, Attempt: 1}
-	if md, err := m.Metadata(); err == nil {
-		rec.Attempt = int(md.NumDelivered)
-		rec.SubmittedAt = md.Timestamp.UTC()
+func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decision {
+	m := d.Msg
+	rec := &protocol.RunResult{V: protocol.Version, Coordinator: s.cfg.Name, Attempt: d.Attempt}
+	if !d.Stored.IsZero() {
+		rec.SubmittedAt = d.Stored.UTC()
 	}
 	run, ok := strings.CutPrefix(m.Subject(), s.queuePrefix)
 	if !ok || !protocol.ValidToken(run) {
-		m.TermWithReason(termMalformed)
 		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a queued run request without a valid run id")
-		return
+		return natsbus.Term(termMalformed)
 	}
 	rec.RunID = run
 	client := m.Headers().Get(protocol.HeaderClient)
 	if client != "" && !protocol.ValidToken(client) {
-		m.TermWithReason(termMalformed)
 		s.limited.Warn().Str(logRun, run).Msg("terminated a queued run request with an invalid client")
-		return
+		return natsbus.Term(termMalformed)
 	}
 	log := s.log.With().Str(logRun, run).Int(logAttempt, rec.Attempt).Logger()
 	if client != "" {
 		log = log.With().Str(logClient, client).Logger()
 	}
 	if s.stored(protocol.RunKey(client, run)) {
-		m.Ack()
 		log.Info().Msg("the run already has a result: its request is acknowledged, not run again")
-		return
+		return natsbus.Ack
 	}
 	req, msgs, err := decodeRunRequest(m.Data(), s.cfg.MaxRequestBytes)
 	if err != nil {
 		rec.Error = protocol.RunErrorFrom(err)
 		log.Warn().Str(logCode, rec.Error.Code).Str(logField, rec.Error.Field).Msg("queued run request refused")
-		s.finish(m, log, client, rec, true)
-		return
+		return s.finish(log, client, rec, true)
 	}
 
 	lim := applyLimits(s.c.cfg.Loop, req)
@@ -369,8 +325,7 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 		// only add valid tool names to them.
 		log.Error().Err(err).Msg("could not configure the run")
 		rec.Error = protocol.RunErrorFrom(err)
-		s.finish(m, log, client, rec, true)
-		return
+		return s.finish(log, client, rec, true)
 	}
 	ev := log.Info().Int("max_rounds", lim.record.MaxRounds).Int("max_tool_calls_per_round", lim.record.MaxToolCallsPerRound).
 		Int("max_observation_chars", lim.record.MaxObservationChars).Int64("tool_timeout_ms", lim.record.ToolTimeoutMS)
@@ -379,15 +334,62 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	ev.Msg("run started")
 
-	stop := s.heartbeat(m)
+	stop := d.Heartbeat(s.cfg.AckWait / 3)
 	defer stop()
 	rec.StartedAt = time.Now().UTC()
-	var res *loop.Result
-	var runErr error
-	if msgs != nil {
-		res, runErr = runner.RunMessages(ctx, msgs)
+	note := "start"
+	if rec.Attempt > 1 {
+		note = "resume"
+	}
+	octx, ocancel := context.WithTimeout(ctx, storeTimeout)
+	j, err := natsbus.OpenJournal(octx, s.c.js, s.subjects, run, s.cfg.Name, note)
+	ocancel()
+	if err != nil {
+		// The journal cannot be read or taken: another coordinator (or
+		// this one, later) takes the run again from it.
+		stop()
+		if errors.Is(err, loop.ErrFenced) {
+			log.Warn().Msg("another coordinator took the run while this one was opening its journal: leaving it")
+			return natsbus.Leave
+		}
+		log.Warn().Err(err).Msg("could not open the run's journal: the run is released for a retry")
+		return natsbus.Nak(time.Second)
+	}
+	if len(j.Entries()) == 0 {
+		data, _ := encodeJSON(struct {
+			Limits  protocol.RunLimits `json:"limits"`
+			Clamped []string           `json:"clamped,omitempty"`
+		}{lim.record, lim.clamped})
+		if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
+			stop()
+			return s.released(log, j, err)
+		}
 	} else {
-		res, runErr = runner.Run(ctx, req.Prompt)
+		log.Info().Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
+	}
+	rctx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	unregister := s.own(run, cancelRun)
+	defer unregister()
+	if s.cancelRequested(run) {
+		cancelRun(errRunCancelled)
+	}
+	var lj loop.Journal = j
+	if s.cfg.AfterAppend != nil {
+		lj = hookedJournal{j, s.cfg.AfterAppend}
+	}
+	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff})
+	if errors.Is(runErr, loop.ErrJournal) && errors.Is(runErr, protocol.ErrTooLarge) {
+		// Retrying cannot help: a step is larger than a journal entry may be.
+		log.Error().Msg("a step of the run is over the journal's entry limit: the run fails")
+		rec.FinishedAt = time.Now().UTC()
+		rec.Error = &protocol.RunError{Code: protocol.CodeTooLarge,
+			Message: fmt.Sprintf("a step of the run (a model response or a round's tools) is over the %d-byte journal entry limit", natsbus.MaxJournalEntryBytes)}
+		return s.finish(log, client, rec, true)
+	}
+	if errors.Is(runErr, loop.ErrHandedOff) || errors.Is(runErr, loop.ErrJournal) {
+		stop()
+		return s.released(log, j, runErr)
 	}
 	rec.FinishedAt = time.Now().UTC()
 	switch {
@@ -411,7 +413,25 @@ func (s *service) handle(ctx context.Context, m jetstream.Msg) {
 				Message: "the model or the tool catalog failed; every tool call is answered; see the coordinator's logs"}
 		}
 	}
-	s.finish(m, log, client, rec, false)
+	return s.finish(log, client, rec, false)
+}
+
+// released leaves a run that stopped at a step boundary to whoever takes
+// it next: handed off (the request goes back at once), fenced (another
+// coordinator owns it: nothing is acknowledged), or stopped by a journal
+// failure (the request goes back after a pause).
+func (s *service) released(log zerolog.Logger, j *natsbus.Journal, err error) natsbus.Decision {
+	switch {
+	case errors.Is(err, loop.ErrHandedOff):
+		log.Info().Msg("run handed off at a step boundary: another coordinator resumes it from its journal")
+		return natsbus.Nak(0)
+	case j.Fenced():
+		log.Warn().Msg("another coordinator took the run over: this one stops without acknowledging, publishing or storing anything more")
+		return natsbus.Leave
+	default:
+		log.Warn().Err(err).Msg("could not append to the run's journal: the run is released for a retry")
+		return natsbus.Nak(time.Second)
+	}
 }
 
 // runner returns a loop runner for one run with the applied limits, whose
@@ -443,38 +463,16 @@ func (s *service) stored(key string) bool {
 	return err == nil
 }
 
-// heartbeat tells the server the request is still being worked on, every
-// third of AckWait, until stop is called.
-func (s *service) heartbeat(m jetstream.Msg) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(s.cfg.AckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				m.InProgress()
-			}
-		}
-	})
-	var once sync.Once
-	return func() { once.Do(func() { close(done); wg.Wait() }) }
-}
-
 // finish stores rec (once per run id, whichever coordinator is first),
 // announces it, and acknowledges the request — or terminates it when term
 // is set or the result could not be stored: a request that ran, or cannot
 // run, is never delivered again.
-func (s *service) finish(m jetstream.Msg, log zerolog.Logger, client string, rec *protocol.RunResult, term bool) {
+func (s *service) finish(log zerolog.Logger, client string, rec *protocol.RunResult, term bool) natsbus.Decision {
 	data, created, err := s.store(client, rec)
 	switch {
 	case err != nil:
 		log.Error().Err(err).Msg("could not store the run's result: it is lost")
-		m.TermWithReason("result_not_stored")
-		return
+		return natsbus.Term("result_not_stored")
 	case !created:
 		log.Warn().Msg("another coordinator stored this run's result first: this one is dropped")
 	default:
@@ -484,10 +482,9 @@ func (s *service) finish(m jetstream.Msg, log zerolog.Logger, client string, rec
 			}
 		}
 	}
+	dec := natsbus.Ack
 	if term {
-		m.TermWithReason(termMalformed)
-	} else {
-		m.Ack()
+		dec = natsbus.Term(termMalformed)
 	}
 	ev := log.Info().Int(logBytes, len(data))
 	if rec.TerminationReason != "" {
@@ -500,6 +497,7 @@ func (s *service) finish(m jetstream.Msg, log zerolog.Logger, client string, rec
 		ev = ev.Bool("transcript_omitted", true)
 	}
 	ev.Msg("run finished")
+	return dec
 }
 
 // store writes rec under its key (the client's and run id) unless a

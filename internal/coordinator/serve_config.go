@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -13,11 +14,13 @@ const (
 	DefaultMaxConcurrentRuns = 16
 	DefaultShutdownGrace     = 30 * time.Second
 	DefaultRunAckWait        = 30 * time.Second
-	DefaultRunMaxDeliver     = 3
-	DefaultMaxQueuedRuns     = 10_000
-	DefaultQueuedRunMaxAge   = 24 * time.Hour
-	DefaultResultTTL         = 24 * time.Hour
-	DefaultResultsMaxBytes   = 1 << 30
+	// DefaultRunMaxDeliver counts hand-offs too: every coordinator that
+	// takes a run, after a crash or a hand-off, is one delivery.
+	DefaultRunMaxDeliver   = 10
+	DefaultMaxQueuedRuns   = 10_000
+	DefaultQueuedRunMaxAge = 24 * time.Hour
+	DefaultResultTTL       = 24 * time.Hour
+	DefaultResultsMaxBytes = 1 << 30
 	// DefaultMaxResultBytes bounds a stored result: NATS's default
 	// max_payload (1 MiB) less room for headers.
 	DefaultMaxResultBytes = protocol.DefaultMaxMessageBytes - 8<<10
@@ -58,8 +61,9 @@ type ServeConfig struct {
 	// (crashed, partitioned) stays with it before another coordinator takes
 	// it; a running run heartbeats every third of it. Default: 30s.
 	AckWait time.Duration
-	// MaxDeliver bounds how often one request is taken: a run whose
-	// coordinators keep dying is given up after it. Default: 3.
+	// MaxDeliver bounds how often one request is taken (a hand-off counts
+	// as one): a run whose coordinators keep dying is given up after it.
+	// Default: 10.
 	MaxDeliver int
 	// MaxQueuedRuns bounds the requests waiting in the stream; beyond it
 	// submissions are refused as unavailable. Default: 10,000.
@@ -75,6 +79,9 @@ type ServeConfig struct {
 	// PollWait bounds one pull request for a run; shutting down waits for
 	// the pull in progress. Default: 1s.
 	PollWait time.Duration
+	// AfterAppend, when set, is called after each entry the loop journals
+	// is stored: a fault-injection point for tests. Default: nil.
+	AfterAppend func(loop.JournalEntry)
 }
 
 func (c ServeConfig) withDefaults() ServeConfig {

@@ -74,3 +74,15 @@ func (c *Coordinator) ensureRuns(ctx context.Context, cfg ServeConfig, guard *na
 	}
 	return cons, kv, nil
 }
+
+// JournalStreamConfig is the stream of run journals, one subject per run
+// (<prefix>.journal.run.<run>) plus operators' cancel requests
+// (<prefix>.journal.cancel.<run>), as natsbus.FleetStreams lists it.
+func JournalStreamConfig(s protocol.Subjects) jetstream.StreamConfig {
+	for _, fs := range natsbus.FleetStreams(s, natsbus.StreamConfig{}) {
+		if fs.Config.Name == s.JournalStream() {
+			return fs.Config
+		}
+	}
+	panic("natsbus.FleetStreams lists no journal stream")
+}

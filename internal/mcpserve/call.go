@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolfleet/toolfleet/internal/tracing"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -31,9 +32,12 @@ func (m *oneCall) Complete(context.Context, loop.Request) (*loop.Response, error
 	}, nil
 }
 
-// handler runs one tools/call through the loop.
+// handler runs one tools/call through the loop. A trace context in the
+// request's _meta (traceparent, tracestate) makes the run's spans children
+// of the client's span.
 func (s *Server) handler(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx = tracing.ExtractMeta(ctx, req.Params.Meta)
 		args := string(req.Params.Arguments)
 		if args == "" || args == "null" {
 			args = "{}"

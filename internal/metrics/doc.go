@@ -17,6 +17,14 @@
 //	toolfleet_worker_calls_terminated_total{tool,reason}   malformed, expired or unapproved, not run
 //	toolfleet_worker_result_failures_total{tool}           results that could not be published
 //
+// A toolworker's MCP servers (read from the servers at each scrape, see
+// RegisterMCPServers):
+//
+//	toolfleet_mcp_server_up{server}                        1 connected, 0 restarting
+//	toolfleet_mcp_server_restarts_total{server}            restarts
+//	toolfleet_mcp_server_cancels_total{server,result}      cancels answered within the grace or not
+//	toolfleet_mcp_server_kills_total{server}               kills for a cancel left unanswered
+//
 // Coordinator side (fed by loop.Observer and natsbus.SchemaObserver):
 //
 //	toolfleet_coordinator_runs_total{reason}               runs by termination reason

@@ -131,6 +131,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		return nil, fmt.Errorf("natsbus: reading the results of run %s: %w", run, err)
 	}
 	in.js, in.consumer = d.js, cons
+	in.resultSubject, in.resultsStream = resultSubj, d.subjects.ResultsStream()
 	in.consuming, err = cons.Consume(in.onResult, jetstream.ConsumeErrHandler(in.onConsumeError))
 	if err != nil {
 		in.Close()
@@ -226,7 +227,9 @@ type Inbox struct {
 	js        jetstream.JetStream
 	consumer  jetstream.Consumer       // the run's results, nil until Open made it
 	consuming jetstream.ConsumeContext // nil until Open started it
-	closeOnce sync.Once
+	// resultSubject and resultsStream are where the run's results are.
+	resultSubject, resultsStream string
+	closeOnce                    sync.Once
 	// prefix is the run's result subject without the tool token.
 	prefix string
 	// progress is the run's progress subject. A push consumer delivers a
@@ -237,15 +240,20 @@ type Inbox struct {
 	tools  sync.Map // protocol.CallKey -> protocol.ToolName
 	forget func()
 
-	mu         sync.Mutex // serialises sends with Close
-	closed     bool
+	mu     sync.Mutex // serialises sends with Close
+	closed bool
+	// Catching up (CaughtUp): the highest stream sequence delivered, the
+	// one to reach, and the channel closed once it is.
+	delivered  uint64
+	target     uint64
+	caught     chan struct{}
 	events     chan loop.Event
 	dropped    atomic.Int64
 	refused    atomic.Int64
 	recoveries atomic.Int64
 }
 
-var _ loop.Inbox = (*Inbox)(nil)
+var _ loop.CatchUpInbox = (*Inbox)(nil)
 
 // Events delivers the run's events until Close.
 func (in *Inbox) Events() <-chan loop.Event { return in.events }
@@ -302,7 +310,58 @@ func (in *Inbox) stopReading() {
 // calls another published records them with Expect.
 func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
 
+// CaughtUp implements [loop.CatchUpInbox]: the channel is closed once
+// every result the results stream held for the run when CaughtUp was first
+// called has been delivered (or at once when it cannot tell). A resumed run
+// waits for it before it judges any deadline.
+func (in *Inbox) CaughtUp() <-chan struct{} {
+	in.mu.Lock()
+	if in.caught != nil {
+		defer in.mu.Unlock()
+		return in.caught
+	}
+	in.caught = make(chan struct{})
+	in.mu.Unlock()
+	var last uint64
+	if in.js != nil && in.resultSubject != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultOpTimeout)
+		if st, err := in.js.Stream(ctx, in.resultsStream); err == nil {
+			if m, err := st.GetLastMsgForSubject(ctx, in.resultSubject); err == nil {
+				last = m.Sequence
+			}
+		}
+		cancel()
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.target = last
+	if in.delivered >= last {
+		close(in.caught)
+	}
+	return in.caught
+}
+
+// noteDelivered records the stream sequence of a delivered result.
+func (in *Inbox) noteDelivered(seq uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if seq <= in.delivered {
+		return
+	}
+	in.delivered = seq
+	if in.caught != nil && in.target != 0 && seq >= in.target {
+		select {
+		case <-in.caught:
+		default:
+			close(in.caught)
+		}
+	}
+}
+
 func (in *Inbox) onResult(m jetstream.Msg) {
+	if md, err := m.Metadata(); err == nil {
+		defer in.noteDelivered(md.Sequence.Stream)
+	}
 	r, err := protocol.DecodeResult(m.Data(), in.limit)
 	if err == nil && r.RunID != in.run {
 		err = codedError("run_mismatch")

@@ -107,6 +107,24 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 		}},
 		bucket(RoleServe, s.RunsBucket(), "toolfleet run results: run id -> result",
 			c.Replicas, c.RunResultTTL, c.RunResultsMaxBytes, int32(c.MaxRunResultBytes)),
+		// Every coordinator journals its runs (serve, and run against a
+		// remote server), appending under Nats-Expected-Last-Subject-Sequence.
+		{Roles: RoleCoordinator, Config: jetstream.StreamConfig{
+			Name:        s.JournalStream(),
+			Description: "toolfleet run journals: every step of a run, appended before it takes effect",
+			Subjects:    []string{s.JournalSubjects()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+			MaxAge:      c.JournalMaxAge,
+			MaxMsgs:     -1,
+			MaxBytes:    c.JournalMaxBytes,
+			MaxMsgSize:  protocol.DefaultMaxMessageBytes,
+			Discard:     jetstream.DiscardOld,
+			Duplicates:  min(DuplicateWindow, c.JournalMaxAge),
+			AllowDirect: true,
+			DenyDelete:  true,
+		}},
 	}
 }
 

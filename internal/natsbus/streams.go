@@ -22,6 +22,10 @@ const (
 	DefaultQueuedRunMaxAge        = 24 * time.Hour
 	DefaultRunResultTTL           = 24 * time.Hour
 	DefaultRunResultsMaxBytes     = 1 << 30
+	// DefaultJournalMaxAge keeps a run's journal past its result's TTL.
+	DefaultJournalMaxAge = 48 * time.Hour
+	// DefaultJournalMaxBytes bounds the journal stream.
+	DefaultJournalMaxBytes = 4 << 30
 	// DefaultMaxRunResultBytes bounds a stored run result: NATS's default
 	// max_payload (1 MiB) less room for headers.
 	DefaultMaxRunResultBytes = protocol.DefaultMaxMessageBytes - 8<<10
@@ -68,6 +72,11 @@ type StreamConfig struct {
 	// MaxRunResultBytes bounds one stored run result. Default: 1 MiB less
 	// 8 KiB.
 	MaxRunResultBytes int
+	// JournalMaxAge is how long a run's journal is kept. Default: 48h.
+	JournalMaxAge time.Duration
+	// JournalMaxBytes bounds the journal stream; the oldest entries go
+	// first. Default: 4 GiB.
+	JournalMaxBytes int64
 }
 
 func (c StreamConfig) withDefaults() StreamConfig {
@@ -103,6 +112,12 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	}
 	if c.RunResultTTL <= 0 {
 		c.RunResultTTL = DefaultRunResultTTL
+	}
+	if c.JournalMaxAge <= 0 {
+		c.JournalMaxAge = DefaultJournalMaxAge
+	}
+	if c.JournalMaxBytes <= 0 {
+		c.JournalMaxBytes = DefaultJournalMaxBytes
 	}
 	if c.RunResultsMaxBytes <= 0 {
 		c.RunResultsMaxBytes = DefaultRunResultsMaxBytes

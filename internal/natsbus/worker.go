@@ -107,7 +107,7 @@ type toolConsumer struct {
 	spec       protocol.ToolSpec
 	meter      *toolMeter
 	config     jetstream.ConsumerConfig
-	cons       jetstream.Consumer
+	queue      *WorkQueue
 }
 
 // NewWorker returns a worker for every tool of h. It validates cfg and
@@ -153,6 +153,13 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 	w.toolByName = make(map[string]*toolConsumer, len(w.tools))
 	for _, tc := range w.tools {
 		w.toolByName[tc.name] = tc
+		tc.queue = NewWorkQueue(WorkQueueConfig{
+			Slots: w.sem, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight,
+			Logger: w.log.With().Str(logTool, tc.name).Logger(), Noun: "calls",
+			Ensure: func(ctx context.Context) (jetstream.Consumer, error) { return w.ensureConsumer(ctx, tc) },
+			// Streams that differ from the expected configuration: take no call.
+			Wait: cfg.Guard.Wait,
+		}, func(ctx context.Context, d *Delivery) Decision { return w.process(ctx, tc, d) })
 	}
 	return w, nil
 }
@@ -196,7 +203,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return stoppedEarly(ctx, err)
 	}
 	for _, tc := range w.tools {
-		if err := w.ensureConsumerRetrying(ctx, tc); err != nil {
+		if err := tc.queue.EnsureRetrying(ctx); err != nil {
 			return stoppedEarly(ctx, err)
 		}
 	}
@@ -212,7 +219,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var pullers sync.WaitGroup
 	for _, tc := range w.tools {
-		pullers.Go(func() { w.consume(ctx, execCtx, tc) })
+		pullers.Go(func() { tc.queue.Run(ctx, execCtx) })
 	}
 	svc := w.startDiscovery()
 	w.log.Info().Int("tools", len(w.tools)).Int("concurrency", w.cfg.Concurrency).Msg("worker started")
@@ -222,34 +229,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	pullers.Wait()
 
-	done := make(chan struct{})
-	go func() { w.inflight.Wait(); close(done) }()
-	grace := time.NewTimer(w.cfg.ShutdownGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
+	drain(&w.inflight, w.cfg.ShutdownGrace, func() {
 		w.log.Warn().Dur("grace", w.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling the calls still running")
 		cancelExec(errShutdown)
-		<-done
-	}
+	})
 	w.log.Info().Msg("worker stopped")
 	return nil
-}
-
-// ensureConsumerRetrying is ensureConsumer, retried while the failure is
-// transient (a server restarting or unreachable) and ctx lasts.
-func (w *Worker) ensureConsumerRetrying(ctx context.Context, tc *toolConsumer) error {
-	for failures := 1; ; failures++ {
-		err := w.ensureConsumer(ctx, tc)
-		if err == nil || ctx.Err() != nil || !transient(err) {
-			return err
-		}
-		w.limited.Warn().Err(err).Str(logTool, tc.name).Int("failures", failures).Msg("creating the consumer failed; retrying")
-		if !sleepCtx(ctx, backoff(failures)) {
-			return ctx.Err()
-		}
-	}
 }
 
 // stoppedEarly is err, or nil when ctx ended.
@@ -281,119 +266,15 @@ func (w *Worker) lookUpCallsStream(ctx context.Context) error {
 	}
 }
 
-func (w *Worker) ensureConsumer(ctx context.Context, tc *toolConsumer) error {
+// ensureConsumer creates or updates tc's consumer once.
+func (w *Worker) ensureConsumer(ctx context.Context, tc *toolConsumer) (jetstream.Consumer, error) {
 	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
 	defer cancel()
 	cons, err := w.js.CreateOrUpdateConsumer(cctx, w.subjects.CallsStream(), tc.config)
 	if err != nil {
-		return fmt.Errorf("natsbus: consumer %s on %s: %w", tc.config.Durable, w.subjects.CallsStream(), err)
+		return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", tc.config.Durable, w.subjects.CallsStream(), err)
 	}
-	tc.cons = cons
-	return nil
-}
-
-// consume pulls tc's calls while ctx lasts, one free slot per call, and
-// runs each in its own goroutine under execCtx.
-func (w *Worker) consume(ctx, execCtx context.Context, tc *toolConsumer) {
-	failures := 0
-	for {
-		// Streams that differ from the expected configuration: take no call.
-		if err := w.cfg.Guard.Wait(ctx); err != nil {
-			return
-		}
-		if err := w.sem.Acquire(ctx, 1); err != nil {
-			return
-		}
-		slots := 1
-		for slots < w.cfg.MaxFetchBatch && w.sem.TryAcquire(1) {
-			slots++
-		}
-		msgs, err := w.pull(ctx, tc, slots)
-		for _, m := range msgs {
-			w.inflight.Add(1)
-			go func() {
-				defer w.inflight.Done()
-				defer w.sem.Release(1)
-				w.process(execCtx, tc, m)
-			}()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			failures = 0
-			continue
-		}
-		failures++
-		w.limited.Warn().Err(err).Str(logTool, tc.name).Int("failures", failures).Msg("pulling calls failed; retrying")
-		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-			if err := w.ensureConsumer(ctx, tc); err != nil {
-				w.limited.Warn().Err(err).Str(logTool, tc.name).Msg("re-creating the consumer failed")
-			}
-		}
-		if !sleepCtx(ctx, backoff(failures)) {
-			return
-		}
-	}
-}
-
-// pull takes up to slots calls, for which the caller holds slots, and
-// releases the slots it does not fill. It first takes what is waiting
-// without waiting; if nothing is, it keeps one slot and waits up to
-// PollWait for one call. An empty poll is not an error.
-//
-// The server ends the wait (PollWait after it got the request) and the
-// client waits for its word: a pull that gave up in the client first would
-// drop a call the server sent it meanwhile — on a slow link or a loaded
-// machine, the calls sent in a poll's last moments — and the server would
-// send it again only after the ack wait.
-func (w *Worker) pull(ctx context.Context, tc *toolConsumer, slots int) ([]jetstream.Msg, error) {
-	if slots > 1 {
-		batch, err := tc.cons.FetchNoWait(slots)
-		if err != nil {
-			w.sem.Release(int64(slots))
-			return nil, err
-		}
-		var msgs []jetstream.Msg
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if len(msgs) > 0 || batch.Error() != nil {
-			w.sem.Release(int64(slots - len(msgs)))
-			return msgs, batch.Error()
-		}
-		w.sem.Release(int64(slots - 1))
-	}
-	batch, err := tc.cons.Fetch(1, jetstream.FetchMaxWait(w.cfg.PollWait))
-	if err != nil {
-		w.sem.Release(1)
-		return nil, err
-	}
-	select {
-	case m, ok := <-batch.Messages():
-		if ok {
-			return []jetstream.Msg{m}, nil
-		}
-	case <-ctx.Done():
-		// Stopping: a call the server still sends goes back at once, to
-		// be taken by another worker.
-		w.sem.Release(1)
-		go handBack(batch)
-		return nil, nil
-	}
-	w.sem.Release(1)
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-		return nil, err
-	}
-	return nil, nil
-}
-
-// handBack negatively acknowledges whatever batch still delivers, so the
-// server redelivers it now rather than after the ack wait.
-func handBack(batch jetstream.MessageBatch) {
-	for m := range batch.Messages() {
-		m.Nak()
-	}
+	return cons, nil
 }
 
 func (w *Worker) onCancel(m *nats.Msg) {

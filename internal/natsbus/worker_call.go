@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -28,14 +27,10 @@ const (
 // errExpired refuses a call whose deadline has passed.
 var errExpired = errors.New("natsbus: call deadline passed")
 
-// process handles one delivered call from acceptance to ack.
-func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg) {
-	attempt := 1
-	var seq uint64 // the call's message in the calls stream
-	if md, err := m.Metadata(); err == nil {
-		attempt = max(int(md.NumDelivered), 1)
-		seq = md.Sequence.Stream
-	}
+// process handles one delivered call from acceptance to its result, and
+// says how its message is settled.
+func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Decision {
+	m, attempt, seq := d.Msg, d.Attempt, d.Seq // seq: the call's message in the calls stream
 	tc.meter.onDelivered(attempt)
 	ct := startCallTrace(ctx, tc.name, m)
 	outcome := "not_run"
@@ -47,16 +42,14 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
 		tc.meter.onTerminated(TerminatedExpired)
-		m.TermWithReason(termExpired)
 		w.log.Info().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
 			Int(logAttempt, attempt).Msg("call expired before it started: not run")
-		return
+		return Term(termExpired)
 	case err != nil:
 		w.malformed.Add(1)
 		tc.meter.onTerminated(TerminatedMalformed)
-		m.TermWithReason(termMalformed)
 		w.limited.Warn().Str(logSubject, m.Subject()).Str(logCode, errorCode(err)).Msg("terminated a malformed call")
-		return
+		return Term(termMalformed)
 	}
 	log := w.log.With().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
 		Int(logAttempt, attempt).Logger()
@@ -71,8 +64,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 			err = errReplayed
 		}
 		if err != nil {
-			w.refuseUnapproved(ctx, tc, m, call, replyTo, attempt, err, log)
-			return
+			return w.refuseUnapproved(ctx, tc, call, replyTo, attempt, err, log)
 		}
 	}
 
@@ -84,18 +76,18 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		// side by side.
 		if !w.begin(call.RunID, call.CallKey, seq) {
 			log.Info().Msg("call redelivered while it runs here: not run again")
-			return
+			return Leave // the attempt running here settles the message
 		}
 		defer w.end(call.RunID, call.CallKey, seq)
 	} else {
 		// At most once: the call is claimed before the tool runs.
-		switch err := w.claim(m, seq); {
+		switch err := w.claim(d); {
 		case errors.Is(err, errClaimed):
 			log.Info().Msg("call already taken by another delivery: not run")
-			return
+			return Settled
 		case err != nil:
 			log.Warn().Err(err).Msg("could not claim a non-idempotent call before running it: not run")
-			return
+			return Leave // redelivered after the ack wait, and claimed again
 		}
 	}
 	ct.call(call, attempt)
@@ -104,7 +96,10 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	unregister := w.register(call.RunID, call.CallKey, cancel)
-	stopHeartbeat := w.heartbeat(tc, m)
+	stopHeartbeat := func() {}
+	if tc.idempotent { // a claimed call is settled already and needs none
+		stopHeartbeat = d.Heartbeat(w.cfg.Heartbeat)
+	}
 	w.executed.Add(1)
 	tc.meter.onStarted()
 	endExecution := ct.child("execution")
@@ -113,6 +108,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 		Arguments:      call.Arguments,
 		Deadline:       call.Deadline,
 		MaxOutputChars: call.MaxOutputChars,
+		CallKey:        call.CallKey,
 	})
 	stopHeartbeat()
 	unregister()
@@ -146,18 +142,19 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, m jetstream.Msg)
 			if tc.spec.RequiresApproval || call.RequiresApproval {
 				w.forgetApproved(call) // its redelivery may run here again
 			}
-			m.NakWithDelay(time.Second) // run again elsewhere, if the deadline allows
+			return Nak(time.Second) // run again elsewhere, if the deadline allows
 		}
-		return
-	}
-	if tc.idempotent {
-		m.Ack()
+		return Settled
 	}
 	ev := log.Info().Str(logOutcome, string(res.Outcome)).Dur(logDuration, res.Duration)
 	if res.ErrorType != "" {
 		ev = ev.Str(logErrorType, res.ErrorType)
 	}
 	ev.Msg("call finished")
+	if tc.idempotent {
+		return Ack
+	}
+	return Settled
 }
 
 // verifyApproval checks the call's proof of approval against the
@@ -224,7 +221,7 @@ func (w *Worker) forgetApproved(call protocol.Call) {
 // refuseUnapproved answers a call that needs approval and has no valid
 // proof: denied, never run, and the message terminated so that it is not
 // delivered again.
-func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, m jetstream.Msg, call protocol.Call, replyTo string, attempt int, why error, log zerolog.Logger) {
+func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, call protocol.Call, replyTo string, attempt int, why error, log zerolog.Logger) Decision {
 	w.unapproved.Add(1)
 	tc.meter.onTerminated(TerminatedUnapproved)
 	code := "stream_error"
@@ -248,7 +245,7 @@ func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, m jetst
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
 	}
-	m.TermWithReason(termUnapproved)
+	return Term(termUnapproved)
 }
 
 // errClaimed refuses a non-idempotent call another delivery claimed.
@@ -264,22 +261,22 @@ var errClaimed = errors.New("natsbus: the call was claimed by another delivery")
 // that the message is gone (claimed, or expired), and another error when
 // it does not answer: then the message, if still there, is redelivered
 // after the ack wait and claimed again.
-func (w *Worker) claim(m jetstream.Msg, seq uint64) error {
-	if seq == 0 {
+func (w *Worker) claim(d *Delivery) error {
+	if d.Seq == 0 {
 		return codedError("no_stream_sequence")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
-	if err := w.calls.DeleteMsg(ctx, seq); err != nil {
+	if err := w.calls.DeleteMsg(ctx, d.Seq); err != nil {
 		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
-			m.Ack() // settles this delivery of a message that is gone
+			d.Settle(Ack) // settles this delivery of a message that is gone
 			return errClaimed
 		}
 		return err
 	}
 	// Removing the message also settled its delivery; the ack is for
 	// whoever reads the consumer's state before the server updates it.
-	m.Ack()
+	d.Settle(Ack)
 	return nil
 }
 
@@ -326,30 +323,6 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 		return call, "", errExpired
 	}
 	return call, replyTo, nil
-}
-
-// heartbeat signals in-progress for an idempotent call every Heartbeat
-// until the returned func is called. A non-idempotent call is already
-// acknowledged and needs none.
-func (w *Worker) heartbeat(tc *toolConsumer, m jetstream.Msg) (stop func()) {
-	if !tc.idempotent {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(w.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				m.InProgress()
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }
 
 // publishProgress tells the coordinator the call started (core NATS, best

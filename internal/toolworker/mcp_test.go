@@ -1,7 +1,6 @@
 package toolworker_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -48,28 +47,13 @@ func TestMCPServerToolsReachTheCatalogAndFollowListChanges(t *testing.T) {
 	if err := os.WriteFile(manifest, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- toolworker.Run(runCtx, toolworker.Config{
-			Conn:      natsbus.ConnConfig{URL: srv.ClientURL()},
-			ToolsFile: manifest,
-			Builtins:  []string{"echo"},
-			Name:      "mcp-worker",
-			Logger:    zerolog.Nop(),
-		})
-	}()
-	defer func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run = %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return")
-		}
-	}()
+	runWorker(t, toolworker.Config{
+		Conn:      natsbus.ConnConfig{URL: srv.ClientURL()},
+		ToolsFile: manifest,
+		Builtins:  []string{"echo"},
+		Name:      "mcp-worker",
+		Logger:    zerolog.Nop(),
+	})
 
 	nc := natstest.Connect(t, srv)
 	js, _ := jetstream.New(nc)
@@ -87,32 +71,9 @@ func TestMCPServerToolsReachTheCatalogAndFollowListChanges(t *testing.T) {
 	waitTool("m_echo")
 	waitTool("echo")
 
-	d := natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{})
 	call := func(tool, args string) protocol.Result {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		run := protocol.NewID()
-		in, err := d.Open(ctx, run)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer in.Close()
-		c := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), Tool: tool,
-			Arguments: []byte(args), Deadline: time.Now().Add(20 * time.Second), Attempt: 1}
-		if err := d.Publish(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			select {
-			case ev := <-in.Events():
-				if ev.Result != nil && ev.Result.CallKey == c.CallKey {
-					return *ev.Result
-				}
-			case <-ctx.Done():
-				t.Fatalf("no result for %s", tool)
-			}
-		}
+		return callTool(t, nc, tool, args, 20*time.Second)
 	}
 	if r := call("m_echo", `{"text":"through the fleet"}`); r.Outcome != protocol.OutcomeOK || r.Output != "through the fleet" {
 		t.Fatalf("m_echo: %+v", r)

@@ -23,10 +23,11 @@ var errConnecting = errors.New("connecting to NATS")
 // so probes answer "connecting" rather than nothing while NATS is
 // unreachable, and answers from the worker's probe once attached.
 type observability struct {
-	reg   *prometheus.Registry
-	srv   *metrics.Server
-	nc    atomic.Pointer[nats.Conn]
-	probe atomic.Pointer[natsbus.Probe]
+	reg    *prometheus.Registry
+	srv    *metrics.Server
+	nc     atomic.Pointer[nats.Conn]
+	probe  atomic.Pointer[natsbus.Probe]
+	worker atomic.Pointer[Worker] // its MCP servers' metrics
 }
 
 // startObservability starts the metrics server when cfg.MetricsAddr is set
@@ -44,6 +45,17 @@ func startObservability(cfg Config, p *prepared) (*observability, error) {
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()
+	})
+	metrics.RegisterMCPServers(reg, func() []metrics.MCPServer {
+		w := o.worker.Load()
+		if w == nil {
+			return nil
+		}
+		var out []metrics.MCPServer
+		for _, s := range w.Servers() {
+			out = append(out, s)
+		}
+		return out
 	})
 	srv, err := metrics.Listen(metrics.ServerConfig{
 		Addr:     cfg.MetricsAddr,
@@ -75,6 +87,7 @@ func (o *observability) attach(nc *nats.Conn, w *Worker) {
 		return
 	}
 	o.nc.Store(nc)
+	o.worker.Store(w)
 	if w.mcp != nil {
 		js := w.js
 		w.mcp.mu.Lock()

@@ -70,7 +70,10 @@ func (c *command) exec(ctx context.Context, args []byte, limitRunes int) execRun
 	stderr := &boundedBuffer{max: maxStderrBytes}
 	cmd := exec.CommandContext(ctx, c.path)
 	cmd.Args = append([]string(nil), c.argv...)
-	cmd.Env = append(make([]string, 0, len(c.env)), c.env...) // never nil: nil inherits the worker's
+	cmd.Env = append(make([]string, 0, len(c.env)+1), c.env...) // never nil: nil inherits the worker's
+	if key := CallKeyFrom(ctx); key != "" {
+		cmd.Env = append(cmd.Env, EnvCallKey+"="+key)
+	}
 	cmd.Stdin = bytes.NewReader(args)
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr

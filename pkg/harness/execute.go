@@ -39,6 +39,10 @@ type Call struct {
 	// MaxOutputChars bounds the output, in runes. 0: the config's bound;
 	// otherwise min(this, the config's bound).
 	MaxOutputChars int
+	// CallKey is the call's idempotency key, passed to the tool: Go tools
+	// read it with CallKeyFrom, exec tools in $TOOLFLEET_CALL_KEY. Empty:
+	// none.
+	CallKey string
 }
 
 // Result is what a call produced.
@@ -105,6 +109,9 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 		return Result{Outcome: endOutcome(tctx)}, true
 	}
 	args := slices.Clone(call.Arguments)
+	if call.CallKey != "" {
+		tctx = WithCallKey(tctx, call.CallKey)
+	}
 
 	if e.tool.cmd != nil {
 		return h.runCommand(tctx, e, args, limit), true

@@ -107,7 +107,9 @@ type Event struct {
 // Gate asks a human whether a call may run.
 type Gate interface {
 	// Approve blocks until a decision arrives, req.Deadline passes or ctx
-	// ends. Any error means the call does not run.
+	// ends. Any error means the call does not run. A ctx ended with cause
+	// ErrHandedOff means the run goes on elsewhere: the request is still
+	// pending and is asked again, with the same deadline, by the next owner.
 	Approve(ctx context.Context, req protocol.ApprovalRequest) (Decision, error)
 }
 

@@ -31,6 +31,9 @@ const (
 	DefaultMaxTranscriptBytes = 16 << 20
 	// DefaultMaxRunDuration bounds a run's wall-clock time.
 	DefaultMaxRunDuration = time.Hour
+	// DefaultDedupWindow is the calls stream's duplicate window
+	// (natsbus.DuplicateWindow).
+	DefaultDedupWindow = 2 * time.Minute
 )
 
 // Config tunes a [Runner]. Its zero value is ready to use: every zero field
@@ -81,6 +84,13 @@ type Config struct {
 	// Grace is how long past a call's deadline the loop still waits for its
 	// result before answering timeout. Default: 500ms.
 	Grace time.Duration
+	// DedupWindow is how long the transport deduplicates a published call
+	// by its key (the calls stream's duplicate window). A resumed durable
+	// run publishes a non-idempotent call again only within it of the
+	// call's first dispatch: past it, a second publish would be a new call
+	// that could run a second time, so the call is not published again but
+	// awaited, and answered outcome_unknown at its deadline. Default: 2m.
+	DedupWindow time.Duration
 	// CancelTimeout bounds the publishing of cancel messages, which goes on
 	// after the run's context has ended. Default: 2s.
 	CancelTimeout time.Duration
@@ -120,6 +130,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Grace == 0 {
 		c.Grace = DefaultGrace
+	}
+	if c.DedupWindow == 0 {
+		c.DedupWindow = DefaultDedupWindow
 	}
 	if c.CancelTimeout == 0 {
 		c.CancelTimeout = DefaultCancelTimeout
@@ -196,6 +209,7 @@ func (c Config) Validate() error {
 		{"tool_timeout", c.ToolTimeout},
 		{"approval_timeout", c.ApprovalTimeout},
 		{"grace", c.Grace},
+		{"dedup_window", c.DedupWindow},
 		{"cancel_timeout", c.CancelTimeout},
 		{"max_run_duration", c.MaxRunDuration},
 	} {

@@ -107,6 +107,23 @@
 // context is in the context given to [Dispatcher.Publish], for the
 // transport to carry to the worker. Spans carry what trace lines carry.
 //
+// # Durable runs
+//
+// [Runner.RunDurable] journals every step that decides what happens next
+// in a [Journal] before it takes effect — a round's tools, the model's
+// response, the approval requests (with their deadline) and decisions, the
+// calls about to be published, that every publish returned, the round's
+// observations, the end — and a run given a journal with entries replays
+// them instead of doing them again. Call keys and replacement call ids are
+// derived from the run id, the round and the call's index, so a resumed run
+// addresses the calls it published before; the Dispatcher's inbox must
+// deliver the results stored for the run (a [CatchUpInbox] says when it has).
+// A journal that refuses an append ([ErrFenced]: another owner took the
+// run) stops the run at once, and [Durable.Handoff] stops it at its next
+// step boundary; neither answers, cancels or publishes anything more. The
+// loop itself stays transport-free: the JetStream journal lives in
+// internal/natsbus, the in-memory one in looptest.
+//
 // # Caveats
 //
 // Go cannot stop a goroutine: a Gate or Dispatcher that ignores its context

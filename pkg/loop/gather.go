@@ -54,11 +54,30 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 		ru.inbox = inbox
 	}
 
-	ch := make(chan publishResult, len(todo))
-	open := make(map[int]bool, len(todo))
-	var last time.Time
+	// A durable run journals the calls (keys, deadlines) before the first
+	// publish; a resumed one takes them from the journal, and publishes
+	// again (deduplicated by call key) only when the round did not journal
+	// that every publish returned.
+	var journaled map[protocol.CallKey]JournaledCall
+	published, resumed := false, false
+	if ru.j != nil {
+		if calls, ok := ru.j.rp.dispatched[round]; ok {
+			resumed, published = true, ru.j.rp.published[round]
+			journaled = make(map[protocol.CallKey]JournaledCall, len(calls))
+			for _, c := range calls {
+				journaled[c.CallKey] = c
+			}
+		}
+	}
 	for _, i := range todo {
 		s := &slots[i]
+		if c, ok := journaled[s.key]; ok {
+			s.timeout, s.deadline = time.Duration(c.TimeoutMS)*time.Millisecond, c.Deadline
+			// Its progress notice went to the previous owner: a
+			// non-idempotent call may have started.
+			s.started = !s.entry.spec.Idempotent
+			continue
+		}
 		s.timeout = ru.cfg.ToolTimeout
 		if s.timeout == 0 {
 			s.timeout = s.entry.spec.Timeout()
@@ -67,14 +86,37 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 			s.timeout = DefaultToolTimeout
 		}
 		s.deadline = ru.now().Add(s.timeout)
+	}
+	if !resumed && !ru.appendEntry(ctx, JournalEntry{Kind: EntryDispatched, Round: round, Calls: dispatchedCalls(slots, todo)}) {
+		return
+	}
+
+	if resumed && !published {
+		// Some calls may have been published and answered before the
+		// crash: their results are read first and they are not published
+		// again.
+		ru.catchUp(ctx)
+		ru.drainEarly(round)
+	}
+
+	ch := make(chan publishResult, len(todo))
+	open := make(map[int]bool, len(todo))
+	pending := make(map[protocol.CallKey]*slot, len(todo))
+	var last time.Time
+	for _, i := range todo {
+		s := &slots[i]
 		last = maxTime(last, s.deadline)
+		ru.keys[s.key] = keyOpen
+		if _, answered := ru.early[s.key]; published || answered || ru.pastDedup(journaled, s) {
+			pending[s.key] = s
+			continue
+		}
 		call := protocol.Call{
 			V: protocol.Version, RunID: ru.id, Round: round, CallKey: s.key, CallID: s.id,
 			Tool: s.name, Arguments: bytes.Clone(s.args), Deadline: s.deadline, Attempt: 1,
 			MaxOutputChars:   ru.cfg.MaxObservationChars,
 			RequiresApproval: s.approval, Approval: s.proof,
 		}
-		ru.keys[s.key] = keyOpen
 		open[i] = true
 		go func() {
 			pctx, cancel := context.WithDeadline(ru.spanContext(ctx, s), call.Deadline)
@@ -88,7 +130,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 	// result, if any, is still gathered) and answered timeout.
 	backstop := time.NewTimer(last.Sub(ru.now()) + ru.cfg.Grace)
 	defer backstop.Stop()
-	pending := make(map[protocol.CallKey]*slot, len(todo))
+	interrupted := false
 wait:
 	for len(open) > 0 {
 		select {
@@ -103,15 +145,82 @@ wait:
 			}
 			pending[s.key] = s
 		case <-backstop.C:
+			interrupted = true
 			break wait
 		case <-ctx.Done():
+			interrupted = true
 			break wait
+		case <-ru.handoffC():
+			ru.stopped()
+			return
 		}
 	}
 	for i := range open {
 		pending[slots[i].key] = &slots[i]
 	}
+	if !published && !interrupted && !ru.appendEntry(ctx, JournalEntry{Kind: EntryPublished, Round: round}) {
+		return
+	}
+	if resumed {
+		ru.catchUp(ctx)
+	}
 	ru.gather(ctx, round, pending)
+}
+
+// maxEarlyResults bounds the results a durable run keeps for calls it has
+// not reached yet.
+const maxEarlyResults = 1024
+
+// catchUpWait bounds the wait of a resumed round for the results stored
+// before its inbox opened.
+const catchUpWait = 30 * time.Second
+
+// CatchUpInbox is an [Inbox] that can say when it has delivered every event
+// stored before it was opened. A resumed round waits for it before it
+// answers any call timeout, so a result stored while no coordinator owned
+// the run is found, whatever the clock says.
+type CatchUpInbox interface {
+	Inbox
+	CaughtUp() <-chan struct{}
+}
+
+// drainEarly takes what the inbox already holds, keeping results for
+// calls not yet pending (ru.early).
+func (ru *run) drainEarly(round int) {
+	if ru.inbox == nil {
+		return
+	}
+	drops := 0
+	none := map[protocol.CallKey]*slot{}
+	for {
+		select {
+		case ev, ok := <-ru.inbox.Events():
+			if !ok {
+				return
+			}
+			ru.handle(round, ev, none, &drops)
+		default:
+			return
+		}
+	}
+}
+
+// catchUp waits until the inbox delivered its backlog (bounded), unless it
+// cannot tell.
+func (ru *run) catchUp(ctx context.Context) {
+	in, ok := ru.inbox.(CatchUpInbox)
+	if !ok {
+		return
+	}
+	t := time.NewTimer(catchUpWait)
+	defer t.Stop()
+	select {
+	case <-in.CaughtUp():
+	case <-ctx.Done():
+	case <-ru.handoffC():
+	case <-t.C:
+		ru.log.Warn().Str(logKeyEvent, evCatchUpSlow).Send()
+	}
 }
 
 // failDispatch answers a call whose Publish failed. If the run was being
@@ -143,9 +252,34 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 		events = ru.inbox.Events()
 	}
 	drops := 0
+	for key, s := range pending {
+		if res, ok := ru.early[key]; ok {
+			delete(ru.early, key)
+			delete(pending, key)
+			ru.keys[key] = keyByResult
+			ru.fromResult(s, res)
+		}
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for len(pending) > 0 {
+		// Whatever already arrived counts before any deadline is judged.
+	drain:
+		for events != nil {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					events = nil
+					break drain
+				}
+				ru.handle(round, ev, pending, &drops)
+			default:
+				break drain
+			}
+		}
+		if len(pending) == 0 {
+			break
+		}
 		now := ru.now()
 		var next time.Time
 		for key, s := range pending {
@@ -164,6 +298,9 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 		}
 		timer.Reset(next.Sub(now))
 		select {
+		case <-ru.handoffC():
+			ru.stopped()
+			return
 		case <-ctx.Done():
 			for key, s := range pending {
 				s.cancelWhy = cancelRun
@@ -234,6 +371,10 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 			s := pending[res.CallKey]
 			if s == nil {
 				switch st, known := ru.keys[res.CallKey]; {
+				case !known && ru.j != nil && len(ru.early) < maxEarlyResults:
+					// A resumed run reads every result stored for it,
+					// those of later rounds' calls too.
+					ru.early[res.CallKey] = res
 				case !known:
 					drop(res.CallKey, dropUnknownKey)
 				case st == keyByResult:
@@ -343,4 +484,17 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// pastDedup reports whether s is a non-idempotent call of a resumed round
+// first dispatched longer ago than Config.DedupWindow: publishing it again
+// would store a new call, which a worker could run a second time, so it is
+// awaited where it is (outcome_unknown at its deadline) instead.
+func (ru *run) pastDedup(journaled map[protocol.CallKey]JournaledCall, s *slot) bool {
+	c, ok := journaled[s.key]
+	if !ok || s.entry.spec.Idempotent {
+		return false
+	}
+	dispatched := c.Deadline.Add(-time.Duration(c.TimeoutMS) * time.Millisecond)
+	return ru.now().Sub(dispatched) >= ru.cfg.DedupWindow
 }

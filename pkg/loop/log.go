@@ -60,6 +60,8 @@ const (
 	evInboxClose          = "inbox_close_failed"
 	evProgress            = "call_started"
 	evRunEnd              = "run_end"
+	evJournalFailed       = "journal_append_failed"
+	evCatchUpSlow         = "resume_catch_up_slow"
 )
 
 // Reasons for dropping an inbox event (logKeyDropReason).

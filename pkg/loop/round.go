@@ -86,7 +86,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 			seen[orig] = struct{}{}
 		}
 		if why != "" {
-			calls[i].ID = ru.freshCallID()
+			calls[i].ID = ru.freshCallID(round, i)
 		}
 		ru.ids[calls[i].ID] = struct{}{}
 		if calls[i].Type == "" {
@@ -112,7 +112,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 			continue
 		}
 		ru.res.Metadata.ToolCallsMade++
-		s.key = ru.newKey()
+		s.key = ru.newKey(round, i)
 		obj := ru.validate(s, calls[i].Function.Arguments, tools)
 		ru.startToolSpan(ctx, round, s, calls[i].Function.Arguments)
 		ru.traceStart(round, s, calls[i].Function.Arguments, obj)
@@ -128,9 +128,26 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 	ru.res.Metadata.DroppedToolCalls += dropped
 
 	// Step 4: approvals, concurrently. Step 5 and 6: dispatch and gather.
-	ru.approve(ctx, round, slots)
-	ru.dispatch(ctx, round, slots)
-	ru.publishCancels(ctx, slots)
+	// A durable run whose round was observed replays its answers instead.
+	if !ru.replayObserved(round, slots) {
+		ru.approve(ctx, round, slots)
+		if ru.stopped() {
+			return
+		}
+		ru.dispatch(ctx, round, slots)
+		if ru.stopped() {
+			return
+		}
+		ru.publishCancels(ctx, slots)
+		for i := range slots {
+			if !slots[i].done { // unreachable; never leave an id open
+				ru.answer(&slots[i], protocol.OutcomeCancelled, obsCancelled(slots[i].name))
+			}
+		}
+		if !ru.appendEntry(ctx, JournalEntry{Kind: EntryObserved, Round: round, Observations: observations(slots)}) {
+			return
+		}
+	}
 
 	// Step 7: one tool message per call, in request order.
 	for i := range slots {
@@ -341,6 +358,24 @@ func (ru *run) approve(ctx context.Context, round int, slots []slot) {
 	}
 	timeout := ru.cfg.ApprovalTimeout
 	deadline := ru.now().Add(timeout)
+	if ru.j != nil {
+		if e, ok := ru.j.rp.approvals[round]; ok {
+			deadline = e.Deadline // a resumed wait keeps its deadline
+			waiting = ru.replayDecisions(slots, waiting)
+		} else {
+			calls := make([]JournaledCall, 0, len(waiting))
+			for _, i := range waiting {
+				calls = append(calls, JournaledCall{CallKey: slots[i].key, Tool: slots[i].name})
+			}
+			if !ru.appendEntry(ctx, JournalEntry{Kind: EntryApprovalRequested, Round: round, Deadline: deadline, Calls: calls}) {
+				return
+			}
+		}
+	}
+	// A hand-off ends the gate's wait with cause ErrHandedOff: the request
+	// is still pending, for the next owner.
+	gctx, gcancel := context.WithCancelCause(ctx)
+	defer gcancel(nil)
 	ch := make(chan approval, len(waiting))
 	open := make(map[int]bool, len(waiting))
 	for _, i := range waiting {
@@ -357,7 +392,7 @@ func (ru *run) approve(ctx context.Context, round int, slots []slot) {
 		}
 		open[i] = true
 		go func() {
-			actx, cancel := context.WithDeadline(ctx, deadline.Add(ru.cfg.Grace))
+			actx, cancel := context.WithDeadline(gctx, deadline.Add(ru.cfg.Grace))
 			defer cancel()
 			d, err := gate.Approve(actx, req)
 			ch <- approval{i: i, d: d, err: err, expired: errors.Is(actx.Err(), context.DeadlineExceeded)}
@@ -370,12 +405,22 @@ func (ru *run) approve(ctx context.Context, round int, slots []slot) {
 		case a := <-ch:
 			delete(open, a.i)
 			ru.applyDecision(ctx, &slots[a.i], a, timeout)
+			if !ru.journalDecision(ctx, &slots[a.i]) {
+				return
+			}
 		case <-backstop.C:
 			for i := range open {
 				s := &slots[i]
 				s.gateResult = "no_answer"
 				ru.answer(s, protocol.OutcomeApprovalExpired, obsApprovalExpired(s.name, timeout))
+				if !ru.journalDecision(ctx, s) {
+					return
+				}
 			}
+			return
+		case <-ru.handoffC():
+			ru.stopped()
+			gcancel(ErrHandedOff)
 			return
 		case <-ctx.Done():
 			for i := range open {
@@ -407,4 +452,54 @@ func (ru *run) applyDecision(ctx context.Context, s *slot, a approval, timeout t
 		reason, _ := protocol.Truncate(a.d.Reason, protocol.MaxReasonLen)
 		ru.answer(s, protocol.OutcomeDenied, obsDenied(s.name, reason))
 	}
+}
+
+// replayObserved answers every call of a round whose observations are
+// journaled, as they were; false when the round was not observed.
+func (ru *run) replayObserved(round int, slots []slot) bool {
+	if ru.j == nil {
+		return false
+	}
+	obs, ok := ru.j.rp.observed[round]
+	if !ok || len(obs) != len(slots) {
+		return false
+	}
+	for i := range slots {
+		s, o := &slots[i], obs[i]
+		s.done, s.outcome, s.obs = true, o.Outcome, o.Content
+		s.end = s.start.Add(time.Duration(o.DurationMS) * time.Millisecond)
+		s.worker, s.attempt, s.truncated, s.errorType, s.gateResult = o.Worker, o.Attempt, o.Truncated, o.ErrorType, o.GateResult
+		if s.key != "" {
+			ru.keys[s.key] = keyByResult
+		}
+	}
+	return true
+}
+
+// replayDecisions applies the journaled decisions of a resumed approval
+// wait and returns the calls still waiting.
+func (ru *run) replayDecisions(slots []slot, waiting []int) []int {
+	var still []int
+	for _, i := range waiting {
+		s := &slots[i]
+		d, ok := ru.j.rp.decisions[s.key]
+		if !ok {
+			still = append(still, i)
+			continue
+		}
+		s.gateResult, s.proof = d.GateResult, d.Proof
+		if d.Outcome != "" {
+			ru.answer(s, d.Outcome, d.Content)
+		}
+	}
+	return still
+}
+
+// journalDecision journals how the gate settled s, before it takes effect.
+func (ru *run) journalDecision(ctx context.Context, s *slot) bool {
+	d := JournaledDecision{CallKey: s.key, GateResult: s.gateResult, Proof: s.proof}
+	if s.done {
+		d.Outcome, d.Content = s.outcome, s.obs
+	}
+	return ru.appendEntry(ctx, JournalEntry{Kind: EntryApprovalDecided, Decision: &d})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -132,22 +133,23 @@ type run struct {
 	keys map[protocol.CallKey]keyState
 	// skipped remembers catalog entries already logged as unusable.
 	skipped map[string]bool
+	// j is the journal of a durable run; nil otherwise.
+	j *journalState
+	// early holds results a durable run read before it reached their call.
+	early map[protocol.CallKey]protocol.Result
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
-	ru := &run{r: r, cfg: &r.cfg, msgs: msgs, ids: map[string]struct{}{},
-		keys: map[protocol.CallKey]keyState{}, skipped: map[string]bool{}}
-	ru.id = ru.token(nil)
-	ru.log = r.cfg.Logger.With().Str(logKeyRun, ru.id).Logger()
-	ru.res = newResult(ru.id)
-	for _, m := range msgs {
-		for _, tc := range m.ToolCalls {
-			ru.ids[tc.ID] = struct{}{}
-		}
-	}
+	ru := r.newRun(msgs, "")
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
-	ctx, cancel := context.WithTimeoutCause(ctx, r.cfg.MaxRunDuration, ErrRunBudget)
+	return ru.execute(ctx)
+}
+
+// execute runs the loop within the run's wall-clock budget, in the run's
+// span.
+func (ru *run) execute(ctx context.Context) (*Result, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, ru.cfg.MaxRunDuration, ErrRunBudget)
 	defer cancel()
 	ctx, endRun := ru.startRunSpan(ctx)
 	res, err := ru.loop(ctx)
@@ -155,9 +157,27 @@ func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
 	return res, err
 }
 
-// stopped finishes a run whose context ended: cancelled, or over its
+// newRun returns a run's state; an empty id is drawn from Config.NewID.
+func (r *Runner) newRun(msgs []Message, id protocol.RunID) *run {
+	ru := &run{r: r, cfg: &r.cfg, msgs: msgs, ids: map[string]struct{}{},
+		keys: map[protocol.CallKey]keyState{}, skipped: map[string]bool{}, early: map[protocol.CallKey]protocol.Result{}}
+	ru.id = id
+	if ru.id == "" {
+		ru.id = ru.token(nil)
+	}
+	ru.log = r.cfg.Logger.With().Str(logKeyRun, ru.id).Logger()
+	ru.res = newResult(ru.id)
+	for _, m := range msgs {
+		for _, tc := range m.ToolCalls {
+			ru.ids[tc.ID] = struct{}{}
+		}
+	}
+	return ru
+}
+
+// ended finishes a run whose context ended: cancelled, or over its
 // wall-clock budget.
-func (ru *run) stopped(ctx context.Context) (*Result, error) {
+func (ru *run) ended(ctx context.Context) (*Result, error) {
 	if errors.Is(context.Cause(ctx), ErrRunBudget) {
 		return ru.finish(TerminationError, "", ErrRunBudget)
 	}
@@ -186,25 +206,40 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 		endRound()
 		ctx, end := ru.startRoundSpan(runCtx, round)
 		endRound = end
+		if ru.stopped() {
+			return nil, ru.j.err
+		}
 		if ctx.Err() != nil {
-			return ru.stopped(ctx)
+			return ru.ended(ctx)
 		}
 		if n := ru.transcriptBytes(); n > ru.cfg.MaxTranscriptBytes {
 			ru.log.Warn().Str(logKeyEvent, evTranscriptTooLarge).Int(logKeyRound, round).
 				Int(logKeyCount, n).Int(logKeyLimit, ru.cfg.MaxTranscriptBytes).Send()
 			return ru.finish(TerminationError, "", ErrTranscriptTooLarge)
 		}
-		tools, defs, err := ru.tools(ctx)
+		if ru.j != nil && ru.j.rp.finished != nil && ru.j.rp.model[round] == nil {
+			// The run ended before this round's model answered (cancelled,
+			// or a model failure): it is not asked again.
+			f := ru.j.rp.finished
+			return ru.finish(f.Termination, f.Answer, nil)
+		}
+		tools, defs, err := ru.roundTools(ctx, round)
+		if ru.stopped() {
+			return nil, ru.j.err
+		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ru.stopped(ctx)
+				return ru.ended(ctx)
 			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: reading the tool catalog: %w", err))
 		}
-		resp, err := ru.complete(ctx, round, defs)
+		resp, err := ru.roundResponse(ctx, round, defs)
+		if ru.stopped() {
+			return nil, ru.j.err
+		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ru.stopped(ctx)
+				return ru.ended(ctx)
 			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
 		}
@@ -221,8 +256,11 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			return ru.finish(TerminationNatural, msg.Content, nil)
 		}
 		ru.round(ctx, round, msg, tools, dropped)
+		if ru.stopped() {
+			return nil, ru.j.err
+		}
 		if ctx.Err() != nil {
-			return ru.stopped(ctx)
+			return ru.ended(ctx)
 		}
 	}
 	return ru.finish(TerminationMaxRounds, "", nil)
@@ -258,8 +296,55 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 	return resp, nil
 }
 
-// finish completes the Result.
+// roundTools is the round's catalog: journaled, or read and journaled.
+func (ru *run) roundTools(ctx context.Context, round int) (map[string]*toolEntry, []ToolDef, error) {
+	if ru.j != nil {
+		if specs, ok := ru.j.rp.tools[round]; ok {
+			m, defs := ru.usable(specs)
+			return m, defs, nil
+		}
+	}
+	specs, err := ru.r.catalog.Tools(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ru.appendEntry(ctx, JournalEntry{Kind: EntryTools, Round: round, Tools: specs}) {
+		return nil, nil, ru.j.err
+	}
+	m, defs := ru.usable(specs)
+	return m, defs, nil
+}
+
+// roundResponse is the round's model response: journaled, or asked for and
+// journaled before it takes effect.
+func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*Response, error) {
+	if ru.j != nil {
+		if jr := ru.j.rp.model[round]; jr != nil {
+			ru.res.Metadata.ModelCalls++
+			ru.res.Metadata.PromptTokens += max(jr.Usage.PromptTokens, 0)
+			ru.res.Metadata.CompletionTokens += max(jr.Usage.CompletionTokens, 0)
+			return &Response{Message: jr.Message, Usage: jr.Usage, FinishReason: jr.FinishReason}, nil
+		}
+	}
+	resp, err := ru.complete(ctx, round, defs)
+	if err != nil {
+		return nil, err
+	}
+	jr := &JournaledResponse{Message: resp.Message, Usage: resp.Usage, FinishReason: resp.FinishReason}
+	jr.Message.ToolCalls = cloneToolCalls(jr.Message.ToolCalls)
+	if !ru.appendEntry(ctx, JournalEntry{Kind: EntryModel, Round: round, Response: jr}) {
+		return nil, ru.j.err
+	}
+	return resp, nil
+}
+
+// finish completes the Result, journaling its end first.
 func (ru *run) finish(reason TerminationReason, answer string, err error) (*Result, error) {
+	if ru.j != nil && ru.j.rp.finished == nil {
+		if !ru.appendEntry(context.Background(), JournalEntry{Kind: EntryFinished, Termination: reason, Answer: answer}) {
+			return nil, ru.j.err
+		}
+	}
 	ru.res.TerminationReason = reason
 	ru.res.Answer = answer
 	ru.res.Messages = ru.msgs
@@ -297,13 +382,32 @@ func (ru *run) token(used func(string) bool) string {
 	}
 }
 
-// newKey returns a call key unused in this run.
-func (ru *run) newKey() protocol.CallKey {
+// newKey returns a call key unused in this run: derived from the run id,
+// round and index in a durable run, so a resumed run addresses the same
+// calls.
+func (ru *run) newKey(round, i int) protocol.CallKey {
+	if ru.j != nil {
+		for n := 0; ; n++ {
+			k := derivedToken(ru.id, "key"+strconv.Itoa(n), round, i)
+			if _, used := ru.keys[k]; !used {
+				return k
+			}
+		}
+	}
 	return ru.token(func(k string) bool { _, ok := ru.keys[k]; return ok })
 }
 
-// freshCallID returns a coordinator-made call id unused in the transcript.
-func (ru *run) freshCallID() string {
+// freshCallID returns a coordinator-made call id unused in the transcript
+// (derived, in a durable run, like newKey).
+func (ru *run) freshCallID(round, i int) string {
+	if ru.j != nil {
+		for n := 0; ; n++ {
+			id := "call_" + derivedToken(ru.id, "id"+strconv.Itoa(n), round, i)
+			if _, used := ru.ids[id]; !used {
+				return id
+			}
+		}
+	}
 	return "call_" + ru.token(func(k string) bool { _, ok := ru.ids["call_"+k]; return ok })
 }
 
@@ -313,14 +417,10 @@ type toolEntry struct {
 	schema *schema.Schema
 }
 
-// tools reads the catalog and keeps the usable specs: valid, first of their
+// usable keeps the catalog's usable specs: valid, first of their
 // name, with a schema that compiles and matches its digest. The model is
 // told only about those, so a call to any other name is unknown_tool.
-func (ru *run) tools(ctx context.Context) (map[string]*toolEntry, []ToolDef, error) {
-	specs, err := ru.r.catalog.Tools(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
+func (ru *run) usable(specs []protocol.ToolSpec) (map[string]*toolEntry, []ToolDef) {
 	m := make(map[string]*toolEntry, len(specs))
 	defs := make([]ToolDef, 0, len(specs))
 	for _, s := range specs {
@@ -347,7 +447,7 @@ func (ru *run) tools(ctx context.Context) (map[string]*toolEntry, []ToolDef, err
 			}
 		}
 	}
-	return m, defs, nil
+	return m, defs
 }
 
 func (ru *run) skip(name, why string) {

@@ -10,9 +10,17 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolfleet/toolfleet/internal/tracing"
 )
 
 func msDur(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// callAnswer is what the SDK returned for a tools/call.
+type callAnswer struct {
+	r   *mcp.CallToolResult
+	err error
+}
 
 // call runs one tools/call. It returns as soon as ctx ends (the harness then
 // answers timeout or cancelled); the SDK sends notifications/cancelled and
@@ -22,19 +30,23 @@ func (s *Server) call(ctx context.Context, e *toolEntry, args json.RawMessage) (
 	if err != nil {
 		return "", err
 	}
-	type answer struct {
-		r   *mcp.CallToolResult
-		err error
-	}
-	ch := make(chan answer, 1)
+	ctx, end := s.startCallSpan(ctx, e)
+	meta := mcp.Meta{"progressToken": fmt.Sprintf("%s-%d", s.cfg.Name, s.calls.Add(1))}
+	// The server's own spans join the fleet's trace.
+	tracing.InjectMeta(ctx, meta)
+	ch := make(chan callAnswer, 1)
 	go func() {
-		r, err := sess.cs.CallTool(ctx, &mcp.CallToolParams{
-			Name: e.mcpName, Arguments: json.RawMessage(args),
-			Meta: mcp.Meta{"progressToken": fmt.Sprintf("%s-%d", s.cfg.Name, s.calls.Add(1))},
-		})
-		ch <- answer{r, err}
+		r, err := sess.cs.CallTool(ctx, &mcp.CallToolParams{Name: e.mcpName, Arguments: json.RawMessage(args), Meta: meta})
+		ch <- callAnswer{r, err}
 	}()
-	var a answer
+	out, err := s.answer(ctx, e, sess, ch)
+	end(err)
+	return out, err
+}
+
+// answer waits for the call's answer and turns it into the tool's output.
+func (s *Server) answer(ctx context.Context, e *toolEntry, sess *session, ch <-chan callAnswer) (string, error) {
+	var a callAnswer
 	select {
 	case a = <-ch:
 	case <-ctx.Done():

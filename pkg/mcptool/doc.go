@@ -21,6 +21,12 @@
 // and headers are secrets: they are replaced by [Redacted] in every output
 // and never logged.
 //
+// Each tools/call has an OpenTelemetry client span ("tools/call <tool>",
+// names and error types only) and sends its W3C trace context in
+// params._meta (traceparent, tracestate), so a traced server's spans join
+// the fleet's trace. [Server.Up], [Server.Restarts], [Server.CancelStats]
+// and [Server.Kills] feed the worker's metrics.
+//
 // Every failure reaches the model as a Go type name (mcptool.ToolError,
 // mcptool.ConnectionLost, ...), never a message: see the Err* variables.
 package mcptool

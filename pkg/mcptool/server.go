@@ -41,6 +41,7 @@ type Server struct {
 	progress atomic.Int64 // progress notifications received
 
 	cancelsAnswered, cancelsUnanswered atomic.Int64
+	kills                              atomic.Int64 // for a cancelled call left unanswered
 }
 
 // session is one connection to the server.
@@ -121,6 +122,18 @@ func (s *Server) CancelStats() (answered, unanswered int64) {
 	return s.cancelsAnswered.Load(), s.cancelsUnanswered.Load()
 }
 
+// Kills counts the times a stdio server was killed for leaving a cancelled
+// call unanswered past the grace (each is followed by a restart).
+func (s *Server) Kills() int64 { return s.kills.Load() }
+
+// Up reports whether the server is connected and serving calls (false while
+// it restarts, and after Close).
+func (s *Server) Up() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live != nil && s.ctx.Err() == nil
+}
+
 // Restarts counts the restarts of the server since Start.
 func (s *Server) Restarts() int {
 	s.mu.Lock()
@@ -177,6 +190,7 @@ func (s *Server) connect(ctx context.Context) (*session, error) {
 		}
 		s.log.Warn().Int("pid", proc.pid).Dur("grace", s.cfg.CancelGrace).
 			Msg("mcp server did not stop a cancelled call within the grace: killing it")
+		s.kills.Add(1)
 		proc.kill()
 	}, &s.cancelsAnswered)
 	cs, err := s.client.Connect(ctx, &trackingTransport{inner: t, t: sess.track}, nil)

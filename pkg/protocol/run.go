@@ -244,7 +244,8 @@ type RunResult struct {
 	// Coordinator names the coordinator that ran it.
 	Coordinator string `json:"coordinator,omitempty"`
 	// Attempt counts deliveries of the request, from 1: above 1, an earlier
-	// coordinator took it and did not finish (the run started over).
+	// coordinator took it and did not finish (the run was resumed from its
+	// journal).
 	Attempt int `json:"attempt,omitempty"`
 	// Limits are the limits applied; Clamped names the request's limits
 	// that were above the operator's ceiling and were lowered to it.

@@ -226,3 +226,24 @@ func clip(s string) string {
 	}
 	return s[:max] + "…"
 }
+
+// Journal is the subject of a run's journal entries, in the journal
+// stream: <prefix>.journal.run.<run>. The owner of a run appends to it with
+// Nats-Expected-Last-Subject-Sequence, which fences any other writer.
+func (s Subjects) Journal(run RunID) (string, error) { return s.join("journal.run", run) }
+
+// Journals is the wildcard covering every run's journal.
+func (s Subjects) Journals() string { return s.p() + ".journal.run.*" }
+
+// JournalCancel is the subject an operator's request to cancel a run is
+// stored on, in the journal stream: <prefix>.journal.cancel.<run>.
+func (s Subjects) JournalCancel(run RunID) (string, error) { return s.join("journal.cancel", run) }
+
+// JournalCancels is the wildcard covering every cancel request.
+func (s Subjects) JournalCancels() string { return s.p() + ".journal.cancel.*" }
+
+// JournalSubjects is the wildcard of the journal stream.
+func (s Subjects) JournalSubjects() string { return s.p() + ".journal.>" }
+
+// JournalStream names the stream of run journals (FLEET_JOURNAL).
+func (s Subjects) JournalStream() string { return s.upper() + "_JOURNAL" }

@@ -50,10 +50,12 @@ type Gate struct {
 
 var _ loop.Gate = (*Gate)(nil)
 
-// AllowAll is a Gate that approves every call.
+// AllowAll is a Gate that approves every call, with a proof as the NATS
+// gate gives one (its sequences are made up), so tests can check that
+// every approved call is published carrying it.
 func AllowAll() *Gate {
 	return &Gate{Func: func(context.Context, protocol.ApprovalRequest) (loop.Decision, error) {
-		return loop.Decision{Approved: true, Approver: "looptest"}, nil
+		return loop.Decision{Approved: true, Approver: "looptest", Proof: &protocol.ApprovalProof{RequestSeq: 1, DecisionSeq: 2}}, nil
 	}}
 }
 

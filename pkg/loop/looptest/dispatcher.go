@@ -32,6 +32,11 @@ type Dispatcher struct {
 	PublishErr func(protocol.Call) error
 	// OpenErr, when set, makes Open fail.
 	OpenErr error
+	// Durable makes the dispatcher keep what a JetStream fleet keeps for a
+	// resumed run: a run may be opened again once its inbox is closed, the
+	// new inbox first delivers every result stored for the run (and then
+	// says it caught up), and a call key published twice runs once.
+	Durable bool
 
 	handler Handler
 
@@ -42,6 +47,8 @@ type Dispatcher struct {
 	cancels   []protocol.Cancel
 	running   map[protocol.CallKey]context.CancelFunc
 	wg        sync.WaitGroup
+	stored    map[protocol.RunID][]protocol.Result // Durable
+	seen      map[protocol.CallKey]bool            // Durable
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -61,12 +68,18 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.inboxes[run]; ok {
+	if old, ok := d.inboxes[run]; ok && !(d.Durable && old.closed()) {
 		return nil, fmt.Errorf("looptest: run %s opened twice", run)
 	}
 	d.opens++
-	ib := &inbox{ch: make(chan loop.Event, InboxBuffer), done: make(chan struct{})}
+	ib := &inbox{ch: make(chan loop.Event, InboxBuffer), done: make(chan struct{}), caught: make(chan struct{})}
 	d.inboxes[run] = ib
+	if d.Durable {
+		for _, r := range d.stored[run] {
+			ib.ch <- loop.Event{Result: &r}
+		}
+	}
+	close(ib.caught)
 	return ib, nil
 }
 
@@ -89,6 +102,15 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 	ib := d.inboxes[c.RunID]
 	if ib == nil {
 		return errors.New("looptest: publish before Open")
+	}
+	if d.Durable {
+		if d.seen[c.CallKey] {
+			return nil // deduplicated, as by Nats-Msg-Id
+		}
+		if d.seen == nil {
+			d.seen, d.stored = map[protocol.CallKey]bool{}, map[protocol.RunID][]protocol.Result{}
+		}
+		d.seen[c.CallKey] = true
 	}
 	d.published = append(d.published, c)
 	hctx, cancel := context.WithDeadline(context.Background(), c.Deadline)
@@ -126,6 +148,12 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 		}
 		if res.Attempt == 0 {
 			res.Attempt = c.Attempt
+		}
+		if d.Durable {
+			d.mu.Lock()
+			d.stored[c.RunID] = append(d.stored[c.RunID], res)
+			ib = d.inboxes[c.RunID]
+			d.mu.Unlock()
 		}
 		ib.send(loop.Event{Result: &res})
 	}()
@@ -183,12 +211,28 @@ func (d *Dispatcher) Wait() { d.wg.Wait() }
 
 // inbox is one run's event queue.
 type inbox struct {
-	ch   chan loop.Event
-	done chan struct{}
-	once sync.Once
+	ch     chan loop.Event
+	done   chan struct{}
+	caught chan struct{}
+	once   sync.Once
 }
 
+var _ loop.CatchUpInbox = (*inbox)(nil)
+
 func (ib *inbox) Events() <-chan loop.Event { return ib.ch }
+
+// CaughtUp implements [loop.CatchUpInbox]: the stored results are queued
+// before Open returns.
+func (ib *inbox) CaughtUp() <-chan struct{} { return ib.caught }
+
+func (ib *inbox) closed() bool {
+	select {
+	case <-ib.done:
+		return true
+	default:
+		return false
+	}
+}
 
 func (ib *inbox) Close() error {
 	ib.once.Do(func() { close(ib.done) })

@@ -114,13 +114,7 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
-	if c.Model == "" {
-		return &ValidationError{Field: "Model", Err: errors.New("required")}
-	}
-	if err := modelhttp.ValidateBaseURL(c.BaseURL); err != nil {
-		return &ValidationError{Field: "BaseURL", Err: err}
-	}
-	if field, err := c.policy().Validate(); err != nil {
+	if field, err := c.policy().ValidateConfig(c.BaseURL); err != nil {
 		return &ValidationError{Field: field, Err: err}
 	}
 	if c.MaxTokens < 0 {

@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
@@ -45,13 +49,16 @@ type fake struct {
 type provider struct {
 	name string
 	new  func(t *testing.T, turns []turn) fake
+	// genAI is what the model's spans name: gen_ai.provider.name and
+	// gen_ai.request.model.
+	genAI [2]string
 }
 
 var providers = []provider{
-	{"openai", newOpenAI},
-	{"anthropic", newAnthropic},
-	{"openai-responses", func(t *testing.T, turns []turn) fake { return newResponses(t, turns, false) }},
-	{"openai-responses-chained", func(t *testing.T, turns []turn) fake { return newResponses(t, turns, true) }},
+	{"openai", newOpenAI, [2]string{"openai", "gpt-test"}},
+	{"anthropic", newAnthropic, [2]string{"anthropic", "claude-test"}},
+	{"openai-responses", func(t *testing.T, turns []turn) fake { return newResponses(t, turns, false) }, [2]string{"openai", "gpt-test"}},
+	{"openai-responses-chained", func(t *testing.T, turns []turn) fake { return newResponses(t, turns, true) }, [2]string{"openai", "gpt-test"}},
 }
 
 const fastRetries = 5 * time.Millisecond
@@ -141,6 +148,29 @@ type setup struct {
 	cfg      loop.Config
 	gate     loop.Gate
 	progress bool
+	// drop names the tools that leave the catalog once a call has run
+	// ("*": all of them): a catalog that changes under a running run.
+	drop []string
+}
+
+// catalog is a catalog that tools can leave while a run uses it.
+type catalog struct {
+	mu    sync.Mutex
+	specs []protocol.ToolSpec
+}
+
+func (c *catalog) Tools(context.Context) ([]protocol.ToolSpec, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.specs), nil
+}
+
+func (c *catalog) remove(names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.specs = slices.DeleteFunc(c.specs, func(s protocol.ToolSpec) bool {
+		return slices.Contains(names, "*") || slices.Contains(names, s.Name)
+	})
 }
 
 // run runs turns through p and checks what every run must keep: a result,
@@ -148,10 +178,16 @@ type setup struct {
 func run(t *testing.T, p provider, s setup, turns ...turn) (*loop.Result, error, fake) {
 	t.Helper()
 	f := p.new(t, turns)
-	d := looptest.New(handler)
+	cat := &catalog{specs: []protocol.ToolSpec{looptest.MustSpec("echo", echoSchema), looptest.MustSpec("add", addSchema),
+		looptest.MustSpec("hang", openSchema), looptest.MustSpec("fail", openSchema)}}
+	d := looptest.New(func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+		r, ok := handler(ctx, c)
+		if len(s.drop) > 0 {
+			cat.remove(s.drop) // before the call is answered, so before the next round
+		}
+		return r, ok
+	})
 	d.Progress = s.progress
-	cat := looptest.NewCatalog(looptest.MustSpec("echo", echoSchema), looptest.MustSpec("add", addSchema),
-		looptest.MustSpec("hang", openSchema), looptest.MustSpec("fail", openSchema))
 	cfg := s.cfg
 	if cfg.Grace == 0 {
 		cfg.Grace = 20 * time.Millisecond
@@ -281,6 +317,26 @@ func TestGuarantees(t *testing.T) {
 			}
 			wantOutcomes(t, res, ok)
 		}},
+		{"the catalog empties mid-run", setup{drop: []string{"*"}}, []turn{
+			{calls: []loop.ToolCall{call("c1", "echo", `{"text":"a"}`), call("c2", "add", `{"a":1,"b":2}`)}},
+			{calls: []loop.ToolCall{call("c3", "echo", `{"text":"again"}`)}},
+			{content: "done"},
+		}, func(t *testing.T, res *loop.Result, err error) {
+			if err != nil || res.TerminationReason != loop.TerminationNatural || res.Answer != "done" {
+				t.Fatalf("reason %s answer %q err %v", res.TerminationReason, res.Answer, err)
+			}
+			wantOutcomes(t, res, ok, ok, protocol.OutcomeUnknownTool)
+		}},
+		{"the tool the transcript used leaves the catalog", setup{drop: []string{"echo"}}, []turn{
+			{calls: []loop.ToolCall{call("c1", "echo", `{"text":"a"}`)}},
+			{calls: []loop.ToolCall{call("c2", "echo", `{"text":"b"}`), call("c3", "add", `{"a":1,"b":2}`)}},
+			{content: "done"},
+		}, func(t *testing.T, res *loop.Result, err error) {
+			if err != nil || res.TerminationReason != loop.TerminationNatural {
+				t.Fatalf("reason %s err %v", res.TerminationReason, err)
+			}
+			wantOutcomes(t, res, ok, protocol.OutcomeUnknownTool, ok)
+		}},
 		{"huge arguments", setup{}, []turn{
 			{calls: []loop.ToolCall{call("c1", "echo", `{"text":"`+strings.Repeat("x", loop.MaxArgumentsBytes+10)+`"}`)}},
 			{content: "done"},
@@ -325,6 +381,36 @@ func TestTruncatedAnswer(t *testing.T) {
 			res, err, _ := run(t, p, setup{}, turn{content: "partial", truncated: true})
 			if err != nil || res.TerminationReason != loop.TerminationNatural || res.Answer != "partial" {
 				t.Fatalf("reason %s answer %q err %v", res.TerminationReason, res.Answer, err)
+			}
+		})
+	}
+}
+
+// Every provider names itself and its model on the model call's span
+// (gen_ai.provider.name, gen_ai.request.model), as the GenAI conventions ask.
+func TestModelSpansNameProviderAndModel(t *testing.T) {
+	for _, p := range providers {
+		t.Run(p.name, func(t *testing.T) {
+			exp := tracetest.NewInMemoryExporter()
+			s := setup{}
+			s.cfg.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+			run(t, p, s, turn{calls: []loop.ToolCall{call("c1", "echo", `{"text":"a"}`)}}, turn{content: "done"})
+			chats := 0
+			for _, sp := range exp.GetSpans() {
+				if !strings.HasPrefix(sp.Name, "chat") {
+					continue
+				}
+				chats++
+				got := map[string]string{}
+				for _, a := range sp.Attributes {
+					got[string(a.Key)] = a.Value.Emit()
+				}
+				if sp.Name != "chat "+p.genAI[1] || got[loop.AttrProvider] != p.genAI[0] || got[loop.AttrRequestModel] != p.genAI[1] {
+					t.Errorf("span %q: provider %q model %q, want %q %q", sp.Name, got[loop.AttrProvider], got[loop.AttrRequestModel], p.genAI[0], p.genAI[1])
+				}
+			}
+			if chats != 2 {
+				t.Fatalf("%d model call spans, want 2", chats)
 			}
 		})
 	}

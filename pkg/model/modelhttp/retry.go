@@ -98,6 +98,29 @@ func (p Policy) Validate() (field string, err error) {
 	return "", nil
 }
 
+// ValidateConfig checks what every provider's configuration holds: the
+// model (p.Model, required), the base URL (see [ValidateBaseURL]) and the
+// policy (see [Policy.Validate]). It reports the first field that breaks its
+// rule, without quoting its value.
+func (p Policy) ValidateConfig(baseURL string) (field string, err error) {
+	if p.Model == "" {
+		return "Model", errors.New("required")
+	}
+	if err := ValidateBaseURL(baseURL); err != nil {
+		return "BaseURL", err
+	}
+	return p.Validate()
+}
+
+// ValidateTemperature checks a sampling temperature: unset, or a finite
+// number >= 0.
+func ValidateTemperature(t *float64) error {
+	if t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0) || *t < 0) {
+		return errors.New("must be a finite number >= 0")
+	}
+	return nil
+}
+
 // ValidateBaseURL checks that s is an http or https URL with a host, without
 // quoting it.
 func ValidateBaseURL(s string) error {

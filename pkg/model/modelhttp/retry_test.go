@@ -3,6 +3,7 @@ package modelhttp
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -10,7 +11,7 @@ import (
 
 func FuzzRetryAfter(f *testing.F) {
 	for _, s := range [][2]string{{"", "0"}, {"", "1.5"}, {"", "Wed, 21 Oct 2015 07:28:00 GMT"}, {"", "-3"}, {"", "NaN"},
-		{"", "1e400"}, {"250", ""}, {"-1", "2"}, {"1e13", ""}, {"abc", "xyz"}} {
+		{"", "1e400"}, {"250", ""}, {"-1", "2"}, {"1e13", ""}, {"abc", "xyz"}, {"", "Inf"}} {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, ms, s string) {
@@ -69,8 +70,38 @@ func TestDoStopsWithTheContext(t *testing.T) {
 func TestBackoffBounds(t *testing.T) {
 	for n := 1; n <= 30; n++ {
 		want := min(10*time.Millisecond<<min(n-1, 20), 100*time.Millisecond)
-		if d := Backoff(10*time.Millisecond, 100*time.Millisecond, n); d < want/2 || d > want {
-			t.Fatalf("Backoff(%d) = %v", n, d)
+		for range 50 { // the jitter
+			if d := Backoff(10*time.Millisecond, 100*time.Millisecond, n); d < want/2 || d > want {
+				t.Fatalf("Backoff(%d) = %v", n, d)
+			}
 		}
+	}
+}
+
+func TestValidateConfig(t *testing.T) {
+	nan, neg, ok := math.NaN(), -1.0, 0.7
+	for _, c := range []struct {
+		p       Policy
+		baseURL string
+		field   string
+	}{
+		{Policy{Model: "m"}, "https://api.example.com/v1", ""},
+		{Policy{}, "https://api.example.com/v1", "Model"},
+		{Policy{Model: "m"}, "ftp://x", "BaseURL"},
+		{Policy{Model: "m"}, "http://", "BaseURL"},
+		{Policy{Model: "m", MaxRetries: 1000}, "http://x", "MaxRetries"},
+		{Policy{Model: "m", RetryBaseDelay: time.Minute, MaxRetryDelay: time.Second}, "http://x", "RetryBaseDelay"},
+	} {
+		if field, _ := c.p.WithDefaults().ValidateConfig(c.baseURL); field != c.field {
+			t.Errorf("ValidateConfig(%+v, %q) field %q, want %q", c.p, c.baseURL, field, c.field)
+		}
+	}
+	for _, tv := range []*float64{&nan, &neg} {
+		if ValidateTemperature(tv) == nil {
+			t.Errorf("temperature %v accepted", *tv)
+		}
+	}
+	if ValidateTemperature(nil) != nil || ValidateTemperature(&ok) != nil {
+		t.Error("a valid temperature refused")
 	}
 }

@@ -3,23 +3,23 @@ package openai
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"net/url"
 	"os"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
 )
 
 // Defaults applied by [New] to zero-valued [Config] fields.
 const (
 	DefaultBaseURL          = "https://api.openai.com/v1/"
-	DefaultRequestTimeout   = 120 * time.Second
-	DefaultMaxRetries       = 3
-	DefaultRetryBaseDelay   = 500 * time.Millisecond
-	DefaultMaxRetryDelay    = 30 * time.Second
-	DefaultMaxResponseBytes = 8 << 20
+	DefaultRequestTimeout   = modelhttp.DefaultRequestTimeout
+	DefaultMaxRetries       = modelhttp.DefaultMaxRetries
+	DefaultRetryBaseDelay   = modelhttp.DefaultRetryBaseDelay
+	DefaultMaxRetryDelay    = modelhttp.DefaultMaxRetryDelay
+	DefaultMaxResponseBytes = modelhttp.DefaultMaxResponseBytes
 
 	// EnvBaseURL names the environment variable read when Config.BaseURL is empty.
 	EnvBaseURL = "OPENAI_BASE_URL"
@@ -104,8 +104,18 @@ func (e *ValidationError) Error() string {
 
 func (e *ValidationError) Unwrap() error { return e.Err }
 
-// withDefaults returns c with every zero field replaced by its default and
-// the environment consulted for BaseURL and APIKey.
+// policy is c's retry and timeout policy, with its defaults.
+func (c Config) policy() modelhttp.Policy {
+	return modelhttp.Policy{
+		Provider: "openai", Model: c.Model,
+		RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries,
+		RetryBaseDelay: c.RetryBaseDelay, MaxRetryDelay: c.MaxRetryDelay,
+		MaxResponseBytes: c.MaxResponseBytes, Logger: c.Logger,
+	}.WithDefaults()
+}
+
+// withDefaults returns c with the environment consulted for BaseURL and
+// APIKey (the retry fields' defaults are the policy's).
 func (c Config) withDefaults() Config {
 	if c.BaseURL == "" {
 		c.BaseURL = os.Getenv(EnvBaseURL)
@@ -116,74 +126,21 @@ func (c Config) withDefaults() Config {
 	if c.APIKey == "" {
 		c.APIKey = os.Getenv(EnvAPIKey)
 	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	switch {
-	case c.MaxRetries == 0:
-		c.MaxRetries = DefaultMaxRetries
-	case c.MaxRetries < 0:
-		c.MaxRetries = 0
-	}
-	if c.RetryBaseDelay == 0 {
-		c.RetryBaseDelay = DefaultRetryBaseDelay
-	}
-	if c.MaxRetryDelay == 0 {
-		c.MaxRetryDelay = DefaultMaxRetryDelay
-	}
-	if c.MaxResponseBytes == 0 {
-		c.MaxResponseBytes = DefaultMaxResponseBytes
-	}
 	return c
 }
 
-// maxRetriesLimit bounds MaxRetries so that a typo cannot turn one model call
-// into an hour of attempts.
-const maxRetriesLimit = 20
-
 // Validate reports the first field of c, after defaults, that breaks its rule.
-func (c Config) Validate() error {
-	c = c.withDefaults()
-	return c.validate()
-}
+func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
-	if c.Model == "" {
-		return &ValidationError{Field: "Model", Err: errors.New("required")}
+	if field, err := c.policy().ValidateConfig(c.BaseURL); err != nil {
+		return &ValidationError{Field: field, Err: err}
 	}
-	u, err := url.Parse(c.BaseURL)
-	if err != nil {
-		return &ValidationError{Field: "BaseURL", Err: errors.New("not a URL")}
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return &ValidationError{Field: "BaseURL", Err: errors.New("scheme must be http or https")}
-	}
-	if u.Host == "" {
-		return &ValidationError{Field: "BaseURL", Err: errors.New("host required")}
-	}
-	if c.RequestTimeout < 0 {
-		return &ValidationError{Field: "RequestTimeout", Err: errors.New("must be > 0")}
-	}
-	if c.MaxRetries > maxRetriesLimit {
-		return &ValidationError{Field: "MaxRetries", Err: fmt.Errorf("must be <= %d", maxRetriesLimit)}
-	}
-	if c.RetryBaseDelay < 0 {
-		return &ValidationError{Field: "RetryBaseDelay", Err: errors.New("must be > 0")}
-	}
-	if c.MaxRetryDelay < 0 {
-		return &ValidationError{Field: "MaxRetryDelay", Err: errors.New("must be > 0")}
-	}
-	if c.RetryBaseDelay > c.MaxRetryDelay {
-		return &ValidationError{Field: "RetryBaseDelay", Err: errors.New("must be <= MaxRetryDelay")}
-	}
-	if t := c.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0) || *t < 0) {
-		return &ValidationError{Field: "Temperature", Err: errors.New("must be a finite number >= 0")}
+	if err := modelhttp.ValidateTemperature(c.Temperature); err != nil {
+		return &ValidationError{Field: "Temperature", Err: err}
 	}
 	if c.MaxTokens < 0 {
 		return &ValidationError{Field: "MaxTokens", Err: errors.New("must be >= 0")}
-	}
-	if c.MaxResponseBytes < 0 {
-		return &ValidationError{Field: "MaxResponseBytes", Err: errors.New("must be > 0")}
 	}
 	return nil
 }

@@ -27,8 +27,9 @@
 //
 // # Secrets
 //
-// The key is sent only as a bearer token. Errors are this package's own
-// ([*APIError], [*TransportError] and the Err values) and carry the status
+// The key is sent only as a bearer token. Errors are those every HTTP
+// provider shares (package modelhttp: [*APIError], [*TransportError] and the
+// Err values are aliases of its own) and carry the status
 // code, never the key, the request, the URL or the response body; the
 // server's error message is kept apart in APIError.Message, because servers
 // may quote the request (or the key) in it. Logs carry the model name,

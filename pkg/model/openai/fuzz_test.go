@@ -2,40 +2,10 @@ package openai
 
 import (
 	"encoding/json"
-	"net/http"
 	"testing"
-	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 )
-
-func FuzzRetryAfter(f *testing.F) {
-	for _, s := range [][2]string{
-		{"", "0"}, {"", "1.5"}, {"", "Wed, 21 Oct 2015 07:28:00 GMT"}, {"", "-3"}, {"", "NaN"},
-		{"", "1e400"}, {"250", ""}, {"-1", "2"}, {"1e13", ""}, {"abc", "xyz"}, {"", "Inf"},
-	} {
-		f.Add(s[0], s[1])
-	}
-	f.Fuzz(func(t *testing.T, ms, s string) {
-		h := http.Header{}
-		if ms != "" {
-			h.Set("Retry-After-Ms", ms)
-		}
-		if s != "" {
-			h.Set("Retry-After", s)
-		}
-		d, ok := retryAfter(h)
-		if d < 0 {
-			t.Fatalf("retryAfter(%q, %q) = %v, negative", ms, s, d)
-		}
-		if !ok && d != 0 {
-			t.Fatalf("retryAfter(%q, %q) = %v without a header", ms, s, d)
-		}
-		if ms == "" && s == "" && ok {
-			t.Fatalf("no headers but ok")
-		}
-	})
-}
 
 func FuzzToResponse(f *testing.F) {
 	f.Add(`{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":1,"completion_tokens":2}}`)
@@ -68,18 +38,4 @@ func FuzzToResponse(f *testing.F) {
 			t.Fatalf("role %q", resp.Message.Role)
 		}
 	})
-}
-
-func TestBackoffBounds(t *testing.T) {
-	base, maxDelay := 10*time.Millisecond, 100*time.Millisecond
-	for attempt := 1; attempt <= 40; attempt++ {
-		want := base << min(attempt-1, 20)
-		want = min(want, maxDelay)
-		for range 50 {
-			d := backoff(base, maxDelay, attempt)
-			if d < want/2 || d > want {
-				t.Fatalf("backoff(attempt %d)=%v, want within [%v, %v]", attempt, d, want/2, want)
-			}
-		}
-	}
 }

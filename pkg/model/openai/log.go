@@ -7,7 +7,6 @@ const (
 	logAttempt          = "attempt"
 	logStatus           = "status"
 	logDuration         = "duration"
-	logDelay            = "retry_in"
 	logMessages         = "messages"
 	logTools            = "tools"
 	logToolCalls        = "tool_calls"

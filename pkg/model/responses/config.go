@@ -3,7 +3,6 @@ package responses
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"time"
@@ -112,20 +111,14 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
-	if c.Model == "" {
-		return &ValidationError{Field: "Model", Err: errors.New("required")}
-	}
-	if err := modelhttp.ValidateBaseURL(c.BaseURL); err != nil {
-		return &ValidationError{Field: "BaseURL", Err: err}
-	}
-	if field, err := c.policy().Validate(); err != nil {
+	if field, err := c.policy().ValidateConfig(c.BaseURL); err != nil {
 		return &ValidationError{Field: field, Err: err}
 	}
 	if c.MaxOutputTokens < 0 {
 		return &ValidationError{Field: "MaxOutputTokens", Err: errors.New("must be >= 0")}
 	}
-	if t := c.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0) || *t < 0) {
-		return &ValidationError{Field: "Temperature", Err: errors.New("must be a finite number >= 0")}
+	if err := modelhttp.ValidateTemperature(c.Temperature); err != nil {
+		return &ValidationError{Field: "Temperature", Err: err}
 	}
 	return nil
 }

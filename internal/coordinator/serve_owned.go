@@ -1,0 +1,72 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// errRunCancelled is the cause of a run an operator cancelled.
+var errRunCancelled = errors.New("coordinator: the run was cancelled by an operator")
+
+// own records that this coordinator runs run, so a cancel request reaches
+// it; the returned func forgets it.
+func (s *service) own(run protocol.RunID, cancel context.CancelCauseFunc) func() {
+	s.mu.Lock()
+	s.owned[run] = cancel
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.owned, run)
+		s.mu.Unlock()
+	}
+}
+
+// onCancelRequest cancels the run named by a cancel request's subject, if
+// this coordinator runs it. The request is stored in the journal stream,
+// so a coordinator that takes the run later sees it too (cancelRequested).
+func (s *service) onCancelRequest(m *nats.Msg) {
+	prefix := strings.TrimSuffix(s.subjects.JournalCancels(), "*")
+	run, ok := strings.CutPrefix(m.Subject, prefix)
+	if !ok || !protocol.ValidToken(run) {
+		return
+	}
+	s.mu.Lock()
+	cancel := s.owned[run]
+	s.mu.Unlock()
+	if cancel != nil {
+		s.log.Info().Str(logRun, run).Msg("run cancelled by an operator")
+		cancel(errRunCancelled)
+	}
+}
+
+// cancelRequested reports whether an operator asked to cancel run.
+func (s *service) cancelRequested(run protocol.RunID) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	ok, err := natsbus.CancelRequested(ctx, s.c.js, s.subjects, run)
+	if err != nil {
+		s.limited.Warn().Err(err).Str(logRun, run).Msg("could not read the run's cancel requests")
+	}
+	return ok
+}
+
+// hookedJournal calls after once each entry is stored.
+type hookedJournal struct {
+	*natsbus.Journal
+	after func(loop.JournalEntry)
+}
+
+func (h hookedJournal) Append(ctx context.Context, e loop.JournalEntry) error {
+	err := h.Journal.Append(ctx, e)
+	if err == nil {
+		h.after(e)
+	}
+	return err
+}

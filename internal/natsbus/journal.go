@@ -1,0 +1,334 @@
+package natsbus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Journal entry kinds of the journal itself (the loop ignores them).
+const (
+	// EntryOwner: a coordinator took the run (Owner, At, Note = why).
+	EntryOwner = "owner"
+	// EntryRequest: the run's request and applied limits (Data).
+	EntryRequest = "request"
+)
+
+// MaxJournalEntryBytes bounds one encoded journal entry.
+const MaxJournalEntryBytes = protocol.DefaultMaxMessageBytes - 8<<10
+
+// journalOpTimeout bounds one journal operation.
+const journalOpTimeout = 5 * time.Second
+
+// Journal is one run's journal in the journal stream, owned by one
+// coordinator: a [loop.Journal]. Open takes the run over by appending an
+// owner entry after the last entry it read; every append names the
+// sequence of the entry before it (Nats-Expected-Last-Subject-Sequence), so
+// once another coordinator has appended, this one can append nothing more
+// ([loop.ErrFenced]).
+type Journal struct {
+	js      jetstream.JetStream
+	stream  string
+	subject string
+	owner   string
+	// token tells this Journal's appends from any other's, even another
+	// process under the same owner name.
+	token string
+
+	mu      sync.Mutex
+	entries []loop.JournalEntry
+	last    uint64 // stream sequence of the run's last entry; 0: none
+	fenced  bool
+}
+
+var _ loop.Journal = (*Journal)(nil)
+
+// OpenJournal reads run's journal and takes the run over for owner: it
+// appends an owner entry (with note saying why: "start", "resume"), fenced
+// on the last entry read. Entries returns what was read, owner entries
+// included.
+func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, owner, note string) (*Journal, error) {
+	subject, err := subjects.Journal(run)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: journal: %w", err)
+	}
+	j := &Journal{js: js, stream: subjects.JournalStream(), subject: subject, owner: owner, token: protocol.NewID()}
+	recs, last, err := readJournal(ctx, js, j.stream, subject)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		j.entries = append(j.entries, r.Entry)
+	}
+	j.last = last
+	if err := j.Append(ctx, loop.JournalEntry{Kind: EntryOwner, Owner: owner, Note: note, At: time.Now().UTC()}); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// Entries implements [loop.Journal]: the entries read by OpenJournal.
+func (j *Journal) Entries() []loop.JournalEntry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]loop.JournalEntry(nil), j.entries...)
+}
+
+// Fenced reports whether an append was refused because another owner
+// appended.
+func (j *Journal) Fenced() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.fenced
+}
+
+// Append implements [loop.Journal]. A server that does not answer is asked
+// again with the same message id; an answer that another entry is last is
+// checked against the run's last entry, which is this one when an earlier
+// attempt was stored.
+func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fenced {
+		return loop.ErrFenced
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("natsbus: encoding a journal entry: %w", err)
+	}
+	if len(data) > MaxJournalEntryBytes {
+		return fmt.Errorf("natsbus: journal entry %s is %d bytes, limit %d: %w", e.Kind, len(data), MaxJournalEntryBytes, protocol.ErrTooLarge)
+	}
+	msgID := journalMsgID(j.subject, j.last, j.token)
+	msg := nats.NewMsg(j.subject)
+	msg.Data = data
+	msg.Header.Set(protocol.HeaderMsgID, msgID)
+	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	msg.Header.Set(headerJournalOwner, j.owner)
+	actx, cancel := context.WithTimeout(ctx, journalOpTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		pctx, pcancel := context.WithTimeout(actx, publishAttemptTimeout)
+		ack, err := j.js.PublishMsg(pctx, msg, jetstream.WithExpectStream(j.stream), jetstream.WithExpectLastSequencePerSubject(j.last))
+		pcancel()
+		switch {
+		case err == nil:
+			j.last = ack.Sequence
+			return nil
+		case wrongLastSequence(err):
+			// Stored by an earlier attempt, or another owner appended.
+			if seq, ok := j.mine(actx, msgID); ok {
+				j.last = seq
+				return nil
+			}
+			j.fenced = true
+			return loop.ErrFenced
+		case actx.Err() != nil || !transient(err):
+			return fmt.Errorf("natsbus: appending to the journal: %w", err)
+		}
+		if !sleepCtx(actx, backoff(attempt)) {
+			return fmt.Errorf("natsbus: appending to the journal: %w", err)
+		}
+	}
+}
+
+// mine reports whether the run's last entry carries msgID, and its
+// sequence.
+func (j *Journal) mine(ctx context.Context, msgID string) (uint64, bool) {
+	s, err := j.js.Stream(ctx, j.stream)
+	if err != nil {
+		return 0, false
+	}
+	m, err := s.GetLastMsgForSubject(ctx, j.subject)
+	if err != nil || m.Header.Get(protocol.HeaderMsgID) != msgID {
+		return 0, false
+	}
+	return m.Sequence, true
+}
+
+// headerJournalOwner names the coordinator that appended an entry.
+const headerJournalOwner = "Toolfleet-Owner"
+
+// journalMsgID is the dedup id of the entry a Journal (token) appends
+// after seq.
+func journalMsgID(subject string, seq uint64, token string) string {
+	return subject + "@" + strconv.FormatUint(seq, 10) + "@" + token
+}
+
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// JournalRecord is one stored journal entry.
+type JournalRecord struct {
+	Seq   uint64
+	Time  time.Time
+	Entry loop.JournalEntry
+}
+
+// ReadJournal returns run's journal, in order.
+func ReadJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID) ([]JournalRecord, error) {
+	subject, err := subjects.Journal(run)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: journal: %w", err)
+	}
+	recs, _, err := readJournal(ctx, js, subjects.JournalStream(), subject)
+	return recs, err
+}
+
+// readJournal reads every entry on subject up to the last one at the time
+// of the call, and that last entry's sequence (0 when there is none).
+func readJournal(ctx context.Context, js jetstream.JetStream, stream, subject string) ([]JournalRecord, uint64, error) {
+	rctx, cancel := context.WithTimeout(ctx, 4*journalOpTimeout)
+	defer cancel()
+	s, err := js.Stream(rctx, stream)
+	if err != nil {
+		return nil, 0, fmt.Errorf("natsbus: journal stream %s: %w", stream, err)
+	}
+	lastMsg, err := s.GetLastMsgForSubject(rctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("natsbus: reading the journal %s: %w", subject, err)
+	}
+	last := lastMsg.Sequence
+	cons, err := s.OrderedConsumer(rctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy,
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("natsbus: reading the journal %s: %w", subject, err)
+	}
+	var recs []JournalRecord
+	for {
+		batch, err := cons.Fetch(256, jetstream.FetchContext(rctx))
+		if err != nil {
+			return nil, 0, fmt.Errorf("natsbus: reading the journal %s: %w", subject, err)
+		}
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			var e loop.JournalEntry
+			if err := decodeJournalEntry(m.Data(), &e); err != nil {
+				return nil, 0, fmt.Errorf("natsbus: journal %s entry %d: %w", subject, md.Sequence.Stream, err)
+			}
+			recs = append(recs, JournalRecord{Seq: md.Sequence.Stream, Time: md.Timestamp, Entry: e})
+			if md.Sequence.Stream >= last {
+				return recs, last, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, 0, fmt.Errorf("natsbus: reading the journal %s: %w", subject, err)
+		}
+		if rctx.Err() != nil {
+			return nil, 0, fmt.Errorf("natsbus: reading the journal %s: %w", subject, rctx.Err())
+		}
+	}
+}
+
+// decodeJournalEntry decodes one entry strictly: one JSON object of known
+// fields, within MaxJournalEntryBytes, with a kind.
+func decodeJournalEntry(data []byte, e *loop.JournalEntry) error {
+	if len(data) > MaxJournalEntryBytes {
+		return protocol.ErrTooLarge
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(e); err != nil {
+		return fmt.Errorf("natsbus: journal entry: %w", err)
+	}
+	if dec.More() {
+		return errors.New("natsbus: journal entry: trailing data")
+	}
+	if e.Kind == "" {
+		return errors.New("natsbus: journal entry: no kind")
+	}
+	return nil
+}
+
+// ListJournals returns the runs that have a journal, with their entry
+// counts.
+func ListJournals(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects) (map[protocol.RunID]uint64, error) {
+	s, err := js.Stream(ctx, subjects.JournalStream())
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: journal stream %s: %w", subjects.JournalStream(), err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subjects.Journals()))
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: journal stream %s: %w", subjects.JournalStream(), err)
+	}
+	prefix := subjects.Journals()
+	prefix = prefix[:len(prefix)-1]
+	out := make(map[protocol.RunID]uint64, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if run := subj[min(len(prefix), len(subj)):]; len(subj) > len(prefix) && subj[:len(prefix)] == prefix && protocol.ValidToken(run) {
+			out[run] = n
+		}
+	}
+	return out, nil
+}
+
+// CancelRequest is an operator's request to cancel a run, stored on
+// <prefix>.journal.cancel.<run>. Its presence is what counts; the fields
+// are for the audit trail.
+type CancelRequest struct {
+	V      int       `json:"v"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at,omitzero"`
+}
+
+// RequestCancel stores a cancel request for run: the coordinator running
+// it cancels it at once, and one that takes it later cancels it too.
+func RequestCancel(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, req CancelRequest) error {
+	subject, err := subjects.JournalCancel(run)
+	if err != nil {
+		return fmt.Errorf("natsbus: cancel: %w", err)
+	}
+	req.V = protocol.Version
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := js.Publish(ctx, subject, data, jetstream.WithExpectStream(subjects.JournalStream())); err != nil {
+		return fmt.Errorf("natsbus: storing the cancel request of %s: %w", run, err)
+	}
+	return nil
+}
+
+// CancelRequested reports whether a cancel request is stored for run.
+func CancelRequested(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID) (bool, error) {
+	subject, err := subjects.JournalCancel(run)
+	if err != nil {
+		return false, err
+	}
+	s, err := js.Stream(ctx, subjects.JournalStream())
+	if err != nil {
+		return false, err
+	}
+	_, err = s.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
+}

@@ -1,0 +1,37 @@
+package natsbus
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+)
+
+// FuzzDecodeJournalEntry: any bytes decode to an entry with a kind or to
+// an error, never a panic, and a decoded entry encodes and decodes again
+// to the same entry.
+func FuzzDecodeJournalEntry(f *testing.F) {
+	f.Add([]byte(`{"kind":"model","round":1,"response":{"message":{"role":"assistant","content":"hi"},"usage":{"prompt_tokens":1,"completion_tokens":2}}}`))
+	f.Add([]byte(`{"kind":"dispatched","round":2,"calls":[{"call_key":"k","tool":"t","timeout_ms":5,"deadline":"2026-01-01T00:00:00Z"}]}`))
+	f.Add([]byte(`{"kind":"observed","round":2,"observations":[{"call_key":"k","outcome":"ok","content":"x"}]}`))
+	f.Add([]byte(`{"kind":"owner","owner":"c1","at":"2026-01-01T00:00:00Z","data":{"a":1}}`))
+	f.Add([]byte(`{"kind":"x"} {}`))
+	f.Add([]byte(`{"kind":"x","extra":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var e loop.JournalEntry
+		if err := decodeJournalEntry(data, &e); err != nil {
+			return
+		}
+		if e.Kind == "" {
+			t.Fatalf("decoded an entry without a kind from %q", data)
+		}
+		again, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e2 loop.JournalEntry
+		if err := decodeJournalEntry(again, &e2); err != nil {
+			t.Fatalf("re-decoding %s: %v", again, err)
+		}
+	})
+}

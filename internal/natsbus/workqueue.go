@@ -1,0 +1,343 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/semaphore"
+)
+
+// Decision is how a [WorkHandler] settles the message it was handed. It
+// is the one place a work-queue message is acknowledged: the handler says
+// what, [settle] does it.
+type Decision struct {
+	kind   decisionKind
+	reason string
+	delay  time.Duration
+}
+
+type decisionKind uint8
+
+const (
+	decAck decisionKind = iota
+	decTerm
+	decNak
+	decSettled
+	decLeave
+)
+
+// The decisions without parameters.
+var (
+	// Ack: done; the message leaves the work queue.
+	Ack = Decision{kind: decAck}
+	// Settled: the handler settled the message itself, early, with
+	// [Delivery.Settle] (a claim), or the message is gone.
+	Settled = Decision{kind: decSettled}
+	// Leave: do not settle. The message stays with whoever owns it now (a
+	// run another coordinator took over) or is redelivered after the ack
+	// wait.
+	Leave = Decision{kind: decLeave}
+)
+
+// Term terminates the message: it is never delivered again. reason shows
+// in the server's advisories.
+func Term(reason string) Decision { return Decision{kind: decTerm, reason: reason} }
+
+// Nak hands the message back, for redelivery after delay (0: at once).
+func Nak(delay time.Duration) Decision { return Decision{kind: decNak, delay: delay} }
+
+// settle applies d to m.
+func settle(m jetstream.Msg, d Decision) {
+	switch d.kind {
+	case decAck:
+		m.Ack()
+	case decTerm:
+		m.TermWithReason(d.reason)
+	case decNak:
+		if d.delay > 0 {
+			m.NakWithDelay(d.delay)
+		} else {
+			m.Nak()
+		}
+	}
+}
+
+// Delivery is one message a [WorkQueue] hands to its handler.
+type Delivery struct {
+	Msg jetstream.Msg
+	// Attempt counts the message's deliveries, from 1.
+	Attempt int
+	// Seq is the message's stream sequence (0 when unknown).
+	Seq uint64
+	// Stored is when the stream stored the message.
+	Stored  time.Time
+	settled bool
+}
+
+// Settle settles the message now (a claim, before the work starts); the
+// handler then returns [Settled].
+func (d *Delivery) Settle(dec Decision) {
+	if !d.settled {
+		d.settled = true
+		settle(d.Msg, dec)
+	}
+}
+
+// Heartbeat tells the server, every interval, that the message is still
+// being worked on, until the returned stop is called (stop is idempotent).
+func (d *Delivery) Heartbeat(interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				d.Msg.InProgress()
+			}
+		}
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// WorkHandler does the work of one delivery and says how to settle it.
+// Its context is the queue's execution context.
+type WorkHandler func(ctx context.Context, d *Delivery) Decision
+
+// WorkQueueConfig configures a [WorkQueue]. Slots and Ensure are required.
+type WorkQueueConfig struct {
+	// Slots bounds the handlers running at once; queues may share it. The
+	// queue never takes a message without a free slot for it.
+	Slots *semaphore.Weighted
+	// MaxFetchBatch bounds the messages taken in one pull. Default: 1.
+	MaxFetchBatch int
+	// PollWait bounds one pull's wait for a message. Default: 1s.
+	PollWait time.Duration
+	// Ensure creates or updates the consumer (and whatever it needs); Run
+	// calls it again when the consumer or its stream is gone.
+	Ensure func(ctx context.Context) (jetstream.Consumer, error)
+	// Wait, when set, is called before each pull: the queue takes nothing
+	// until it returns nil, and stops when it returns an error (a
+	// StreamGuard's Wait holds it while a stream differs from its expected
+	// configuration).
+	Wait func(ctx context.Context) error
+	// InFlight, when set, counts the running handlers, so the owner can
+	// wait for them under its shutdown grace.
+	InFlight *sync.WaitGroup
+	// Logger receives pull failures (rate-limited), as "pulling <Noun>
+	// failed; retrying". Default noun: "messages".
+	Logger zerolog.Logger
+	Noun   string
+}
+
+// WorkQueue pulls messages from one durable consumer of a work-queue
+// stream into free slots and runs a handler for each, which returns one
+// [Decision]: the toolworker serves each tool's calls with one, a serving
+// coordinator its runs.
+type WorkQueue struct {
+	cfg     WorkQueueConfig
+	handler WorkHandler
+	limited zerolog.Logger
+	cons    jetstream.Consumer
+}
+
+// NewWorkQueue returns a queue; Start (or Run after Ensure) serves it.
+func NewWorkQueue(cfg WorkQueueConfig, h WorkHandler) *WorkQueue {
+	if cfg.MaxFetchBatch < 1 {
+		cfg.MaxFetchBatch = 1
+	}
+	if cfg.PollWait <= 0 {
+		cfg.PollWait = DefaultPollWait
+	}
+	if cfg.InFlight == nil {
+		cfg.InFlight = &sync.WaitGroup{}
+	}
+	if cfg.Noun == "" {
+		cfg.Noun = "messages"
+	}
+	return &WorkQueue{cfg: cfg, handler: h, limited: sampled(cfg.Logger)}
+}
+
+// Ensure creates or updates the consumer once.
+func (q *WorkQueue) Ensure(ctx context.Context) error {
+	cons, err := q.cfg.Ensure(ctx)
+	if err != nil {
+		return err
+	}
+	q.cons = cons
+	return nil
+}
+
+// SetConsumer sets the consumer, for an owner that created it itself.
+func (q *WorkQueue) SetConsumer(c jetstream.Consumer) { q.cons = c }
+
+// EnsureRetrying is Ensure, retried while the failure is transient and ctx
+// lasts.
+func (q *WorkQueue) EnsureRetrying(ctx context.Context) error {
+	for failures := 1; ; failures++ {
+		err := q.Ensure(ctx)
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return err
+		}
+		q.limited.Warn().Err(err).Int("failures", failures).Msg("creating the consumer failed; retrying")
+		if !sleepCtx(ctx, backoff(failures)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// Run pulls while ctx lasts, one free slot per message, and runs the
+// handler of each in its own goroutine under execCtx, settling the message
+// as it decides. Ensure must have succeeded. Run returns once ctx ended
+// and no pull is in progress; handlers may still run (see InFlight).
+func (q *WorkQueue) Run(ctx, execCtx context.Context) {
+	failures := 0
+	for {
+		if q.cfg.Wait != nil {
+			if err := q.cfg.Wait(ctx); err != nil {
+				return
+			}
+		}
+		if err := q.cfg.Slots.Acquire(ctx, 1); err != nil {
+			return
+		}
+		slots := 1
+		for slots < q.cfg.MaxFetchBatch && q.cfg.Slots.TryAcquire(1) {
+			slots++
+		}
+		msgs, err := q.pull(ctx, slots)
+		for _, m := range msgs {
+			q.cfg.InFlight.Add(1)
+			go func() {
+				defer q.cfg.InFlight.Done()
+				defer q.cfg.Slots.Release(1)
+				q.serve(execCtx, m)
+			}()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		failures++
+		q.limited.Warn().Err(err).Int("failures", failures).Msg("pulling " + q.cfg.Noun + " failed; retrying")
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+			errors.Is(err, jetstream.ErrStreamNotFound) {
+			if err := q.Ensure(ctx); err != nil {
+				q.limited.Warn().Err(err).Msg("re-creating the consumer failed")
+			}
+		}
+		if !sleepCtx(ctx, backoff(failures)) {
+			return
+		}
+	}
+}
+
+// Drain waits for the handlers in InFlight for up to grace; past it, it
+// calls overdue (which should make them end: cancel their context) and
+// waits for them. It reports whether the grace ran out.
+func (q *WorkQueue) Drain(grace time.Duration, overdue func()) bool {
+	return drain(q.cfg.InFlight, grace, overdue)
+}
+
+func drain(inflight *sync.WaitGroup, grace time.Duration, overdue func()) bool {
+	done := make(chan struct{})
+	go func() { inflight.Wait(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return false
+	case <-t.C:
+		overdue()
+		<-done
+		return true
+	}
+}
+
+// serve runs the handler of one message and settles it.
+func (q *WorkQueue) serve(ctx context.Context, m jetstream.Msg) {
+	d := &Delivery{Msg: m, Attempt: 1}
+	if md, err := m.Metadata(); err == nil {
+		d.Attempt = max(int(md.NumDelivered), 1)
+		d.Seq = md.Sequence.Stream
+		d.Stored = md.Timestamp
+	}
+	dec := q.handler(ctx, d)
+	if !d.settled {
+		settle(m, dec)
+	}
+}
+
+// pull takes up to slots messages, for which the caller holds slots, and
+// releases the slots it does not fill. It first takes what is waiting
+// without waiting; if nothing is, it keeps one slot and waits up to
+// PollWait for one message. An empty poll is not an error.
+//
+// The server ends the wait (PollWait after it got the request) and the
+// client waits for its word: a pull that gave up in the client first would
+// drop a message the server sent it meanwhile — on a slow link or a loaded
+// machine, the messages sent in a poll's last moments — and the server
+// would send it again only after the ack wait.
+func (q *WorkQueue) pull(ctx context.Context, slots int) ([]jetstream.Msg, error) {
+	sem := q.cfg.Slots
+	if slots > 1 {
+		batch, err := q.cons.FetchNoWait(slots)
+		if err != nil {
+			sem.Release(int64(slots))
+			return nil, err
+		}
+		var msgs []jetstream.Msg
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if len(msgs) > 0 || batch.Error() != nil {
+			sem.Release(int64(slots - len(msgs)))
+			return msgs, batch.Error()
+		}
+		sem.Release(int64(slots - 1))
+	}
+	batch, err := q.cons.Fetch(1, jetstream.FetchMaxWait(q.cfg.PollWait))
+	if err != nil {
+		sem.Release(1)
+		return nil, err
+	}
+	select {
+	case m, ok := <-batch.Messages():
+		if ok {
+			return []jetstream.Msg{m}, nil
+		}
+	case <-ctx.Done():
+		// Stopping: a message the server still sends before the pull
+		// ends goes back at once, to be taken by another consumer. Run
+		// returns only once the server ended the pull, so nothing is sent
+		// to a stopped queue.
+		sem.Release(1)
+		handBack(batch)
+		return nil, nil
+	}
+	sem.Release(1)
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// handBack negatively acknowledges whatever batch still delivers, so the
+// server redelivers it now rather than after the ack wait.
+func handBack(batch jetstream.MessageBatch) {
+	for m := range batch.Messages() {
+		settle(m, Nak(0))
+	}
+}

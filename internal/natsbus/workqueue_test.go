@@ -1,0 +1,89 @@
+package natsbus_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+)
+
+// TestWorkQueueDecisions: the handler's decision settles its message —
+// ack and term remove it for good, nak hands it back for another delivery,
+// leave keeps it pending until the ack wait — and the queue never runs
+// more handlers than it has slots.
+func TestWorkQueueDecisions(t *testing.T) {
+	srv := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.*"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"q.ack", "q.term", "q.nak", "q.leave"} {
+		if _, err := js.Publish(t.Context(), subj, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	running, most := 0, 0
+	const slots = 2
+	q := natsbus.NewWorkQueue(natsbus.WorkQueueConfig{
+		Slots: semaphore.NewWeighted(slots), MaxFetchBatch: 4, PollWait: 100 * time.Millisecond,
+		Ensure: func(ctx context.Context) (jetstream.Consumer, error) {
+			return js.CreateOrUpdateConsumer(ctx, "Q", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+		},
+	}, func(_ context.Context, d *natsbus.Delivery) natsbus.Decision {
+		mu.Lock()
+		seen[d.Msg.Subject()]++
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		defer func() { mu.Lock(); running--; mu.Unlock() }()
+		switch d.Msg.Subject() {
+		case "q.ack":
+			return natsbus.Ack
+		case "q.term":
+			return natsbus.Term("test")
+		case "q.nak":
+			if d.Attempt == 1 {
+				return natsbus.Nak(0)
+			}
+			return natsbus.Ack
+		default:
+			return natsbus.Leave
+		}
+	})
+	if err := q.EnsureRetrying(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); q.Run(ctx, context.Background()) }()
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen["q.ack"] != 1 || seen["q.term"] != 1 || seen["q.nak"] != 2 || seen["q.leave"] != 1 {
+			return fmt.Errorf("deliveries %v", seen)
+		}
+		return nil
+	})
+	cancel()
+	<-done
+	st, _ := js.Stream(t.Context(), "Q")
+	info, err := st.Info(t.Context())
+	if err != nil || info.State.Msgs != 1 {
+		t.Fatalf("stream holds %v messages (%v), want only the one left unsettled", info.State.Msgs, err)
+	}
+	if most > slots {
+		t.Fatalf("%d handlers ran at once with %d slots", most, slots)
+	}
+}

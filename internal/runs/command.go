@@ -1,0 +1,217 @@
+package runs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Exit statuses of [Command].
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+const usage = `usage: runs <command> [flags]
+
+commands:
+  list                        every run with a journal: status, owner, round
+  show RUN [--json]           one run: owner, round, pending calls and approvals
+  cancel RUN [--reason R]     cancel a run (its owner stops it at once; a
+                              coordinator that takes it later cancels it too)
+
+The same with the nats CLI (prefix "fleet"):
+  nats stream subjects FLEET_JOURNAL 'fleet.journal.run.*'    runs with a journal
+  nats stream view FLEET_JOURNAL --subject fleet.journal.run.RUN
+  nats pub fleet.journal.cancel.RUN '{"v":1,"reason":"..."}'  cancel (stored in FLEET_JOURNAL)
+  nats kv get fleet_runs RUN                                  the result, once stored
+`
+
+// Command runs "runs list|show|cancel". conn opens the NATS connection,
+// which Command closes. The result is the exit status: 0 done, 1 error,
+// 2 bad usage.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
+	if len(args) > 0 && args[0] == "runs" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	name, args := args[0], args[1:]
+	fs := flag.NewFlagSet("runs "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	prefix := fs.String("prefix", protocol.DefaultPrefix, "subject prefix of the fleet")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on the command's NATS work")
+	asJSON := fs.Bool("json", false, "print JSON (show, list)")
+	reason := fs.String("reason", "", "why (cancel)")
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK
+			}
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	want := map[string]int{"list": 0, "ls": 0, "show": 1, "cancel": 1}
+	n, ok := want[name]
+	switch {
+	case name == "help" || name == "-h" || name == "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case !ok:
+		fmt.Fprintf(stderr, "runs: unknown command %q\n%s", clip(name), usage)
+		return exitUsage
+	case len(pos) != n:
+		fmt.Fprintf(stderr, "runs %s: takes %d argument(s), got %d\n%s", name, n, len(pos), usage)
+		return exitUsage
+	case n == 1 && !protocol.ValidToken(pos[0]):
+		fmt.Fprintf(stderr, "runs %s: %q is not a run id\n", name, clip(pos[0]))
+		return exitUsage
+	}
+	subjects, err := protocol.NewSubjects(*prefix)
+	if err != nil {
+		fmt.Fprintf(stderr, "runs: --prefix: %v\n", err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	nc, err := conn(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "runs %s: connecting to NATS: %v\n", name, err)
+		return exitError
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintf(stderr, "runs %s: %v\n", name, err)
+		return exitError
+	}
+	switch name {
+	case "show":
+		err = show(ctx, js, subjects, pos[0], *asJSON, stdout)
+	case "cancel":
+		by := os.Getenv("USER")
+		err = natsbus.RequestCancel(ctx, js, subjects, pos[0], natsbus.CancelRequest{By: by, Reason: *reason, At: time.Now().UTC()})
+		if err == nil {
+			fmt.Fprintf(stdout, "cancel requested for run %s\n", pos[0])
+		}
+	default:
+		err = list(ctx, js, subjects, *asJSON, stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "runs %s: %v\n", name, err)
+		return exitError
+	}
+	return exitOK
+}
+
+// state reads one run's state.
+func state(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID) (State, error) {
+	recs, err := natsbus.ReadJournal(ctx, js, subjects, run)
+	if err != nil {
+		return State{}, err
+	}
+	st := Summarize(run, recs)
+	if kv, err := js.KeyValue(ctx, subjects.RunsBucket()); err == nil {
+		_, err := kv.Get(ctx, run)
+		st.HasResult = err == nil
+	}
+	if st.Status != "finished" {
+		if ok, _ := natsbus.CancelRequested(ctx, js, subjects, run); ok {
+			st.Status = "cancel_requested"
+		}
+	}
+	return st, nil
+}
+
+func show(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, asJSON bool, w io.Writer) error {
+	st, err := state(ctx, js, subjects, run)
+	if err != nil {
+		return err
+	}
+	if st.Entries == 0 {
+		return fmt.Errorf("run %s has no journal", run)
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(st)
+	}
+	status := st.Status
+	if st.Termination != "" {
+		status += " (" + string(st.Termination) + ")"
+	}
+	fmt.Fprintf(w, "run:        %s\nstatus:     %s\nowner:      %s (%d owner(s))\nround:      %d\nlast step:  %s at %s\nresult:     %v\n",
+		st.RunID, status, st.Owner, st.Owners, st.Round, st.LastStep, st.LastAt.UTC().Format(time.RFC3339), st.HasResult)
+	for _, c := range st.PendingApprovals {
+		fmt.Fprintf(w, "awaiting approval: %s %s (until %s)\n", c.CallKey, c.Tool, st.ApprovalDeadline.UTC().Format(time.RFC3339))
+	}
+	for _, c := range st.PendingCalls {
+		fmt.Fprintf(w, "pending call:      %s %s (deadline %s)\n", c.CallKey, c.Tool, c.Deadline.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func list(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, asJSON bool, w io.Writer) error {
+	counts, err := natsbus.ListJournals(ctx, js, subjects)
+	if err != nil {
+		return err
+	}
+	ids := make([]protocol.RunID, 0, len(counts))
+	for id := range counts {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	states := make([]State, 0, len(ids))
+	for _, id := range ids {
+		st, err := state(ctx, js, subjects, id)
+		if err != nil {
+			return err
+		}
+		states = append(states, st)
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(states)
+	}
+	if len(states) == 0 {
+		fmt.Fprintln(w, "no runs with a journal")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tOWNER\tROUND\tPENDING\tLAST STEP")
+	for _, st := range states {
+		status := st.Status
+		if st.Termination != "" {
+			status += ":" + string(st.Termination)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d calls, %d approvals\t%s\n", st.RunID, status, st.Owner, st.Round,
+			len(st.PendingCalls), len(st.PendingApprovals), st.LastStep)
+	}
+	return tw.Flush()
+}
+
+func clip(s string) string {
+	if len(s) > 32 {
+		s = s[:32] + "…"
+	}
+	return strings.ToValidUTF8(s, "?")
+}

@@ -1,0 +1,68 @@
+package toolworker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// runWorker runs toolworker.Run with cfg until the test ends, and checks
+// that it then returns without an error.
+func runWorker(t *testing.T, cfg toolworker.Config) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- toolworker.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+}
+
+// callTool publishes one call of tool through the fleet on nc, with a
+// deadline of deadline from now, and returns its result.
+func callTool(t *testing.T, nc *nats.Conn, tool, args string, deadline time.Duration) protocol.Result {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := natsbus.NewDispatcher(nc, js, protocol.Subjects{}, natsbus.DispatcherConfig{})
+	ctx, cancel := context.WithTimeout(t.Context(), deadline+30*time.Second)
+	defer cancel()
+	run := protocol.NewID()
+	in, err := d.Open(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	c := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), Tool: tool,
+		Arguments: []byte(args), Deadline: time.Now().Add(deadline), Attempt: 1}
+	if err := d.Publish(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case ev := <-in.Events():
+			if ev.Result != nil && ev.Result.CallKey == c.CallKey {
+				return *ev.Result
+			}
+		case <-ctx.Done():
+			t.Fatalf("no result for %s", tool)
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package toolworker_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// A worker's MCP servers are on /metrics: a tool that ignores its cancel
+// gets its server killed and restarted, and the scrape shows the
+// unanswered cancel, the kill, the restart and the server up again.
+func TestMCPServerMetricsAfterAForcedRestart(t *testing.T) {
+	srv := natstest.Start(t)
+	dir := t.TempDir()
+	manifest := filepath.Join(dir, "tools.json")
+	data, _ := json.Marshal(map[string]any{"mcp_servers": []any{map[string]any{
+		"name": "m", "command": []string{mcpServerBin, "1"}, "cancel_grace": "100ms", "requires_approval": false,
+	}}})
+	if err := os.WriteFile(manifest, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	scrape := "http://" + addr + "/metrics"
+	runWorker(t, toolworker.Config{
+		Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
+		ToolsFile:   manifest,
+		Name:        "mcp-metered",
+		MetricsAddr: addr,
+		Logger:      zerolog.Nop(),
+	})
+	waitStatus(t, scrape, http.StatusOK)
+	server := metricstest.L("server", "m")
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		return metricstest.Scrape(t, scrape).Want("toolfleet_mcp_server_up", server, 1)
+	})
+	if err := metricstest.Scrape(t, scrape).Want("toolfleet_mcp_server_restarts_total", server, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// The deadline leaves the call time to reach the worker on a loaded
+	// machine; the tool then outlives it.
+	if r := callTool(t, natstest.Connect(t, srv), "m_hang", `{}`, 3*time.Second); r.Outcome != protocol.OutcomeTimeout {
+		t.Fatalf("m_hang: %+v, want timeout", r)
+	}
+	natstest.WaitFor(t, 60*time.Second, func() error {
+		f := metricstest.Scrape(t, scrape)
+		for _, w := range []struct {
+			name   string
+			labels map[string]string
+			v      float64
+		}{
+			{"toolfleet_mcp_server_cancels_total", metricstest.L("server", "m", "result", "unanswered"), 1},
+			{"toolfleet_mcp_server_cancels_total", metricstest.L("server", "m", "result", "answered"), 0},
+			{"toolfleet_mcp_server_kills_total", server, 1},
+			{"toolfleet_mcp_server_restarts_total", server, 1},
+			{"toolfleet_mcp_server_up", server, 1},
+		} {
+			if err := f.Want(w.name, w.labels, w.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

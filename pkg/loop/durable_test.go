@@ -1,0 +1,359 @@
+package loop_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// durableModel answers by how many tool messages the transcript holds, so
+// the same transcript always gets the same answer: round 1 calls echo and
+// add, round 2 calls echo (which needs approval) and a repeated id, round 3
+// answers. It counts its calls.
+func durableModel(calls *atomic.Int64) *looptest.Model {
+	return looptest.ModelFunc(func(req loop.Request) (*loop.Response, error) {
+		calls.Add(1)
+		tools := 0
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				tools++
+			}
+		}
+		switch tools {
+		case 0:
+			return &loop.Response{Message: loop.Message{Role: "assistant", ToolCalls: []loop.ToolCall{
+				looptest.Call("c1", "echo", `{"text":"one"}`), looptest.Call("c2", "add", `{"a":1,"b":2}`),
+			}}}, nil
+		case 2:
+			return &loop.Response{Message: loop.Message{Role: "assistant", ToolCalls: []loop.ToolCall{
+				looptest.Call("c3", "echo", `{"text":"two"}`), looptest.Call("c3", "echo", `{"text":"again"}`),
+				looptest.Call("", "add", `{"a":2,"b":2}`),
+			}}}, nil
+		default:
+			return &loop.Response{Message: loop.Message{Role: "assistant", Content: fmt.Sprintf("done after %d", tools)}}, nil
+		}
+	})
+}
+
+func durableRunner(t *testing.T, model loop.Model, d loop.Dispatcher, gate loop.Gate) *loop.Runner {
+	t.Helper()
+	r, err := loop.New(loop.Config{RequireApproval: []string{"echo"}}, model, looptest.NewCatalog(specs()...), d, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// callsWithoutTimes drops what differs between two runs of one transcript.
+func callsWithoutTimes(cs []loop.CallRecord) []loop.CallRecord {
+	out := append([]loop.CallRecord(nil), cs...)
+	for i := range out {
+		out[i].DurationMS = 0
+	}
+	return out
+}
+
+// TestDurableResumeAtEveryEntry crashes a run after each of its journal
+// entries and resumes it from there: the resumed run ends with the
+// uninterrupted run's transcript and calls, asks the model only for the
+// rounds not journaled, and runs no call twice.
+func TestDurableResumeAtEveryEntry(t *testing.T) {
+	var executed, unproven atomic.Int64
+	counting := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+		executed.Add(1)
+		return handler(ctx, c)
+	}
+	var asked atomic.Int64
+	disp := looptest.New(counting)
+	disp.Durable = true
+	disp.PublishErr = func(c protocol.Call) error {
+		if c.RequiresApproval && c.Approval == nil {
+			unproven.Add(1) // a worker would refuse it
+		}
+		return nil
+	}
+	full := looptest.NewJournal()
+	const run = "durable-run-1"
+	want, err := durableRunner(t, durableModel(&asked), disp, looptest.AllowAll()).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: run, Journal: full})
+	if err != nil || want.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("uninterrupted run: %v, %+v", err, want)
+	}
+	disp.Wait()
+	if asked.Load() != 3 || executed.Load() != 4 {
+		t.Fatalf("uninterrupted run asked %d rounds and ran %d calls, want 3 and 4", asked.Load(), executed.Load())
+	}
+	kinds := full.Kinds()
+	t.Logf("journal: %v", kinds)
+	for n := 0; n <= len(kinds); n++ {
+		prefix := full.Resume(n)
+		journaledRounds := 0
+		for _, e := range prefix.Entries() {
+			if e.Kind == loop.EntryModel {
+				journaledRounds++
+			}
+		}
+		var resumedAsks atomic.Int64
+		got, err := durableRunner(t, durableModel(&resumedAsks), disp, looptest.AllowAll()).
+			RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: run, Journal: prefix})
+		disp.Wait()
+		if err != nil {
+			t.Fatalf("resumed after entry %d: %v", n, err)
+		}
+		if !reflect.DeepEqual(got.Messages, want.Messages) {
+			t.Fatalf("resumed after entry %d: transcript\n%+v\nwant\n%+v", n, got.Messages, want.Messages)
+		}
+		if !reflect.DeepEqual(callsWithoutTimes(got.Calls), callsWithoutTimes(want.Calls)) {
+			t.Fatalf("resumed after entry %d: calls\n%+v\nwant\n%+v", n, got.Calls, want.Calls)
+		}
+		if got.Answer != want.Answer || got.TerminationReason != want.TerminationReason {
+			t.Fatalf("resumed after entry %d: %q %s", n, got.Answer, got.TerminationReason)
+		}
+		if w := int64(3 - journaledRounds); resumedAsks.Load() != w {
+			t.Fatalf("resumed after entry %d: model asked %d times, want %d", n, resumedAsks.Load(), w)
+		}
+	}
+	if executed.Load() != 4 {
+		t.Fatalf("calls ran %d times over all resumes, want 4", executed.Load())
+	}
+	if n := unproven.Load(); n != 0 {
+		t.Fatalf("%d approved calls were published without their approval's proof", n)
+	}
+}
+
+// TestDurableFencedStopsBeforeEffects: an owner whose append is refused
+// stops at once: nil result, ErrFenced, and nothing published after the
+// refused entry.
+func TestDurableFencedStopsBeforeEffects(t *testing.T) {
+	probe := looptest.NewJournal()
+	var asked atomic.Int64
+	d0 := looptest.New(handler)
+	d0.Durable = true
+	if _, err := durableRunner(t, durableModel(&asked), d0, looptest.AllowAll()).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "fenced-0", Journal: probe}); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range probe.Kinds() {
+		if k != loop.EntryDispatched {
+			continue
+		}
+		d := looptest.New(handler)
+		d.Durable = true
+		j := looptest.NewJournal()
+		j.FailAt = i + 1
+		res, err := durableRunner(t, durableModel(&asked), d, looptest.AllowAll()).
+			RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "fenced-1", Journal: j})
+		if res != nil || !errors.Is(err, loop.ErrFenced) || !errors.Is(err, loop.ErrJournal) {
+			t.Fatalf("fenced at entry %d: %v, %v", i+1, res, err)
+		}
+		before := 0
+		for _, k := range probe.Kinds()[:i] {
+			if k == loop.EntryDispatched {
+				before++
+			}
+		}
+		// Each earlier dispatch published its round's calls (2 in round 1);
+		// the fenced one published nothing.
+		if want := []int{0, 2}[before]; len(d.Published()) != want {
+			t.Fatalf("fenced at dispatch %d: %d calls published, want %d", before+1, len(d.Published()), want)
+		}
+		if len(d.Cancels()) != 0 {
+			t.Fatalf("fenced run sent cancels: %v", d.Cancels())
+		}
+		d.Wait()
+	}
+}
+
+// TestDurableHandoff: a run handed off stops with ErrHandedOff and no
+// result, and another owner finishes it from the journal.
+func TestDurableHandoff(t *testing.T) {
+	var asked atomic.Int64
+	d := looptest.New(handler)
+	d.Durable = true
+	j := looptest.NewJournal()
+	handoff := make(chan struct{})
+	gate := &looptest.Gate{Func: func(ctx context.Context, req protocol.ApprovalRequest) (loop.Decision, error) {
+		close(handoff) // hand off while the approval waits
+		<-ctx.Done()
+		return loop.Decision{}, ctx.Err()
+	}}
+	res, err := durableRunner(t, durableModel(&asked), d, gate).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "handoff-1", Journal: j, Handoff: handoff})
+	if res != nil || !errors.Is(err, loop.ErrHandedOff) {
+		t.Fatalf("handed-off run: %v, %v", res, err)
+	}
+	if len(d.Cancels()) != 0 {
+		t.Fatalf("handed-off run sent cancels: %v", d.Cancels())
+	}
+	d.Wait()
+	got, err := durableRunner(t, durableModel(&asked), d, looptest.AllowAll()).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "handoff-1", Journal: j.Resume(-1)})
+	if err != nil || got.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("resumed: %v %+v", err, got)
+	}
+	if asked.Load() != 3 {
+		t.Fatalf("model asked %d times over the hand-off, want 3", asked.Load())
+	}
+	if err := looptest.CheckTranscript(got.Messages); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDurableResumedCallsWithoutResults: a run stopped after its calls
+// were published, resumed where no result ever comes: the non-idempotent
+// call, which may have started on a worker the resumed run cannot hear
+// from, ends outcome_unknown at its journaled deadline; the idempotent one
+// ends timeout. Neither is published again.
+func TestDurableResumedCallsWithoutResults(t *testing.T) {
+	idem := looptest.MustSpec("retry", openSchema)
+	idem.Idempotent = true
+	cat := looptest.NewCatalog(append(specs(), idem)...)
+	model := looptest.NewModel(
+		looptest.Calls(looptest.Call("h", "hang", `{}`), looptest.Call("r", "retry", `{}`)),
+		looptest.Answer("done"))
+	cfg := loop.Config{ToolTimeout: 300 * time.Millisecond, Grace: 50 * time.Millisecond}
+	never := func(context.Context, protocol.Call) (protocol.Result, bool) { return protocol.Result{}, false }
+	d := looptest.New(never)
+	d.Durable = true
+	j := looptest.NewJournal()
+	j.FailAt = 5 // tools, model, dispatched, published, then fenced
+	r, err := loop.New(cfg, model, cat, d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "resume-open", Journal: j}); !errors.Is(err, loop.ErrFenced) {
+		t.Fatalf("first owner: %v", err)
+	}
+	if k := j.Kinds(); len(k) != 4 || k[3] != loop.EntryPublished {
+		t.Fatalf("journal %v", k)
+	}
+	d2 := looptest.New(never)
+	d2.Durable = true
+	r2, _ := loop.New(cfg, looptest.NewModel(looptest.Answer("done")), cat, d2, nil)
+	res, err := r2.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "resume-open", Journal: j.Resume(-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]protocol.Outcome{}
+	for _, c := range res.Calls {
+		got[c.CallID] = c.Outcome
+	}
+	if got["h"] != protocol.OutcomeUnknown || got["r"] != protocol.OutcomeTimeout {
+		t.Fatalf("outcomes %v, want h outcome_unknown and r timeout", got)
+	}
+	if len(d2.Published()) != 0 {
+		t.Fatalf("the resumed run published %d calls again", len(d2.Published()))
+	}
+}
+
+// TestDurableApprovalKeepsItsDeadline: a run stopped while an approval
+// waits asks the gate again, after resuming, with the original deadline.
+func TestDurableApprovalKeepsItsDeadline(t *testing.T) {
+	var asked atomic.Int64
+	j := looptest.NewJournal()
+	handoff := make(chan struct{})
+	var first protocol.ApprovalRequest
+	gate := &looptest.Gate{Func: func(ctx context.Context, req protocol.ApprovalRequest) (loop.Decision, error) {
+		first = req
+		close(handoff)
+		<-ctx.Done()
+		return loop.Decision{}, ctx.Err()
+	}}
+	d := looptest.New(handler)
+	d.Durable = true
+	if _, err := durableRunner(t, durableModel(&asked), d, gate).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "deadline-1", Journal: j, Handoff: handoff}); !errors.Is(err, loop.ErrHandedOff) {
+		t.Fatal(err)
+	}
+	d.Wait()
+	allow := looptest.AllowAll()
+	if _, err := durableRunner(t, durableModel(&asked), d, allow).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "deadline-1", Journal: j.Resume(-1)}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := allow.Requests()
+	if len(reqs) == 0 || !reqs[0].Deadline.Equal(first.Deadline) || reqs[0].CallKey != first.CallKey {
+		t.Fatalf("resumed approval request %+v, want deadline %v and key %s", reqs, first.Deadline, first.CallKey)
+	}
+}
+
+// TestDurableResumePastTheDedupWindow: a run stopped after journaling its
+// dispatch and before journaling that its publishes returned is resumed.
+// Within the dedup window both calls are published again (deduplicated by
+// key downstream); past it the non-idempotent one is not — a second
+// publish could run it twice — and ends outcome_unknown, while the
+// idempotent one is published again and answered.
+func TestDurableResumePastTheDedupWindow(t *testing.T) {
+	idem := looptest.MustSpec("retry", openSchema)
+	idem.Idempotent = true
+	cat := looptest.NewCatalog(append(specs(), idem)...)
+	answerRetry := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+		if c.Tool != "retry" {
+			return protocol.Result{}, false
+		}
+		return looptest.OK("retried"), true
+	}
+	for _, tt := range []struct {
+		name      string
+		window    time.Duration
+		published []protocol.ToolName
+		hang      protocol.Outcome
+	}{
+		{"within the window", time.Hour, []protocol.ToolName{"hang", "retry"}, protocol.OutcomeUnknown},
+		{"past the window", time.Nanosecond, []protocol.ToolName{"retry"}, protocol.OutcomeUnknown},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := loop.Config{ToolTimeout: 300 * time.Millisecond, Grace: 50 * time.Millisecond, DedupWindow: tt.window}
+			model := looptest.NewModel(
+				looptest.Calls(looptest.Call("h", "hang", `{}`), looptest.Call("r", "retry", `{}`)),
+				looptest.Answer("done"))
+			never := func(context.Context, protocol.Call) (protocol.Result, bool) { return protocol.Result{}, false }
+			d := looptest.New(never)
+			d.Durable = true
+			j := looptest.NewJournal()
+			j.FailAt = 4 // tools, model, dispatched, then fenced at published
+			r, err := loop.New(cfg, model, cat, d, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "dedup-" + fmt.Sprint(tt.window), Journal: j}); !errors.Is(err, loop.ErrFenced) {
+				t.Fatalf("first owner: %v", err)
+			}
+			if k := j.Kinds(); len(k) != 3 || k[2] != loop.EntryDispatched {
+				t.Fatalf("journal %v, want it to end at the dispatch", k)
+			}
+			d2 := looptest.New(answerRetry)
+			d2.Durable = true
+			r2, _ := loop.New(cfg, looptest.NewModel(looptest.Answer("done")), cat, d2, nil)
+			res, err := r2.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "dedup-" + fmt.Sprint(tt.window), Journal: j.Resume(-1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d2.Wait()
+			var tools []protocol.ToolName
+			for _, c := range d2.Published() {
+				tools = append(tools, c.Tool)
+			}
+			slices.Sort(tools)
+			if !slices.Equal(tools, tt.published) {
+				t.Fatalf("the resumed run published %v, want %v", tools, tt.published)
+			}
+			got := map[string]protocol.Outcome{}
+			for _, c := range res.Calls {
+				got[c.CallID] = c.Outcome
+			}
+			if got["h"] != tt.hang || got["r"] != protocol.OutcomeOK {
+				t.Fatalf("outcomes %v, want h %s and r ok", got, tt.hang)
+			}
+		})
+	}
+}

@@ -1,0 +1,346 @@
+package loop
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Journal entry kinds, in the order a round appends them.
+const (
+	// EntryTools: the tool specs the catalog offered for Round.
+	EntryTools = "tools"
+	// EntryModel: the model's Response in Round.
+	EntryModel = "model"
+	// EntryApprovalRequested: the round's calls that wait for a human, with
+	// their one deadline.
+	EntryApprovalRequested = "approval_requested"
+	// EntryApprovalDecided: the gate's answer for one call.
+	EntryApprovalDecided = "approval_decided"
+	// EntryDispatched: the round's calls about to be published, with their
+	// keys and deadlines (appended before the first Publish).
+	EntryDispatched = "dispatched"
+	// EntryPublished: every Publish of the round returned.
+	EntryPublished = "published"
+	// EntryObserved: one observation per call of the round, in request
+	// order (appended before the next model call).
+	EntryObserved = "observed"
+	// EntryFinished: the run's termination reason and answer.
+	EntryFinished = "finished"
+)
+
+// ErrJournal is wrapped by every error of a journaled run that stopped
+// because an entry could not be appended (among them [ErrFenced]). Such a
+// run returns a nil Result: it did nothing past its last entry, and another
+// owner may resume it from the journal.
+var ErrJournal = errors.New("loop: journal append failed")
+
+// ErrFenced is returned by a [Journal] whose run was taken over by another
+// owner: this one may no longer append, publish or store anything.
+var ErrFenced = errors.New("loop: the run has another owner")
+
+// ErrHandedOff is returned by a journaled run that stopped at a step
+// boundary because [Durable.Handoff] was closed. Its Result is nil; the
+// journal holds everything another owner needs to resume it.
+var ErrHandedOff = errors.New("loop: the run was handed off")
+
+// Journal is where a durable run records every step that decides what
+// happens next, before it takes effect. The loop never reads it after the
+// run started: a resumed run gets what was journaled before from Entries.
+type Journal interface {
+	// Entries returns what was journaled before this run (re)started, in
+	// order; empty for a new run.
+	Entries() []JournalEntry
+	// Append journals e. It is called from one goroutine at a time. Any
+	// error stops the run at once (see ErrJournal); ErrFenced says another
+	// owner took it.
+	Append(ctx context.Context, e JournalEntry) error
+}
+
+// JournalEntry is one step of a run. Kind says which fields are set.
+type JournalEntry struct {
+	Kind  string `json:"kind"`
+	Round int    `json:"round,omitempty"`
+	// Tools is set for EntryTools.
+	Tools []protocol.ToolSpec `json:"tools,omitempty"`
+	// Response is set for EntryModel.
+	Response *JournaledResponse `json:"response,omitempty"`
+	// Calls is set for EntryApprovalRequested and EntryDispatched.
+	Calls []JournaledCall `json:"calls,omitempty"`
+	// Deadline is the approval deadline of EntryApprovalRequested.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Decision is set for EntryApprovalDecided.
+	Decision *JournaledDecision `json:"decision,omitempty"`
+	// Observations is set for EntryObserved.
+	Observations []JournaledObservation `json:"observations,omitempty"`
+	// Termination and Answer are set for EntryFinished.
+	Termination TerminationReason `json:"termination,omitempty"`
+	Answer      string            `json:"answer,omitempty"`
+	// Owner, Note and At are free for the journal's own entries (who took
+	// the run, and when); the loop ignores entries of kinds it does not
+	// know.
+	Owner string          `json:"owner,omitempty"`
+	Note  string          `json:"note,omitempty"`
+	At    time.Time       `json:"at,omitzero"`
+	Data  json.RawMessage `json:"data,omitempty"`
+}
+
+// JournaledResponse is a model response as journaled.
+type JournaledResponse struct {
+	Message      Message `json:"message"`
+	Usage        Usage   `json:"usage"`
+	FinishReason string  `json:"finish_reason,omitempty"`
+}
+
+// JournaledCall is one call of an approval request or a dispatch.
+type JournaledCall struct {
+	CallKey   protocol.CallKey `json:"call_key"`
+	Tool      string           `json:"tool"`
+	TimeoutMS int64            `json:"timeout_ms,omitempty"`
+	Deadline  time.Time        `json:"deadline,omitzero"`
+}
+
+// JournaledDecision is how the gate settled one call: approved (Outcome
+// empty), or answered with Outcome and Content (denied, expired, gate
+// failure, cancelled).
+type JournaledDecision struct {
+	CallKey    protocol.CallKey `json:"call_key"`
+	GateResult string           `json:"gate_result,omitempty"`
+	Outcome    protocol.Outcome `json:"outcome,omitempty"`
+	Content    string           `json:"content,omitempty"`
+	// Proof is an approval's place in the approvals stream, which the call
+	// carries to the worker: a resumed run publishes the call with it.
+	Proof *protocol.ApprovalProof `json:"proof,omitempty"`
+}
+
+// JournaledObservation is how one call of a round was answered.
+type JournaledObservation struct {
+	CallKey    protocol.CallKey `json:"call_key,omitempty"`
+	Outcome    protocol.Outcome `json:"outcome"`
+	Content    string           `json:"content"`
+	Worker     string           `json:"worker,omitempty"`
+	Attempt    int              `json:"attempt,omitempty"`
+	Truncated  bool             `json:"truncated,omitempty"`
+	ErrorType  string           `json:"error_type,omitempty"`
+	DurationMS int64            `json:"duration_ms,omitempty"`
+	GateResult string           `json:"gate_result,omitempty"`
+}
+
+// Durable is a journaled run: its input, its journal and its hand-off
+// signal.
+type Durable struct {
+	// Prompt or Messages is the run's input, as for Run and RunMessages.
+	Prompt   string
+	Messages []Message
+	// RunID is the run's id; it also seeds the call keys, so a resumed run
+	// addresses the same calls. Required: a valid subject token.
+	RunID protocol.RunID
+	// Journal is required.
+	Journal Journal
+	// Handoff, when closed, stops the run at its next step boundary with
+	// ErrHandedOff, leaving nothing half-done that the journal does not
+	// say: no call is cancelled, no observation synthesized.
+	Handoff <-chan struct{}
+}
+
+// RunDurable runs (or resumes) a journaled run. Every step that decides
+// what happens next is appended to d.Journal before it takes effect; the
+// entries already there are replayed instead of being done again: a
+// journaled model response is not asked again, a journaled observation is
+// not gathered again, a dispatched call is gathered where it is (from the
+// results the Dispatcher's inbox delivers) and is published again only when
+// its round did not journal that every publish returned, and a journaled
+// approval request keeps its deadline.
+//
+// A run stopped by a journal error or a hand-off returns a nil Result and
+// an error wrapping ErrJournal or ErrHandedOff; otherwise RunDurable is
+// RunMessages.
+func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
+	if d.Journal == nil || !protocol.ValidToken(d.RunID) {
+		return nil, &ConfigError{Field: "journal", Value: d.RunID, Rule: "needs a journal and a valid run id"}
+	}
+	msgs := d.Messages
+	if msgs == nil {
+		if strings.TrimSpace(d.Prompt) == "" {
+			return nil, errors.New("loop: " + ErrInvalidInput.Error() + ": empty prompt")
+		}
+		msgs = []Message{{Role: "user", Content: d.Prompt}}
+	} else {
+		fixed, unanswered, err := repairInput(msgs)
+		if err != nil {
+			return nil, err
+		}
+		if unanswered > 0 {
+			r.cfg.Logger.Warn().Str(logKeyEvent, evInputUnanswered).Int(logKeyCount, unanswered).Send()
+		}
+		msgs = fixed
+	}
+	ru := r.newRun(cloneMessages(msgs), d.RunID)
+	ru.j = &journalState{j: d.Journal, handoff: d.Handoff, rp: indexEntries(d.Journal.Entries())}
+	defer ru.closeInbox()
+	r.cfg.Observer.RunStarted()
+	res, err := ru.execute(ctx)
+	if ru.j.err != nil {
+		return nil, ru.j.err
+	}
+	return res, err
+}
+
+// journalState is a durable run's journal and what it replays.
+type journalState struct {
+	j       Journal
+	handoff <-chan struct{}
+	rp      replay
+	err     error // the first append failure or hand-off: the run stops
+	lost    bool  // a cancelled run's append failed: it ends unjournaled
+}
+
+// cancelledAppendTimeout bounds an append of a run being cancelled.
+const cancelledAppendTimeout = time.Second
+
+// replay indexes journaled entries by what they decide.
+type replay struct {
+	tools      map[int][]protocol.ToolSpec
+	model      map[int]*JournaledResponse
+	approvals  map[int]JournalEntry
+	decisions  map[protocol.CallKey]JournaledDecision
+	dispatched map[int][]JournaledCall
+	published  map[int]bool
+	observed   map[int][]JournaledObservation
+	finished   *JournalEntry
+}
+
+func indexEntries(es []JournalEntry) replay {
+	rp := replay{
+		tools: map[int][]protocol.ToolSpec{}, model: map[int]*JournaledResponse{},
+		approvals: map[int]JournalEntry{}, decisions: map[protocol.CallKey]JournaledDecision{},
+		dispatched: map[int][]JournaledCall{}, published: map[int]bool{}, observed: map[int][]JournaledObservation{},
+	}
+	for i := range es {
+		e := es[i]
+		switch e.Kind {
+		case EntryTools:
+			rp.tools[e.Round] = e.Tools
+		case EntryModel:
+			if e.Response != nil {
+				rp.model[e.Round] = e.Response
+			}
+		case EntryApprovalRequested:
+			rp.approvals[e.Round] = e
+		case EntryApprovalDecided:
+			if e.Decision != nil {
+				rp.decisions[e.Decision.CallKey] = *e.Decision
+			}
+		case EntryDispatched:
+			rp.dispatched[e.Round] = e.Calls
+		case EntryPublished:
+			rp.published[e.Round] = true
+		case EntryObserved:
+			rp.observed[e.Round] = e.Observations
+		case EntryFinished:
+			rp.finished = &e
+		}
+	}
+	return rp
+}
+
+// appendEntry journals e; false means the run must stop (ru.j.err is set).
+// A run without a journal always goes on.
+func (ru *run) appendEntry(ctx context.Context, e JournalEntry) bool {
+	if ru.j == nil {
+		return true
+	}
+	if ru.j.err != nil {
+		return false
+	}
+	if ru.j.lost {
+		return true
+	}
+	// A hand-off does not stop an append: what was done (a model answer
+	// that came in meanwhile) is journaled, so it is not done again. A run
+	// being cancelled journals its end only if the journal answers soon.
+	actx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if ctx.Err() != nil {
+		actx, cancel = context.WithTimeout(actx, cancelledAppendTimeout)
+	}
+	err := ru.j.j.Append(actx, e)
+	cancel()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrFenced) {
+		// The run is cancelled whatever the journal says: it ends without
+		// it (a resume continues it from its last entry).
+		ru.j.lost = true
+		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, e.Kind).Str(logKeyErrorType, errType(err)).Send()
+		return true
+	}
+	if err != nil {
+		ru.j.err = errors.Join(ErrJournal, err)
+		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, e.Kind).Str(logKeyErrorType, errType(err)).Send()
+		return false
+	}
+	return true
+}
+
+// stopped reports whether a durable run must stop: an append failed, or
+// the hand-off signal came (then it records ErrHandedOff).
+func (ru *run) stopped() bool {
+	if ru.j == nil {
+		return false
+	}
+	if ru.j.err != nil {
+		return true
+	}
+	select {
+	case <-ru.j.handoff:
+		ru.j.err = ErrHandedOff
+		return true
+	default:
+		return false
+	}
+}
+
+// handoffC is the hand-off channel, or nil.
+func (ru *run) handoffC() <-chan struct{} {
+	if ru.j == nil {
+		return nil
+	}
+	return ru.j.handoff
+}
+
+var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// derivedToken is a token derived from the run id, a purpose, the round and
+// the call's index, so a resumed run derives the same call keys and
+// replacement ids as the run it resumes.
+func derivedToken(run protocol.RunID, purpose string, round, i int) string {
+	sum := sha256.Sum256([]byte(run + "\x00" + purpose + "\x00" + strconv.Itoa(round) + "\x00" + strconv.Itoa(i)))
+	return keyEncoding.EncodeToString(sum[:16])
+}
+
+// dispatchedCalls is the journal form of the calls about to be published.
+func dispatchedCalls(slots []slot, todo []int) []JournaledCall {
+	out := make([]JournaledCall, 0, len(todo))
+	for _, i := range todo {
+		s := &slots[i]
+		out = append(out, JournaledCall{CallKey: s.key, Tool: s.name, TimeoutMS: s.timeout.Milliseconds(), Deadline: s.deadline})
+	}
+	return out
+}
+
+// observations is the journal form of a round's answered calls.
+func observations(slots []slot) []JournaledObservation {
+	out := make([]JournaledObservation, len(slots))
+	for i := range slots {
+		s := &slots[i]
+		out[i] = JournaledObservation{CallKey: s.key, Outcome: s.outcome, Content: s.obs, Worker: s.worker,
+			Attempt: s.attempt, Truncated: s.truncated, ErrorType: s.errorType,
+			DurationMS: ms(s.end.Sub(s.start)), GateResult: s.gateResult}
+	}
+	return out
+}

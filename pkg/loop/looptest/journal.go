@@ -1,0 +1,95 @@
+package looptest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+)
+
+// Journal is an in-memory [loop.Journal]. Every entry goes through JSON,
+// as it does on the wire, so a replayed entry is what a resumed run would
+// read. It can fail an append (FailAt) or fence its writer (Fence).
+type Journal struct {
+	// FailAt, when > 0, makes the FailAt-th append (counting from 1) and
+	// every later one fail with loop.ErrFenced, as for an owner whose run
+	// was taken over.
+	FailAt int
+
+	mu      sync.Mutex
+	entries [][]byte
+	replay  []loop.JournalEntry
+	appends int
+}
+
+var _ loop.Journal = (*Journal)(nil)
+
+// NewJournal returns an empty journal.
+func NewJournal() *Journal { return &Journal{} }
+
+// Resume returns a journal holding the first n entries of j (all of them
+// when n < 0 or n is past the end), to be replayed: a run that crashed
+// after its n-th append.
+func (j *Journal) Resume(n int) *Journal {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if n < 0 || n > len(j.entries) {
+		n = len(j.entries)
+	}
+	out := &Journal{entries: append([][]byte(nil), j.entries[:n]...)}
+	for _, data := range out.entries {
+		var e loop.JournalEntry
+		if err := json.Unmarshal(data, &e); err != nil {
+			panic(fmt.Sprintf("looptest: journal entry: %v", err))
+		}
+		out.replay = append(out.replay, e)
+	}
+	return out
+}
+
+// Entries implements [loop.Journal].
+func (j *Journal) Entries() []loop.JournalEntry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return append([]loop.JournalEntry(nil), j.replay...)
+}
+
+// Append implements [loop.Journal].
+func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.appends++
+	if j.FailAt > 0 && j.appends >= j.FailAt {
+		return loop.ErrFenced
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	j.entries = append(j.entries, data)
+	return nil
+}
+
+// Len is the number of entries journaled.
+func (j *Journal) Len() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.entries)
+}
+
+// Kinds lists the entries' kinds, in order.
+func (j *Journal) Kinds() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]string, len(j.entries))
+	for i, data := range j.entries {
+		var e struct {
+			Kind string `json:"kind"`
+		}
+		json.Unmarshal(data, &e)
+		out[i] = e.Kind
+	}
+	return out
+}
