@@ -219,6 +219,28 @@ func (c *Cluster) WaitForStreamLeader(account, stream string, timeout time.Durat
 	return leader
 }
 
+// NodeOf returns the index of the running node a client connection named
+// name (nats.Name) is connected to, or -1.
+func (c *Cluster) NodeOf(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, n := range c.nodes {
+		if n.srv == nil {
+			continue
+		}
+		cz, err := n.srv.Connz(&server.ConnzOptions{})
+		if err != nil {
+			continue
+		}
+		for _, ci := range cz.Conns {
+			if ci.Name == name {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
 // StoredMsgs returns how many messages node i's own copy of stream in
 // account ("" for the global account) holds, or an error while the node is
 // down or has no copy.
