@@ -52,7 +52,8 @@ const sidefxSchema = `{"type":"object","properties":{` +
 // record their runs in one file, and the processes started against them.
 type fleet struct {
 	t        *testing.T
-	srv      *embedded.Server
+	srv      *embedded.Server // nil on a cluster
+	urls     string
 	dir      string
 	effects  string // the sidefx log
 	manifest string
@@ -62,7 +63,22 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	f := &fleet{t: t, srv: natstest.Start(t), dir: t.TempDir()}
+	return newFleetOn(t, natstest.Start(t))
+}
+
+// newFleetOn is newFleet on a server the test started (a hub, say).
+func newFleetOn(t *testing.T, srv *embedded.Server) *fleet {
+	t.Helper()
+	f := newFleetAt(t, srv.ClientURL())
+	f.srv = srv
+	return f
+}
+
+// newFleetAt is newFleet on the servers at urls (comma-separated: a
+// cluster), which the test started; f.srv is nil.
+func newFleetAt(t *testing.T, urls string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, urls: urls, dir: t.TempDir()}
 	f.effects = filepath.Join(f.dir, "effects.log")
 	tool := func(name string, idempotent bool) map[string]any {
 		return map[string]any{
@@ -74,8 +90,12 @@ func newFleet(t *testing.T) *fleet {
 	f.manifest = f.writeJSON("tools.json", map[string]any{"tools": []any{
 		tool(toolWork, true), tool(toolCharge, false),
 	}})
-	f.nc = natstest.Connect(t, f.srv)
-	var err error
+	nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f.nc = nc
 	if f.js, err = jetstream.New(f.nc); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +104,12 @@ func newFleet(t *testing.T) *fleet {
 }
 
 // url is the server's client URL.
-func (f *fleet) url() string { return f.srv.ClientURL() }
+func (f *fleet) url() string {
+	if f.srv != nil {
+		return f.srv.ClientURL() // a restarted server keeps its port
+	}
+	return f.urls
+}
 
 // writeJSON writes v as JSON to the fleet's directory.
 func (f *fleet) writeJSON(name string, v any) string {

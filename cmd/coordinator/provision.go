@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -22,6 +20,7 @@ type provisionFlags struct {
 	resultTTL     time.Duration
 	timeout       time.Duration
 	toolConsumers string
+	replicas      int
 }
 
 // provisionCommand creates or updates every stream and bucket of the fleet
@@ -34,6 +33,7 @@ func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	f.connFlags.register(fs, false)
 	fs.DurationVar(&f.resultTTL, "result-ttl", coordinator.DefaultResultTTL, "how long results stay in the runs bucket (the serving coordinators' --result-ttl)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for NATS and JetStream")
+	fs.IntVar(&f.replicas, "replicas", 1, "copies of every stream and bucket: 1 on a single server, 3 on a JetStream cluster of three or more nodes (raised on an existing stream, never lowered)")
 	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator provision [flags]
@@ -57,6 +57,10 @@ Flags:`)
 		fmt.Fprintf(stderr, "coordinator provision: unexpected argument %q (flags only)\n", fs.Arg(0))
 		return exitUsage
 	}
+	if f.replicas != 1 && f.replicas != 3 {
+		fmt.Fprintf(stderr, "coordinator provision: --replicas must be 1 or 3, got %d\n", f.replicas)
+		return exitUsage
+	}
 	if f.resultTTL <= 0 {
 		fmt.Fprintf(stderr, "coordinator provision: --result-ttl must be > 0, got %v\n", f.resultTTL)
 		return exitUsage
@@ -76,12 +80,12 @@ Flags:`)
 		return exitError
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsbus.NewJetStream(nc, conn.Domain())
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator provision:", err)
 		return exitError
 	}
-	actions, err := natsbus.Provision(cctx, js, subjects, coordinator.ServeConfig{ResultTTL: f.resultTTL}.StreamConfig())
+	actions, err := natsbus.Provision(cctx, js, subjects, coordinator.ServeConfig{ResultTTL: f.resultTTL, Replicas: f.replicas}.StreamConfig())
 	if err == nil {
 		var more []natsbus.ProvisionAction
 		more, err = natsbus.ProvisionToolConsumers(cctx, js, subjects, splitList(f.toolConsumers))

@@ -31,6 +31,7 @@ const demoPrompt = "What is (17 + 25) * 3, what is 2 ** 10, and what is their su
 // connects.
 type connFlags struct {
 	natsURL, creds, user, password, prefix string
+	jsDomain                               string
 }
 
 func (f *connFlags) register(fs *flag.FlagSet, embedded bool) {
@@ -43,10 +44,11 @@ func (f *connFlags) register(fs *flag.FlagSet, embedded bool) {
 	fs.StringVar(&f.user, "user", "", "NATS user (env NATS_USER)")
 	fs.StringVar(&f.password, "password", "", "NATS password (env NATS_PASSWORD)")
 	fs.StringVar(&f.prefix, "prefix", "fleet", "first token of every subject")
+	fs.StringVar(&f.jsDomain, "js-domain", "", "JetStream domain of the fleet's streams, for a process on a leaf node (env NATS_JS_DOMAIN)")
 }
 
 func (f *connFlags) conn() natsbus.ConnConfig {
-	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password, Getenv: procsec.Getenv}
+	return natsbus.ConnConfig{URL: f.natsURL, CredsFile: f.creds, User: f.user, Password: f.password, JSDomain: f.jsDomain, Getenv: procsec.Getenv}
 }
 
 // fleetFlags are the flags "coordinator run" and "coordinator serve" share:

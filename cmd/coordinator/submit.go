@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -192,7 +190,7 @@ Flags:`)
 		wctx, cancel = context.WithTimeout(ctx, f.waitTimeout)
 		defer cancel()
 	}
-	js, err := jetstream.New(nc)
+	js, err := natsbus.NewJetStream(nc, f.conn().Domain())
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError

@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	fs.SetOutput(stderr)
 	var (
 		url         = fs.String("nats-url", "", "NATS server URL(s), comma-separated (env NATS_URL; default nats://127.0.0.1:4222)")
+		jsDomain    = fs.String("js-domain", "", "JetStream domain of the fleet's streams, for a worker on a leaf node (env NATS_JS_DOMAIN)")
 		creds       = fs.String("creds", "", "NATS credentials file (env NATS_CREDS)")
 		user        = fs.String("user", "", "NATS user name (env NATS_USER)")
 		password    = fs.String("password", "", "NATS password; prefer env NATS_PASSWORD, flags are visible to other users")
@@ -117,6 +118,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 			CredsFile: *creds,
 			User:      *user,
 			Password:  *password,
+			JSDomain:  *jsDomain,
 			Getenv:    getenv,
 		},
 		Prefix:              *prefix,

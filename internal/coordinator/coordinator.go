@@ -88,7 +88,7 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: connecting to NATS: %w", err)
 	}
-	c.js, err = jetstream.New(c.nc)
+	c.js, err = natsbus.NewJetStream(c.nc, cfg.Conn.Domain())
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}

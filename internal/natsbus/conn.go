@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -25,6 +26,8 @@ const (
 	EnvNKey     = "NATS_NKEY"
 	// EnvInboxPrefix sets ConnConfig.InboxPrefix.
 	EnvInboxPrefix = "NATS_INBOX_PREFIX"
+	// EnvJSDomain sets ConnConfig.JSDomain.
+	EnvJSDomain = "NATS_JS_DOMAIN"
 )
 
 // Connection defaults.
@@ -65,10 +68,38 @@ type ConnConfig struct {
 	// _INBOX_<user>.>). Default: $NATS_INBOX_PREFIX, else _INBOX_<User>
 	// when User is a valid subject token, else NATS's _INBOX.
 	InboxPrefix string
+	// JSDomain is the JetStream domain of the fleet's streams. It is set
+	// where a process connects to a leaf node whose own server has no (or
+	// another) JetStream: its JetStream API requests then go to
+	// $JS.<domain>.API, which the leaf connection carries to the hub (NATS
+	// does not carry plain $JS.API across a leaf connection). Default:
+	// $NATS_JS_DOMAIN, else none.
+	JSDomain string
 	// Logger receives connection state changes. The zero value discards.
 	Logger zerolog.Logger
 	// Getenv reads the environment. Default: os.Getenv.
 	Getenv func(string) string
+}
+
+// Domain returns the JetStream domain: JSDomain, else $NATS_JS_DOMAIN.
+func (cfg ConnConfig) Domain() string {
+	if cfg.JSDomain != "" {
+		return cfg.JSDomain
+	}
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	return getenv(EnvJSDomain)
+}
+
+// NewJetStream returns the JetStream context of nc for domain ("" for the
+// server's own JetStream).
+func NewJetStream(nc *nats.Conn, domain string) (jetstream.JetStream, error) {
+	if domain == "" {
+		return jetstream.New(nc)
+	}
+	return jetstream.NewWithDomain(nc, domain)
 }
 
 // resolved returns cfg with environment defaults applied, and checks that

@@ -62,8 +62,9 @@ func ProvisionStreams(ctx context.Context, js jetstream.JetStream, list []FleetS
 	return done, nil
 }
 
-func provisionOne(ctx context.Context, js jetstream.JetStream, fs FleetStream) (ProvisionAction, error) {
-	a := ProvisionAction{Stream: fs.Config.Name, Bucket: fs.Bucket}
+func provisionOne(ctx context.Context, js jetstream.JetStream, fs FleetStream) (a ProvisionAction, err error) {
+	a = ProvisionAction{Stream: fs.Config.Name, Bucket: fs.Bucket}
+	defer func() { err = replicasError(fs.Config.Replicas, err) }()
 	st, err := js.Stream(ctx, fs.Config.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -159,4 +160,30 @@ func ProvisionToolConsumers(ctx context.Context, js jetstream.JetStream, s proto
 		done = append(done, a)
 	}
 	return done, nil
+}
+
+// JetStream's error codes for a replica count the servers cannot hold.
+const (
+	errCodeReplicasNotSupported jetstream.ErrorCode = 10074 // a single server
+	errCodeNoPeers              jetstream.ErrorCode = 10005 // too few cluster nodes
+	errCodeInsufficient         jetstream.ErrorCode = 10023
+)
+
+// ErrTooFewServers reports a replica count the JetStream servers cannot
+// hold: more than one replica on a single server, or more replicas than
+// the cluster has nodes.
+var ErrTooFewServers = errors.New("natsbus: too few JetStream servers for the replica count")
+
+// replicasError names the replica count in err when the servers refused
+// it for want of servers.
+func replicasError(replicas int, err error) error {
+	var apiErr *jetstream.APIError
+	if err == nil || !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.ErrorCode {
+	case errCodeReplicasNotSupported, errCodeNoPeers, errCodeInsufficient:
+		return fmt.Errorf("%w: %d replicas need a JetStream cluster of at least %d nodes (%s)", ErrTooFewServers, replicas, replicas, apiErr.Description)
+	}
+	return err
 }

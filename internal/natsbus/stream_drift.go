@@ -14,7 +14,8 @@ import (
 // re-publishes is compared — subjects, retention, limits, the duplicate
 // window, the deny flags, sources, mirror, republish, subject transform,
 // direct get, message TTLs, counters, schedules, batches — all but the
-// name, description, metadata, placement and first sequence.
+// name, description, metadata, placement and first sequence. Replicas
+// differ only when got has fewer than want.
 func StreamDrift(want, got jetstream.StreamConfig) []string {
 	w, g := normalized(want), normalized(got)
 	var fields []string
@@ -34,7 +35,11 @@ func StreamDrift(want, got jetstream.StreamConfig) []string {
 	diff("max_msgs_per_subject", w.MaxMsgsPerSubject, g.MaxMsgsPerSubject)
 	diff("max_msg_size", w.MaxMsgSize, g.MaxMsgSize)
 	diff("storage", w.Storage, g.Storage)
-	diff("num_replicas", w.Replicas, g.Replicas)
+	// Replicas are a floor: an operator may provision more copies than a
+	// process was configured to expect (R3 on a cluster), never fewer.
+	if g.Replicas < w.Replicas {
+		fields = append(fields, "num_replicas")
+	}
 	diff("no_ack", w.NoAck, g.NoAck)
 	diff("duplicate_window", w.Duplicates, g.Duplicates)
 	diff("mirror", w.Mirror, g.Mirror)

@@ -122,7 +122,7 @@ func newHarness(cfg Config, tools ...harness.Tool) (*harness.Harness, error) {
 }
 
 func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
-	js, err := jetstream.New(nc)
+	js, err := natsbus.NewJetStream(nc, p.cfg.Conn.Domain())
 	if err != nil {
 		return nil, fmt.Errorf("toolworker: %w", err)
 	}

@@ -1,0 +1,68 @@
+package natsbus_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// TestProvisionRefusesReplicasASingleServerCannotHold: three replicas on
+// one server are refused with ErrTooFewServers, naming the count.
+func TestProvisionRefusesReplicasASingleServerCannotHold(t *testing.T) {
+	js, err := jetstream.New(natstest.Connect(t, natstest.Start(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = natsbus.Provision(ctx(t), js, protocol.Subjects{}, natsbus.StreamConfig{Replicas: 3})
+	if !errors.Is(err, natsbus.ErrTooFewServers) {
+		t.Fatalf("Provision with 3 replicas on one server: %v, want ErrTooFewServers", err)
+	}
+}
+
+// TestProvisionReplicatesOnACluster: on a 3-node cluster every stream and
+// bucket gets three replicas, a process expecting the default (one) finds
+// nothing amiss, and provisioning one replica later lowers nothing.
+func TestProvisionReplicatesOnACluster(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := protocol.Subjects{}
+	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
+		t.Fatalf("Provision R3: %v", err)
+	}
+	for _, fs := range natsbus.FleetStreams(s, natsbus.StreamConfig{}) {
+		st, err := js.Stream(ctx(t), fs.Config.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := st.CachedInfo().Config.Replicas; n != 3 {
+			t.Errorf("%s has %d replicas, want 3", fs.Config.Name, n)
+		}
+	}
+	guard := natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{Streams: natsbus.FleetStreams(s, natsbus.StreamConfig{})})
+	if err := guard.Check(ctx(t)); err != nil {
+		t.Fatalf("a process expecting one replica: %v", err)
+	}
+	again, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range again {
+		if a.Action != natsbus.ActionUnchanged {
+			t.Errorf("provisioning R1 over R3: %s %s %v, want unchanged", a.Stream, a.Action, a.Fields)
+		}
+	}
+}
