@@ -132,7 +132,7 @@ func TestToolCannotReadItsParentsSecrets(t *testing.T) {
 }
 
 func TestIsSecretName(t *testing.T) {
-	for _, n := range []string{"NATS_PASSWORD", "NATS_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "X_SECRET", "nats_password"} {
+	for _, n := range []string{"NATS_PASSWORD", "NATS_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "X_SECRET", "nats_password", "TOOLFLEET_MCP_TOKENS"} {
 		if !procsec.IsSecretName(n) {
 			t.Errorf("IsSecretName(%q)=false", n)
 		}
