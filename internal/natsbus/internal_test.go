@@ -2,11 +2,13 @@ package natsbus
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -96,4 +98,25 @@ func FuzzRedactURL(f *testing.F) {
 			t.Fatalf("redactURL(%q) = %q keeps the secret", in, out)
 		}
 	})
+}
+
+// TestTransientAnswers: a "not now" answer of a cluster in a leader change
+// is retried; other answers are final.
+func TestTransientAnswers(t *testing.T) {
+	for _, tt := range []struct {
+		code jetstream.ErrorCode
+		want bool
+	}{
+		{10008, true}, {10009, true}, {10158, true}, {10163, true},
+		{10071, false}, // wrong last sequence: fenced, not retried
+		{10003, false}, // bad request
+	} {
+		err := fmt.Errorf("publishing: %w", &jetstream.APIError{ErrorCode: tt.code})
+		if got := transient(err); got != tt.want {
+			t.Errorf("transient(err_code %d) = %v, want %v", tt.code, got, tt.want)
+		}
+	}
+	if !transient(errors.New("timeout")) {
+		t.Error("an unanswered request is not transient")
+	}
 }

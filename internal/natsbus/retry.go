@@ -14,16 +14,35 @@ import (
 // answered; a new attempt with the same Nats-Msg-Id is stored at most once.
 const publishAttemptTimeout = time.Second
 
+// JetStream's answers that say "not now" rather than "no": a cluster
+// electing a leader, a stream leader that moved, a publish with the same
+// Nats-Msg-Id still being stored (an earlier attempt that timed out), an
+// expected-sequence check the new leader cannot make yet.
+const (
+	errCodeClusterNotAvailable jetstream.ErrorCode = 10008
+	errCodeNotLeader           jetstream.ErrorCode = 10009
+	errCodeDuplicateInProcess  jetstream.ErrorCode = 10158
+	errCodeLastSeqNotReadyYet  jetstream.ErrorCode = 10163
+)
+
 // transient reports whether a failed JetStream operation may succeed when
 // retried: it got no answer (timeout, no responders, connection lost for
-// now). An answer from the server, such as a full stream, is final, and so
-// is a connection closed for good.
+// now), or an answer that says "not now" (a leader change in a cluster).
+// Any other answer from the server, such as a full stream, is final, and
+// so is a connection closed for good.
 func transient(err error) bool {
 	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) {
 		return false
 	}
 	var api *jetstream.APIError
-	return !errors.As(err, &api)
+	if !errors.As(err, &api) {
+		return true
+	}
+	switch api.ErrorCode {
+	case errCodeClusterNotAvailable, errCodeNotLeader, errCodeDuplicateInProcess, errCodeLastSeqNotReadyYet:
+		return true
+	}
+	return false
 }
 
 // publishRetrying publishes msg, which must carry a Nats-Msg-Id, retrying
