@@ -90,7 +90,7 @@ type fleet struct {
 
 // openFleet opens the coordinator side on the server at url. With short,
 // calls get shortCallTimeout instead of callTimeout.
-func openFleet(ctx context.Context, url string, log zerolog.Logger, short bool) (*fleet, error) {
+func openFleet(ctx context.Context, url string, log zerolog.Logger, short bool, replicas int) (*fleet, error) {
 	f := &fleet{url: url, log: log, timeout: callTimeout}
 	if short {
 		f.timeout, f.toolTimeout = shortCallTimeout, shortCallTimeout
@@ -104,7 +104,7 @@ func openFleet(ctx context.Context, url string, log zerolog.Logger, short bool) 
 		f.close()
 		return nil, err
 	}
-	if err := natsbus.EnsureStreams(ctx, f.js, f.subjects, natsbus.StreamConfig{}); err != nil {
+	if err := natsbus.EnsureStreams(ctx, f.js, f.subjects, natsbus.StreamConfig{Replicas: replicas}); err != nil {
 		f.close()
 		return nil, err
 	}

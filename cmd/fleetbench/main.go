@@ -61,6 +61,7 @@ func main() {
 
 // plan is how much of each measure a run takes.
 type plan struct {
+	cluster                int // nodes of the replicated phase; 0: none
 	core, js, fan          int // baseline iterations
 	single, loopSingle     int // single-call iterations (dispatch, loop rounds)
 	round, loopRound       int // 32-call rounds (dispatch, loop)
@@ -100,6 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		only       = fs.String("only", "", "comma-separated phases to run: "+strings.Join(phases, ", ")+" (default all)")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of the 32-call round phase to `FILE`")
 		memProfile = fs.String("memprofile", "", "write an allocation profile to `FILE` after the 32-call round phase")
+		cluster    = fs.Int("cluster", 0, "also measure the loop rounds and sustained calls on a JetStream cluster of this many nodes (3) with every stream replicated on each, beside the single server's rows (0: off)")
 		logLevel   = fs.String("log-level", "info", "level of the fleet's logs, which go to "+os.DevNull+": debug, info, warn, error or disabled")
 	)
 	fs.Usage = func() {
@@ -116,7 +118,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fleetbench: unexpected argument %q\n", fs.Arg(0))
 		return exitConfig
 	}
+	if *cluster != 0 && *cluster != 3 {
+		fmt.Fprintln(stderr, "fleetbench: --cluster: must be 0 or 3")
+		return exitConfig
+	}
 	p := defaultPlan(*short)
+	p.cluster = *cluster
 	p.latencyWorkers, p.sleepConcurrency, p.sustainConc = 1, 8, 8
 	p.cpuProfile, p.memProfile, p.logLevel = *cpuProfile, *memProfile, *logLevel
 	if *duration < 0 || (*duration > 0 && *duration < 100*time.Millisecond) {
@@ -232,7 +239,7 @@ func (b *bench) run(ctx context.Context) error {
 			return fmt.Errorf("baselines: %w", err)
 		}
 	}
-	f, err := openFleet(ctx, url, b.log, b.short)
+	f, err := openFleet(ctx, url, b.log, b.short, 1)
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
@@ -260,6 +267,11 @@ func (b *bench) run(ctx context.Context) error {
 	if b.want("mcp") {
 		if err := b.mcp(ctx, f); err != nil {
 			return fmt.Errorf("mcp: %w", err)
+		}
+	}
+	if b.p.cluster > 0 {
+		if err := b.replicated(ctx, dir); err != nil {
+			return fmt.Errorf("cluster: %w", err)
 		}
 	}
 	b.print(url)

@@ -98,3 +98,27 @@ func TestFlagErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestShortClusterRun runs the replicated phase on a 3-node cluster in its
+// short mode: the R3 rows are printed beside the R1 ones. No timing is
+// asserted.
+func TestShortClusterRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster and a fleet")
+	}
+	var out, errOut bytes.Buffer
+	args := []string{"--short", "--only", "single,round", "--workers", "2", "--cluster", "3"}
+	if code := run(t.Context(), args, &out, &errOut); code != exitOK {
+		t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitOK, errOut.String())
+	}
+	for _, want := range []string{
+		"fleet: 1 echo call, full loop round (loop.Runner), 1 worker",
+		"fleet: 1 echo call, full loop round, R3 on a 3-node cluster",
+		"fleet: 32 echo calls, full loop round, R3 on a 3-node cluster",
+		"2 workers, R3 on a 3-node cluster",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

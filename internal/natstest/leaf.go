@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"testing"
 	"time"
@@ -31,6 +32,17 @@ func LeafPort(t testing.TB, hub *embedded.Server) int {
 		t.Fatal("natstest: the hub does not accept leaf nodes (start it with StartHub)")
 	}
 	return lz.LeafNode.Port
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Leaf is a nats-server without JetStream of its own that joins a hub as
