@@ -35,13 +35,27 @@ go test $race -count=1 -timeout 20m ./...
 
 if [ "$FUZZTIME" != "0" ]; then
   echo "== fuzz (each target for $FUZZTIME)"
+  fuzzlog=$(mktemp)
+  trap 'rm -f "$fuzzlog"' EXIT
   # Every func FuzzX in a _test.go file, with its package directory.
   grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' . | sort | while read -r file; do
     dir=$(dirname "$file")
     grep -oE '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //' | while read -r target; do
       echo "-- $dir $target"
-      go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$dir" >/tmp/toolfleet-fuzz.log 2>&1 || {
-        cat /tmp/toolfleet-fuzz.log; echo "fuzz target $target in $dir failed (crasher kept in $dir/testdata/fuzz)"; exit 1; }
+      if go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$dir" >"$fuzzlog" 2>&1; then
+        continue
+      fi
+      # Go 1.26's fuzz coordinator can report its own -fuzztime deadline as
+      # a failure when a worker is mid-input as time runs out
+      # (go.dev/issue/75804, fixed in Go 1.27). A real finding always writes
+      # its input and says so; a bare "context deadline exceeded" with no
+      # input written, no panic and no test failure is that race, not a bug.
+      if grep -q 'context deadline exceeded' "$fuzzlog" &&
+        ! grep -qE 'Failing input written to|^panic:|_test\.go:[0-9]+:|fuzzing process hung' "$fuzzlog"; then
+        echo "   (the fuzz coordinator's own deadline race, go.dev/issue/75804; no input failed)"
+        continue
+      fi
+      cat "$fuzzlog"; echo "fuzz target $target in $dir failed (crasher kept in $dir/testdata/fuzz)"; exit 1
     done
   done
 fi
