@@ -472,7 +472,7 @@ func (p *proc) result(timeout time.Duration, want int) *loop.Result {
 	return &r
 }
 
-// answered checks DESIGN §1.1 on a result: every tool call id of every
+// answered checks docs/design.md §1.1 on a result: every tool call id of every
 // assistant message is answered exactly once, right after it and in
 // request order, and has exactly one call record, in the same order. It
 // returns the records and observations by call id.

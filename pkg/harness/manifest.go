@@ -38,7 +38,7 @@ const (
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
-// manifestFile is the JSON manifest of DESIGN.md §6.
+// manifestFile is the JSON manifest of docs/design.md §6.
 type manifestFile struct {
 	Tools []json.RawMessage `json:"tools"`
 	// MCPServers is read by package mcptool; "tools" may then be absent.

@@ -412,7 +412,7 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 	}
 }
 
-// fromResult answers a call from its worker's result (DESIGN §4 step 7).
+// fromResult answers a call from its worker's result (docs/design.md §4, step 7).
 func (ru *run) fromResult(s *slot, res protocol.Result) {
 	if res.Worker != "" {
 		s.worker = clipName(res.Worker)

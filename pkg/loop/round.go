@@ -51,7 +51,7 @@ type slot struct {
 	span trace.Span // the call's span, from validation to its answer
 }
 
-// round runs DESIGN §4 for one assistant message: it stores the message
+// round runs docs/design.md §4 for one assistant message: it stores the message
 // (with any replaced ids) and appends one tool message per call, in request
 // order, whatever happens.
 //
