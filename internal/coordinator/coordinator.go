@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/approval"
@@ -34,7 +33,7 @@ type Coordinator struct {
 	storeDir  string           // removed by Close when Open created it
 	credsFile string           // the listening embedded server's credentials, removed by Close
 	nc        *nats.Conn
-	js        jetstream.JetStream
+	js        natsbus.JetStream
 	catalog   *natsbus.Catalog
 	obs       *observability         // nil without MetricsAddr
 	monitor   *natsbus.SchemaMonitor // reports schema conflicts

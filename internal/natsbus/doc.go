@@ -1,8 +1,25 @@
 // Package natsbus is toolfleet's NATS transport: the connection, the
 // JetStream streams and catalog bucket, the coordinator's [Dispatcher] and
-// [Catalog], and the toolworker's [Worker]. Apart from the embedded server,
-// its test helpers and the approval gate, it is the only package that
-// imports nats.go; pkg/loop and pkg/harness stay transport-free.
+// [Catalog], the toolworker's [Worker], and what the other packages do with
+// JetStream, each behind a function or type named for it: the approvals
+// stream ([ApprovalLedger]), the runs queue and bucket ([QueueRunRequest],
+// [EnsureRunsConsumer], [RunResults]) and the run journals ([OpenJournal],
+// [ReadJournal], [ListJournals]). pkg/loop and pkg/harness stay
+// transport-free.
+//
+// # The JetStream boundary
+//
+// natsbus and its subpackages (streammsg) are the only packages of the
+// module that import nats.go/jetstream, apart from the embedded server
+// (internal/embedded), the test helpers (internal/natstest) and
+// fleetbench's direct-JetStream baselines (cmd/fleetbench). Other packages
+// hold a [JetStream] context and hand it back to natsbus, never calling it.
+// "Import" means a direct import of a package's non-test files, as "go list
+// -json" reports it in Imports: every package that uses natsbus has
+// jetstream among its transitive dependencies (what "go list -deps" shows),
+// and that is the boundary working, not a leak. TestOnlyTheBoundaryImportsJetStream
+// keeps this true. Tests may use JetStream directly to set up or inspect a
+// server.
 //
 // # Streams
 //
