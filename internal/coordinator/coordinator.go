@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
@@ -35,9 +36,9 @@ type Coordinator struct {
 	nc        *nats.Conn
 	js        natsbus.JetStream
 	catalog   *natsbus.Catalog
-	obs       *observability         // nil without MetricsAddr
-	monitor   *natsbus.SchemaMonitor // reports schema conflicts
-	guard     *natsbus.StreamGuard   // the fleet's streams as expected
+	obs       *observability           // nil without MetricsAddr
+	monitor   *discovery.SchemaMonitor // reports schema conflicts
+	guard     *natsbus.StreamGuard     // the fleet's streams as expected
 	guardEnd  context.CancelFunc
 	runner    *loop.Runner
 

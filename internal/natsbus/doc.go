@@ -10,9 +10,11 @@
 // # The JetStream boundary
 //
 // natsbus and its subpackages (streammsg) are the only packages of the
-// module that import nats.go/jetstream, apart from the embedded server
-// (internal/embedded), the test helpers (internal/natstest) and
-// fleetbench's direct-JetStream baselines (cmd/fleetbench). Other packages
+// module that import nats.go/jetstream, apart from worker discovery
+// (internal/discovery, over nats.go/micro, which reads the catalog
+// bucket), the embedded server (internal/embedded), the test helpers
+// (internal/natstest) and fleetbench's direct-JetStream baselines
+// (cmd/fleetbench). Other packages
 // hold a [JetStream] context and hand it back to natsbus, never calling it.
 // "Import" means a direct import of a package's non-test files, as "go list
 // -json" reports it in Imports: every package that uses natsbus has
@@ -82,16 +84,8 @@
 // worker's real per-tool call counts are each endpoint's stats data
 // ([ToolStats]).
 //
-// [Discover] asks the live workers what they serve; [FindSchemaConflicts]
-// finds tools whose live workers disagree on the schema, with each other
-// or all of them with the catalog. A coordinator runs a [SchemaMonitor],
-// which checks when a catalog spec changes to another digest and
-// periodically, and logs and counts each conflict. The coordinator keeps
-// offering the tool with the catalog's (latest) spec: calls are validated
-// against it, and each worker validates them again against its own, so a
-// worker on another schema answers invalid_arguments instead of running
-// arguments it does not understand. Nothing is silently mixed; the
-// operator is told which workers to upgrade or stop.
+// Package internal/discovery reads these services: it finds the live
+// workers and the tools whose workers disagree on a schema.
 //
 // # Caveats
 //

@@ -1,0 +1,177 @@
+package discovery_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/embedded"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// fleet (as in natsbus's tests) is an embedded server with the fleet's streams and one client
+// connection.
+type fleet struct {
+	srv      *embedded.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	subjects protocol.Subjects
+	log      *natstest.LogBuffer
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet{srv: srv, nc: nc, js: js, subjects: protocol.Subjects{}, log: natstest.NewLogBuffer(t)}
+	if err := natsbus.EnsureStreams(ctx(t), js, f.subjects, natsbus.StreamConfig{}); err != nil {
+		t.Fatalf("EnsureStreams: %v", err)
+	}
+	return f
+}
+
+// ctx is the test's context bounded to 30s, so a hung NATS call fails the
+// test instead of timing out the whole suite.
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// startWorker runs a worker for h on its own connection until the test
+// ends (or stop is called) and checks that Run returns nil.
+func (f *fleet) startWorker(t *testing.T, h *harness.Harness, cfg natsbus.WorkerConfig) (w *natsbus.Worker, stop func()) {
+	t.Helper()
+	w, stop, _ = f.startWorkerConn(t, h, cfg)
+	return w, stop
+}
+
+// startWorkerConn is startWorker, also returning the worker's connection.
+func (f *fleet) startWorkerConn(t *testing.T, h *harness.Harness, cfg natsbus.WorkerConfig) (w *natsbus.Worker, stop func(), nc *nats.Conn) {
+	t.Helper()
+	nc = natstest.Connect(t, f.srv)
+	w, stop = f.startWorkerOn(t, nc, h, cfg)
+	return w, stop, nc
+}
+
+// startWorkerOn is startWorker on the connection nc.
+func (f *fleet) startWorkerOn(t *testing.T, nc *nats.Conn, h *harness.Harness, cfg natsbus.WorkerConfig) (w *natsbus.Worker, stop func()) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = f.log.Logger()
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 2 * time.Second
+	}
+	if cfg.PollWait == 0 {
+		cfg.PollWait = 200 * time.Millisecond
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 2 * time.Second
+	}
+	w, err = natsbus.NewWorker(nc, js, f.subjects, h, cfg)
+	if err != nil {
+		t.Fatalf("NewWorker: %v", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Worker.Run: %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("Worker.Run did not return within 15s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	f.waitConsumers(t, h)
+	return w, stop
+}
+
+// waitConsumers waits until every tool of h has its consumer.
+func (f *fleet) waitConsumers(t *testing.T, h *harness.Harness) {
+	t.Helper()
+	for _, s := range h.Specs() {
+		name, _ := f.subjects.Consumer(s.Name)
+		natstest.WaitFor(t, 10*time.Second, func() error {
+			_, err := f.js.Consumer(ctx(t), f.subjects.CallsStream(), name)
+			return err
+		})
+	}
+}
+
+func (f *fleet) dispatcher(cfg natsbus.DispatcherConfig) *natsbus.Dispatcher {
+	cfg.Logger = f.log.Logger()
+	return natsbus.NewDispatcher(f.nc, f.js, f.subjects, cfg)
+}
+
+// newCall returns a valid call of tool with args and a deadline d from now.
+func newCall(run protocol.RunID, tool, args string, d time.Duration) protocol.Call {
+	return protocol.Call{
+		V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewID(), CallID: "call_1",
+		Tool: tool, Arguments: json.RawMessage(args), Deadline: time.Now().Add(d), Attempt: 1,
+	}
+}
+
+// openRun opens an inbox for a new run on a dispatcher of f; the inbox
+// closes when the test ends.
+func (f *fleet) openRun(t *testing.T) (*natsbus.Dispatcher, protocol.RunID, loop.Inbox) {
+	t.Helper()
+	d := f.dispatcher(natsbus.DispatcherConfig{})
+	run := protocol.NewID()
+	in, err := d.Open(ctx(t), run)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { in.Close() })
+	return d, run, in
+}
+
+// nextResult reads in until a result for key arrives, skipping other
+// events.
+func nextResult(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Result {
+	t.Helper()
+	return *nextEvent(t, in, within, func(ev loop.Event) bool { return ev.Result != nil && ev.Result.CallKey == key }).Result
+}
+
+// nextEvent reads in until an event matches, failing after within.
+func nextEvent(t *testing.T, in loop.Inbox, within time.Duration, match func(loop.Event) bool) loop.Event {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-in.Events():
+			if !ok {
+				t.Fatal("inbox closed while waiting for an event")
+			}
+			if match(ev) {
+				return ev
+			}
+		case <-timer.C:
+			t.Fatalf("no matching event within %v", within)
+		}
+	}
+}
