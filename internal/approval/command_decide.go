@@ -124,9 +124,9 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 		return c.fail(name, errors.New("the coordinator recorded an outcome for other arguments"))
 	default:
 		fmt.Fprintf(c.stdout, "coordinator recorded: %s\n", note.Outcome)
-		want := NoteDenied
+		want := protocol.NoteDenied
 		if approve {
-			want = NoteApproved
+			want = protocol.NoteApproved
 		}
 		if note.Outcome != want {
 			return c.fail(name, fmt.Errorf("the coordinator settled the request as %s", note.Outcome))
@@ -136,20 +136,20 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 }
 
 // waitNote polls for the outcome note on subj for up to wait.
-func waitNote(ctx context.Context, approvals *natsbus.ApprovalLedger, subj string, wait time.Duration) (Note, bool) {
+func waitNote(ctx context.Context, approvals *natsbus.ApprovalLedger, subj string, wait time.Duration) (protocol.ApprovalNote, bool) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		if data, err := approvals.LastOn(ctx, subj); err == nil {
-			if n, err := DecodeNote(data); err == nil {
+			if n, err := protocol.DecodeApprovalNote(data); err == nil {
 				return n, true
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return Note{}, false
+			return protocol.ApprovalNote{}, false
 		case <-tick.C:
 		}
 	}

@@ -63,7 +63,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	start := g.cfg.Now()
 	remaining := req.Deadline.Sub(start)
 	if remaining <= 0 {
-		log.Info().Str(logOutcome, NoteExpired).Msg("approval deadline passed before the request was published")
+		log.Info().Str(logOutcome, protocol.NoteExpired).Msg("approval deadline passed before the request was published")
 		return loop.Decision{Expired: true}, nil
 	}
 
@@ -101,8 +101,8 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 			g.withdraw(ctx, req, log)
 			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", ctx.Err())
 		case waitCtx.Err() != nil:
-			log.Info().Str(logOutcome, NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
-			g.record(ctx, req, Note{Outcome: NoteExpired}, log)
+			log.Info().Str(logOutcome, protocol.NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
+			g.record(ctx, req, protocol.ApprovalNote{Outcome: protocol.NoteExpired}, log)
 			return loop.Decision{Expired: true}, nil
 		default:
 			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", err)
@@ -137,8 +137,8 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 		if reason != "" {
 			log.Warn().Str(logReason, reason).Msg("approval decision ignored")
 			if reason == ignoreLate {
-				log.Info().Str(logOutcome, NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
-				g.record(ctx, req, Note{Outcome: NoteExpired}, log)
+				log.Info().Str(logOutcome, protocol.NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
+				g.record(ctx, req, protocol.ApprovalNote{Outcome: protocol.NoteExpired}, log)
 				return loop.Decision{Expired: true}, nil
 			}
 			continue
@@ -146,9 +146,9 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 		// First valid decision: stop reading before anything else, so a
 		// second decision cannot be seen.
 		it.Stop()
-		note := Note{Outcome: NoteDenied, Approver: d.Approver, Reason: d.Reason}
+		note := protocol.ApprovalNote{Outcome: protocol.NoteDenied, Approver: d.Approver, Reason: d.Reason}
 		if *d.Approved {
-			note.Outcome = NoteApproved
+			note.Outcome = protocol.NoteApproved
 		}
 		log.Info().Str(logOutcome, note.Outcome).Str(logApprover, d.Approver).
 			Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval decided")
@@ -239,18 +239,18 @@ func (g *Gate) withdraw(ctx context.Context, req protocol.ApprovalRequest, log z
 		log.Info().Msg("approval wait handed off: the request stays pending")
 		return
 	}
-	g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+	g.record(ctx, req, protocol.ApprovalNote{Outcome: protocol.NoteCancelled}, log)
 }
 
 // record publishes how the gate settled req into the approvals stream. It is
 // best effort: a failure is logged and changes nothing about the decision.
-func (g *Gate) record(ctx context.Context, req protocol.ApprovalRequest, n Note, log zerolog.Logger) {
+func (g *Gate) record(ctx context.Context, req protocol.ApprovalRequest, n protocol.ApprovalNote, log zerolog.Logger) {
 	subj, err := g.subjects.ApprovalOutcome(req.RunID, req.CallKey)
 	if err != nil {
 		return // cannot happen: the request's tokens were checked
 	}
 	n.V, n.RunID, n.CallKey, n.Tool, n.Digest, n.At = protocol.Version, req.RunID, req.CallKey, req.Tool, req.Digest, g.cfg.Now().UTC()
-	data, err := encodeNote(&n)
+	data, err := protocol.EncodeApprovalNote(&n)
 	if err != nil {
 		return
 	}

@@ -30,7 +30,7 @@ type ledger struct {
 	requests  map[string]*pending // by run.key
 	order     []string            // request ids in stream order
 	decisions map[string][]protocol.ApprovalDecision
-	notes     map[string]Note
+	notes     map[string]protocol.ApprovalNote
 	skipped   []string // why messages were skipped, for stderr
 	truncated bool
 }
@@ -70,7 +70,7 @@ func scanLedger(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects
 	l := &ledger{
 		requests:  map[string]*pending{},
 		decisions: map[string][]protocol.ApprovalDecision{},
-		notes:     map[string]Note{},
+		notes:     map[string]protocol.ApprovalNote{},
 	}
 	truncated, err := approvals.Scan(ctx, filters, since, maxScan, func(m natsbus.ApprovalMsg) {
 		l.add(subjects, m.Subject, m.Data, m.Seq, m.Stored)
@@ -116,7 +116,7 @@ func (l *ledger) add(subjects protocol.Subjects, subj string, data []byte, seq u
 			l.decisions[id] = append(l.decisions[id], d)
 		}
 	case "outcome":
-		if n, err := DecodeNote(data); err == nil && n.RunID == run && n.CallKey == key {
+		if n, err := protocol.DecodeApprovalNote(data); err == nil && n.RunID == run && n.CallKey == key {
 			l.notes[id] = n
 		}
 	}
