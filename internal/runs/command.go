@@ -111,7 +111,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		err = show(ctx, js, subjects, pos[0], *asJSON, stdout)
 	case "cancel":
 		by := os.Getenv("USER")
-		err = natsbus.RequestCancel(ctx, js, subjects, pos[0], natsbus.CancelRequest{By: by, Reason: *reason, At: time.Now().UTC()})
+		err = natsbus.RequestCancel(ctx, js, subjects, pos[0], protocol.RunCancelRequest{By: by, Reason: *reason, At: time.Now().UTC()})
 		if err == nil {
 			fmt.Fprintf(stdout, "cancel requested for run %s\n", pos[0])
 		}
