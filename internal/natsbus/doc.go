@@ -14,14 +14,15 @@
 // (internal/discovery, over nats.go/micro, which reads the catalog
 // bucket), the embedded server (internal/embedded), the test helpers
 // (internal/natstest) and fleetbench's direct-JetStream baselines
-// (cmd/fleetbench). Other packages
-// hold a [JetStream] context and hand it back to natsbus, never calling it.
-// "Import" means a direct import of a package's non-test files, as "go list
-// -json" reports it in Imports: every package that uses natsbus has
-// jetstream among its transitive dependencies (what "go list -deps" shows),
-// and that is the boundary working, not a leak. TestOnlyTheBoundaryImportsJetStream
-// keeps this true. Tests may use JetStream directly to set up or inspect a
-// server.
+// (cmd/fleetbench). Other packages hold a [JetStream] context and hand it
+// back to natsbus, never calling it.
+//
+// "Import" means a direct import by a package's non-test files, as "go
+// list -json" reports it in Imports. Every package that uses natsbus has
+// jetstream among its transitive dependencies (what "go list -deps"
+// shows): that is the boundary working, not a leak.
+// TestOnlyTheBoundaryImportsJetStream keeps this true. Tests may use
+// JetStream directly to set up or inspect a server.
 //
 // # Streams
 //
