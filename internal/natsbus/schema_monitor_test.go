@@ -1,4 +1,4 @@
-package discovery_test
+package natsbus_test
 
 import (
 	"fmt"
