@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -129,18 +129,18 @@ func (c *command) fail(name string, err error) int {
 	return exitError
 }
 
-// open connects and returns the connection and the approvals stream.
-func (c *command) open(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+// open connects and returns the connection and the approvals ledger.
+func (c *command) open(ctx context.Context, subjects protocol.Subjects) (*nats.Conn, *natsbus.ApprovalLedger, error) {
 	nc, err := c.conn(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to NATS: %w", err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := natsbus.NewJetStream(nc, "")
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("JetStream: %w", err)
 	}
-	return nc, js, nil
+	return nc, natsbus.NewApprovalLedger(js, subjects), nil
 }
 
 func defaultApprover() string {

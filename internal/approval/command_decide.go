@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -58,13 +58,13 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 
 	ctx, cancel := context.WithTimeout(ctx, co.timeout+*wait)
 	defer cancel()
-	nc, js, err := c.open(ctx)
+	nc, approvals, err := c.open(ctx, subjects)
 	if err != nil {
 		return c.fail(name, err)
 	}
 	defer nc.Close()
 
-	l, err := scanLedger(ctx, js, subjects, []string{reqSubj, decSubj, outSubj}, time.Time{})
+	l, err := scanLedger(ctx, approvals, subjects, []string{reqSubj, decSubj, outSubj}, time.Time{})
 	if err != nil {
 		return c.fail(name, err)
 	}
@@ -99,23 +99,22 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 	defer pubCancel()
 	// A JetStream publish: the ack says the decision is in the audit log,
 	// and it reaches the waiting coordinator like any core message.
-	ack, err := js.Publish(pubCtx, decSubj, data, jetstream.WithExpectStream(subjects.ApprovalsStream()))
+	seq, err := approvals.Publish(pubCtx, &nats.Msg{Subject: decSubj, Data: data}, "")
 	if err != nil {
 		if le := nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) {
 			err = fmt.Errorf("%w (this NATS user may not publish decisions)", le)
 		}
 		return c.fail(name, fmt.Errorf("publishing the decision: %w", err))
 	}
-	fmt.Fprintf(c.stdout, "decision published on %s (stream sequence %d)\n", decSubj, ack.Sequence)
+	fmt.Fprintf(c.stdout, "decision published on %s (stream sequence %d)\n", decSubj, seq)
 
 	if *wait == 0 {
 		return exitOK
 	}
-	st, err := js.Stream(ctx, subjects.ApprovalsStream())
-	if err != nil {
+	if _, err := approvals.Stream(ctx); err != nil {
 		return c.fail(name, err)
 	}
-	note, ok := waitNote(ctx, st, outSubj, *wait)
+	note, ok := waitNote(ctx, approvals, outSubj, *wait)
 	switch {
 	case !ok:
 		// The decision is in the audit log, but no coordinator said it
@@ -125,9 +124,9 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 		return c.fail(name, errors.New("the coordinator recorded an outcome for other arguments"))
 	default:
 		fmt.Fprintf(c.stdout, "coordinator recorded: %s\n", note.Outcome)
-		want := NoteDenied
+		want := protocol.NoteDenied
 		if approve {
-			want = NoteApproved
+			want = protocol.NoteApproved
 		}
 		if note.Outcome != want {
 			return c.fail(name, fmt.Errorf("the coordinator settled the request as %s", note.Outcome))
@@ -137,20 +136,20 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 }
 
 // waitNote polls for the outcome note on subj for up to wait.
-func waitNote(ctx context.Context, st jetstream.Stream, subj string, wait time.Duration) (Note, bool) {
+func waitNote(ctx context.Context, approvals *natsbus.ApprovalLedger, subj string, wait time.Duration) (protocol.ApprovalNote, bool) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if m, err := st.GetLastMsgForSubject(ctx, subj); err == nil {
-			if n, err := DecodeNote(m.Data); err == nil {
+		if data, err := approvals.LastOn(ctx, subj); err == nil {
+			if n, err := protocol.DecodeApprovalNote(data); err == nil {
 				return n, true
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return Note{}, false
+			return protocol.ApprovalNote{}, false
 		case <-tick.C:
 		}
 	}

@@ -55,7 +55,7 @@ func (c *command) list(ctx context.Context, args []string) int {
 
 	ctx, cancel := context.WithTimeout(ctx, co.timeout)
 	defer cancel()
-	nc, js, err := c.open(ctx)
+	nc, approvals, err := c.open(ctx, subjects)
 	if err != nil {
 		return c.fail("list", err)
 	}
@@ -64,7 +64,7 @@ func (c *command) list(ctx context.Context, args []string) int {
 	if *since > 0 {
 		from = time.Now().Add(-*since)
 	}
-	l, err := scanLedger(ctx, js, subjects, nil, from)
+	l, err := scanLedger(ctx, approvals, subjects, nil, from)
 	if err != nil {
 		return c.fail("list", err)
 	}

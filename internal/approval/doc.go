@@ -5,7 +5,7 @@
 // publishes a protocol.ApprovalRequest into the approvals stream on
 // <prefix>.approval.request.<run>.<key> and waits for the first valid
 // protocol.ApprovalDecision on <prefix>.approval.decision.<run>.<key>. When it
-// stops waiting it records how it settled the request (a [Note]) on
+// stops waiting it records how it settled the request (a [protocol.ApprovalNote]) on
 // <prefix>.approval.outcome.<run>.<key>. Requests, decisions and notes are all
 // kept by the approvals stream, which refuses deletes and purges: the stream
 // is the audit log.

@@ -12,40 +12,6 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-func FuzzDecodeNote(f *testing.F) {
-	f.Add([]byte(`{"v":1,"run_id":"r","call_key":"k","tool":"t","digest":"d","outcome":"approved","at":"2026-01-01T00:00:00Z"}`))
-	f.Add([]byte(`{"v":1,"run_id":"r","call_key":"k","tool":"t","digest":"d","outcome":"maybe","at":"2026-01-01T00:00:00Z"}`))
-	f.Add([]byte(`{"v":2}`))
-	f.Add([]byte(`{} {}`))
-	f.Add([]byte(`null`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		n, err := DecodeNote(data)
-		if err != nil {
-			if n != (Note{}) {
-				t.Fatalf("error %v with a non-zero note %+v", err, n)
-			}
-			if strings.Contains(err.Error(), "\n") {
-				t.Fatalf("error message spans lines: %q", err)
-			}
-			return
-		}
-		if len(data) > maxNoteBytes {
-			t.Fatalf("accepted %d bytes", len(data))
-		}
-		if err := n.Validate(); err != nil {
-			t.Fatalf("decoded note fails Validate: %v", err)
-		}
-		again, err := encodeNote(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n2, err := DecodeNote(again)
-		if err != nil || !reflect.DeepEqual(n, n2) {
-			t.Fatalf("round trip: %+v, %v; want %+v", n2, err, n)
-		}
-	})
-}
-
 // FuzzCheck: whatever bytes arrive on a decision subject, the gate accepts
 // them only as a decision that says true or false and carries the request's
 // digest.

@@ -5,14 +5,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/approvalproof"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -21,13 +20,10 @@ import (
 // concurrent use: every Approve reads the decisions with its own consumer
 // and nothing is shared between calls.
 type Gate struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	subjects protocol.Subjects
-	cfg      GateConfig
-
-	mu     sync.Mutex
-	stream jetstream.Stream // the approvals stream, once looked up
+	nc        *nats.Conn
+	approvals *natsbus.ApprovalLedger
+	subjects  protocol.Subjects
+	cfg       GateConfig
 }
 
 var _ loop.Gate = (*Gate)(nil)
@@ -35,8 +31,8 @@ var _ loop.Gate = (*Gate)(nil)
 // NewGate returns a gate that publishes requests with js into the approvals
 // stream (which must exist: natsbus.EnsureStreams creates it) and reads the
 // decisions stored there. nc and js must use the same connection.
-func NewGate(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects, cfg GateConfig) *Gate {
-	return &Gate{nc: nc, js: js, subjects: subjects, cfg: cfg.withDefaults()}
+func NewGate(nc *nats.Conn, js natsbus.JetStream, subjects protocol.Subjects, cfg GateConfig) *Gate {
+	return &Gate{nc: nc, approvals: natsbus.NewApprovalLedger(js, subjects), subjects: subjects, cfg: cfg.withDefaults()}
 }
 
 // Approve publishes req and blocks until the first valid decision, req's
@@ -67,7 +63,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	start := g.cfg.Now()
 	remaining := req.Deadline.Sub(start)
 	if remaining <= 0 {
-		log.Info().Str(logOutcome, NoteExpired).Msg("approval deadline passed before the request was published")
+		log.Info().Str(logOutcome, protocol.NoteExpired).Msg("approval deadline passed before the request was published")
 		return loop.Decision{Expired: true}, nil
 	}
 
@@ -76,13 +72,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	// reconnecting, or before a resumed run asked again, is found.
 	waitCtx, cancel := context.WithTimeout(ctx, remaining)
 	defer cancel()
-	decisions, err := g.js.OrderedConsumer(waitCtx, g.subjects.ApprovalsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{decSubj}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: time.Minute,
-	})
-	if err != nil {
-		return loop.Decision{}, fmt.Errorf("approval: reading decisions: %w", err)
-	}
-	it, err := decisions.Messages(jetstream.PullMaxMessages(maxPendingDecisions))
+	it, err := g.approvals.WatchDecisions(waitCtx, decSubj, maxPendingDecisions)
 	if err != nil {
 		return loop.Decision{}, fmt.Errorf("approval: reading decisions: %w", err)
 	}
@@ -92,10 +82,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	msg.Data = data
 	msg.Header.Set(protocol.HeaderVersion, "1")
 	msg.Header.Set(protocol.HeaderDeadline, req.Deadline.UTC().Format(time.RFC3339Nano))
-	ack, err := g.js.PublishMsg(waitCtx, msg,
-		jetstream.WithMsgID(RequestMsgID(req.CallKey)),
-		jetstream.WithExpectStream(g.subjects.ApprovalsStream()),
-	)
+	reqSeq, err := g.approvals.Publish(waitCtx, msg, RequestMsgID(req.CallKey))
 	if err != nil {
 		if ctx.Err() != nil {
 			// The request may be stored already: say it was withdrawn.
@@ -107,31 +94,31 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	log.Info().Msg("approval requested")
 
 	for {
-		m, err := it.Next(jetstream.NextContext(waitCtx))
+		data, storedAt, err := it.Next(waitCtx)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
 			g.withdraw(ctx, req, log)
 			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", ctx.Err())
 		case waitCtx.Err() != nil:
-			log.Info().Str(logOutcome, NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
-			g.record(ctx, req, Note{Outcome: NoteExpired}, log)
+			log.Info().Str(logOutcome, protocol.NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
+			g.record(ctx, req, protocol.ApprovalNote{Outcome: protocol.NoteExpired}, log)
 			return loop.Decision{Expired: true}, nil
 		default:
 			return loop.Decision{}, fmt.Errorf("approval: waiting for a decision: %w", err)
 		}
 
 		at := g.cfg.Now()
-		if md, err := m.Metadata(); err == nil {
-			at = md.Timestamp // when the server stored it, not when it is read
+		if !storedAt.IsZero() {
+			at = storedAt // when the server stored it, not when it is read
 		}
-		d, reason := g.check(&req, m.Data(), at)
+		d, reason := g.check(&req, data, at)
 		var proof *protocol.ApprovalProof
 		if reason == "" {
 			// What counts is what the stream holds, as workers check it:
 			// the first valid decision stored after the request.
 			var stored approvalproof.Decision
-			stored, proof, err = g.stored(waitCtx, decSubj, &req, ack.Sequence)
+			stored, proof, err = g.stored(waitCtx, decSubj, &req, reqSeq)
 			switch {
 			case err == nil:
 				d = stored.ApprovalDecision
@@ -150,8 +137,8 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 		if reason != "" {
 			log.Warn().Str(logReason, reason).Msg("approval decision ignored")
 			if reason == ignoreLate {
-				log.Info().Str(logOutcome, NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
-				g.record(ctx, req, Note{Outcome: NoteExpired}, log)
+				log.Info().Str(logOutcome, protocol.NoteExpired).Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval expired")
+				g.record(ctx, req, protocol.ApprovalNote{Outcome: protocol.NoteExpired}, log)
 				return loop.Decision{Expired: true}, nil
 			}
 			continue
@@ -159,9 +146,9 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 		// First valid decision: stop reading before anything else, so a
 		// second decision cannot be seen.
 		it.Stop()
-		note := Note{Outcome: NoteDenied, Approver: d.Approver, Reason: d.Reason}
+		note := protocol.ApprovalNote{Outcome: protocol.NoteDenied, Approver: d.Approver, Reason: d.Reason}
 		if *d.Approved {
-			note.Outcome = NoteApproved
+			note.Outcome = protocol.NoteApproved
 		}
 		log.Info().Str(logOutcome, note.Outcome).Str(logApprover, d.Approver).
 			Dur(logWaited, g.cfg.Now().Sub(start)).Msg("approval decided")
@@ -177,7 +164,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 // stream after the request (at reqSeq), and the proof naming it. A decision
 // seen on the subject may not be stored yet: it retries until ctx ends.
 func (g *Gate) stored(ctx context.Context, decSubj string, req *protocol.ApprovalRequest, reqSeq uint64) (approvalproof.Decision, *protocol.ApprovalProof, error) {
-	st, err := g.approvals(ctx)
+	st, err := g.approvals.Stream(ctx)
 	if err != nil {
 		return approvalproof.Decision{}, nil, err
 	}
@@ -197,21 +184,6 @@ func (g *Gate) stored(ctx context.Context, decSubj string, req *protocol.Approva
 		case <-t.C:
 		}
 	}
-}
-
-// approvals returns the approvals stream, looked up once.
-func (g *Gate) approvals(ctx context.Context) (jetstream.Stream, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.stream != nil {
-		return g.stream, nil
-	}
-	st, err := g.js.Stream(ctx, g.subjects.ApprovalsStream())
-	if err != nil {
-		return nil, err
-	}
-	g.stream = st
-	return st, nil
 }
 
 // prepare checks req, fills its defaults and returns its request and decision
@@ -267,18 +239,18 @@ func (g *Gate) withdraw(ctx context.Context, req protocol.ApprovalRequest, log z
 		log.Info().Msg("approval wait handed off: the request stays pending")
 		return
 	}
-	g.record(ctx, req, Note{Outcome: NoteCancelled}, log)
+	g.record(ctx, req, protocol.ApprovalNote{Outcome: protocol.NoteCancelled}, log)
 }
 
 // record publishes how the gate settled req into the approvals stream. It is
 // best effort: a failure is logged and changes nothing about the decision.
-func (g *Gate) record(ctx context.Context, req protocol.ApprovalRequest, n Note, log zerolog.Logger) {
+func (g *Gate) record(ctx context.Context, req protocol.ApprovalRequest, n protocol.ApprovalNote, log zerolog.Logger) {
 	subj, err := g.subjects.ApprovalOutcome(req.RunID, req.CallKey)
 	if err != nil {
 		return // cannot happen: the request's tokens were checked
 	}
 	n.V, n.RunID, n.CallKey, n.Tool, n.Digest, n.At = protocol.Version, req.RunID, req.CallKey, req.Tool, req.Digest, g.cfg.Now().UTC()
-	data, err := encodeNote(&n)
+	data, err := protocol.EncodeApprovalNote(&n)
 	if err != nil {
 		return
 	}
@@ -288,10 +260,7 @@ func (g *Gate) record(ctx context.Context, req protocol.ApprovalRequest, n Note,
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.NoteTimeout)
 	defer cancel()
-	if _, err := g.js.Publish(ctx, subj, data,
-		jetstream.WithMsgID(OutcomeMsgID(req.CallKey)),
-		jetstream.WithExpectStream(g.subjects.ApprovalsStream()),
-	); err != nil {
+	if _, err := g.approvals.Publish(ctx, &nats.Msg{Subject: subj, Data: data}, OutcomeMsgID(req.CallKey)); err != nil {
 		log.Warn().Str(logReason, "publish_failed").Msg("approval outcome not recorded")
 	}
 }

@@ -28,13 +28,13 @@ func TestGateDecisions(t *testing.T) {
 			name:     "approved",
 			decision: protocol.ApprovalDecision{Approved: ptr(true), Approver: "alice"},
 			want:     loop.Decision{Approved: true, Approver: "alice"},
-			note:     NoteApproved,
+			note:     protocol.NoteApproved,
 		},
 		{
 			name:     "denied with reason",
 			decision: protocol.ApprovalDecision{V: 1, Approved: ptr(false), Reason: "not on a Friday", Approver: "bob"},
 			want:     loop.Decision{Reason: "not on a Friday", Approver: "bob"},
-			note:     NoteDenied,
+			note:     protocol.NoteDenied,
 		},
 	}
 	for _, tt := range tests {
@@ -88,7 +88,7 @@ func TestGateExpiresAtDeadline(t *testing.T) {
 	if r.elapsed < 150*time.Millisecond || r.elapsed > 2*time.Second {
 		t.Errorf("returned after %v, want about 200ms", r.elapsed)
 	}
-	if n := lastNote(t, f, req); n.Outcome != NoteExpired || n.Approver != "" {
+	if n := lastNote(t, f, req); n.Outcome != protocol.NoteExpired || n.Approver != "" {
 		t.Errorf("note=%+v, want expired with no approver", n)
 	}
 }
@@ -242,7 +242,7 @@ func TestGateFirstValidDecisionWins(t *testing.T) {
 		}
 		return nil
 	})
-	if n := lastNote(t, f, req); n.Outcome != NoteDenied || n.Approver != "bob" {
+	if n := lastNote(t, f, req); n.Outcome != protocol.NoteDenied || n.Approver != "bob" {
 		t.Errorf("note=%+v, want denied by bob", n)
 	}
 	// The gate unsubscribed: only the stream listens on the decision subject.
@@ -344,7 +344,7 @@ func TestGateErrors(t *testing.T) {
 		if !errors.Is(r.err, context.Canceled) || r.d != (loop.Decision{}) {
 			t.Fatalf("Approve=%+v, %v; want context.Canceled", r.d, r.err)
 		}
-		if n := lastNote(t, f, req); n.Outcome != NoteCancelled {
+		if n := lastNote(t, f, req); n.Outcome != protocol.NoteCancelled {
 			t.Errorf("note=%+v, want cancelled", n)
 		}
 	})
@@ -366,7 +366,7 @@ func TestGateErrors(t *testing.T) {
 		if r.err != nil || !r.d.Approved {
 			t.Fatalf("next owner's Approve=%+v, %v; want the stored approval", r.d, r.err)
 		}
-		if n := lastNote(t, f, req); n.Outcome != NoteApproved {
+		if n := lastNote(t, f, req); n.Outcome != protocol.NoteApproved {
 			t.Errorf("note=%+v, want approved (no cancelled note before it)", n)
 		}
 	})
@@ -462,16 +462,16 @@ func TestStreamIsAnAuditLog(t *testing.T) {
 }
 
 // lastNote waits for the outcome note of req and returns it.
-func lastNote(t testing.TB, f *fixture, req protocol.ApprovalRequest) Note {
+func lastNote(t testing.TB, f *fixture, req protocol.ApprovalRequest) protocol.ApprovalNote {
 	t.Helper()
 	subj := "fleet.approval.outcome." + req.RunID + "." + req.CallKey
-	var n Note
+	var n protocol.ApprovalNote
 	waitFor(t, 5*time.Second, func() error {
 		m, err := f.stream.GetLastMsgForSubject(context.Background(), subj)
 		if err != nil {
 			return err
 		}
-		n, err = DecodeNote(m.Data)
+		n, err = protocol.DecodeApprovalNote(m.Data)
 		return err
 	})
 	return n

@@ -2,13 +2,11 @@ package approval
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -32,7 +30,7 @@ type ledger struct {
 	requests  map[string]*pending // by run.key
 	order     []string            // request ids in stream order
 	decisions map[string][]protocol.ApprovalDecision
-	notes     map[string]Note
+	notes     map[string]protocol.ApprovalNote
 	skipped   []string // why messages were skipped, for stderr
 	truncated bool
 }
@@ -68,81 +66,20 @@ func (l *ledger) settled(id string) (string, bool) {
 // scanLedger reads the approvals stream on filters (all of it when empty),
 // from since (the beginning when zero) up to the last message stored when
 // the scan starts.
-func scanLedger(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, filters []string, since time.Time) (*ledger, error) {
+func scanLedger(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects protocol.Subjects, filters []string, since time.Time) (*ledger, error) {
 	l := &ledger{
 		requests:  map[string]*pending{},
 		decisions: map[string][]protocol.ApprovalDecision{},
-		notes:     map[string]Note{},
+		notes:     map[string]protocol.ApprovalNote{},
 	}
-	name := subjects.ApprovalsStream()
-	st, err := js.Stream(ctx, name)
+	truncated, err := approvals.Scan(ctx, filters, since, maxScan, func(m natsbus.ApprovalMsg) {
+		l.add(subjects, m.Subject, m.Data, m.Seq, m.Stored)
+	})
+	l.truncated = truncated
 	if err != nil {
-		return nil, fmt.Errorf("approvals stream %s: %w", name, err)
+		return nil, err
 	}
-	info := st.CachedInfo()
-	if info.State.Msgs == 0 {
-		return l, nil
-	}
-	last := info.State.LastSeq
-	if len(filters) == 0 {
-		filters = []string{subjects.Approvals()}
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: 10 * time.Second}
-	if !since.IsZero() {
-		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-		cfg.OptStartTime = &since
-	}
-	cons, err := js.OrderedConsumer(ctx, name, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", name, err)
-	}
-	cinfo, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", name, err)
-	}
-	defer func() {
-		// Best effort: the server removes it after InactiveThreshold anyway.
-		_ = js.DeleteConsumer(context.WithoutCancel(ctx), name, cons.CachedInfo().Name)
-	}()
-	if cinfo.NumPending == 0 {
-		return l, nil
-	}
-	wait := 2 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		wait = max(min(time.Until(dl), wait), 100*time.Millisecond)
-	}
-	// Ask for exactly what is pending so a fetch never waits for more.
-	pendingMsgs := cinfo.NumPending
-	for n := 0; ; {
-		batch, err := cons.Fetch(int(min(pendingMsgs, 256)), jetstream.FetchMaxWait(wait))
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", name, err)
-		}
-		got := 0
-		done := false
-		for m := range batch.Messages() {
-			got++
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				return nil, fmt.Errorf("reading %s: %w", name, err)
-			}
-			l.add(subjects, m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
-			pendingMsgs = meta.NumPending
-			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
-				done = true
-			}
-			if n >= maxScan {
-				l.truncated, done = true, true
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("reading %s: %w", name, err)
-		}
-		if done || got == 0 {
-			return l, ctx.Err()
-		}
-	}
+	return l, nil
 }
 
 // add files one stream message into l.
@@ -179,7 +116,7 @@ func (l *ledger) add(subjects protocol.Subjects, subj string, data []byte, seq u
 			l.decisions[id] = append(l.decisions[id], d)
 		}
 	case "outcome":
-		if n, err := DecodeNote(data); err == nil && n.RunID == run && n.CallKey == key {
+		if n, err := protocol.DecodeApprovalNote(data); err == nil && n.RunID == run && n.CallKey == key {
 			l.notes[id] = n
 		}
 	}

@@ -21,8 +21,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -74,11 +73,11 @@ type Decision struct {
 // FirstDecision returns the first decision on subject stored after
 // afterSeq that decodes and carries digest. It returns ErrDecisionNotFound
 // when there is none (yet), ErrTooManyDecisions after MaxScan others.
-func FirstDecision(ctx context.Context, st jetstream.Stream, subject, digest string, afterSeq uint64) (Decision, error) {
+func FirstDecision(ctx context.Context, st streammsg.Stream, subject, digest string, afterSeq uint64) (Decision, error) {
 	seq := afterSeq + 1
 	for range MaxScan {
-		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+		m, err := streammsg.Get(ctx, st, seq, subject)
+		if errors.Is(err, streammsg.ErrNotFound) {
 			return Decision{}, ErrDecisionNotFound
 		}
 		if err != nil {
@@ -100,7 +99,7 @@ func FirstDecision(ctx context.Context, st jetstream.Stream, subject, digest str
 // after the decision the call's deadline may be (a proof is for one run of
 // the call, not for later ones). It returns nil only when every check
 // passes; otherwise one of the Err values or the stream's error.
-func Verify(ctx context.Context, st jetstream.Stream, subjects protocol.Subjects, call protocol.Call, maxAge time.Duration) error {
+func Verify(ctx context.Context, st streammsg.Stream, subjects protocol.Subjects, call protocol.Call, maxAge time.Duration) error {
 	p := call.Approval
 	if p == nil || p.RequestSeq == 0 || p.DecisionSeq <= p.RequestSeq {
 		return ErrMissing
@@ -117,9 +116,9 @@ func Verify(ctx context.Context, st jetstream.Stream, subjects protocol.Subjects
 	if err != nil {
 		return ErrRequestMismatch
 	}
-	m, err := st.GetMsg(ctx, p.RequestSeq)
+	m, err := streammsg.Get(ctx, st, p.RequestSeq, "")
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case errors.Is(err, streammsg.ErrNotFound):
 		return ErrRequestNotFound
 	case err != nil:
 		return err

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
@@ -34,11 +34,11 @@ type Coordinator struct {
 	storeDir  string           // removed by Close when Open created it
 	credsFile string           // the listening embedded server's credentials, removed by Close
 	nc        *nats.Conn
-	js        jetstream.JetStream
+	js        natsbus.JetStream
 	catalog   *natsbus.Catalog
-	obs       *observability         // nil without MetricsAddr
-	monitor   *natsbus.SchemaMonitor // reports schema conflicts
-	guard     *natsbus.StreamGuard   // the fleet's streams as expected
+	obs       *observability           // nil without MetricsAddr
+	monitor   *discovery.SchemaMonitor // reports schema conflicts
+	guard     *natsbus.StreamGuard     // the fleet's streams as expected
 	guardEnd  context.CancelFunc
 	runner    *loop.Runner
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -28,7 +29,7 @@ type observability struct {
 	srv     *metrics.Server
 	nc      atomic.Pointer[nats.Conn]
 	probe   atomic.Pointer[natsbus.Probe]
-	monitor *natsbus.SchemaMonitor
+	monitor *discovery.SchemaMonitor
 }
 
 // startMetrics starts the metrics server when MetricsAddr is set, before
@@ -73,13 +74,13 @@ func (c *Coordinator) startMetrics() error {
 // startMonitor answers probes from the fleet's streams and starts the
 // schema monitor, which reports workers that disagree on a tool's schema.
 func (c *Coordinator) startMonitor(ctx context.Context) error {
-	mc := natsbus.SchemaMonitorConfig{Logger: c.cfg.Logger}
+	mc := discovery.SchemaMonitorConfig{Logger: c.cfg.Logger}
 	if c.obs != nil {
 		c.obs.nc.Store(c.nc)
 		c.probeGuards(c.guard)
 		mc.Observer = c.obs.coord
 	}
-	m, err := natsbus.NewSchemaMonitor(ctx, c.nc, c.js, c.subjects, mc)
+	m, err := discovery.NewSchemaMonitor(ctx, c.nc, c.js, c.subjects, mc)
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
@@ -127,8 +128,8 @@ func (c *Coordinator) MetricsAddr() string {
 }
 
 // SchemaConflicts returns the tools on whose schema the fleet disagreed at
-// the last check (see natsbus.SchemaMonitor).
-func (c *Coordinator) SchemaConflicts() []natsbus.SchemaConflict {
+// the last check (see discovery.SchemaMonitor).
+func (c *Coordinator) SchemaConflicts() []discovery.SchemaConflict {
 	if c.monitor == nil {
 		return nil
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/semaphore"
 
@@ -54,7 +53,7 @@ type service struct {
 	log      zerolog.Logger
 	limited  zerolog.Logger
 	queue    *natsbus.WorkQueue
-	kv       jetstream.KeyValue
+	results  *natsbus.RunResults
 	guard    *natsbus.StreamGuard // the runs stream and bucket
 	disp     *natsbus.Dispatcher
 	gate     *approval.Gate
@@ -106,14 +105,14 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 		Streams: runsStreams(c.subjects, cfg), Interval: c.cfg.StreamCheckInterval,
 		Logger: c.log, Observer: c.streamsObserver(),
 	})
-	var cons jetstream.Consumer
-	if cons, s.kv, err = c.ensureRuns(octx, cfg, s.guard); err != nil {
+	var cons natsbus.Consumer
+	if cons, s.results, err = c.ensureRuns(octx, cfg, s.guard); err != nil {
 		return err
 	}
 	c.probeGuards(c.guard, s.guard)
 	s.queue = natsbus.NewWorkQueue(natsbus.WorkQueueConfig{
 		Slots: s.slots, PollWait: cfg.PollWait, InFlight: &s.inflight, Logger: s.log, Noun: "run requests",
-		Ensure: func(ctx context.Context) (jetstream.Consumer, error) {
+		Ensure: func(ctx context.Context) (natsbus.Consumer, error) {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
 			defer cancel()
 			cons, _, err := c.ensureRuns(octx, cfg, nil)
@@ -238,7 +237,7 @@ func (s *service) onSubmit(m *nats.Msg) {
 		msg.Header.Set(protocol.HeaderClient, client)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	_, err := s.c.js.PublishMsg(ctx, msg)
+	err := natsbus.QueueRunRequest(ctx, s.c.js, msg)
 	cancel()
 	if err != nil {
 		s.limited.Warn().Err(err).Str(logRun, run).Msg("could not queue a run request")
@@ -459,8 +458,7 @@ func (s *service) runner(run protocol.RunID, lim appliedLimits) (*loop.Runner, e
 func (s *service) stored(key string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_, err := s.kv.Get(ctx, key)
-	return err == nil
+	return s.results.Has(ctx, key)
 }
 
 // finish stores rec (once per run id, whichever coordinator is first),
@@ -511,13 +509,11 @@ func (s *service) store(client string, rec *protocol.RunResult) (data []byte, cr
 	deadline := time.Now().Add(storeTimeout)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		_, err = s.kv.Create(ctx, protocol.RunKey(client, rec.RunID), data)
+		created, err = s.results.Create(ctx, protocol.RunKey(client, rec.RunID), data)
 		cancel()
 		switch {
 		case err == nil:
-			return data, true, nil
-		case errors.Is(err, jetstream.ErrKeyExists):
-			return data, false, nil
+			return data, created, nil
 		case time.Now().After(deadline):
 			return data, false, err
 		}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -36,12 +38,12 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	st, err := s.c.js.Stream(ctx, s.subjects.RunsStream())
+	st, err := natsbus.RunsStream(ctx, s.c.js, s.subjects)
 	if err != nil {
 		s.limited.Warn().Err(err).Msg("reading an abandoned run request")
 		return
 	}
-	raw, err := st.GetMsg(ctx, adv.StreamSeq)
+	raw, err := streammsg.Get(ctx, st, adv.StreamSeq, "")
 	if err != nil {
 		// Gone already: another coordinator handled it, or it finished.
 		s.log.Debug().Err(err).Uint64("seq", adv.StreamSeq).Msg("abandoned run request not found")

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -69,7 +69,7 @@ func SubmitRawAs(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects,
 // the runs bucket and returns it decoded and as stored. It sees a result
 // stored before it was called as well as one stored later, and waits until
 // ctx ends.
-func WaitResult(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, key string) (protocol.RunResult, []byte, error) {
+func WaitResult(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, key string) (protocol.RunResult, []byte, error) {
 	run := key
 	if client, r, ok := strings.Cut(key, "."); ok {
 		if !protocol.ValidToken(client) {
@@ -80,31 +80,23 @@ func WaitResult(ctx context.Context, js jetstream.JetStream, subjects protocol.S
 	if !protocol.ValidToken(run) {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: run id %q is not valid", run)
 	}
-	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
+	results, err := natsbus.OpenRunResults(ctx, js, subjects)
 	if err != nil {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: bucket %s: %w", subjects.RunsBucket(), err)
 	}
-	w, err := kv.Watch(ctx, key, jetstream.IgnoreDeletes())
-	if err != nil {
+	data, err := results.Wait(ctx, key)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: waiting for the result of run %s: %w", run, ctx.Err())
+	case errors.Is(err, natsbus.ErrWatchEnded):
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: the watch of run %s ended", run)
+	default:
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: watching run %s: %w", run, err)
 	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return protocol.RunResult{}, nil, fmt.Errorf("coordinator: waiting for the result of run %s: %w", run, ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return protocol.RunResult{}, nil, fmt.Errorf("coordinator: the watch of run %s ended", run)
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // the end of the initial values, or a delete
-			}
-			res, err := protocol.DecodeRunResult(e.Value(), 64<<20)
-			if err != nil {
-				return protocol.RunResult{}, nil, fmt.Errorf("coordinator: the stored result of run %s: %w", run, err)
-			}
-			return res, e.Value(), nil
-		}
+	res, err := protocol.DecodeRunResult(data, 64<<20)
+	if err != nil {
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: the stored result of run %s: %w", run, err)
 	}
+	return res, data, nil
 }

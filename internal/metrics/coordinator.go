@@ -5,13 +5,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // Coordinator holds a coordinator's metrics. It implements loop.Observer
-// (runs, calls, approvals, model calls) and natsbus.SchemaObserver (schema
+// (runs, calls, approvals, model calls) and discovery.SchemaObserver (schema
 // conflicts); concurrent runs share it.
 type Coordinator struct {
 	loop.NopObserver
@@ -32,9 +33,9 @@ type Coordinator struct {
 }
 
 var (
-	_ loop.Observer           = (*Coordinator)(nil)
-	_ natsbus.SchemaObserver  = (*Coordinator)(nil)
-	_ natsbus.CatalogObserver = (*Coordinator)(nil)
+	_ loop.Observer            = (*Coordinator)(nil)
+	_ discovery.SchemaObserver = (*Coordinator)(nil)
+	_ natsbus.CatalogObserver  = (*Coordinator)(nil)
 )
 
 // catalogAnomalies is the closed vocabulary of the catalog anomaly label.

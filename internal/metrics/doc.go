@@ -25,7 +25,7 @@
 //	toolfleet_mcp_server_cancels_total{server,result}      cancels answered within the grace or not
 //	toolfleet_mcp_server_kills_total{server}               kills for a cancel left unanswered
 //
-// Coordinator side (fed by loop.Observer and natsbus.SchemaObserver):
+// Coordinator side (fed by loop.Observer and discovery.SchemaObserver):
 //
 //	toolfleet_coordinator_runs_total{reason}               runs by termination reason
 //	toolfleet_coordinator_runs_in_flight                   runs going on

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -20,7 +21,7 @@ import (
 )
 
 // fastDiscover gathers answers briefly, for tests.
-var fastDiscover = natsbus.DiscoverConfig{Wait: 2 * time.Second, Quiet: 200 * time.Millisecond}
+var fastDiscover = discovery.DiscoverConfig{Wait: 2 * time.Second, Quiet: 200 * time.Millisecond}
 
 // echoWithSchema is an echo tool whose schema differs from the built-in
 // one, as a worker running another version of it would serve.
@@ -31,12 +32,12 @@ func echoWithSchema(schema string) harness.Tool {
 }
 
 // discoverN polls Discover until it lists n workers.
-func discoverN(t *testing.T, f *fleet, n int) []natsbus.DiscoveredWorker {
+func discoverN(t *testing.T, f *fleet, n int) []discovery.DiscoveredWorker {
 	t.Helper()
-	var got []natsbus.DiscoveredWorker
+	var got []discovery.DiscoveredWorker
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		var err error
-		if got, err = natsbus.Discover(ctx(t), f.nc, f.subjects, fastDiscover); err != nil {
+		if got, err = discovery.Discover(ctx(t), f.nc, f.subjects, fastDiscover); err != nil {
 			return err
 		}
 		if len(got) != n {
@@ -66,15 +67,15 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 	if got[0].Name != "w1" || got[0].Version != "1.2.3" || got[1].Name != "w2" || got[1].Version != natsbus.DefaultServiceVersion {
 		t.Fatalf("workers = %+v, want w1 1.2.3 and w2 %s", got, natsbus.DefaultServiceVersion)
 	}
-	var want []natsbus.DiscoveredTool
+	var want []discovery.DiscoveredTool
 	for _, s := range h1.Specs() {
-		want = append(want, natsbus.DiscoveredTool{Name: s.Name, SchemaDigest: s.SchemaDigest, Timeout: s.Timeout(),
+		want = append(want, discovery.DiscoveredTool{Name: s.Name, SchemaDigest: s.SchemaDigest, Timeout: s.Timeout(),
 			Idempotent: s.Idempotent, RequiresApproval: s.RequiresApproval})
 	}
 	if !reflect.DeepEqual(got[0].Tools, want) {
 		t.Fatalf("w1 tools = %+v, want %+v", got[0].Tools, want)
 	}
-	if conflicts := natsbus.FindSchemaConflicts(got, digest); len(conflicts) != 0 {
+	if conflicts := discovery.FindSchemaConflicts(got, digest); len(conflicts) != 0 {
 		t.Fatalf("conflicts = %v, want none: both workers serve the built-in echo", conflicts)
 	}
 
@@ -163,7 +164,7 @@ func TestDiscoveryIgnoresOtherFleetsAndOptOut(t *testing.T) {
 func TestDiscoverWithoutWorkers(t *testing.T) {
 	f := newFleet(t)
 	start := time.Now()
-	got, err := natsbus.Discover(ctx(t), f.nc, f.subjects, natsbus.DiscoverConfig{Wait: 5 * time.Second})
+	got, err := discovery.Discover(ctx(t), f.nc, f.subjects, discovery.DiscoverConfig{Wait: 5 * time.Second})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("Discover = %v, %v; want none", got, err)
 	}
@@ -182,46 +183,6 @@ func TestWorkerVersionMustBeSemver(t *testing.T) {
 	}
 	if err := (natsbus.WorkerConfig{Version: "1.2.3-rc.1+build.5"}).Validate(); err != nil {
 		t.Errorf("a full semantic version is refused: %v", err)
-	}
-}
-
-func TestFindSchemaConflicts(t *testing.T) {
-	worker := func(name string, tools ...natsbus.DiscoveredTool) natsbus.DiscoveredWorker {
-		return natsbus.DiscoveredWorker{ID: name + "-id", Name: name, Tools: tools}
-	}
-	tool := func(name, digest string) natsbus.DiscoveredTool {
-		return natsbus.DiscoveredTool{Name: name, SchemaDigest: digest}
-	}
-	tests := []struct {
-		name    string
-		workers []natsbus.DiscoveredWorker
-		catalog map[string]string
-		want    []natsbus.SchemaConflict
-	}{
-		{"agreement", []natsbus.DiscoveredWorker{worker("a", tool("echo", "d1")), worker("b", tool("echo", "d1"))},
-			map[string]string{"echo": "d1"}, nil},
-		{"no workers", nil, map[string]string{"echo": "d1"}, nil},
-		{"tool not in the catalog yet", []natsbus.DiscoveredWorker{worker("a", tool("echo", "d1"))}, nil, nil},
-		{"two workers disagree", []natsbus.DiscoveredWorker{
-			worker("b", tool("echo", "d2"), tool("calc", "c1")),
-			worker("a", tool("echo", "d1"), tool("calc", "c1")),
-			worker("c", tool("echo", "d1")),
-		}, map[string]string{"echo": "d2", "calc": "c1"}, []natsbus.SchemaConflict{{
-			Tool: "echo", CatalogDigest: "d2",
-			Digests: []natsbus.DigestWorkers{{Digest: "d1", Workers: []string{"a", "c"}}, {Digest: "d2", Workers: []string{"b"}}},
-		}}},
-		{"every live worker disagrees with the catalog", []natsbus.DiscoveredWorker{worker("a", tool("echo", "d1"))},
-			map[string]string{"echo": "d9"}, []natsbus.SchemaConflict{{
-				Tool: "echo", CatalogDigest: "d9", Digests: []natsbus.DigestWorkers{{Digest: "d1", Workers: []string{"a"}}},
-			}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := natsbus.FindSchemaConflicts(tt.workers, tt.catalog)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("conflicts = %+v, want %+v", got, tt.want)
-			}
-		})
 	}
 }
 

@@ -1,8 +1,28 @@
 // Package natsbus is toolfleet's NATS transport: the connection, the
 // JetStream streams and catalog bucket, the coordinator's [Dispatcher] and
-// [Catalog], and the toolworker's [Worker]. Apart from the embedded server,
-// its test helpers and the approval gate, it is the only package that
-// imports nats.go; pkg/loop and pkg/harness stay transport-free.
+// [Catalog], the toolworker's [Worker], and what the other packages do with
+// JetStream, each behind a function or type named for it: the approvals
+// stream ([ApprovalLedger]), the runs queue and bucket ([QueueRunRequest],
+// [EnsureRunsConsumer], [RunResults]) and the run journals ([OpenJournal],
+// [ReadJournal], [ListJournals]). pkg/loop and pkg/harness stay
+// transport-free.
+//
+// # The JetStream boundary
+//
+// natsbus and its subpackages (streammsg) are the only packages of the
+// module that import nats.go/jetstream, apart from worker discovery
+// (internal/discovery, over nats.go/micro, which reads the catalog
+// bucket), the embedded server (internal/embedded), the test helpers
+// (internal/natstest) and fleetbench's direct-JetStream baselines
+// (cmd/fleetbench). Other packages hold a [JetStream] context and hand it
+// back to natsbus, never calling it.
+//
+// "Import" means a direct import by a package's non-test files, as "go
+// list -json" reports it in Imports. Every package that uses natsbus has
+// jetstream among its transitive dependencies (what "go list -deps"
+// shows): that is the boundary working, not a leak.
+// TestOnlyTheBoundaryImportsJetStream keeps this true. Tests may use
+// JetStream directly to set up or inspect a server.
 //
 // # Streams
 //
@@ -65,16 +85,8 @@
 // worker's real per-tool call counts are each endpoint's stats data
 // ([ToolStats]).
 //
-// [Discover] asks the live workers what they serve; [FindSchemaConflicts]
-// finds tools whose live workers disagree on the schema, with each other
-// or all of them with the catalog. A coordinator runs a [SchemaMonitor],
-// which checks when a catalog spec changes to another digest and
-// periodically, and logs and counts each conflict. The coordinator keeps
-// offering the tool with the catalog's (latest) spec: calls are validated
-// against it, and each worker validates them again against its own, so a
-// worker on another schema answers invalid_arguments instead of running
-// arguments it does not understand. Nothing is silently mixed; the
-// operator is told which workers to upgrade or stop.
+// Package internal/discovery reads these services: it finds the live
+// workers and the tools whose workers disagree on a schema.
 //
 // # Caveats
 //

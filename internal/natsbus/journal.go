@@ -284,19 +284,9 @@ func ListJournals(ctx context.Context, js jetstream.JetStream, subjects protocol
 	return out, nil
 }
 
-// CancelRequest is an operator's request to cancel a run, stored on
-// <prefix>.journal.cancel.<run>. Its presence is what counts; the fields
-// are for the audit trail.
-type CancelRequest struct {
-	V      int       `json:"v"`
-	By     string    `json:"by,omitempty"`
-	Reason string    `json:"reason,omitempty"`
-	At     time.Time `json:"at,omitzero"`
-}
-
 // RequestCancel stores a cancel request for run: the coordinator running
 // it cancels it at once, and one that takes it later cancels it too.
-func RequestCancel(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, req CancelRequest) error {
+func RequestCancel(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, req protocol.RunCancelRequest) error {
 	subject, err := subjects.JournalCancel(run)
 	if err != nil {
 		return fmt.Errorf("natsbus: cancel: %w", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -46,7 +47,7 @@ func (r *conflictRecorder) snapshot() ([]string, []int) {
 // after the last answer — a loaded machine's worker can answer more than
 // the default 250ms after the other, and a worker missed by one check
 // changes the conflict the monitor sees.
-var twoWorkersDiscover = natsbus.DiscoverConfig{Wait: 5 * time.Second, Quiet: time.Second, MaxWorkers: 2}
+var twoWorkersDiscover = discovery.DiscoverConfig{Wait: 5 * time.Second, Quiet: time.Second, MaxWorkers: 2}
 
 // TestSchemaMonitorReportsDisagreeingWorkers starts a worker serving echo,
 // then a second one serving echo with another schema that publishes its
@@ -65,7 +66,7 @@ func TestSchemaMonitorReportsDisagreeingWorkers(t *testing.T) {
 
 	rec := &conflictRecorder{}
 	logs := natstest.NewLogBuffer(t)
-	mon, err := natsbus.NewSchemaMonitor(ctx(t), f.nc, f.js, f.subjects, natsbus.SchemaMonitorConfig{
+	mon, err := discovery.NewSchemaMonitor(ctx(t), f.nc, f.js, f.subjects, discovery.SchemaMonitorConfig{
 		Interval: time.Hour, // only catalog changes and explicit checks
 		Settle:   100 * time.Millisecond,
 		Discover: twoWorkersDiscover,

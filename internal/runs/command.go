@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -102,7 +101,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		return exitError
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := natsbus.NewJetStream(nc, "")
 	if err != nil {
 		fmt.Fprintf(stderr, "runs %s: %v\n", name, err)
 		return exitError
@@ -112,7 +111,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		err = show(ctx, js, subjects, pos[0], *asJSON, stdout)
 	case "cancel":
 		by := os.Getenv("USER")
-		err = natsbus.RequestCancel(ctx, js, subjects, pos[0], natsbus.CancelRequest{By: by, Reason: *reason, At: time.Now().UTC()})
+		err = natsbus.RequestCancel(ctx, js, subjects, pos[0], protocol.RunCancelRequest{By: by, Reason: *reason, At: time.Now().UTC()})
 		if err == nil {
 			fmt.Fprintf(stdout, "cancel requested for run %s\n", pos[0])
 		}
@@ -127,15 +126,14 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 }
 
 // state reads one run's state.
-func state(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID) (State, error) {
+func state(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID) (State, error) {
 	recs, err := natsbus.ReadJournal(ctx, js, subjects, run)
 	if err != nil {
 		return State{}, err
 	}
 	st := Summarize(run, recs)
-	if kv, err := js.KeyValue(ctx, subjects.RunsBucket()); err == nil {
-		_, err := kv.Get(ctx, run)
-		st.HasResult = err == nil
+	if results, err := natsbus.OpenRunResults(ctx, js, subjects); err == nil {
+		st.HasResult = results.Has(ctx, run)
 	}
 	if st.Status != "finished" {
 		if ok, _ := natsbus.CancelRequested(ctx, js, subjects, run); ok {
@@ -145,7 +143,7 @@ func state(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjec
 	return st, nil
 }
 
-func show(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, asJSON bool, w io.Writer) error {
+func show(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID, asJSON bool, w io.Writer) error {
 	st, err := state(ctx, js, subjects, run)
 	if err != nil {
 		return err
@@ -171,7 +169,7 @@ func show(ctx context.Context, js jetstream.JetStream, subjects protocol.Subject
 	return nil
 }
 
-func list(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, asJSON bool, w io.Writer) error {
+func list(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, asJSON bool, w io.Writer) error {
 	counts, err := natsbus.ListJournals(ctx, js, subjects)
 	if err != nil {
 		return err

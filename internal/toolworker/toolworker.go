@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -23,7 +22,7 @@ const flushTimeout = 2 * time.Second
 type Worker struct {
 	cfg      Config
 	nc       *nats.Conn
-	js       jetstream.JetStream
+	js       natsbus.JetStream
 	subjects protocol.Subjects
 	harness  *harness.Harness
 	worker   *natsbus.Worker

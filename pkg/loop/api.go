@@ -80,6 +80,15 @@ type Catalog interface {
 // Dispatcher moves calls to workers and their results back. It is only a
 // transport: deadlines, deduplication, synthesized outcomes and ordering are
 // the loop's job.
+//
+// A run's [Inbox] is bounded and never blocks whoever delivers into it:
+// an event that finds its Events channel full is dropped and counted (the
+// inbox has a Dropped() int64 method), while the events already queued stay
+// in order. The loop answers a call whose result was dropped at its
+// deadline, like one no worker answered, so every tool_call_id is still
+// answered exactly once and a reader that falls behind cannot wedge the
+// transport. The dispatchertest package holds implementations to this
+// contract.
 type Dispatcher interface {
 	// Open starts receiving a run's results and progress notices. It is
 	// called once per run, before any call of the run is published.
@@ -92,7 +101,8 @@ type Dispatcher interface {
 }
 
 // Inbox delivers what workers send back for one run. Events may be
-// duplicated, late, for unknown call keys or forged; the loop copes.
+// duplicated, late, for unknown call keys or forged; the loop copes. A
+// full inbox drops new events (see [Dispatcher]).
 type Inbox interface {
 	Events() <-chan Event
 	Close() error

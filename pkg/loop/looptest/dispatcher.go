@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -15,8 +16,9 @@ import (
 // never answers (a dead or hung worker).
 type Handler func(ctx context.Context, c protocol.Call) (protocol.Result, bool)
 
-// InboxBuffer is how many undelivered events an inbox holds before senders
-// wait.
+// InboxBuffer is how many undelivered events an inbox holds by default;
+// further events are dropped and counted, as the loop.Dispatcher contract
+// says.
 const InboxBuffer = 1024
 
 // Dispatcher is an in-memory [loop.Dispatcher]: each published call runs
@@ -37,6 +39,10 @@ type Dispatcher struct {
 	// new inbox first delivers every result stored for the run (and then
 	// says it caught up), and a call key published twice runs once.
 	Durable bool
+	// InboxSize is how many undelivered events each inbox holds; when the
+	// reader falls that far behind, further events are dropped and counted
+	// (the inbox's Dropped method). Default: InboxBuffer.
+	InboxSize int
 
 	handler Handler
 
@@ -72,7 +78,11 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		return nil, fmt.Errorf("looptest: run %s opened twice", run)
 	}
 	d.opens++
-	ib := &inbox{ch: make(chan loop.Event, InboxBuffer), done: make(chan struct{}), caught: make(chan struct{})}
+	size := d.InboxSize
+	if size <= 0 {
+		size = InboxBuffer
+	}
+	ib := &inbox{ch: make(chan loop.Event, size), done: make(chan struct{}), caught: make(chan struct{})}
 	d.inboxes[run] = ib
 	if d.Durable {
 		for _, r := range d.stored[run] {
@@ -177,7 +187,7 @@ func (d *Dispatcher) Cancel(ctx context.Context, c protocol.Cancel) error {
 }
 
 // Inject delivers ev to run's inbox as if a worker had sent it. It reports
-// false if the run has no open inbox.
+// false if the run has no open inbox, or its inbox is full and dropped ev.
 func (d *Dispatcher) Inject(run protocol.RunID, ev loop.Event) bool {
 	d.mu.Lock()
 	ib := d.inboxes[run]
@@ -215,6 +225,9 @@ type inbox struct {
 	done   chan struct{}
 	caught chan struct{}
 	once   sync.Once
+	// mu serialises sends with Close, so no event is queued after it.
+	mu      sync.Mutex
+	dropped atomic.Int64
 }
 
 var _ loop.CatchUpInbox = (*inbox)(nil)
@@ -235,13 +248,22 @@ func (ib *inbox) closed() bool {
 }
 
 func (ib *inbox) Close() error {
-	ib.once.Do(func() { close(ib.done) })
+	ib.once.Do(func() {
+		ib.mu.Lock()
+		close(ib.done)
+		ib.mu.Unlock()
+	})
 	return nil
 }
 
-// send queues ev unless the inbox is closed; it waits while the buffer is
-// full.
+// Dropped counts the events dropped because the inbox was full.
+func (ib *inbox) Dropped() int64 { return ib.dropped.Load() }
+
+// send queues ev unless the inbox is closed. It never waits: when the
+// buffer is full, ev is dropped and counted.
 func (ib *inbox) send(ev loop.Event) bool {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
 	select {
 	case <-ib.done:
 		return false
@@ -250,7 +272,8 @@ func (ib *inbox) send(ev loop.Event) bool {
 	select {
 	case ib.ch <- ev:
 		return true
-	case <-ib.done:
+	default:
+		ib.dropped.Add(1)
 		return false
 	}
 }

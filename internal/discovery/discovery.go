@@ -1,4 +1,4 @@
-package natsbus
+package discovery
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -79,7 +80,7 @@ type DiscoveredTool struct {
 // worker at all is not an error.
 func Discover(ctx context.Context, nc *nats.Conn, s protocol.Subjects, cfg DiscoverConfig) ([]DiscoveredWorker, error) {
 	cfg = cfg.withDefaults()
-	subject, err := micro.ControlSubject(micro.InfoVerb, ServiceName, "")
+	subject, err := micro.ControlSubject(micro.InfoVerb, natsbus.ServiceName, "")
 	if err != nil {
 		return nil, err
 	}
@@ -87,11 +88,11 @@ func Discover(ctx context.Context, nc *nats.Conn, s protocol.Subjects, cfg Disco
 	msgs := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe(inbox, msgs)
 	if err != nil {
-		return nil, fmt.Errorf("natsbus: discovery: %w", err)
+		return nil, fmt.Errorf("discovery: discovery: %w", err)
 	}
 	defer sub.Unsubscribe()
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, fmt.Errorf("natsbus: discovery: %w", err)
+		return nil, fmt.Errorf("discovery: discovery: %w", err)
 	}
 	prefix := prefixOf(s)
 	deadline := time.NewTimer(cfg.Wait)
@@ -140,16 +141,16 @@ func parseWorkerInfo(data []byte, prefix string) (DiscoveredWorker, bool) {
 	if err := json.Unmarshal(data, &info); err != nil {
 		return DiscoveredWorker{}, false
 	}
-	if info.Type != micro.InfoResponseType || info.Name != ServiceName || info.Metadata[MetaPrefix] != prefix {
+	if info.Type != micro.InfoResponseType || info.Name != natsbus.ServiceName || info.Metadata[natsbus.MetaPrefix] != prefix {
 		return DiscoveredWorker{}, false
 	}
-	name := info.Metadata[MetaWorker]
+	name := info.Metadata[natsbus.MetaWorker]
 	if !workerNameRE.MatchString(name) || info.ID == "" {
 		return DiscoveredWorker{}, false
 	}
 	w := DiscoveredWorker{ID: clipKey(info.ID), Name: name, Version: clipKey(info.Version)}
 	for _, e := range info.Endpoints {
-		if len(w.Tools) == MaxCatalogTools {
+		if len(w.Tools) == natsbus.MaxCatalogTools {
 			break
 		}
 		if !protocol.ValidToken(e.Name) {
@@ -157,11 +158,11 @@ func parseWorkerInfo(data []byte, prefix string) (DiscoveredWorker, bool) {
 		}
 		t := DiscoveredTool{
 			Name:             e.Name,
-			SchemaDigest:     clipKey(e.Metadata[MetaSchemaDigest]),
-			Idempotent:       e.Metadata[MetaIdempotent] == "true",
-			RequiresApproval: e.Metadata[MetaRequiresApproval] == "true",
+			SchemaDigest:     clipKey(e.Metadata[natsbus.MetaSchemaDigest]),
+			Idempotent:       e.Metadata[natsbus.MetaIdempotent] == "true",
+			RequiresApproval: e.Metadata[natsbus.MetaRequiresApproval] == "true",
 		}
-		if d, err := time.ParseDuration(e.Metadata[MetaTimeout]); err == nil && d > 0 {
+		if d, err := time.ParseDuration(e.Metadata[natsbus.MetaTimeout]); err == nil && d > 0 {
 			t.Timeout = d
 		}
 		w.Tools = append(w.Tools, t)

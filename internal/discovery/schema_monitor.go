@@ -1,4 +1,4 @@
-package natsbus
+package discovery
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -94,13 +95,13 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	}
 	kv, err := js.KeyValue(ctx, s.CatalogBucket())
 	if err != nil {
-		return nil, fmt.Errorf("natsbus: catalog bucket %s: %w", s.CatalogBucket(), err)
+		return nil, fmt.Errorf("discovery: catalog bucket %s: %w", s.CatalogBucket(), err)
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w, err := kv.WatchAll(rctx)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("natsbus: watching the catalog: %w", err)
+		return nil, fmt.Errorf("discovery: watching the catalog: %w", err)
 	}
 	m := &SchemaMonitor{
 		nc: nc, subjects: s, cfg: cfg, watcher: w, cancel: cancel,
@@ -150,7 +151,7 @@ func (m *SchemaMonitor) apply(e jetstream.KeyValueEntry) bool {
 		return false
 	}
 	old, had := m.catalog[key]
-	if !had && len(m.catalog) >= MaxCatalogTools {
+	if !had && len(m.catalog) >= natsbus.MaxCatalogTools {
 		return false
 	}
 	m.catalog[key] = spec.SchemaDigest
@@ -205,7 +206,7 @@ func (m *SchemaMonitor) Check(ctx context.Context) ([]SchemaConflict, error) {
 		sig := c.signature()
 		m.mu.Lock()
 		same := m.reported[c.Tool] == sig
-		if !same && (len(m.reported) < MaxCatalogTools || m.reported[c.Tool] != "") {
+		if !same && (len(m.reported) < natsbus.MaxCatalogTools || m.reported[c.Tool] != "") {
 			m.reported[c.Tool] = sig
 		}
 		m.mu.Unlock()

@@ -1,4 +1,4 @@
-package natsbus
+package discovery
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -15,11 +16,11 @@ import (
 // flags.
 func FuzzParseWorkerInfo(f *testing.F) {
 	valid, _ := json.Marshal(micro.Info{
-		ServiceIdentity: micro.ServiceIdentity{Name: ServiceName, ID: "abc", Version: "0.1.0",
-			Metadata: map[string]string{MetaWorker: "w1", MetaPrefix: "fleet", MetaTools: "echo"}},
+		ServiceIdentity: micro.ServiceIdentity{Name: natsbus.ServiceName, ID: "abc", Version: "0.1.0",
+			Metadata: map[string]string{natsbus.MetaWorker: "w1", natsbus.MetaPrefix: "fleet", natsbus.MetaTools: "echo"}},
 		Type: micro.InfoResponseType,
 		Endpoints: []micro.EndpointInfo{{Name: "echo", Subject: "fleet.tool.echo", Metadata: map[string]string{
-			MetaSchemaDigest: "d1", MetaTimeout: "5s", MetaIdempotent: "true", MetaRequiresApproval: "false"}}},
+			natsbus.MetaSchemaDigest: "d1", natsbus.MetaTimeout: "5s", natsbus.MetaIdempotent: "true", natsbus.MetaRequiresApproval: "false"}}},
 	})
 	f.Add(valid)
 	f.Add([]byte(`{}`))
@@ -31,7 +32,7 @@ func FuzzParseWorkerInfo(f *testing.F) {
 		if !ok {
 			return
 		}
-		if !workerNameRE.MatchString(w.Name) || w.ID == "" || len(w.ID) > 70 || len(w.Version) > 70 || len(w.Tools) > MaxCatalogTools {
+		if !workerNameRE.MatchString(w.Name) || w.ID == "" || len(w.ID) > 70 || len(w.Version) > 70 || len(w.Tools) > natsbus.MaxCatalogTools {
 			t.Fatalf("accepted worker %+v", w)
 		}
 		for _, tool := range w.Tools {

@@ -1,0 +1,205 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// ApprovalLedger reads and writes the approvals stream: the requests
+// coordinators publish, the decisions operators publish and the outcome
+// notes coordinators record. It is what the approval gate and the
+// "approvals" command know of JetStream. It is safe for concurrent use.
+type ApprovalLedger struct {
+	js       jetstream.JetStream
+	subjects protocol.Subjects
+
+	mu     sync.Mutex
+	stream jetstream.Stream // looked up once
+}
+
+// NewApprovalLedger returns the ledger of the approvals stream of subjects
+// (which must exist: [EnsureStreams] creates it), read and written with js.
+func NewApprovalLedger(js JetStream, subjects protocol.Subjects) *ApprovalLedger {
+	return &ApprovalLedger{js: js, subjects: subjects}
+}
+
+// Publish stores msg in the approvals stream, with msgID as its dedup id
+// unless it is empty, and returns its stream sequence. The ack says the
+// message is in the audit log; it reaches subscribers of its subject like
+// any core message.
+func (l *ApprovalLedger) Publish(ctx context.Context, msg *nats.Msg, msgID string) (uint64, error) {
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(l.subjects.ApprovalsStream())}
+	if msgID != "" {
+		opts = []jetstream.PublishOpt{jetstream.WithMsgID(msgID), opts[0]}
+	}
+	ack, err := l.js.PublishMsg(ctx, msg, opts...)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// Stream returns the approvals stream, looked up once, for reading stored
+// messages by sequence ([streammsg.Get]).
+func (l *ApprovalLedger) Stream(ctx context.Context) (streammsg.Stream, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stream != nil {
+		return l.stream, nil
+	}
+	st, err := l.js.Stream(ctx, l.subjects.ApprovalsStream())
+	if err != nil {
+		return nil, err
+	}
+	l.stream = st
+	return st, nil
+}
+
+// LastOn returns the data of the last message stored on subject.
+func (l *ApprovalLedger) LastOn(ctx context.Context, subject string) ([]byte, error) {
+	st, err := l.Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
+}
+
+// DecisionWatch delivers the messages stored on one subject of the
+// approvals stream, from the first, and then those stored later.
+type DecisionWatch struct {
+	it jetstream.MessagesContext
+}
+
+// WatchDecisions starts reading the messages on subject (a call's decision
+// subject) from the first one stored, with at most maxPending buffered.
+// ctx bounds the setup. Stop the watch when done.
+func (l *ApprovalLedger) WatchDecisions(ctx context.Context, subject string, maxPending int) (*DecisionWatch, error) {
+	cons, err := l.js.OrderedConsumer(ctx, l.subjects.ApprovalsStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(maxPending))
+	if err != nil {
+		return nil, err
+	}
+	return &DecisionWatch{it: it}, nil
+}
+
+// Next returns the next message's data and when the server stored it (the
+// zero time when the message carries no metadata). It blocks until one
+// comes, ctx ends or the watch stops.
+func (w *DecisionWatch) Next(ctx context.Context) (data []byte, stored time.Time, err error) {
+	m, err := w.it.Next(jetstream.NextContext(ctx))
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if md, err := m.Metadata(); err == nil {
+		stored = md.Timestamp
+	}
+	return m.Data(), stored, nil
+}
+
+// Stop ends the watch; no message is delivered after it returns. It may be
+// called more than once.
+func (w *DecisionWatch) Stop() { w.it.Stop() }
+
+// ApprovalMsg is one message of the approvals stream, as [ApprovalLedger.Scan]
+// reads it.
+type ApprovalMsg struct {
+	Subject string
+	Data    []byte
+	Seq     uint64
+	// Stored is when the server stored it.
+	Stored time.Time
+}
+
+// Scan reads the approvals stream on filters (all of it when empty), from
+// since (the beginning when zero) up to the last message stored when the
+// scan starts, and calls add for each message in stream order. It stops
+// after limit messages and then reports truncated.
+func (l *ApprovalLedger) Scan(ctx context.Context, filters []string, since time.Time, limit int, add func(ApprovalMsg)) (truncated bool, err error) {
+	name := l.subjects.ApprovalsStream()
+	st, err := l.js.Stream(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("approvals stream %s: %w", name, err)
+	}
+	info := st.CachedInfo()
+	if info.State.Msgs == 0 {
+		return false, nil
+	}
+	last := info.State.LastSeq
+	if len(filters) == 0 {
+		filters = []string{l.subjects.Approvals()}
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: 10 * time.Second}
+	if !since.IsZero() {
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cfg.OptStartTime = &since
+	}
+	cons, err := l.js.OrderedConsumer(ctx, name, cfg)
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", name, err)
+	}
+	cinfo, err := cons.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", name, err)
+	}
+	defer func() {
+		// Best effort: the server removes it after InactiveThreshold anyway.
+		_ = l.js.DeleteConsumer(context.WithoutCancel(ctx), name, cons.CachedInfo().Name)
+	}()
+	if cinfo.NumPending == 0 {
+		return false, nil
+	}
+	wait := 2 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(min(time.Until(dl), wait), 100*time.Millisecond)
+	}
+	// Ask for exactly what is pending so a fetch never waits for more.
+	pendingMsgs := cinfo.NumPending
+	for n := 0; ; {
+		batch, err := cons.Fetch(int(min(pendingMsgs, 256)), jetstream.FetchMaxWait(wait))
+		if err != nil {
+			return false, fmt.Errorf("reading %s: %w", name, err)
+		}
+		got := 0
+		done := false
+		for m := range batch.Messages() {
+			got++
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return false, fmt.Errorf("reading %s: %w", name, err)
+			}
+			add(ApprovalMsg{Subject: m.Subject(), Data: m.Data(), Seq: meta.Sequence.Stream, Stored: meta.Timestamp})
+			pendingMsgs = meta.NumPending
+			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
+				done = true
+			}
+			if n >= limit {
+				truncated, done = true, true
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return false, fmt.Errorf("reading %s: %w", name, err)
+		}
+		if done || got == 0 {
+			return truncated, ctx.Err()
+		}
+	}
+}

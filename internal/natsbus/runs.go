@@ -1,0 +1,135 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// ErrWatchEnded is returned by [RunResults.Wait] when the server ended the
+// watch before a result came.
+var ErrWatchEnded = errors.New("natsbus: the watch ended")
+
+// RunResults is the runs bucket: one stored result per run, under its
+// [protocol.RunKey].
+type RunResults struct {
+	kv jetstream.KeyValue
+}
+
+// OpenRunResults returns the runs bucket of subjects, which must exist
+// ([ProvisionStreams] or [CreateMissingStreams] with the serve role
+// creates it).
+func OpenRunResults(ctx context.Context, js JetStream, subjects protocol.Subjects) (*RunResults, error) {
+	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
+	if err != nil {
+		return nil, err
+	}
+	return &RunResults{kv: kv}, nil
+}
+
+// Has reports whether key has a result. A failure to read counts as no.
+func (r *RunResults) Has(ctx context.Context, key string) bool {
+	_, err := r.kv.Get(ctx, key)
+	return err == nil
+}
+
+// Create stores data under key unless a result is there already; created
+// says whether this call stored it.
+func (r *RunResults) Create(ctx context.Context, key string, data []byte) (created bool, err error) {
+	_, err = r.kv.Create(ctx, key, data)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	}
+	return false, err
+}
+
+// Wait returns the result under key as stored, whether it was stored
+// before Wait was called or later. It waits until ctx ends (returning
+// ctx.Err()) or the watch ends ([ErrWatchEnded]).
+func (r *RunResults) Wait(ctx context.Context, key string) ([]byte, error) {
+	w, err := r.kv.Watch(ctx, key, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("watching %s: %w", key, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, ErrWatchEnded
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // the end of the initial values, or a delete
+			}
+			return e.Value(), nil
+		}
+	}
+}
+
+// RunsConsumerConfig is what a serving coordinator sets on the runs
+// stream's shared consumer.
+type RunsConsumerConfig struct {
+	// AckWait is how long a taken run request stays with its coordinator
+	// without a heartbeat.
+	AckWait time.Duration
+	// MaxDeliver bounds how often a run request is taken.
+	MaxDeliver int
+}
+
+// runsConsumer is the durable pull consumer every serving coordinator
+// shares.
+func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       s.RunsConsumer(),
+		Description:   "toolfleet coordinators serving runs",
+		FilterSubject: s.RunQueues(),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    c.MaxDeliver,
+		MaxAckPending: 10_000,
+		MaxWaiting:    4096,
+	}
+}
+
+// EnsureRunsConsumer creates or updates the runs stream's shared consumer.
+func EnsureRunsConsumer(ctx context.Context, js JetStream, subjects protocol.Subjects, cfg RunsConsumerConfig) (Consumer, error) {
+	return js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), runsConsumer(subjects, cfg))
+}
+
+// QueueRunRequest stores msg, a run request on its run's queue subject
+// with its dedup id in the header, in the runs stream.
+func QueueRunRequest(ctx context.Context, js JetStream, msg *nats.Msg) error {
+	_, err := js.PublishMsg(ctx, msg)
+	return err
+}
+
+// RunsStream returns the runs stream, to read a stored run request by
+// sequence ([streammsg.Get]).
+func RunsStream(ctx context.Context, js JetStream, subjects protocol.Subjects) (streammsg.Stream, error) {
+	return js.Stream(ctx, subjects.RunsStream())
+}
+
+// JournalStreamConfig is the stream of run journals, one subject per run
+// (<prefix>.journal.run.<run>) plus operators' cancel requests
+// (<prefix>.journal.cancel.<run>), as [FleetStreams] lists it.
+func JournalStreamConfig(s protocol.Subjects) jetstream.StreamConfig {
+	for _, fs := range FleetStreams(s, StreamConfig{}) {
+		if fs.Config.Name == s.JournalStream() {
+			return fs.Config
+		}
+	}
+	panic("natsbus.FleetStreams lists no journal stream")
+}
