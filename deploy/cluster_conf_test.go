@@ -29,7 +29,9 @@ const (
 
 // confPassword is the password the tests give the user whose password
 // variable is v.
-func confPassword(v string) string { return "tf-" + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(v, "TOOLFLEET_"), "_PASSWORD")) }
+func confPassword(v string) string {
+	return "tf-" + strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(v, "TOOLFLEET_"), "_PASSWORD"))
+}
 
 // hub is the 3-node cluster of cluster/nats-server.conf.
 type hub struct {
