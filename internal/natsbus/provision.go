@@ -38,7 +38,9 @@ type ProvisionAction struct {
 // missing and updates every one whose configuration differs, so that the
 // fleet finds exactly its expected configuration. It is idempotent and is
 // run by the provisioning identity (coordinator provision), the only one a
-// deployment lets change streams. It returns what it did, stream by
+// deployment lets change streams. An existing stream's replicas are
+// raised, never lowered, and its placement changes (the servers move it)
+// only when cfg names placement tags. It returns what it did, stream by
 // stream, also when it fails part way.
 func Provision(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig) ([]ProvisionAction, error) {
 	if err := cfg.Validate(); err != nil {
