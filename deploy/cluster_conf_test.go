@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -290,7 +291,7 @@ func TestClusterConf(t *testing.T) {
 // stop ends p with SIGTERM and waits for it.
 func stop(t *testing.T, p *process) {
 	t.Helper()
-	_ = p.cmd.Process.Signal(os.Interrupt)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
