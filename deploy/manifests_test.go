@@ -870,3 +870,75 @@ func usersYAML(o *server.Options) string {
 	}
 	return b.String()
 }
+
+// clusterConfOpts parses cluster/nats-server.conf as nats-server does, with
+// the environment it documents.
+func clusterConfOpts(t *testing.T) *server.Options {
+	t.Helper()
+	for v := range confVars(t) {
+		t.Setenv(v, "tf-value-of-"+v)
+	}
+	t.Setenv("TOOLFLEET_SERVER_NAME", "toolfleet-1")
+	t.Setenv("TOOLFLEET_ROUTE_PASSWORD", "tf-route")
+	t.Setenv("TOOLFLEET_ROUTES", "[nats-route://route:tf-route@nats-1:6222, nats-route://route:tf-route@nats-2:6222, nats-route://route:tf-route@nats-3:6222]")
+	o, err := server.ProcessConfigFile(clusterConf)
+	if err != nil {
+		t.Fatalf("%s: %v", clusterConf, err)
+	}
+	return o
+}
+
+// TestKubernetesCluster: the chart's values make the NATS cluster of
+// cluster/nats-server.conf — three JetStream nodes in domain hub, spread
+// over Kubernetes nodes, accepting leaf nodes — the provision Job gives
+// every stream as many replicas as the cluster has nodes, and KEDA reads
+// each tool's consumer through the headless service, from which it finds
+// the node leading the consumer.
+func TestKubernetesCluster(t *testing.T) {
+	values := helmValues(t)
+	conf := clusterConfOpts(t)
+	replicas, _ := get(values, "config", "cluster", "replicas").(int)
+	if get(values, "config", "cluster", "enabled") != true || replicas != 3 || len(conf.Routes) != replicas {
+		t.Errorf("values-nats.yaml: cluster enabled %v with %d replicas; want a cluster of %d, as %s routes", get(values, "config", "cluster", "enabled"), replicas, len(conf.Routes), clusterConf)
+	}
+	if d := str(values, "config", "jetstream", "merge", "domain"); d != conf.JetStreamDomain || d != "hub" {
+		t.Errorf("values-nats.yaml: JetStream domain %q, %s has %q; the leaf user's permissions name $JS.hub.API", d, clusterConf, conf.JetStreamDomain)
+	}
+	if get(values, "config", "leafnodes", "enabled") != true || get(values, "config", "leafnodes", "port") != conf.LeafNode.Port {
+		t.Errorf("values-nats.yaml: leafnodes %v on %v, want enabled on %d as in %s", get(values, "config", "leafnodes", "enabled"), get(values, "config", "leafnodes", "port"), conf.LeafNode.Port, clusterConf)
+	}
+	if get(values, "config", "merge", "authorization") == nil {
+		t.Error("values-nats.yaml: no authorization")
+	}
+	spread := get(values, "podTemplate", "topologySpreadConstraints", "kubernetes.io/hostname")
+	if str(spread, "whenUnsatisfiable") != "DoNotSchedule" || get(spread, "maxSkew") != 1 {
+		t.Errorf("values-nats.yaml: podTemplate.topologySpreadConstraints[kubernetes.io/hostname] = %v, want one server per node (maxSkew 1, DoNotSchedule)", spread)
+	}
+
+	jobs := k8sObjects(t)["Job"]
+	if len(jobs) != 1 {
+		t.Fatalf("%d Jobs under k8s/, want the provision Job", len(jobs))
+	}
+	c := get(jobs[0], "spec", "template", "spec", "containers", 0)
+	job := invocation{where: "provision Job", binary: "coordinator", args: stringList(t, "provision Job args", get(c, "args"))}
+	if job.subcommand() != "provision" {
+		t.Fatalf("the Job runs coordinator %v, want provision", job.args)
+	}
+	if r, ok := job.flagValue("replicas"); !ok || r != fmt.Sprint(replicas) {
+		t.Errorf("the provision Job passes --replicas %q, want %d (the cluster's nodes)", r, replicas)
+	}
+
+	// KEDA: every trigger on a tool consumer of the calls stream, read on
+	// the headless service (whose pod names are the servers' names, by
+	// which the scaler reaches the consumer's leader).
+	subjects := protocol.Subjects{}
+	for i, tr := range list(k8sObjects(t)["ScaledObject"][0], "spec", "triggers") {
+		md := get(tr, "metadata")
+		if str(md, "stream") != subjects.CallsStream() || !strings.HasPrefix(str(md, "consumer"), "tool_") {
+			t.Errorf("trigger %d: %s/%s, want a tool consumer of %s", i, str(md, "stream"), str(md, "consumer"), subjects.CallsStream())
+		}
+		if !strings.HasPrefix(str(md, "natsServerMonitoringEndpoint"), "nats-headless.") {
+			t.Errorf("trigger %d: %s, want the headless service", i, str(md, "natsServerMonitoringEndpoint"))
+		}
+	}
+}

@@ -26,6 +26,7 @@ var passwords = map[string]string{
 	"coordinator":   "tf-coord-0a1b2c",
 	"worker":        "tf-worker-3d4e5f",
 	"worker_deploy": "tf-worker-deploy-4a5b6c",
+	"leaf":          "tf-leaf-7b8c9d",
 	"operator":      "tf-operator-6a7b8c",
 	"client":        "tf-client-9d0e1f",
 }

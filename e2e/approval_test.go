@@ -156,6 +156,7 @@ func startApprovalServer(t *testing.T) *server.Server {
 	t.Helper()
 	t.Setenv("TOOLFLEET_ADMIN_PASSWORD", approvalPasswords["admin"])
 	t.Setenv("TOOLFLEET_WORKER_DEPLOY_PASSWORD", "tf-worker-deploy-unused")
+	t.Setenv("TOOLFLEET_LEAF_PASSWORD", "tf-leaf-unused")
 	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", approvalPasswords["coordinator"])
 	t.Setenv("TOOLFLEET_WORKER_PASSWORD", approvalPasswords["worker"])
 	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", approvalPasswords["operator"])

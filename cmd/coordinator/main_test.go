@@ -135,6 +135,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"run", "--max-tool-calls-kept", "32"}, "--max-tool-calls-kept must be > --max-tool-calls-per-round (32)"},
 		{[]string{"run", "--max-transcript-bytes", "0"}, "--max-transcript-bytes must be >= 1"},
 		{[]string{"run", "--max-run-duration", "0s"}, "--max-run-duration must be > 0"},
+		{[]string{"provision", "--replicas", "2"}, "--replicas must be 1 or 3"},
+		{[]string{"provision", "--placement-tags", "ssd,fast disk"}, "--placement-tags"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

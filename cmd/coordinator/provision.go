@@ -21,6 +21,7 @@ type provisionFlags struct {
 	timeout       time.Duration
 	toolConsumers string
 	replicas      int
+	placementTags string
 }
 
 // provisionCommand creates or updates every stream and bucket of the fleet
@@ -34,6 +35,7 @@ func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&f.resultTTL, "result-ttl", coordinator.DefaultResultTTL, "how long results stay in the runs bucket (the serving coordinators' --result-ttl)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for NATS and JetStream")
 	fs.IntVar(&f.replicas, "replicas", 1, "copies of every stream and bucket: 1 on a single server, 3 on a JetStream cluster of three or more nodes (raised on an existing stream, never lowered)")
+	fs.StringVar(&f.placementTags, "placement-tags", "", "comma list of tags: every stream and bucket is placed on JetStream servers that carry all of them (nats-server server_tags, e.g. ssd,az:eu-1a); a stream placed otherwise is moved")
 	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator provision [flags]
@@ -70,6 +72,12 @@ Flags:`)
 		fmt.Fprintln(stderr, "coordinator provision: --prefix:", err)
 		return exitUsage
 	}
+	streams := coordinator.ServeConfig{ResultTTL: f.resultTTL, Replicas: f.replicas}.StreamConfig()
+	streams.PlacementTags = splitList(f.placementTags)
+	if err := streams.Validate(); err != nil {
+		fmt.Fprintln(stderr, "coordinator provision: --placement-tags:", err)
+		return exitUsage
+	}
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	conn := f.conn()
@@ -85,7 +93,7 @@ Flags:`)
 		fmt.Fprintln(stderr, "coordinator provision:", err)
 		return exitError
 	}
-	actions, err := natsbus.Provision(cctx, js, subjects, coordinator.ServeConfig{ResultTTL: f.resultTTL, Replicas: f.replicas}.StreamConfig())
+	actions, err := natsbus.Provision(cctx, js, subjects, streams)
 	if err == nil {
 		var more []natsbus.ProvisionAction
 		more, err = natsbus.ProvisionToolConsumers(cctx, js, subjects, splitList(f.toolConsumers))

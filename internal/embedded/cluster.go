@@ -26,6 +26,9 @@ type ClusterConfig struct {
 	// (accounts, authorization). Listeners, server names, routes and
 	// stores are chosen by StartCluster.
 	ConfigText string
+	// NodeTags are the server_tags of each node, by index (node i gets
+	// NodeTags[i]; nodes past the end get none), for stream placement.
+	NodeTags [][]string
 	// ReadyTimeout bounds the wait for each node and for the meta group.
 	// Default: 1m.
 	ReadyTimeout time.Duration
@@ -113,6 +116,9 @@ func (c *Cluster) options(i int) (*server.Options, error) {
 		}
 	}
 	opts.ServerName = node.name
+	if i < len(c.cfg.NodeTags) {
+		opts.Tags = append(opts.Tags[:0:0], c.cfg.NodeTags[i]...)
+	}
 	opts.Host, opts.Port = DefaultHost, node.clientPort
 	opts.JetStream, opts.StoreDir = true, node.storeDir
 	opts.NoSigs, opts.NoLog = true, true

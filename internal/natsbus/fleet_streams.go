@@ -40,7 +40,7 @@ type FleetStream struct {
 // else.
 func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 	c := cfg.withDefaults()
-	return []FleetStream{
+	list := []FleetStream{
 		{Roles: RoleCoordinator | RoleWorker, Config: jetstream.StreamConfig{
 			Name:                 s.CallsStream(),
 			Description:          "toolfleet tool calls waiting for a worker",
@@ -126,6 +126,10 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			DenyDelete:  true,
 		}},
 	}
+	for i := range list {
+		list[i].Config.Placement = placement(c.PlacementTags)
+	}
+	return list
 }
 
 // bucket is the stream backing a key-value bucket of history 1, as

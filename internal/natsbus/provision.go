@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,7 +38,9 @@ type ProvisionAction struct {
 // missing and updates every one whose configuration differs, so that the
 // fleet finds exactly its expected configuration. It is idempotent and is
 // run by the provisioning identity (coordinator provision), the only one a
-// deployment lets change streams. It returns what it did, stream by
+// deployment lets change streams. An existing stream's replicas are
+// raised, never lowered, and its placement changes (the servers move it)
+// only when cfg names placement tags. It returns what it did, stream by
 // stream, also when it fails part way.
 func Provision(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg StreamConfig) ([]ProvisionAction, error) {
 	if err := cfg.Validate(); err != nil {
@@ -64,7 +68,7 @@ func ProvisionStreams(ctx context.Context, js jetstream.JetStream, list []FleetS
 
 func provisionOne(ctx context.Context, js jetstream.JetStream, fs FleetStream) (a ProvisionAction, err error) {
 	a = ProvisionAction{Stream: fs.Config.Name, Bucket: fs.Bucket}
-	defer func() { err = replicasError(fs.Config.Replicas, err) }()
+	defer func() { err = placementError(fs.Config, err) }()
 	st, err := js.Stream(ctx, fs.Config.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -76,16 +80,52 @@ func provisionOne(ctx context.Context, js jetstream.JetStream, fs FleetStream) (
 	case err != nil:
 		return a, err
 	}
-	a.Fields = StreamDrift(fs.Config, st.CachedInfo().Config)
+	got := st.CachedInfo().Config
+	a.Fields = StreamDrift(fs.Config, got)
+	if fs.Config.Placement != nil && !samePlacement(fs.Config.Placement, got.Placement) {
+		a.Fields = append(a.Fields, "placement")
+	}
 	if len(a.Fields) == 0 {
 		a.Action = ActionUnchanged
 		return a, nil
 	}
-	if _, err := js.UpdateStream(ctx, fs.Config); err != nil {
+	if _, err := js.UpdateStream(ctx, updateOf(fs.Config, got)); err != nil {
 		return a, err
 	}
 	a.Action = ActionUpdated
 	return a, nil
+}
+
+// updateOf is the configuration that restores want on a stream that has
+// got: what the fleet does not ask for is kept — more replicas than want
+// (replicas are raised, never lowered) and, when want names no placement,
+// the placement an operator chose.
+func updateOf(want, got jetstream.StreamConfig) jetstream.StreamConfig {
+	if got.Replicas > want.Replicas {
+		want.Replicas = got.Replicas
+	}
+	if want.Placement == nil {
+		want.Placement = got.Placement
+	}
+	return want
+}
+
+// samePlacement reports whether got places a stream as want asks: the
+// same cluster and the same tags, in any order and case (nats-server
+// matches tags without case).
+func samePlacement(want, got *jetstream.Placement) bool {
+	if got == nil {
+		got = &jetstream.Placement{}
+	}
+	norm := func(tags []string) []string {
+		out := make([]string, len(tags))
+		for i, t := range tags {
+			out[i] = strings.ToLower(t)
+		}
+		slices.Sort(out)
+		return out
+	}
+	return want.Cluster == got.Cluster && slices.Equal(norm(want.Tags), norm(got.Tags))
 }
 
 // CreateOrUpdateStream creates the stream of cfg, or updates it when it
@@ -174,16 +214,25 @@ const (
 // the cluster has nodes.
 var ErrTooFewServers = errors.New("natsbus: too few JetStream servers for the replica count")
 
-// replicasError names the replica count in err when the servers refused
-// it for want of servers.
-func replicasError(replicas int, err error) error {
+// ErrNoPlacement reports placement tags the JetStream servers cannot
+// satisfy: fewer servers carry all the tags than the streams have
+// replicas.
+var ErrNoPlacement = errors.New("natsbus: too few JetStream servers with the placement tags")
+
+// placementError names the replica count and the placement tags of cfg in
+// err when the servers refused them for want of servers.
+func placementError(cfg jetstream.StreamConfig, err error) error {
 	var apiErr *jetstream.APIError
 	if err == nil || !errors.As(err, &apiErr) {
 		return err
 	}
 	switch apiErr.ErrorCode {
 	case errCodeReplicasNotSupported, errCodeNoPeers, errCodeInsufficient:
-		return fmt.Errorf("%w: %d replicas need a JetStream cluster of at least %d nodes (%s)", ErrTooFewServers, replicas, replicas, apiErr.Description)
+		if cfg.Placement != nil && len(cfg.Placement.Tags) > 0 && apiErr.ErrorCode != errCodeReplicasNotSupported {
+			return fmt.Errorf("%w: %d replicas need %d JetStream servers tagged %s (server_tags), and the cluster has fewer (%s)",
+				ErrNoPlacement, cfg.Replicas, cfg.Replicas, strings.Join(cfg.Placement.Tags, ","), apiErr.Description)
+		}
+		return fmt.Errorf("%w: %d replicas need a JetStream cluster of at least %d nodes (%s)", ErrTooFewServers, cfg.Replicas, cfg.Replicas, apiErr.Description)
 	}
 	return err
 }

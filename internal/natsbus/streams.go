@@ -3,6 +3,7 @@ package natsbus
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,6 +40,10 @@ const (
 type StreamConfig struct {
 	// Replicas of every stream and the bucket. Default: 1.
 	Replicas int
+	// PlacementTags place every stream and bucket on JetStream servers
+	// that carry all of these tags (nats-server's server_tags), e.g.
+	// "ssd" or "az:eu-1a". Default: none, the servers choose.
+	PlacementTags []string
 	// MaxMessageBytes bounds one call, result, approval or spec. Default:
 	// protocol.DefaultMaxMessageBytes (1 MiB, NATS's default max_payload).
 	MaxMessageBytes int
@@ -158,7 +163,35 @@ func (c StreamConfig) Validate() error {
 	case c.MaxRunResultBytes < 0 || c.MaxRunResultBytes > 64<<20:
 		return configErr("MaxRunResultBytes", "must be 1..64 MiB")
 	}
+	for _, tag := range c.PlacementTags {
+		if !validTag(tag) {
+			return configErr("PlacementTags", "a tag must be 1..64 printable characters without spaces or commas, got %q", clip(tag))
+		}
+	}
 	return nil
+}
+
+// validTag reports whether tag is a placement tag nats-server can match:
+// printable, no space (the server splits on them) or comma (the CLI's
+// list separator).
+func validTag(tag string) bool {
+	if tag == "" || len(tag) > 64 {
+		return false
+	}
+	for _, r := range tag {
+		if r <= ' ' || r == ',' || r == 0x7f || r > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// placement is the Placement of every stream for tags, nil for none.
+func placement(tags []string) *jetstream.Placement {
+	if len(tags) == 0 {
+		return nil
+	}
+	return &jetstream.Placement{Tags: slices.Clone(tags)}
 }
 
 // EnsureStreams creates the fleet's streams and catalog bucket (those of

@@ -35,6 +35,19 @@ func StartClusterWithConfig(t testing.TB, n int, confText string) *Cluster {
 	return &Cluster{Cluster: c, t: t}
 }
 
+// StartTaggedCluster starts a JetStream cluster of len(tags) nodes like
+// [StartCluster], node i with nats-server's server_tags tags[i], for
+// stream placement.
+func StartTaggedCluster(t testing.TB, tags [][]string) *Cluster {
+	t.Helper()
+	c, err := embedded.StartCluster(embedded.ClusterConfig{Nodes: len(tags), StoreDir: t.TempDir(), NodeTags: tags})
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	t.Cleanup(c.Shutdown)
+	return &Cluster{Cluster: c, t: t}
+}
+
 // Restart starts killed node i again on its ports and store.
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
