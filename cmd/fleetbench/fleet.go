@@ -24,6 +24,7 @@ const (
 	echoTool     = "echo"
 	sleepTool    = "sleep20"
 	holdToolName = "hold"
+	echoOnceTool = "echo_once"
 	sleepFor     = 20 * time.Millisecond
 	// echoText is what every echo call sends and expects back: 128 bytes.
 	echoText = "The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. Sphinx of black quartz, judge my vow!!!!!"
@@ -49,6 +50,15 @@ func mustJSON(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// echoOnce is echo declared non-idempotent: each call is claimed before
+// it runs, so it runs at most once.
+func echoOnce() harness.Tool {
+	t := harness.Echo()
+	t.Name, t.Idempotent = echoOnceTool, false
+	t.Description = "Return the given text unchanged, at most once."
+	return t
 }
 
 // sleeper is a Go tool that sleeps 20 ms, honouring its context.
@@ -108,7 +118,7 @@ func openFleet(ctx context.Context, url string, log zerolog.Logger, short bool, 
 		f.close()
 		return nil, err
 	}
-	h, err := harness.New(harness.Config{}, harness.Echo(), sleeper(), holdTool(nil))
+	h, err := harness.New(harness.Config{}, harness.Echo(), echoOnce(), sleeper(), holdTool(nil))
 	if err != nil {
 		f.close()
 		return nil, err
