@@ -89,24 +89,34 @@ func (d *Delivery) Settle(dec Decision) {
 }
 
 // Heartbeat tells the server, every interval, that the message is still
-// being worked on, until the returned stop is called (stop is idempotent).
+// being worked on, until the returned stop is called (stop is idempotent;
+// once it returns, no further heartbeat is sent). It is a timer, not a
+// goroutine: a call costs nothing until its first interval passes.
 func (d *Delivery) Heartbeat(interval time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				d.Msg.InProgress()
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	t = time.AfterFunc(interval, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
+		d.Msg.InProgress()
+		t.Reset(interval)
 	})
-	var once sync.Once
-	return func() { once.Do(func() { close(done); wg.Wait() }) }
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			stopped = true
+			t.Stop()
+		}
+	}
 }
 
 // WorkHandler does the work of one delivery and says how to settle it.
