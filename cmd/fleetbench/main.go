@@ -211,9 +211,13 @@ type bench struct {
 	loadStart string
 
 	// Figures the ratios and targets refer to.
-	baseJS, baseFan               summary
-	floorSingle, floorRound       summary
-	floorSustained                map[int]*window
+	baseJS, baseFan         summary
+	floorSingle, floorRound summary
+	floorSustained          map[int]*window
+	// bl and floorRig are the baselines' settings and the floor's
+	// requester, open for the whole run once a phase needs it.
+	bl                            baselines
+	floorRig                      *floorRig
 	single, loopSingle            summary
 	round, loopRound              summary
 	sustain2Loop, sustain2Disp    string
@@ -243,6 +247,15 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	defer srv.Shutdown()
 	url := srv.ClientURL()
+	b.bl = baselines{url: url, timeout: callTimeout}
+	if b.short {
+		b.bl.timeout = shortCallTimeout
+	}
+	defer func() {
+		if b.floorRig != nil {
+			b.floorRig.close()
+		}
+	}()
 
 	if b.want("baseline") {
 		if err := b.baselines(ctx, url); err != nil {
@@ -289,10 +302,7 @@ func (b *bench) run(ctx context.Context) error {
 }
 
 func (b *bench) baselines(ctx context.Context, url string) error {
-	bl := baselines{url: url, timeout: callTimeout}
-	if b.short {
-		bl.timeout = shortCallTimeout
-	}
+	bl := b.bl
 	b.step("baseline: core request-reply")
 	s, err := bl.coreRequestReply(b.p.core)
 	if err != nil {
@@ -318,14 +328,14 @@ func (b *bench) baselines(ctx context.Context, url string) error {
 }
 
 // floor measures the durable floor (see floor.go): single calls and
-// 32-call rounds with the latency phases' worker count, and sustained
-// calls with each worker count of the throughput phases.
+// 32-call rounds with the latency phases' worker count. Its sustained rows
+// are measured in the sustained phase, each just before the fleet's rows
+// with the same workers, so that the two share the machine's load.
 func (b *bench) floor(ctx context.Context, bl baselines) error {
-	fr, err := bl.openFloor(ctx)
+	fr, err := b.openFloor(ctx, bl)
 	if err != nil {
 		return err
 	}
-	defer fr.close()
 	ws, err := fr.startWorkers(ctx, b.p.latencyWorkers)
 	if err != nil {
 		return err
@@ -344,22 +354,41 @@ func (b *bench) floor(ctx context.Context, bl baselines) error {
 		s: b.floorSingle, ratio: ratio(b.floorSingle.p50, b.baseJS.p50) + " JS round trip"})
 	b.add(row{name: fmt.Sprintf("floor: %d calls, 256 B, one async batch, %s", fanout, wn),
 		s: b.floorRound, ratio: ratio(b.floorRound.p50, b.baseFan.p50) + " fan-out"})
-	b.floorSustained = map[int]*window{}
-	for _, n := range b.p.workers {
-		ws, err := fr.startWorkers(ctx, n)
-		if err != nil {
-			return err
-		}
-		b.step("durable floor: sustained calls, %d workers", n)
-		w, err := fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration)
-		ws.stop()
-		if err != nil {
-			return fmt.Errorf("durable floor: %w", err)
-		}
-		b.floorSustained[n] = w
-		b.add(row{name: fmt.Sprintf("floor: sustained calls, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
-			rate: w.rate(), cpu: w.cpuPerCall(), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
+	return nil
+}
+
+// openFloor opens the floor's requester once for the run.
+func (b *bench) openFloor(ctx context.Context, bl baselines) (*floorRig, error) {
+	if b.floorRig != nil {
+		return b.floorRig, nil
 	}
+	fr, err := bl.openFloor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.floorRig = fr
+	return fr, nil
+}
+
+// floorSustainedRow measures the floor's sustained calls with n workers.
+func (b *bench) floorSustainedRow(ctx context.Context, n int) error {
+	fr, err := b.openFloor(ctx, b.bl)
+	if err != nil {
+		return err
+	}
+	ws, err := fr.startWorkers(ctx, n)
+	if err != nil {
+		return err
+	}
+	b.step("durable floor: sustained calls, %d workers", n)
+	w, err := fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration)
+	ws.stop()
+	if err != nil {
+		return fmt.Errorf("durable floor: %w", err)
+	}
+	b.floorSustained[n] = w
+	b.add(row{name: fmt.Sprintf("floor: sustained calls, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
+		rate: w.rate(), cpu: w.cpuPerCall(), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
 	return nil
 }
 
@@ -440,7 +469,11 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 
 func (b *bench) sustained(ctx context.Context, f *fleet) error {
 	b.sustainedLoop, b.sustainedDispN, b.sustainedLoopW = map[int]string{}, map[int]string{}, map[int]*window{}
+	b.floorSustained = map[int]*window{}
 	for _, n := range b.p.workers {
+		if err := b.floorSustainedRow(ctx, n); err != nil {
+			return err
+		}
 		ws, err := f.startWorkers(ctx, n, 0, harness.Echo())
 		if err != nil {
 			return err
