@@ -24,6 +24,7 @@ const (
 	echoTool     = "echo"
 	sleepTool    = "sleep20"
 	holdToolName = "hold"
+	echoOnceTool = "echo_once"
 	sleepFor     = 20 * time.Millisecond
 	// echoText is what every echo call sends and expects back: 128 bytes.
 	echoText = "The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. Sphinx of black quartz, judge my vow!!!!!"
@@ -49,6 +50,15 @@ func mustJSON(v any) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// echoOnce is echo declared non-idempotent: each call is claimed before
+// it runs, so it runs at most once.
+func echoOnce() harness.Tool {
+	t := harness.Echo()
+	t.Name, t.Idempotent = echoOnceTool, false
+	t.Description = "Return the given text unchanged, at most once."
+	return t
 }
 
 // sleeper is a Go tool that sleeps 20 ms, honouring its context.
@@ -108,7 +118,7 @@ func openFleet(ctx context.Context, url string, log zerolog.Logger, short bool, 
 		f.close()
 		return nil, err
 	}
-	h, err := harness.New(harness.Config{}, harness.Echo(), sleeper(), holdTool(nil))
+	h, err := harness.New(harness.Config{}, harness.Echo(), echoOnce(), sleeper(), holdTool(nil))
 	if err != nil {
 		f.close()
 		return nil, err
@@ -219,12 +229,13 @@ func (ws *workers) stop() {
 // errNotOK is a call that did not answer ok.
 var errNotOK = errors.New("a call did not answer ok")
 
-// dispatchRound publishes n calls to tool through the dispatcher, one
-// goroutine per call as the loop does, and waits for their results on in.
+// dispatchRound publishes n calls to tool through the dispatcher, as the
+// loop does (one call with Publish, more as one batch), and waits for their
+// results on in.
 func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protocol.RunID, tool, args string, n int) error {
 	deadline := time.Now().Add(f.timeout)
 	open := make(map[protocol.CallKey]bool, n)
-	errs := make(chan error, n)
+	batch := make([]loop.Outgoing, 0, n)
 	for i := range n {
 		call := protocol.Call{
 			V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewID(), CallID: "call_" + fmt.Sprint(i),
@@ -232,27 +243,28 @@ func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protoc
 			MaxOutputChars: loop.DefaultMaxObservationChars,
 		}
 		open[call.CallKey] = true
-		if n == 1 {
-			if err := f.disp.Publish(ctx, call); err != nil {
-				return err
-			}
-			continue
-		}
-		go func() { errs <- f.disp.Publish(ctx, call) }()
+		batch = append(batch, loop.Outgoing{Ctx: ctx, Call: call})
 	}
+	errs := make(chan error, 1)
+	go func() {
+		pctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		if n == 1 {
+			errs <- f.disp.Publish(pctx, batch[0].Call)
+			return
+		}
+		errs <- errors.Join(f.disp.PublishBatch(pctx, batch)...)
+	}()
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	published := 0
-	if n == 1 {
-		published = 1
-	}
-	for len(open) > 0 || published < n {
+	published := false
+	for len(open) > 0 || !published {
 		select {
 		case err := <-errs:
 			if err != nil {
 				return err
 			}
-			published++
+			published = true
 		case ev := <-in.Events():
 			if ev.Result == nil || !open[ev.Result.CallKey] {
 				continue

@@ -148,29 +148,103 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 // headers workers need: dedup id, reply subject, deadline and version. A
 // call published twice within the duplicate window is stored once.
 func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
+	msg, err := d.callMsg(ctx, call)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if err := publishRetrying(pctx, d.js, msg); err != nil {
+		return fmt.Errorf("natsbus: publishing call to %s: %w", msg.Subject, err)
+	}
+	return nil
+}
+
+var _ loop.BatchDispatcher = (*Dispatcher)(nil)
+
+// PublishBatch implements [loop.BatchDispatcher]: it writes every call
+// asynchronously, then waits for their acknowledgements together. A call
+// whose acknowledgement is an error that may pass, or that is not in
+// within one publish attempt's time, is published again with the same
+// Nats-Msg-Id (stored at most once) as [Dispatcher.Publish] does, until
+// ctx ends.
+func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []error {
+	errs := make([]error, len(calls))
+	msgs := make([]*nats.Msg, len(calls))
+	futures := make([]jetstream.PubAckFuture, len(calls))
+	for i, o := range calls {
+		msg, err := d.callMsg(o.Ctx, o.Call)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		msgs[i] = msg
+		// A call the client cannot queue now is published again below.
+		futures[i], _ = d.js.PublishMsgAsync(msg)
+	}
+	pctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	attempt := time.NewTimer(publishAttemptTimeout)
+	defer attempt.Stop()
+	waiting := true // for acknowledgements, until the attempt's time is up
+	for i, f := range futures {
+		if msgs[i] == nil {
+			continue
+		}
+		if f != nil && waiting {
+			select {
+			case <-f.Ok():
+				continue
+			case err := <-f.Err():
+				if !transient(err) {
+					errs[i] = fmt.Errorf("natsbus: publishing call to %s: %w", msgs[i].Subject, err)
+					continue
+				}
+			case <-attempt.C:
+				waiting = false
+			case <-pctx.Done():
+				waiting = false
+			}
+		} else if f != nil {
+			select {
+			case <-f.Ok():
+				continue
+			default:
+			}
+		}
+		if err := publishRetrying(pctx, d.js, msgs[i]); err != nil {
+			errs[i] = fmt.Errorf("natsbus: publishing call to %s: %w", msgs[i].Subject, err)
+		}
+	}
+	return errs
+}
+
+// callMsg checks call and builds its message: the call on its tool's
+// subject with the headers workers need.
+func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg, error) {
 	if err := call.Validate(); err != nil {
-		return fmt.Errorf("natsbus: call: %w", err)
+		return nil, fmt.Errorf("natsbus: call: %w", err)
 	}
 	if err := d.cfg.Guard.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	subject, err := d.subjects.Call(call.Tool)
 	if err != nil {
-		return fmt.Errorf("natsbus: call: %w", err)
+		return nil, fmt.Errorf("natsbus: call: %w", err)
 	}
 	replyTo, err := d.subjects.Result(call.RunID, call.Tool)
 	if err != nil {
-		return fmt.Errorf("natsbus: call: %w", err)
+		return nil, fmt.Errorf("natsbus: call: %w", err)
 	}
 	if v, ok := d.inboxes.Load(call.RunID); ok {
 		v.(*Inbox).Expect(call.CallKey, call.Tool)
 	}
 	data, err := protocol.Encode(&call)
 	if err != nil {
-		return fmt.Errorf("natsbus: encoding call: %w", err)
+		return nil, fmt.Errorf("natsbus: encoding call: %w", err)
 	}
 	if len(data) > d.cfg.MaxMessageBytes {
-		return fmt.Errorf("natsbus: call is %d bytes, limit %d: %w", len(data), d.cfg.MaxMessageBytes, protocol.ErrTooLarge)
+		return nil, fmt.Errorf("natsbus: call is %d bytes, limit %d: %w", len(data), d.cfg.MaxMessageBytes, protocol.ErrTooLarge)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = data
@@ -179,12 +253,7 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	msg.Header.Set(protocol.HeaderDeadline, call.Deadline.UTC().Format(time.RFC3339Nano))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	tracing.Inject(ctx, msg.Header)
-	pctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	if err := publishRetrying(pctx, d.js, msg); err != nil {
-		return fmt.Errorf("natsbus: publishing call to %s: %w", subject, err)
-	}
-	return nil
+	return msg, nil
 }
 
 // Cancel asks whichever worker runs the call to stop it (core NATS, best

@@ -342,7 +342,9 @@ func (w *Worker) publishProgress(call protocol.Call, attempt int) {
 }
 
 // publishResult stores r in the results stream on replyTo, deduplicated by
-// the call key so a call run twice stores one result. It tries for
+// the call key so a call run twice stores one result. It publishes
+// asynchronously and waits for the PubAck for one attempt's time, then
+// tries for
 // publishTimeout, then, while the server does not answer, until the call's
 // deadline plus resultGrace or until stopping ends (the worker cancels its
 // calls to stop).
@@ -356,6 +358,24 @@ func (w *Worker) publishResult(stopping context.Context, replyTo, tool string, r
 	msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(tool, r.CallKey))
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
+	// First asynchronously, its PubAck awaited for one attempt's time; the
+	// call is settled once this returns, on the PubAck.
+	if f, aerr := w.js.PublishMsgAsync(msg, opt); aerr == nil {
+		t := time.NewTimer(publishAttemptTimeout)
+		select {
+		case <-f.Ok():
+			t.Stop()
+			return nil
+		case aerr = <-f.Err():
+			t.Stop()
+			if !transient(aerr) {
+				return aerr
+			}
+		case <-t.C:
+		}
+	}
+	// No answer, or one that may pass: published again with the same
+	// Nats-Msg-Id, stored at most once.
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	err = publishRetrying(ctx, w.js, msg, opt)
 	cancel()

@@ -89,24 +89,34 @@ func (d *Delivery) Settle(dec Decision) {
 }
 
 // Heartbeat tells the server, every interval, that the message is still
-// being worked on, until the returned stop is called (stop is idempotent).
+// being worked on, until the returned stop is called (stop is idempotent;
+// once it returns, no further heartbeat is sent). It is a timer, not a
+// goroutine: a call costs nothing until its first interval passes.
 func (d *Delivery) Heartbeat(interval time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				d.Msg.InProgress()
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	t = time.AfterFunc(interval, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
+		d.Msg.InProgress()
+		t.Reset(interval)
 	})
-	var once sync.Once
-	return func() { once.Do(func() { close(done); wg.Wait() }) }
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			stopped = true
+			t.Stop()
+		}
+	}
 }
 
 // WorkHandler does the work of one delivery and says how to settle it.
@@ -200,6 +210,11 @@ func (q *WorkQueue) EnsureRetrying(ctx context.Context) error {
 // as it decides. Ensure must have succeeded. Run returns once ctx ended
 // and no pull is in progress; handlers may still run (see InFlight).
 func (q *WorkQueue) Run(ctx, execCtx context.Context) {
+	// Handlers run on goroutines that, done with a message, wait for the
+	// next one (their stacks already grown) until Run returns: about as
+	// many goroutines as the slots, not one per message.
+	idle := make(chan jetstream.Msg)
+	defer close(idle)
 	failures := 0
 	for {
 		if q.cfg.Wait != nil {
@@ -217,11 +232,7 @@ func (q *WorkQueue) Run(ctx, execCtx context.Context) {
 		msgs, err := q.pull(ctx, slots)
 		for _, m := range msgs {
 			q.cfg.InFlight.Add(1)
-			go func() {
-				defer q.cfg.InFlight.Done()
-				defer q.cfg.Slots.Release(1)
-				q.serve(execCtx, m)
-			}()
+			q.hand(execCtx, m, idle)
 		}
 		if ctx.Err() != nil {
 			return
@@ -264,6 +275,35 @@ func drain(inflight *sync.WaitGroup, grace time.Duration, overdue func()) bool {
 		<-done
 		return true
 	}
+}
+
+// hand runs the handler of m, for which the caller holds a slot, on an
+// idle handler goroutine of Run, or on a new one when none is idle.
+func (q *WorkQueue) hand(execCtx context.Context, m jetstream.Msg, idle chan jetstream.Msg) {
+	select {
+	case idle <- m:
+	default:
+		go q.handle(execCtx, m, idle)
+	}
+}
+
+// handle serves m and then every message handed to it on idle, until idle
+// is closed.
+func (q *WorkQueue) handle(execCtx context.Context, m jetstream.Msg, idle <-chan jetstream.Msg) {
+	for {
+		q.serveSlot(execCtx, m)
+		var ok bool
+		if m, ok = <-idle; !ok {
+			return
+		}
+	}
+}
+
+// serveSlot serves m and gives back its slot.
+func (q *WorkQueue) serveSlot(ctx context.Context, m jetstream.Msg) {
+	defer q.cfg.InFlight.Done()
+	defer q.cfg.Slots.Release(1)
+	q.serve(ctx, m)
 }
 
 // serve runs the handler of one message and settles it.

@@ -100,6 +100,25 @@ type Dispatcher interface {
 	Cancel(ctx context.Context, c protocol.Cancel) error
 }
 
+// Outgoing is one call of a batch and the context it is published under
+// (its trace span; the batch's context bounds the wait).
+type Outgoing struct {
+	Ctx  context.Context
+	Call protocol.Call
+}
+
+// BatchDispatcher is a [Dispatcher] that publishes a round's calls
+// together, so that the transport can write them at once and wait for
+// their acknowledgements together rather than one call at a time. The loop
+// uses it when the dispatcher implements it.
+type BatchDispatcher interface {
+	Dispatcher
+	// PublishBatch hands calls to the fleet and returns one error per
+	// call, in order: nil means that call was accepted, as from Publish.
+	// It returns once every call is accepted or has failed, or ctx ends.
+	PublishBatch(ctx context.Context, calls []Outgoing) []error
+}
+
 // Inbox delivers what workers send back for one run. Events may be
 // duplicated, late, for unknown call keys or forged; the loop copes. A
 // full inbox drops new events (see [Dispatcher]).

@@ -3,6 +3,7 @@ package loop
 import (
 	"bytes"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -15,6 +16,9 @@ const (
 	cancelRun       = "run_cancelled"
 	cancelUnpublish = "publish_interrupted"
 )
+
+// errBatchShort answers a call a [BatchDispatcher] returned no error for.
+var errBatchShort = errors.New("loop: the dispatcher answered fewer calls than it was given")
 
 // publishResult is one Publish's answer.
 type publishResult struct {
@@ -104,8 +108,18 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 	pending := make(map[protocol.CallKey]*slot, len(todo))
 	var last time.Time
 	for _, i := range todo {
+		last = maxTime(last, slots[i].deadline)
+	}
+	// A round of more than one call goes out as one batch when the
+	// dispatcher can.
+	batcher, _ := ru.r.disp.(BatchDispatcher)
+	if len(todo) < 2 {
+		batcher = nil
+	}
+	var batch []Outgoing
+	var batchSlots []int
+	for _, i := range todo {
 		s := &slots[i]
-		last = maxTime(last, s.deadline)
 		ru.keys[s.key] = keyOpen
 		if _, answered := ru.early[s.key]; published || answered || ru.pastDedup(journaled, s) {
 			pending[s.key] = s
@@ -118,10 +132,33 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 			RequiresApproval: s.approval, Approval: s.proof,
 		}
 		open[i] = true
+		if batcher != nil {
+			batch = append(batch, Outgoing{Ctx: ru.spanContext(ctx, s), Call: call})
+			batchSlots = append(batchSlots, i)
+			continue
+		}
 		go func() {
 			pctx, cancel := context.WithDeadline(ru.spanContext(ctx, s), call.Deadline)
 			defer cancel()
 			ch <- publishResult{i: i, err: ru.r.disp.Publish(pctx, call)}
+		}()
+	}
+	if len(batch) > 0 {
+		// One goroutine for the round: the dispatcher writes every call
+		// and then waits for their acknowledgements together.
+		go func() {
+			bctx, cancel := context.WithDeadline(ctx, last)
+			defer cancel()
+			errs := batcher.PublishBatch(bctx, batch)
+			for k, i := range batchSlots {
+				var err error
+				if k < len(errs) {
+					err = errs[k]
+				} else {
+					err = errBatchShort
+				}
+				ch <- publishResult{i: i, err: err}
+			}
 		}()
 	}
 
