@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
@@ -62,7 +63,7 @@ func (c *Coordinator) startMetrics() error {
 		Logger: c.cfg.Logger,
 	})
 	if err != nil {
-		return fmt.Errorf("coordinator: --metrics-addr: %w", err)
+		return &config.FieldError{Field: "MetricsAddr", Err: err}
 	}
 	o.srv = srv
 	c.obs = o

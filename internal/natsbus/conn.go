@@ -102,6 +102,14 @@ func NewJetStream(nc *nats.Conn, domain string) (jetstream.JetStream, error) {
 	return jetstream.NewWithDomain(nc, domain)
 }
 
+// Validate checks cfg as Connect would, without connecting: the ways to
+// authenticate, the inbox prefix and that the credentials and NKey files
+// exist. The error is a [*ConfigError].
+func (cfg ConnConfig) Validate() error {
+	_, err := cfg.resolved()
+	return err
+}
+
 // resolved returns cfg with environment defaults applied, and checks that
 // at most one way to authenticate is configured.
 func (cfg ConnConfig) resolved() (ConnConfig, error) {

@@ -85,6 +85,12 @@ func (e *ValidationError) Error() string {
 
 func (e *ValidationError) Unwrap() error { return e.Err }
 
+// ConfigField returns e.Field: ValidationError is a [config.Error].
+func (e *ValidationError) ConfigField() string { return e.Field }
+
+// ConfigProblem returns the text of e.Err.
+func (e *ValidationError) ConfigProblem() string { return e.Err.Error() }
+
 func (c Config) policy() modelhttp.Policy {
 	return modelhttp.Policy{
 		Provider: "openai-responses", Model: c.Model,
