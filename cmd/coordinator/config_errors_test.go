@@ -100,7 +100,7 @@ func TestServeConfigErrors(t *testing.T) {
 		configCase{name: "short run ack wait", args: []string{"--run-ack-wait", "10ms"}, want: "coordinator serve: --run-ack-wait: must be >= 100ms"},
 		configCase{name: "negative result ttl", args: []string{"--result-ttl", "-1s"}, want: "coordinator serve: --result-ttl: must be >= 0"},
 		configCase{name: "long name", args: []string{"--name", strings.Repeat("n", 129)}, want: "coordinator serve: --name: must be at most 128 bytes long"},
-		configCase{name: "store dir with a NATS URL", args: []string{"--nats-url", "nats://127.0.0.1:1", "--store-dir", t.TempDir()}, want: "--store-dir is for the embedded server"},
+		configCase{name: "store dir with a NATS URL", args: []string{"--nats-url", "nats://127.0.0.1:1", "--store-dir", t.TempDir()}, want: "coordinator serve: --store-dir: is for the embedded server"},
 		configCase{name: "a prompt", args: []string{"a prompt"}, want: "takes no arguments"},
 	))
 }

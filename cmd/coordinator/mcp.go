@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/logging"
+	"github.com/rs/zerolog"
+
 	"github.com/toolfleet/toolfleet/internal/mcpserve"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -113,13 +113,9 @@ Flags:`)
 		fmt.Fprintf(stderr, "coordinator mcp: --http-path must start with /, got %q\n", f.path)
 		return exitUsage
 	}
-	log, err := logging.New(stderr, f.logLevel, "coordinator")
-	if err != nil {
-		return cmd.fail(err)
-	}
-	c, err := coordinator.Open(ctx, f.config(noModel{}, log))
-	if err != nil {
-		return cmd.fail(err)
+	c, log, code, done := f.open(ctx, cmd, args, func(zerolog.Logger) (loop.Model, error) { return noModel{}, nil })
+	if done {
+		return code
 	}
 	defer c.Close()
 	fl := c.Fleet()

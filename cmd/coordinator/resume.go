@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -40,17 +38,9 @@ stored is not run again. Give it the flags the run had (model, limits).`)
 	if err := f.validate(fs, set); err != nil {
 		return cmd.fail(err)
 	}
-	log, err := logging.New(stderr, f.logLevel, "coordinator")
-	if err != nil {
-		return cmd.fail(err)
-	}
-	model, err := f.newModel(log)
-	if err != nil {
-		return cmd.fail(err)
-	}
-	c, err := coordinator.Open(ctx, f.config(model, log))
-	if err != nil {
-		return cmd.fail(err)
+	c, _, code, done := f.open(ctx, cmd, args, f.newModel)
+	if done {
+		return code
 	}
 	defer c.Close()
 	if !c.Journaling() {

@@ -65,6 +65,7 @@ type fleetFlags struct {
 	metricsAddr                      string
 	streamCheckInterval              time.Duration
 	listen                           string
+	storeDir                         string // serve only
 }
 
 // register defines the flags on fs. With ceilings, the loop limits are
@@ -194,18 +195,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		prompt = demoPrompt
 	}
-	log, err := logging.New(stderr, f.logLevel, "coordinator")
-	if err != nil {
-		return cmd.fail(err)
-	}
-	warnCommandLine(log, args)
-	model, err := f.newModel(log)
-	if err != nil {
-		return cmd.fail(err)
-	}
-	c, err := coordinator.Open(ctx, f.config(model, log))
-	if err != nil {
-		return cmd.fail(err)
+	c, _, code, done := f.open(ctx, cmd, args, f.newModel)
+	if done {
+		return code
 	}
 	defer c.Close()
 
@@ -266,8 +258,29 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 		MetricsAddr:         f.metricsAddr,
 		StreamCheckInterval: f.streamCheckInterval,
 		Listen:              f.listen,
+		StoreDir:            f.storeDir,
 		Logger:              log,
 	}
+}
+
+// open makes the logger and the model (with newModel) and opens the
+// coordinator the flags describe. When done is set the command returns
+// code: the error is printed.
+func (f *fleetFlags) open(ctx context.Context, cmd *command, args []string, newModel func(zerolog.Logger) (loop.Model, error)) (_ *coordinator.Coordinator, _ zerolog.Logger, code int, done bool) {
+	log, err := logging.New(cmd.stderr, f.logLevel, "coordinator")
+	if err != nil {
+		return nil, log, cmd.fail(err), true
+	}
+	warnCommandLine(log, args)
+	model, err := newModel(log)
+	if err != nil {
+		return nil, log, cmd.fail(err), true
+	}
+	c, err := coordinator.Open(ctx, f.config(model, log))
+	if err != nil {
+		return nil, log, cmd.fail(err), true
+	}
+	return c, log, exitOK, false
 }
 
 func printResult(w io.Writer, format string, res *loop.Result) error {

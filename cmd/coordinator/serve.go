@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -22,7 +21,6 @@ type serveFlags struct {
 	shutdownGrace     time.Duration
 	runAckWait        time.Duration
 	resultTTL         time.Duration
-	storeDir          string
 }
 
 func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -62,9 +60,6 @@ func (f *serveFlags) validate(fs *flag.FlagSet, set map[string]bool) error {
 	if err := refuseZero(fs, set, "max-concurrent-runs", "max-request-bytes", "shutdown-grace", "run-ack-wait", "result-ttl"); err != nil {
 		return err
 	}
-	if f.storeDir != "" && f.natsURL != "" {
-		return &usageError{"--store-dir is for the embedded server: it cannot be used with --nats-url"}
-	}
 	return f.serveConfig().Validate()
 }
 
@@ -103,20 +98,9 @@ Flags:`)
 	if err := f.validate(fs, set); err != nil {
 		return cmd.fail(err)
 	}
-	log, err := logging.New(stderr, f.logLevel, "coordinator")
-	if err != nil {
-		return cmd.fail(err)
-	}
-	warnCommandLine(log, args)
-	model, err := f.newModel(log)
-	if err != nil {
-		return cmd.fail(err)
-	}
-	cfg := f.config(model, log)
-	cfg.StoreDir = f.storeDir
-	c, err := coordinator.Open(ctx, cfg)
-	if err != nil {
-		return cmd.fail(err)
+	c, _, code, done := f.open(ctx, cmd, args, f.newModel)
+	if done {
+		return code
 	}
 	defer c.Close()
 	sc := f.serveConfig()

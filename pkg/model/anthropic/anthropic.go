@@ -8,7 +8,6 @@ import (
 	"time"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
@@ -33,31 +32,8 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := cfg.policy()
-	limit := p.MaxResponseBytes
-	// The service is built without the SDK's environment defaults (no
-	// profile, federation or auth token from the environment) and without
-	// its own retries, timeouts and OpenTelemetry spans: this package reads
-	// ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY itself, retries by its own
-	// rules, and the loop makes the model-call spans.
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(modelhttp.HTTPClient(cfg.HTTPClient)),
-		option.WithMaxRetries(0),
-		option.WithoutOpenTelemetry(),
-		option.WithOpenTelemetryPropagation(false),
-		// The SDK derives a timeout from max_tokens and refuses large
-		// values without streaming; each attempt has this package's own.
-		option.WithRequestTimeout(p.RequestTimeout + time.Second),
-		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			res, err := next(r)
-			return modelhttp.LimitResponse(res, err, limit)
-		}),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithHeader("x-api-key", cfg.APIKey))
-	}
-	return &Model{cfg: cfg, policy: p, svc: sdk.NewMessageService(opts...), warned: map[string]bool{}}, nil
+	p := cfg.provider()
+	return &Model{cfg: cfg, policy: p.Policy, svc: sdk.NewMessageService(p.AnthropicOptions()...), warned: map[string]bool{}}, nil
 }
 
 // Complete sends one Messages request with the whole transcript and maps the

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	sdk "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
@@ -32,25 +31,8 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := cfg.policy()
-	limit := p.MaxResponseBytes
-	// The service is built without the SDK's environment defaults: this
-	// package reads OPENAI_BASE_URL and OPENAI_API_KEY itself and nothing
-	// else (no organization, project or custom headers from the
-	// environment). Retries and timeouts are modelhttp's.
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(modelhttp.HTTPClient(cfg.HTTPClient)),
-		option.WithMaxRetries(0),
-		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			res, err := next(r)
-			return modelhttp.LimitResponse(res, err, limit)
-		}),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	}
-	return &Model{cfg: cfg, policy: p, svc: sdk.NewChatCompletionService(opts...)}, nil
+	p := cfg.provider()
+	return &Model{cfg: cfg, policy: p.Policy, svc: sdk.NewChatCompletionService(p.OpenAIOptions()...)}, nil
 }
 
 // Complete sends one chat-completion request and maps the first choice onto

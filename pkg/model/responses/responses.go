@@ -11,7 +11,6 @@ import (
 	"time"
 
 	sdkopenai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 	sdk "github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
@@ -43,21 +42,8 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := cfg.policy()
-	limit := p.MaxResponseBytes
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(modelhttp.HTTPClient(cfg.HTTPClient)),
-		option.WithMaxRetries(0),
-		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			res, err := next(r)
-			return modelhttp.LimitResponse(res, err, limit)
-		}),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	}
-	return &Model{cfg: cfg, policy: p, svc: sdk.NewResponseService(opts...), chains: map[[32]byte]string{}}, nil
+	p := cfg.provider()
+	return &Model{cfg: cfg, policy: p.Policy, svc: sdk.NewResponseService(p.OpenAIOptions()...), chains: map[[32]byte]string{}}, nil
 }
 
 // Complete sends one Responses request and maps its output onto a
