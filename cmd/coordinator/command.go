@@ -108,22 +108,11 @@ func nest(prefix string, err error) error {
 }
 
 // connFlagOf names the flags of the connection settings.
-var connFlagOf = cliconfig.Flags{
-	"Conn":             "--nats-url",
-	"Conn.URL":         "--nats-url",
-	"Conn.CredsFile":   "--creds",
-	"Conn.User":        "--user",
-	"Conn.Password":    "--password",
-	"Conn.JSDomain":    "--js-domain",
-	"Conn.NKeyFile":    "env NATS_NKEY",
-	"Conn.InboxPrefix": "env NATS_INBOX_PREFIX",
-	"Conn.auth":        "--creds/--user/--password (or NATS_CREDS, NATS_USER, NATS_TOKEN, NATS_NKEY)",
-	"Prefix":           "--prefix",
-}
+var connFlagOf = cliconfig.Conn
 
 // fleetFlagOf names the flags of coordinator.Config's fields: "coordinator
 // run" and "coordinator resume".
-var fleetFlagOf = with(connFlagOf, cliconfig.Flags{
+var fleetFlagOf = connFlagOf.With(cliconfig.Flags{
 	"Workers":                   "--workers",
 	"ToolsFile":                 "--tools",
 	"Builtins":                  "--builtin",
@@ -143,11 +132,10 @@ var fleetFlagOf = with(connFlagOf, cliconfig.Flags{
 	"StreamCheckInterval":       "--stream-check-interval",
 	"Listen":                    "--listen",
 	"StoreDir":                  "--store-dir",
-	"Level":                     "--log-level",
 })
 
 // serveFlagOf adds the flags of coordinator.ServeConfig's fields.
-var serveFlagOf = with(fleetFlagOf, cliconfig.Flags{
+var serveFlagOf = fleetFlagOf.With(cliconfig.Flags{
 	"Name":              "--name",
 	"MaxConcurrentRuns": "--max-concurrent-runs",
 	"MaxRequestBytes":   "--max-request-bytes",
@@ -155,15 +143,3 @@ var serveFlagOf = with(fleetFlagOf, cliconfig.Flags{
 	"AckWait":           "--run-ack-wait",
 	"ResultTTL":         "--result-ttl",
 })
-
-// with returns a table holding base's entries and more's.
-func with(base, more cliconfig.Flags) cliconfig.Flags {
-	out := cliconfig.Flags{}
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range more {
-		out[k] = v
-	}
-	return out
-}

@@ -25,7 +25,7 @@ type provisionFlags struct {
 
 // provisionFlagOf names the flags of the fields "coordinator provision"
 // sets.
-var provisionFlagOf = with(connFlagOf, cliconfig.Flags{
+var provisionFlagOf = connFlagOf.With(cliconfig.Flags{
 	"ResultTTL": "--result-ttl",
 	"Replicas":  "--replicas",
 })

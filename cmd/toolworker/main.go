@@ -153,16 +153,7 @@ func configExit(stderr io.Writer, err error) int {
 
 // flagOf maps the fields of toolworker.Config to the flags (or environment
 // variables) that set them.
-var flagOf = cliconfig.Flags{
-	"Conn.URL":            "--nats-url",
-	"Conn.JSDomain":       "--js-domain",
-	"Conn.CredsFile":      "--creds",
-	"Conn.User":           "--user",
-	"Conn.Password":       "--password",
-	"Conn.NKeyFile":       "env NATS_NKEY",
-	"Conn.auth":           "--creds/--user/--password (or NATS_CREDS, NATS_USER, NATS_TOKEN, NATS_NKEY)",
-	"Conn":                "--nats-url",
-	"Prefix":              "--prefix",
+var flagOf = cliconfig.Conn.With(cliconfig.Flags{
 	"ToolsFile":           "--tools",
 	"Builtins":            "--builtin",
 	"LogStderr":           "--log-stderr",
@@ -173,8 +164,7 @@ var flagOf = cliconfig.Flags{
 	"Worker.AckWait":      "--ack-wait",
 	"Worker.Heartbeat":    "--ack-wait",
 	"Worker.Version":      "-ldflags -X main.version",
-	"Level":               "--log-level",
-}
+})
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {

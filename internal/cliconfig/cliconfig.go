@@ -39,3 +39,32 @@ func (f Flags) Describe(err error) []string {
 	}
 	return out
 }
+
+// With returns a table holding f's entries and more's (more's win).
+func (f Flags) With(more Flags) Flags {
+	out := make(Flags, len(f)+len(more))
+	for k, v := range f {
+		out[k] = v
+	}
+	for k, v := range more {
+		out[k] = v
+	}
+	return out
+}
+
+// Conn names the flags of the connection settings (natsbus.ConnConfig
+// under the field Conn) and the subject prefix, which every command that
+// connects to a fleet defines alike.
+var Conn = Flags{
+	"Conn":             "--nats-url",
+	"Conn.URL":         "--nats-url",
+	"Conn.CredsFile":   "--creds",
+	"Conn.User":        "--user",
+	"Conn.Password":    "--password",
+	"Conn.JSDomain":    "--js-domain",
+	"Conn.NKeyFile":    "env NATS_NKEY",
+	"Conn.InboxPrefix": "env NATS_INBOX_PREFIX",
+	"Conn.auth":        "--creds/--user/--password (or NATS_CREDS, NATS_USER, NATS_TOKEN, NATS_NKEY)",
+	"Prefix":           "--prefix",
+	"Level":            "--log-level",
+}

@@ -26,3 +26,13 @@ func TestDescribeNamesTheFlag(t *testing.T) {
 		t.Fatalf("Describe of a plain error = %q, want nil", got)
 	}
 }
+
+func TestWithKeepsBothTables(t *testing.T) {
+	f := cliconfig.Conn.With(cliconfig.Flags{"Workers": "--workers", "Prefix": "--subject-prefix"})
+	if f.Flag("Workers") != "--workers" || f.Flag("Conn.CredsFile") != "--creds" || f.Flag("Prefix") != "--subject-prefix" {
+		t.Fatalf("With: Workers %q, Conn.CredsFile %q, Prefix %q", f.Flag("Workers"), f.Flag("Conn.CredsFile"), f.Flag("Prefix"))
+	}
+	if cliconfig.Conn.Flag("Workers") != "Workers" || cliconfig.Conn.Flag("Prefix") != "--prefix" {
+		t.Fatal("With changed the table it extends")
+	}
+}
