@@ -54,7 +54,7 @@ func fleetCases(t *testing.T, cmd string, tail ...string) []configCase {
 		c("negative max rounds", "--max-rounds: must be >= 1, got -1", "--max-rounds", "-1"),
 		c("zero calls per round", "--max-tool-calls-per-round must not be 0", "--max-tool-calls-per-round", "0"),
 		c("negative observation bound", "--max-observation-chars: must be >= 1", "--max-observation-chars", "-5"),
-		c("calls kept not above per round", "--max-tool-calls-kept: must be >", "--max-tool-calls-kept", "32"),
+		c("calls kept not above per round", "--max-tool-calls-kept: must be more than the tool calls per round (32)", "--max-tool-calls-kept", "32"),
 		c("zero transcript bytes", "--max-transcript-bytes must not be 0", "--max-transcript-bytes", "0"),
 		c("negative run duration", "--max-run-duration: must be > 0", "--max-run-duration", "-1s"),
 		c("zero tool timeout", "--tool-timeout must not be 0", "--tool-timeout", "0s"),

@@ -245,7 +245,7 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 			return nil, fmt.Errorf("natsbus: connecting to %s: %w", redactURL(cfg.URL), err)
 		}
 		if attempt == 1 || attempt%10 == 0 {
-			log.Warn().Err(err).Str(logURL, redactURL(cfg.URL)).Int("attempt", attempt).
+			log.Warn().Err(err).Str(logURL, redactURL(cfg.URL)).Int(logAttempt, attempt).
 				Msg("cannot reach NATS yet; retrying")
 		}
 		select {

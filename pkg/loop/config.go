@@ -206,7 +206,7 @@ func (c Config) Validate() error {
 	}
 	if c.MaxToolCallsKept <= c.MaxToolCallsPerRound {
 		return &ConfigError{Field: "MaxToolCallsKept", Value: c.MaxToolCallsKept,
-			Rule: fmt.Sprintf("must be > MaxToolCallsPerRound (%d)", c.MaxToolCallsPerRound)}
+			Rule: fmt.Sprintf("must be more than the tool calls per round (%d)", c.MaxToolCallsPerRound)}
 	}
 	type durRule struct {
 		field string

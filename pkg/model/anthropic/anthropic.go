@@ -9,6 +9,7 @@ import (
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
 )
@@ -59,16 +60,16 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, n, nMe
 	log := m.cfg.Logger
 	if err != nil {
 		err = m.classify(ctx, actx, err)
-		log.Debug().Str("model", m.cfg.Model).Int("attempt", n).Int("messages", nMessages).Int("tools", nTools).
-			Str("error_kind", modelhttp.ErrorKind(err)).Dur("duration", dur).Msg("model call failed")
+		log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).Int("tools", nTools).
+			Str("error_kind", modelhttp.ErrorKind(err)).Dur(logkey.DurationMS, dur).Msg("model call failed")
 		return nil, err
 	}
 	resp, err := toResponse(msg)
 	if err != nil {
 		return nil, err
 	}
-	log.Debug().Str("model", m.cfg.Model).Int("attempt", n).Int("messages", nMessages).Int("tools", nTools).
-		Int("status", http.StatusOK).Dur("duration", dur).Int("tool_calls", len(resp.Message.ToolCalls)).
+	log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).Int("tools", nTools).
+		Int("status", http.StatusOK).Dur(logkey.DurationMS, dur).Int("tool_calls", len(resp.Message.ToolCalls)).
 		Str("finish_reason", modelhttp.SafeIdentifier(string(msg.StopReason))).
 		Int("prompt_tokens", resp.Usage.PromptTokens).Int("completion_tokens", resp.Usage.CompletionTokens).
 		Msg("model call")
@@ -108,7 +109,7 @@ func (m *Model) warnSkipped(skipped []skippedTool) {
 			continue
 		}
 		m.warned[k] = true
-		m.cfg.Logger.Warn().Str("model", m.cfg.Model).Str("tool", clip(s.name)).Str("reason", s.reason).
+		m.cfg.Logger.Warn().Str("model", m.cfg.Model).Str(logkey.Tool, clip(s.name)).Str("reason", s.reason).
 			Msg("tool left out: the Messages API would refuse its name or schema")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	sdk "github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
 )
@@ -185,16 +186,16 @@ func (m *Model) attempt(ctx context.Context, params sdk.ResponseNewParams, n, nM
 	log := m.cfg.Logger
 	if err != nil {
 		err = m.classify(ctx, actx, err)
-		log.Debug().Str("model", m.cfg.Model).Int("attempt", n).Int("messages", nMessages).
-			Str("error_kind", modelhttp.ErrorKind(err)).Dur("duration", dur).Msg("model call failed")
+		log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).
+			Str("error_kind", modelhttp.ErrorKind(err)).Dur(logkey.DurationMS, dur).Msg("model call failed")
 		return nil, nil, err
 	}
 	resp, err := toResponse(r)
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Debug().Str("model", m.cfg.Model).Int("attempt", n).Int("messages", nMessages).
-		Int("status", http.StatusOK).Dur("duration", dur).Int("tool_calls", len(resp.Message.ToolCalls)).
+	log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).
+		Int("status", http.StatusOK).Dur(logkey.DurationMS, dur).Int("tool_calls", len(resp.Message.ToolCalls)).
 		Bool("chained", params.PreviousResponseID.Valid()).
 		Int("prompt_tokens", resp.Usage.PromptTokens).Int("completion_tokens", resp.Usage.CompletionTokens).
 		Msg("model call")
