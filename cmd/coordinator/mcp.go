@@ -113,7 +113,7 @@ Flags:`)
 		fmt.Fprintf(stderr, "coordinator mcp: --http-path must start with /, got %q\n", f.path)
 		return exitUsage
 	}
-	c, log, code, done := f.open(ctx, cmd, args, func(zerolog.Logger) (loop.Model, error) { return noModel{}, nil })
+	c, log, code, done := f.open(ctx, cmd, args, func() error { return nil }, func(zerolog.Logger) (loop.Model, error) { return noModel{}, nil })
 	if done {
 		return code
 	}

@@ -185,17 +185,21 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if done {
 		return code
 	}
-	if err := f.validate(fs, set); err != nil {
-		return cmd.fail(err)
-	}
 	prompt := strings.Join(pos, " ")
-	if prompt == "" {
-		if f.model != "" {
-			return cmd.fail(&usageError{"a PROMPT is required with --model"})
+	noPrompt := prompt == ""
+	validate := func() error {
+		if err := f.validate(fs, set); err != nil {
+			return err
 		}
+		if noPrompt && f.model != "" {
+			return &usageError{"a PROMPT is required with --model"}
+		}
+		return nil
+	}
+	if noPrompt {
 		prompt = demoPrompt
 	}
-	c, _, code, done := f.open(ctx, cmd, args, f.newModel)
+	c, _, code, done := f.open(ctx, cmd, args, validate, f.newModel)
 	if done {
 		return code
 	}
@@ -263,10 +267,13 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 	}
 }
 
-// open makes the logger and the model (with newModel) and opens the
-// coordinator the flags describe. When done is set the command returns
-// code: the error is printed.
-func (f *fleetFlags) open(ctx context.Context, cmd *command, args []string, newModel func(zerolog.Logger) (loop.Model, error)) (_ *coordinator.Coordinator, _ zerolog.Logger, code int, done bool) {
+// open checks the flags with validate, makes the logger and the model (with
+// newModel) and opens the coordinator the flags describe. When done is set
+// the command returns code: the error is printed.
+func (f *fleetFlags) open(ctx context.Context, cmd *command, args []string, validate func() error, newModel func(zerolog.Logger) (loop.Model, error)) (_ *coordinator.Coordinator, _ zerolog.Logger, code int, done bool) {
+	if err := validate(); err != nil {
+		return nil, zerolog.Nop(), cmd.fail(err), true
+	}
 	log, err := logging.New(cmd.stderr, f.logLevel, "coordinator")
 	if err != nil {
 		return nil, log, cmd.fail(err), true

@@ -95,10 +95,7 @@ Flags:`)
 	if done {
 		return code
 	}
-	if err := f.validate(fs, set); err != nil {
-		return cmd.fail(err)
-	}
-	c, _, code, done := f.open(ctx, cmd, args, f.newModel)
+	c, _, code, done := f.open(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel)
 	if done {
 		return code
 	}

@@ -1,12 +1,15 @@
 package modelhttp
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"time"
 
 	anthropicopt "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
 	openaiopt "github.com/openai/openai-go/v3/option"
 )
 
@@ -131,4 +134,27 @@ func (p Provider) AnthropicOptions() []anthropicopt.RequestOption {
 		opts = append(opts, anthropicopt.WithHeader("x-api-key", p.APIKey))
 	}
 	return opts
+}
+
+// ClassifyOpenAI turns an error of the openai-go SDK into one of this
+// package's errors, dropping everything that could carry the key or the
+// request: the SDK's error value holds the request, and transport errors
+// name the URL. An attempt that timed out (actx) is a timeout even when a
+// status arrived with it.
+func (p Policy) ClassifyOpenAI(ctx, actx context.Context, err error) error {
+	var apiErr *openai.Error
+	if ctx.Err() == nil && actx.Err() == nil && !errors.Is(err, ErrResponseTooLarge) && errors.As(err, &apiErr) {
+		e := &APIError{
+			Provider:   p.Provider,
+			StatusCode: apiErr.StatusCode,
+			Type:       SafeIdentifier(apiErr.Type),
+			Code:       SafeIdentifier(apiErr.Code),
+			Message:    apiErr.Message,
+		}
+		if apiErr.Response != nil {
+			e.RetryAfter, e.RetryAfterSet = RetryAfter(apiErr.Response.Header)
+		}
+		return e
+	}
+	return p.Classify(ctx, actx, err)
 }

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -89,19 +88,5 @@ func (m *Model) attempt(ctx context.Context, params sdk.ChatCompletionNewParams,
 // holds the request, and transport errors name the URL. An attempt that
 // timed out is a timeout even when a status arrived with it.
 func (m *Model) classify(ctx, actx context.Context, err error) error {
-	var apiErr *sdk.Error
-	if ctx.Err() == nil && actx.Err() == nil && !errors.Is(err, ErrResponseTooLarge) && errors.As(err, &apiErr) {
-		e := &APIError{
-			Provider:   "openai",
-			StatusCode: apiErr.StatusCode,
-			Type:       modelhttp.SafeIdentifier(apiErr.Type),
-			Code:       modelhttp.SafeIdentifier(apiErr.Code),
-			Message:    apiErr.Message,
-		}
-		if apiErr.Response != nil {
-			e.RetryAfter, e.RetryAfterSet = modelhttp.RetryAfter(apiErr.Response.Header)
-		}
-		return e
-	}
-	return m.policy.Classify(ctx, actx, err)
+	return m.policy.ClassifyOpenAI(ctx, actx, err)
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	sdkopenai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 	sdk "github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
@@ -203,21 +202,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.ResponseNewParams, n, nM
 }
 
 func (m *Model) classify(ctx, actx context.Context, err error) error {
-	var apiErr *sdkopenai.Error
-	if ctx.Err() == nil && !errors.Is(err, modelhttp.ErrResponseTooLarge) && errors.As(err, &apiErr) {
-		e := &modelhttp.APIError{
-			Provider:   "openai-responses",
-			StatusCode: apiErr.StatusCode,
-			Type:       modelhttp.SafeIdentifier(apiErr.Type),
-			Code:       modelhttp.SafeIdentifier(apiErr.Code),
-			Message:    apiErr.Message,
-		}
-		if apiErr.Response != nil {
-			e.RetryAfter, e.RetryAfterSet = modelhttp.RetryAfter(apiErr.Response.Header)
-		}
-		return e
-	}
-	return m.policy.Classify(ctx, actx, err)
+	return m.policy.ClassifyOpenAI(ctx, actx, err)
 }
 
 // Describe names the provider and model for spans.
