@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
@@ -70,7 +71,7 @@ func publicDir(t *testing.T) string {
 // unprivileged runs bin as uid/gid 65534 (when the test runs as root; as
 // the test's own user otherwise), with env and a log that the returned
 // func reads; it is stopped when the test ends.
-func unprivileged(t *testing.T, name, bin string, env []string, args ...string) (done <-chan struct{}, stdout *syncBuffer, log func() string) {
+func unprivileged(t *testing.T, name, bin string, env []string, args ...string) (done <-chan struct{}, stdout *testsync.Buffer, log func() string) {
 	t.Helper()
 	cmd := exec.Command(asTool(t, bin), args...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/"}, env...)
@@ -78,8 +79,8 @@ func unprivileged(t *testing.T, name, bin string, env []string, args ...string) 
 	if os.Geteuid() == 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}
-	stdout = &syncBuffer{}
-	stderr := &syncBuffer{}
+	stdout = &testsync.Buffer{}
+	stderr := &testsync.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)

@@ -254,7 +254,7 @@ func TestDurableStalledOwnerIsFenced(t *testing.T) {
 	stopped = false
 	stale.waitLog(30*time.Second, "another coordinator took the run over")
 
-	if n := len(stale.logLines(func(m map[string]any) bool { return m["message"] == "run finished" && m["run"] == run })); n != 0 {
+	if n := len(stale.logLines(func(m map[string]any) bool { return m["message"] == "run finished" && m["run_id"] == run })); n != 0 {
 		t.Fatalf("the stalled owner finished the run %d times", n)
 	}
 	if r := modelRounds(run, stale, survivor); !reflect.DeepEqual(r, map[int]int{1: 1, 2: 1, 3: 1}) {
@@ -307,7 +307,7 @@ func TestDurableRunResume(t *testing.T) {
 	first.kill()
 	var run string
 	for _, l := range first.logLines(func(m map[string]any) bool { return m["message"] == "run journaled" }) {
-		run, _ = l["run"].(string)
+		run, _ = l["run_id"].(string)
 	}
 	if !protocol.ValidToken(run) {
 		t.Fatalf("no run id in the log:\n%s", first.log())

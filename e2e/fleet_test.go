@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -320,7 +320,7 @@ type proc struct {
 	t      *testing.T
 	name   string
 	cmd    *exec.Cmd
-	stdout syncBuffer
+	stdout testsync.Buffer
 	stderr string // path of the log file
 	done   chan struct{}
 	err    error
@@ -517,24 +517,6 @@ func answered(t *testing.T, r *loop.Result) (map[string]loop.CallRecord, map[str
 		t.Fatalf("metadata counts %d outcomes for %d call ids", total, len(ids))
 	}
 	return recs, obs
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and readers at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func tail(s string, n int) string {

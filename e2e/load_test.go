@@ -17,6 +17,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -138,7 +139,7 @@ func TestLoad(t *testing.T) {
 // loadLog keeps a coordinator's log lines at warn and above, and counts
 // those saying that reading a run's results recovered by itself.
 type loadLog struct {
-	warn       syncBuffer
+	warn       testsync.Buffer
 	recoveries atomic.Int64
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -51,12 +52,12 @@ func TestMCPBothWays(t *testing.T) {
 	waitForCatalog(t, url, worker, "t_echo", "t_add", "t_env", "t_pid", "t_fail", "t_hang")
 
 	coordEnv := []string{"NATS_URL=" + url}
-	var logs []*syncBuffer
+	var logs []*testsync.Buffer
 
 	t.Run("stdio", func(t *testing.T) {
 		cmd := exec.Command(bins.coordinator, "mcp", "--workers", "0", "--log-level", "debug")
 		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, coordEnv...)
-		stderr := &syncBuffer{}
+		stderr := &testsync.Buffer{}
 		logs = append(logs, stderr)
 		cmd.Stderr = stderr
 		cs := connect(t, &mcp.CommandTransport{Command: cmd}, nil)

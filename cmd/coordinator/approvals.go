@@ -8,15 +8,39 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/cliconfig"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 )
 
+// envConnFlagOf names the environment variables that set the connection
+// of "coordinator approvals" and "coordinator runs", which take no
+// connection flags.
+var envConnFlagOf = cliconfig.Flags{
+	"Conn":             "env " + natsbus.EnvURL,
+	"Conn.CredsFile":   "env " + natsbus.EnvCreds,
+	"Conn.User":        "env " + natsbus.EnvUser,
+	"Conn.NKeyFile":    "env " + natsbus.EnvNKey,
+	"Conn.InboxPrefix": "env " + natsbus.EnvInboxPrefix,
+	"Conn.auth":        "env NATS_CREDS, NATS_USER, NATS_TOKEN, NATS_NKEY",
+}
+
+// envCommand runs an operator command whose connection the environment
+// alone configures: a connection setting that cannot work is a
+// configuration error (exit status 2) before any subcommand runs.
+func envCommand(ctx context.Context, name string, conn natsbus.ConnConfig, args []string, stdout, stderr io.Writer,
+	body func(context.Context, []string, io.Writer, io.Writer, func(context.Context) (*nats.Conn, error)) int) int {
+	if err := conn.Validate(); err != nil {
+		c := &command{name: name, flags: envConnFlagOf, stderr: stderr}
+		return c.fail(nest("Conn", err))
+	}
+	connect := func(ctx context.Context) (*nats.Conn, error) { return natsbus.Connect(ctx, conn) }
+	return body(ctx, args, stdout, stderr, connect)
+}
+
 // approvalsCommand runs "coordinator approvals ...": list pending requests,
 // approve or deny one, over NATS.
 func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	connect := func(ctx context.Context) (*nats.Conn, error) {
-		return natsbus.Connect(ctx, natsbus.ConnConfig{URL: os.Getenv("NATS_URL"), Name: "toolfleet-approvals", Getenv: procsec.Getenv})
-	}
-	return approval.Command(ctx, args, stdout, stderr, connect)
+	conn := natsbus.ConnConfig{URL: os.Getenv(natsbus.EnvURL), Name: "toolfleet-approvals", Getenv: procsec.Getenv}
+	return envCommand(ctx, "coordinator approvals", conn, args, stdout, stderr, approval.Command)
 }

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/logging"
+	"github.com/rs/zerolog"
+
 	"github.com/toolfleet/toolfleet/internal/mcpserve"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -88,22 +88,13 @@ Flags:`)
 		fs.PrintDefaults()
 		fmt.Fprintln(fs.Output(), "\nexit status: 0 stopped (client gone, SIGINT or SIGTERM), 2 bad usage or config, 1 other error")
 	}
-	pos, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+	cmd := &command{name: "coordinator mcp", fs: fs, flags: fleetFlagOf, stderr: stderr}
+	_, set, code, done := cmd.parse(args, nil)
+	if done {
+		return code
 	}
-	if err != nil {
-		return exitUsage
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "coordinator mcp: takes no arguments, got %q\n", pos[0])
-		return exitUsage
-	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if err := f.validate(set); err != nil {
-		fmt.Fprintln(stderr, "coordinator mcp:", err)
-		return exitUsage
+	if err := f.validate(fs, set); err != nil {
+		return cmd.fail(err)
 	}
 	var tokens []string
 	for _, t := range strings.Split(procsec.Getenv(envMCPTokens), ",") {
@@ -122,19 +113,9 @@ Flags:`)
 		fmt.Fprintf(stderr, "coordinator mcp: --http-path must start with /, got %q\n", f.path)
 		return exitUsage
 	}
-	log, err := logging.New(stderr, f.logLevel, "coordinator")
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator mcp:", err)
-		return exitUsage
-	}
-	c, err := coordinator.Open(ctx, f.config(noModel{}, log))
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator mcp:", err)
-		var ce *loop.ConfigError
-		if errors.As(err, &ce) {
-			return exitUsage
-		}
-		return exitError
+	c, log, code, done := f.open(ctx, cmd, args, func() error { return nil }, func(zerolog.Logger) (loop.Model, error) { return noModel{}, nil })
+	if done {
+		return code
 	}
 	defer c.Close()
 	fl := c.Fleet()

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/procsec"
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/anthropic"
 	"github.com/toolfleet/toolfleet/pkg/model/openai"
@@ -58,6 +59,9 @@ func (f *modelFlags) newModel(log zerolog.Logger) (loop.Model, error) {
 		return nil, &usageError{fmt.Sprintf("--model must be scripted:FILE, openai:MODEL, openai-responses:MODEL or anthropic:MODEL, got %q", f.model)}
 	}
 	if err != nil {
+		if config.Errors(err) != nil {
+			return nil, nest("Model", err)
+		}
 		return nil, &usageError{fmt.Sprintf("--model: %v", err)}
 	}
 	return m, nil

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/toolfleet/toolfleet/internal/cliconfig"
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -23,6 +23,14 @@ type provisionFlags struct {
 	replicas      int
 	placementTags string
 }
+
+// provisionFlagOf names the flags of the fields "coordinator provision"
+// sets.
+var provisionFlagOf = connFlagOf.With(cliconfig.Flags{
+	"ResultTTL": "--result-ttl",
+	"Replicas":      "--replicas",
+	"PlacementTags": "--placement-tags",
+})
 
 // provisionCommand creates or updates every stream and bucket of the fleet
 // (natsbus.FleetStreams) with an identity allowed to, and prints what it
@@ -49,34 +57,32 @@ to serve while a stream differs from this configuration.
 Flags:`)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "coordinator provision: unexpected argument %q (flags only)\n", fs.Arg(0))
-		return exitUsage
+	cmd := &command{name: "coordinator provision", fs: fs, flags: provisionFlagOf, stderr: stderr}
+	_, set, code, done := cmd.parse(args, nil)
+	if done {
+		return code
 	}
 	if f.replicas != 1 && f.replicas != 3 {
-		fmt.Fprintf(stderr, "coordinator provision: --replicas must be 1 or 3, got %d\n", f.replicas)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--replicas must be 1 or 3, got %d", f.replicas)})
 	}
-	if f.resultTTL <= 0 {
-		fmt.Fprintf(stderr, "coordinator provision: --result-ttl must be > 0, got %v\n", f.resultTTL)
-		return exitUsage
+	if err := refuseZero(fs, set, "result-ttl", "timeout"); err != nil {
+		return cmd.fail(err)
+	}
+	sc := coordinator.ServeConfig{ResultTTL: f.resultTTL, Replicas: f.replicas}
+	if err := sc.Validate(); err != nil {
+		return cmd.fail(err)
 	}
 	subjects, err := protocol.NewSubjects(f.prefix)
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator provision: --prefix:", err)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--prefix: %v", err)})
 	}
-	streams := coordinator.ServeConfig{ResultTTL: f.resultTTL, Replicas: f.replicas}.StreamConfig()
+	if err := f.conn().Validate(); err != nil {
+		return cmd.fail(nest("Conn", err))
+	}
+	streams := sc.StreamConfig()
 	streams.PlacementTags = splitList(f.placementTags)
 	if err := streams.Validate(); err != nil {
-		fmt.Fprintln(stderr, "coordinator provision: --placement-tags:", err)
-		return exitUsage
+		return cmd.fail(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
@@ -84,8 +90,7 @@ Flags:`)
 	conn.Name = "toolfleet-provision"
 	nc, err := natsbus.Connect(cctx, conn)
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator provision:", err)
-		return exitError
+		return cmd.fail(nest("Conn", err))
 	}
 	defer nc.Close()
 	js, err := natsbus.NewJetStream(nc, conn.Domain())

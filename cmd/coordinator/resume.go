@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 
-	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/logging"
-	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -29,41 +25,19 @@ stored is not run again. Give it the flags the run had (model, limits).`)
 		fs.PrintDefaults()
 		fmt.Fprintln(fs.Output(), "\nexit status: 0 final answer, 3 max rounds reached, 2 bad usage or config, 1 other error")
 	}
-	pos, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage
-	}
-	if len(pos) != 1 || !protocol.ValidToken(pos[0]) {
-		fmt.Fprintln(stderr, "coordinator resume: takes one RUN id")
-		return exitUsage
-	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if err := f.validate(set); err != nil {
-		fmt.Fprintln(stderr, "coordinator resume:", err)
-		return exitUsage
-	}
-	log, err := logging.New(stderr, f.logLevel, "coordinator")
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator resume:", err)
-		return exitUsage
-	}
-	model, err := f.newModel(log)
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator resume:", err)
-		return exitUsage
-	}
-	c, err := coordinator.Open(ctx, f.config(model, log))
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator resume:", err)
-		var ce *loop.ConfigError
-		if errors.As(err, &ce) {
-			return exitUsage
+	cmd := &command{name: "coordinator resume", fs: fs, flags: fleetFlagOf, stderr: stderr}
+	pos, set, code, done := cmd.parse(args, func(pos []string) string {
+		if len(pos) != 1 || !protocol.ValidToken(pos[0]) {
+			return "takes one RUN id"
 		}
-		return exitError
+		return ""
+	})
+	if done {
+		return code
+	}
+	c, _, code, done := f.open(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel)
+	if done {
+		return code
 	}
 	defer c.Close()
 	if !c.Journaling() {

@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +16,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
-	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -43,7 +39,7 @@ func (f *connFlags) register(fs *flag.FlagSet, embedded bool) {
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&f.user, "user", "", "NATS user (env NATS_USER)")
 	fs.StringVar(&f.password, "password", "", "NATS password (env NATS_PASSWORD)")
-	fs.StringVar(&f.prefix, "prefix", "fleet", "first token of every subject")
+	fs.StringVar(&f.prefix, "prefix", protocol.DefaultPrefix, "first token of every subject")
 	fs.StringVar(&f.jsDomain, "js-domain", "", "JetStream domain of the fleet's streams, for a process on a leaf node (env NATS_JS_DOMAIN)")
 }
 
@@ -69,6 +65,7 @@ type fleetFlags struct {
 	metricsAddr                      string
 	streamCheckInterval              time.Duration
 	listen                           string
+	storeDir                         string // serve only
 }
 
 // register defines the flags on fs. With ceilings, the loop limits are
@@ -85,17 +82,17 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.StringVar(&f.tools, "tools", "", "tool manifest for in-process workers")
 	fs.StringVar(&f.builtins, "builtin", "", "built-in tools for in-process workers (default calculator,echo when --tools is empty)")
 	f.modelFlags.register(fs)
-	fs.IntVar(&f.maxRounds, "max-rounds", 8, limit("model rounds before giving up (>= 1)"))
-	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", 32, limit("tool calls executed per round; the rest are rejected (>= 1)"))
-	fs.IntVar(&f.maxObsChars, "max-observation-chars", 12000, limit("bound on each observation, in characters (>= 1)"))
+	fs.IntVar(&f.maxRounds, "max-rounds", loop.DefaultMaxRounds, limit("model rounds before giving up (>= 1)"))
+	fs.IntVar(&f.maxCalls, "max-tool-calls-per-round", loop.DefaultMaxToolCallsPerRound, limit("tool calls executed per round; the rest are rejected (>= 1)"))
+	fs.IntVar(&f.maxObsChars, "max-observation-chars", loop.DefaultMaxObservationChars, limit("bound on each observation, in characters (>= 1)"))
 	fs.IntVar(&f.maxKept, "max-tool-calls-kept", 0, "hard ceiling on the calls of one model response kept in the transcript; the rest are dropped (> --max-tool-calls-per-round; default max(128, per-round+1))")
 	fs.IntVar(&f.maxTranscriptBytes, "max-transcript-bytes", loop.DefaultMaxTranscriptBytes, "bound on a run's transcript, in bytes; a run past it ends with an error (>= 1)")
 	fs.DurationVar(&f.maxRunDuration, "max-run-duration", loop.DefaultMaxRunDuration, "wall-clock budget of one run; past it the run ends with an error, every open call answered (> 0)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, limit("override every tool's own timeout (> 0)"))
 	fs.StringVar(&f.requireApproval, "require-approval", "", "tools that need a human's approval: comma list, or * (tools declaring requires_approval always do)")
-	fs.DurationVar(&f.approvalTimeout, "approval-timeout", 2*time.Minute, "how long to wait for an approval before the call expires (> 0)")
+	fs.DurationVar(&f.approvalTimeout, "approval-timeout", loop.DefaultApprovalTimeout, "how long to wait for an approval before the call expires (> 0)")
 	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values and add them to trace spans (default: keys only)")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&f.logLevel, "log-level", logging.DefaultLevel, "debug | info | warn | error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
 	fs.DurationVar(&f.streamCheckInterval, "stream-check-interval", natsbus.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the coordinator stops serving while it differs (> 0)")
 }
@@ -136,81 +133,23 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
-func (f *fleetFlags) validate(set map[string]bool) error {
-	checks := []struct {
-		name string
-		bad  bool
-		rule string
-		got  any
-	}{
-		{"max-rounds", f.maxRounds < 1, ">= 1", f.maxRounds},
-		{"max-tool-calls-per-round", f.maxCalls < 1, ">= 1", f.maxCalls},
-		{"max-observation-chars", f.maxObsChars < 1, ">= 1", f.maxObsChars},
-		{"tool-timeout", set["tool-timeout"] && f.toolTimeout <= 0, "> 0", f.toolTimeout},
-		{"approval-timeout", f.approvalTimeout <= 0, "> 0", f.approvalTimeout},
-		{"workers", f.workers < 0, ">= 0", f.workers},
-		{"max-tool-calls-kept", set["max-tool-calls-kept"] && f.maxKept <= f.maxCalls, fmt.Sprintf("> --max-tool-calls-per-round (%d)", f.maxCalls), f.maxKept},
-		{"max-transcript-bytes", f.maxTranscriptBytes < 1, ">= 1", f.maxTranscriptBytes},
-		{"max-run-duration", f.maxRunDuration <= 0, "> 0", f.maxRunDuration},
-	}
-	for _, c := range checks {
-		if c.bad {
-			return &usageError{fmt.Sprintf("--%s must be %s, got %v", c.name, c.rule, c.got)}
-		}
+// validate checks the fleet flags: the libraries validate the
+// configuration they describe (coordinator.Config.Validate, before anything
+// starts), and refuse a negative limit; a limit given as 0 is refused here.
+func (f *fleetFlags) validate(fs *flag.FlagSet, set map[string]bool) error {
+	if err := refuseZero(fs, set, "max-rounds", "max-tool-calls-per-round", "max-observation-chars",
+		"max-tool-calls-kept", "max-transcript-bytes", "max-run-duration", "tool-timeout",
+		"approval-timeout", "stream-check-interval"); err != nil {
+		return err
 	}
 	if f.listen == "none" || (f.natsURL != "" && !set["listen"]) {
 		f.listen = ""
 	}
-	if f.listen != "" {
-		if f.natsURL != "" {
-			return &usageError{"--listen is for the embedded server: it cannot be used with --nats-url"}
-		}
-		if _, port, err := net.SplitHostPort(f.listen); err != nil || !validPort(port) {
-			return &usageError{fmt.Sprintf("--listen must be HOST:PORT or :PORT, got %q", f.listen)}
-		}
-	}
-	if f.streamCheckInterval <= 0 {
-		return &usageError{fmt.Sprintf("--stream-check-interval must be > 0, got %v", f.streamCheckInterval)}
-	}
-	// Everything that would otherwise fail only after the embedded server
-	// and the streams are up.
-	if _, err := protocol.NewSubjects(f.prefix); err != nil {
-		return &usageError{fmt.Sprintf("--prefix must match %s, got %q", protocol.TokenPattern, f.prefix)}
-	}
-	if f.creds != "" {
-		if _, err := os.Stat(f.creds); err != nil {
-			return &usageError{fmt.Sprintf("--creds: %v", err)}
-		}
-	}
-	if f.tools != "" {
-		if _, err := harness.LoadManifest(f.tools); err != nil {
-			return &usageError{fmt.Sprintf("--tools: %v", err)}
-		}
-	}
-	if _, err := harness.Builtins(splitList(f.builtins)); err != nil {
-		return &usageError{fmt.Sprintf("--builtin: %v", err)}
-	}
-	for _, name := range splitList(f.requireApproval) {
-		if name != "*" && (len(name) > 64 || !protocol.ValidToken(name)) {
-			return &usageError{fmt.Sprintf("--require-approval must list tool names (%s) or *, got %q", protocol.TokenPattern, name)}
-		}
-	}
-	if f.metricsAddr != "" {
-		if _, port, err := net.SplitHostPort(f.metricsAddr); err != nil || !validPort(port) {
-			return &usageError{fmt.Sprintf("--metrics-addr must be HOST:PORT or :PORT, got %q", f.metricsAddr)}
-		}
-	}
-	return nil
+	return f.config(nil, zerolog.Nop()).Validate()
 }
 
-// validPort reports whether p is a port number, 0 to 65535.
-func validPort(p string) bool {
-	n, err := strconv.Atoi(p)
-	return err == nil && n >= 0 && n <= 65535
-}
-
-func (f *runFlags) validate(set map[string]bool) error {
-	if err := f.fleetFlags.validate(set); err != nil {
+func (f *runFlags) validate(fs *flag.FlagSet, set map[string]bool) error {
+	if err := f.fleetFlags.validate(fs, set); err != nil {
 		return err
 	}
 	return checkOutput(f.output)
@@ -241,47 +180,28 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fs.PrintDefaults()
 		fmt.Fprintln(fs.Output(), "\nexit status: 0 final answer, 3 max rounds reached, 2 bad usage or config, 1 other error")
 	}
-	pos, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage
-	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if err := f.validate(set); err != nil {
-		fmt.Fprintln(stderr, "coordinator run:", err)
-		return exitUsage
+	cmd := &command{name: "coordinator run", fs: fs, flags: fleetFlagOf, stderr: stderr}
+	pos, set, code, done := cmd.parse(args, anyArgs)
+	if done {
+		return code
 	}
 	prompt := strings.Join(pos, " ")
-	if prompt == "" {
-		if f.model != "" {
-			fmt.Fprintln(stderr, "coordinator run: a PROMPT is required with --model")
-			return exitUsage
+	noPrompt := prompt == ""
+	validate := func() error {
+		if err := f.validate(fs, set); err != nil {
+			return err
 		}
+		if noPrompt && f.model != "" {
+			return &usageError{"a PROMPT is required with --model"}
+		}
+		return nil
+	}
+	if noPrompt {
 		prompt = demoPrompt
 	}
-	log, err := logging.New(stderr, f.logLevel, "coordinator")
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator run:", err)
-		return exitUsage
-	}
-	warnCommandLine(log, args)
-	model, err := f.newModel(log)
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator run:", err)
-		return exitUsage
-	}
-	cfg := f.config(model, log)
-	c, err := coordinator.Open(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator run:", err)
-		var ce *loop.ConfigError
-		if errors.As(err, &ce) {
-			return exitUsage
-		}
-		return exitError
+	c, _, code, done := f.open(ctx, cmd, args, validate, f.newModel)
+	if done {
+		return code
 	}
 	defer c.Close()
 
@@ -294,6 +214,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	return finishRun(stdout, stderr, "coordinator run", f.output, res, runErr)
 }
+
+// anyArgs takes any positional arguments.
+func anyArgs([]string) string { return "" }
 
 // finishRun prints a run's result and returns the exit status.
 func finishRun(stdout, stderr io.Writer, cmd, output string, res *loop.Result, runErr error) int {
@@ -339,8 +262,32 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 		MetricsAddr:         f.metricsAddr,
 		StreamCheckInterval: f.streamCheckInterval,
 		Listen:              f.listen,
+		StoreDir:            f.storeDir,
 		Logger:              log,
 	}
+}
+
+// open checks the flags with validate, makes the logger and the model (with
+// newModel) and opens the coordinator the flags describe. When done is set
+// the command returns code: the error is printed.
+func (f *fleetFlags) open(ctx context.Context, cmd *command, args []string, validate func() error, newModel func(zerolog.Logger) (loop.Model, error)) (_ *coordinator.Coordinator, _ zerolog.Logger, code int, done bool) {
+	if err := validate(); err != nil {
+		return nil, zerolog.Nop(), cmd.fail(err), true
+	}
+	log, err := logging.New(cmd.stderr, f.logLevel, "coordinator")
+	if err != nil {
+		return nil, log, cmd.fail(err), true
+	}
+	warnCommandLine(log, args)
+	model, err := newModel(log)
+	if err != nil {
+		return nil, log, cmd.fail(err), true
+	}
+	c, err := coordinator.Open(ctx, f.config(model, log))
+	if err != nil {
+		return nil, log, cmd.fail(err), true
+	}
+	return c, log, exitOK, false
 }
 
 func printResult(w io.Writer, format string, res *loop.Result) error {

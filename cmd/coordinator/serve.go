@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/logging"
-	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -24,7 +21,6 @@ type serveFlags struct {
 	shutdownGrace     time.Duration
 	runAckWait        time.Duration
 	resultTTL         time.Duration
-	storeDir          string
 }
 
 func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -53,37 +49,18 @@ func (f *serveFlags) serveConfig() coordinator.ServeConfig {
 	}
 }
 
-// validate checks the service's flags. A zero ServeConfig field means its
-// default, so a 0 on the command line is refused rather than silently
-// turned into the default.
-func (f *serveFlags) validate(set map[string]bool) error {
-	if err := f.fleetFlags.validate(set); err != nil {
+// validate checks the service's flags: the fleet flags, then the service
+// configuration (coordinator.ServeConfig.Validate). A zero ServeConfig
+// field means its default, so a 0 on the command line is refused rather
+// than silently turned into the default.
+func (f *serveFlags) validate(fs *flag.FlagSet, set map[string]bool) error {
+	if err := f.fleetFlags.validate(fs, set); err != nil {
 		return err
 	}
-	checks := []struct {
-		name string
-		bad  bool
-		rule string
-		got  any
-	}{
-		{"max-concurrent-runs", f.maxConcurrentRuns < 1, "1..10000", f.maxConcurrentRuns},
-		{"max-request-bytes", f.maxRequestBytes < 1, "1..1048576", f.maxRequestBytes},
-		{"shutdown-grace", f.shutdownGrace <= 0, "> 0", f.shutdownGrace},
-		{"run-ack-wait", f.runAckWait <= 0, ">= 100ms", f.runAckWait},
-		{"result-ttl", f.resultTTL <= 0, "> 0", f.resultTTL},
+	if err := refuseZero(fs, set, "max-concurrent-runs", "max-request-bytes", "shutdown-grace", "run-ack-wait", "result-ttl"); err != nil {
+		return err
 	}
-	for _, c := range checks {
-		if c.bad {
-			return &usageError{fmt.Sprintf("--%s must be %s, got %v", c.name, c.rule, c.got)}
-		}
-	}
-	if f.storeDir != "" && f.natsURL != "" {
-		return &usageError{"--store-dir is for the embedded server: it cannot be used with --nats-url"}
-	}
-	if err := f.serveConfig().Validate(); err != nil {
-		return &usageError{err.Error()}
-	}
-	return nil
+	return f.serveConfig().Validate()
 }
 
 // serveCommand runs "coordinator serve": serve runs until SIGINT or
@@ -108,51 +85,25 @@ Flags:`)
 		fs.PrintDefaults()
 		fmt.Fprintln(fs.Output(), "\nexit status: 0 stopped by SIGINT or SIGTERM, 2 bad usage or config, 1 other error")
 	}
-	pos, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "coordinator serve: takes no arguments, got %q (submit prompts with \"coordinator submit\")\n", pos[0])
-		return exitUsage
-	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if err := f.validate(set); err != nil {
-		fmt.Fprintln(stderr, "coordinator serve:", err)
-		return exitUsage
-	}
-	log, err := logging.New(stderr, f.logLevel, "coordinator")
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator serve:", err)
-		return exitUsage
-	}
-	warnCommandLine(log, args)
-	model, err := f.newModel(log)
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator serve:", err)
-		return exitUsage
-	}
-	cfg := f.config(model, log)
-	cfg.StoreDir = f.storeDir
-	c, err := coordinator.Open(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator serve:", err)
-		var ce *loop.ConfigError
-		if errors.As(err, &ce) {
-			return exitUsage
+	cmd := &command{name: "coordinator serve", fs: fs, flags: serveFlagOf, stderr: stderr}
+	_, set, code, done := cmd.parse(args, func(pos []string) string {
+		if len(pos) > 0 {
+			return fmt.Sprintf("takes no arguments, got %q (submit prompts with \"coordinator submit\")", pos[0])
 		}
-		return exitError
+		return ""
+	})
+	if done {
+		return code
+	}
+	c, _, code, done := f.open(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel)
+	if done {
+		return code
 	}
 	defer c.Close()
 	sc := f.serveConfig()
 	sc.AfterAppend = crashAfter()
 	if err := c.Serve(ctx, sc); err != nil {
-		fmt.Fprintln(stderr, "coordinator serve:", err)
-		return exitError
+		return cmd.fail(err)
 	}
 	return exitOK
 }

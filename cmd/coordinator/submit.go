@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -115,22 +114,21 @@ Flags:`)
 		fs.PrintDefaults()
 		fmt.Fprintln(fs.Output(), "\nexit status: 0 accepted (with --wait: a final answer), 3 max rounds reached, 2 bad usage or a refused request, 1 other error")
 	}
-	pos, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage
+	cmd := &command{name: "coordinator submit", fs: fs, flags: connFlagOf, stderr: stderr}
+	pos, _, code, done := cmd.parse(args, anyArgs)
+	if done {
+		return code
 	}
 	subjects, err := protocol.NewSubjects(f.prefix)
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator submit: --prefix:", err)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--prefix: %v", err)})
 	}
 	req, err := f.request(strings.Join(pos, " "))
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator submit:", err)
-		return exitUsage
+		return cmd.fail(err)
+	}
+	if err := f.conn().Validate(); err != nil {
+		return cmd.fail(nest("Conn", err))
 	}
 
 	client := f.client
@@ -144,8 +142,7 @@ Flags:`)
 			client = user
 		}
 	case !protocol.ValidToken(client):
-		fmt.Fprintf(stderr, "coordinator submit: --client must match %s, got %q\n", protocol.TokenPattern, client)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--client must match %s, got %q", protocol.TokenPattern, client)})
 	}
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
@@ -153,8 +150,7 @@ Flags:`)
 	conn.Name = "toolfleet-submit"
 	nc, err := natsbus.Connect(cctx, conn)
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator submit:", err)
-		return exitError
+		return cmd.fail(nest("Conn", err))
 	}
 	defer nc.Close()
 	data, err := protocol.Encode(&req)

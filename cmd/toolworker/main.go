@@ -13,13 +13,15 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
+	"github.com/toolfleet/toolfleet/internal/cliconfig"
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // version is the version the worker's discovery service announces (a
@@ -65,9 +67,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		builtin     = fs.String("builtin", "", "comma-separated built-in tools to serve: calculator, echo (default \"calculator,echo\" when --tools is not given)")
 		concurrency = fs.Int("concurrency", natsbus.DefaultConcurrency, "calls run at once, all tools together")
 		name        = fs.String("name", "", "worker `ID` in results and logs (default <hostname>-<pid>)")
-		prefix      = fs.String("prefix", "", "first token of every subject (default \"fleet\")")
+		prefix      = fs.String("prefix", protocol.DefaultPrefix, "first token of every subject")
 		logStderr   = fs.Bool("log-stderr", false, "log exec tools' stderr (it may hold secrets)")
-		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		logLevel    = fs.String("log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
 		checkEvery  = fs.Duration("stream-check-interval", natsbus.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the worker takes no calls while it differs (> 0)")
 		ackWait     = fs.Duration("ack-wait", natsbus.DefaultAckWait, "how long the server waits for a call's ack or heartbeat before redelivering it to another worker; running idempotent calls heartbeat every third of it (fleet-wide: the last worker to start sets it)")
@@ -88,8 +90,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	}
 	log, err := logging.New(stderr, *logLevel, "toolworker")
 	if err != nil {
-		fmt.Fprintf(stderr, "toolworker: %v\n", err)
-		return exitConfig
+		return configExit(stderr, err)
 	}
 	if found := procsec.CommandLineSecrets(args); len(found) > 0 {
 		log.Warn().Strs("flags", found).
@@ -101,10 +102,6 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	}
 	if *checkEvery <= 0 {
 		fmt.Fprintf(stderr, "toolworker: --stream-check-interval: must be > 0, got %v\n", *checkEvery)
-		return exitConfig
-	}
-	if *ackWait < 10*time.Millisecond {
-		fmt.Fprintf(stderr, "toolworker: --ack-wait: must be >= 10ms, got %v\n", *ackWait)
 		return exitConfig
 	}
 	builtins := splitList(*builtin)
@@ -124,22 +121,19 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		Prefix:              *prefix,
 		ToolsFile:           *tools,
 		Builtins:            builtins,
-		Concurrency:         *concurrency,
-		Name:                *name,
 		LogStderr:           *logStderr,
 		MetricsAddr:         *metricsAddr,
 		StreamCheckInterval: *checkEvery,
-		Worker:              natsbus.WorkerConfig{AckWait: *ackWait, Version: version},
+		Worker:              natsbus.WorkerConfig{Name: *name, Concurrency: *concurrency, AckWait: *ackWait, Version: version},
 		Logger:              log,
 	}
 	err = toolworker.Run(ctx, cfg)
-	var ce *toolworker.ConfigError
+	if config.Errors(err) != nil {
+		return configExit(stderr, err)
+	}
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, &ce):
-		fmt.Fprintf(stderr, "toolworker: %v\n", err)
-		return exitConfig
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return exitOK // stopped by a signal before serving
 	default:
@@ -147,6 +141,30 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		return exitError
 	}
 }
+
+// configExit prints each configuration error of err with the flag that
+// sets its field and returns exit status 2.
+func configExit(stderr io.Writer, err error) int {
+	for _, m := range flagOf.Describe(err) {
+		fmt.Fprintf(stderr, "toolworker: %s\n", m)
+	}
+	return exitConfig
+}
+
+// flagOf maps the fields of toolworker.Config to the flags (or environment
+// variables) that set them.
+var flagOf = cliconfig.Conn.With(cliconfig.Flags{
+	"ToolsFile":           "--tools",
+	"Builtins":            "--builtin",
+	"LogStderr":           "--log-stderr",
+	"MetricsAddr":         "--metrics-addr",
+	"StreamCheckInterval": "--stream-check-interval",
+	"Worker.Name":         "--name",
+	"Worker.Concurrency":  "--concurrency",
+	"Worker.AckWait":      "--ack-wait",
+	"Worker.Heartbeat":    "--ack-wait",
+	"Worker.Version":      "-ldflags -X main.version",
+})
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {

@@ -40,6 +40,13 @@ func TestBadUsageExitsTwoNamingTheFlag(t *testing.T) {
 		{"missing manifest", []string{"--tools", "/nonexistent/tools.json"}, "--tools"},
 		{"bad prefix", []string{"--prefix", "a.b"}, "--prefix"},
 		{"two auth methods", []string{"--user", "u", "--creds", "/nonexistent.creds"}, "--creds"},
+		{"password without user", []string{"--password", "p"}, "--user"},
+		{"zero concurrency", []string{"--concurrency", "0"}, "--concurrency"},
+		{"huge concurrency", []string{"--concurrency", "100000"}, "--concurrency"},
+		{"bad name", []string{"--name", "has space"}, "--name"},
+		{"zero stream check interval", []string{"--stream-check-interval", "0s"}, "--stream-check-interval"},
+		{"bad metrics address", []string{"--metrics-addr", "nowhere:port"}, "--metrics-addr"},
+		{"bad manifest", []string{"--tools", "main_test.go"}, "--tools"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natscli"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -43,7 +44,7 @@ func TestOperatorWithNatsCLI(t *testing.T) {
 			env := append(natscli.Env(t), "NATS_URL="+f.srv.ClientURL())
 
 			// nats sub 'fleet.approval.request.>' --count 1 --raw
-			var subOut, subErr syncBuffer
+			var subOut, subErr testsync.Buffer
 			sub := exec.CommandContext(t.Context(), bin, "sub", "fleet.approval.request.>", "--count", "1", "--raw")
 			sub.Env, sub.Stdout, sub.Stderr = env, &subOut, &subErr
 			if err := sub.Start(); err != nil {
@@ -51,7 +52,7 @@ func TestOperatorWithNatsCLI(t *testing.T) {
 			}
 			subDone := make(chan error, 1)
 			go func() { subDone <- sub.Wait() }()
-			waitFor(t, 20*time.Second, func() error {
+			testsync.WaitFor(t, 20*time.Second, func() error {
 				cz, err := f.srv.Connz(&server.ConnzOptions{Subscriptions: true})
 				if err != nil {
 					return err

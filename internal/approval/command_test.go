@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -30,7 +31,7 @@ func (f *fixture) waiting(t testing.TB, args string, ttl time.Duration) (protoco
 	req := newRequest(t, "run1", "deploy", args, ttl)
 	res := f.approveAsync(t.Context(), req)
 	subj := "fleet.approval.request.run1." + req.CallKey
-	waitFor(t, 5*time.Second, func() error {
+	testsync.WaitFor(t, 5*time.Second, func() error {
 		_, err := f.stream.GetLastMsgForSubject(context.Background(), subj)
 		return err
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -236,7 +237,7 @@ func TestGateFirstValidDecisionWins(t *testing.T) {
 		t.Errorf("Decision=%+v, want the first one %+v", r.d, want)
 	}
 	// Both decisions are in the audit log; the note records the first.
-	waitFor(t, 5*time.Second, func() error {
+	testsync.WaitFor(t, 5*time.Second, func() error {
 		if n := countMsgs(t, f, "fleet.approval.decision.run1."+req.CallKey); n != 2 {
 			return errors.New("decisions not stored yet")
 		}
@@ -248,7 +249,7 @@ func TestGateFirstValidDecisionWins(t *testing.T) {
 	// The gate unsubscribed: only the stream listens on the decision subject.
 	acc := f.srv.GlobalAccount()
 	baseline := acc.Interest("fleet.approval.decision.nobody.waits")
-	waitFor(t, 5*time.Second, func() error {
+	testsync.WaitFor(t, 5*time.Second, func() error {
 		if acc.Interest("fleet.approval.decision.run1."+req.CallKey) != baseline {
 			return errors.New("gate still subscribed")
 		}
@@ -466,7 +467,7 @@ func lastNote(t testing.TB, f *fixture, req protocol.ApprovalRequest) protocol.A
 	t.Helper()
 	subj := "fleet.approval.outcome." + req.RunID + "." + req.CallKey
 	var n protocol.ApprovalNote
-	waitFor(t, 5*time.Second, func() error {
+	testsync.WaitFor(t, 5*time.Second, func() error {
 		m, err := f.stream.GetLastMsgForSubject(context.Background(), subj)
 		if err != nil {
 			return err

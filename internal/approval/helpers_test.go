@@ -1,10 +1,8 @@
 package approval
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -74,13 +73,13 @@ type fixture struct {
 	js     jetstream.JetStream
 	op     *nats.Conn
 	stream jetstream.Stream
-	logs   *syncBuffer
+	logs   *testsync.Buffer
 	gate   *Gate
 }
 
 func newFixture(t testing.TB, cfg GateConfig) *fixture {
 	t.Helper()
-	f := &fixture{srv: startServer(t), logs: &syncBuffer{}}
+	f := &fixture{srv: startServer(t), logs: &testsync.Buffer{}}
 	f.nc, f.js = connect(t, f.srv)
 	f.op, _ = connect(t, f.srv)
 	f.stream = ensureStream(t, f.js)
@@ -179,40 +178,6 @@ func recv[T any](t testing.TB, ch <-chan T, timeout time.Duration) T {
 		t.Fatalf("nothing received within %v", timeout)
 		return zero
 	}
-}
-
-// waitFor polls cond until it returns nil or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", timeout, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -1,13 +1,15 @@
 package approval
 
+import "github.com/toolfleet/toolfleet/pkg/logkey"
+
 // Log keys. Logs carry ids, tool names, outcomes and reason codes; never
 // arguments, reasons typed by operators, or decision payloads.
 const (
-	logRun      = "run_id"
-	logKey      = "call_key"
-	logTool     = "tool"
+	logRun      = logkey.RunID
+	logKey      = logkey.CallKey
+	logTool     = logkey.Tool
 	logReason   = "reason"
-	logOutcome  = "outcome"
+	logOutcome  = logkey.Outcome
 	logApprover = "approver"
 	logWaited   = "waited"
 )

@@ -1,12 +1,18 @@
 package coordinator
 
 import (
+	"errors"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // Config configures a Coordinator. The zero value runs the bundled demo on an
@@ -71,4 +77,77 @@ func (c Config) withDefaults(embedded bool) Config {
 		c.CatalogWait = 5 * time.Second
 	}
 	return c
+}
+
+// Validate checks c before anything starts: the prefix, the connection
+// settings, the embedded server's store and listen address, the metrics
+// address, the workers' tools and the
+// loop's limits. Each error is a [config.Error] naming the Config field
+// ("Loop.MaxRounds", "Conn.CredsFile"); Open calls it first.
+func (c Config) Validate() error {
+	if _, err := protocol.NewSubjects(c.Prefix); err != nil {
+		return config.Errorf("Prefix", "must match %s, got %q", protocol.TokenPattern, clipField(c.Prefix))
+	}
+	if err := c.Conn.Validate(); err != nil {
+		var ce config.Error
+		if errors.As(err, &ce) {
+			return config.Prefix("Conn", ce)
+		}
+		return err
+	}
+	if c.Workers < 0 {
+		return config.Errorf("Workers", "must be >= 0, got %d", c.Workers)
+	}
+	if c.StreamCheckInterval < 0 {
+		return config.Errorf("StreamCheckInterval", "must be > 0, got %v", c.StreamCheckInterval)
+	}
+	if c.StoreDir != "" && c.Conn.URL != "" {
+		return config.Errorf("StoreDir", "is for the embedded server: it cannot be used with a NATS URL")
+	}
+	if c.Listen != "" {
+		if c.Conn.URL != "" {
+			return config.Errorf("Listen", "is for the embedded server: it cannot be used with a NATS URL")
+		}
+		if !validHostPort(c.Listen) {
+			return config.Errorf("Listen", "must be HOST:PORT or :PORT, got %q", clipField(c.Listen))
+		}
+	}
+	if c.MetricsAddr != "" && !validHostPort(c.MetricsAddr) {
+		return config.Errorf("MetricsAddr", "must be HOST:PORT or :PORT, got %q", clipField(c.MetricsAddr))
+	}
+	if c.ToolsFile != "" {
+		if _, err := harness.LoadManifest(c.ToolsFile); err != nil {
+			return &config.FieldError{Field: "ToolsFile", Err: err}
+		}
+	}
+	if _, err := harness.Builtins(c.Builtins); err != nil {
+		return &config.FieldError{Field: "Builtins", Err: err}
+	}
+	if err := c.Loop.Validate(); err != nil {
+		var ce config.Error
+		if errors.As(err, &ce) {
+			return config.Prefix("Loop", ce)
+		}
+		return err
+	}
+	return nil
+}
+
+// validHostPort reports whether s is HOST:PORT or :PORT with a port from 0
+// to 65535.
+func validHostPort(s string) bool {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+// clipField bounds a value quoted in a configuration error.
+func clipField(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -56,9 +57,12 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if cfg.Model == nil {
 		return nil, errors.New("coordinator: no model configured")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	subjects, err := protocol.NewSubjects(cfg.Prefix)
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: --prefix: %w", err)
+		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	useEmbedded := cfg.Conn.URL == "" && os.Getenv("NATS_URL") == ""
 	cfg = cfg.withDefaults(useEmbedded)
@@ -172,11 +176,11 @@ func (c *Coordinator) startEmbedded() error {
 	if c.cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(c.cfg.Listen)
 		if err != nil {
-			return fmt.Errorf("coordinator: --listen: %w", err)
+			return &config.FieldError{Field: "Listen", Err: err}
 		}
 		p, err := strconv.Atoi(port)
 		if err != nil || p < 0 || p > 65535 {
-			return fmt.Errorf("coordinator: --listen: port %q", port)
+			return config.Errorf("Listen", "port %q", port)
 		}
 		if p == 0 {
 			p = -1
@@ -218,8 +222,7 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 			Prefix:    c.cfg.Prefix,
 			ToolsFile: c.cfg.ToolsFile,
 			Builtins:  c.cfg.Builtins,
-			Name:      fmt.Sprintf("inproc-%d", i+1),
-			Worker:    natsbus.WorkerConfig{Observer: c.workerObserver(), Guard: c.guard},
+			Worker:    natsbus.WorkerConfig{Name: fmt.Sprintf("inproc-%d", i+1), Observer: c.workerObserver(), Guard: c.guard},
 			Logger:    c.cfg.Logger,
 		})
 		if err != nil {

@@ -60,7 +60,7 @@ func TestMultiRoundWithRemoteWorkers(t *testing.T) {
 	for i := range 2 {
 		w, err := toolworker.New(natstest.Connect(t, srv), toolworker.Config{
 			Builtins: []string{"calculator", "echo"},
-			Name:     fmt.Sprintf("w%d", i+1),
+			Worker:   natsbus.WorkerConfig{Name: fmt.Sprintf("w%d", i+1)},
 		})
 		if err != nil {
 			t.Fatal(err)

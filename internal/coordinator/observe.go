@@ -12,6 +12,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
@@ -63,7 +64,7 @@ func (c *Coordinator) startMetrics() error {
 		Logger: c.cfg.Logger,
 	})
 	if err != nil {
-		return fmt.Errorf("coordinator: --metrics-addr: %w", err)
+		return &config.FieldError{Field: "MetricsAddr", Err: err}
 	}
 	o.srv = srv
 	c.obs = o

@@ -164,14 +164,14 @@ func TestSchemaConflictIsReportedAndNeverMixed(t *testing.T) {
 		})
 		return digest, stop
 	}
-	oldDigest, _ := startWorker(toolworker.Config{Builtins: []string{"echo"}, Name: "old"})
+	oldDigest, _ := startWorker(toolworker.Config{Builtins: []string{"echo"}, Worker: natsbus.WorkerConfig{Name: "old"}})
 	manifest := filepath.Join(t.TempDir(), "tools.json")
 	if err := os.WriteFile(manifest, []byte(`{"tools":[{"name":"echo","description":"echoes",
 		"parameters":{"type":"object","properties":{"message":{"type":"string"}},"required":["message"],"additionalProperties":false},
 		"command":["cat"]}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	newDigest, stopNew := startWorker(toolworker.Config{ToolsFile: manifest, Name: "new"})
+	newDigest, stopNew := startWorker(toolworker.Config{ToolsFile: manifest, Worker: natsbus.WorkerConfig{Name: "new"}})
 
 	model, err := scripted.Parse([]byte(`{"turns":[
 	  {"tool_calls":[{"id":"a","name":"echo","arguments":{"message":"hi"}}]},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -32,8 +33,8 @@ const (
 
 // Log keys of the service.
 const (
-	logRun         = "run"
-	logAttempt     = "attempt"
+	logRun         = logkey.RunID
+	logAttempt     = logkey.Attempt
 	logCoordinator = "coordinator"
 	logCode        = "code"
 	logField       = "field"

@@ -131,16 +131,24 @@ func (c ServeConfig) withDefaults() ServeConfig {
 	return c
 }
 
-// ServeConfigError names a [ServeConfig] field, spelled as its flag, and
-// the rule its value breaks.
+// ServeConfigError names a [ServeConfig] field (its Go name) and the rule
+// its value breaks. It is a [config.Error].
 type ServeConfigError struct {
-	Flag  string
+	Field string
 	Value any
 	Rule  string
 }
 
 func (e *ServeConfigError) Error() string {
-	return fmt.Sprintf("--%s must be %s, got %v", e.Flag, e.Rule, e.Value)
+	return "coordinator: ServeConfig." + e.Field + " " + e.ConfigProblem()
+}
+
+// ConfigField returns e.Field.
+func (e *ServeConfigError) ConfigField() string { return e.Field }
+
+// ConfigProblem returns the rule and the value.
+func (e *ServeConfigError) ConfigProblem() string {
+	return fmt.Sprintf("must be %s, got %v", e.Rule, e.Value)
 }
 
 // Validate checks c after defaults are applied. The error is a
@@ -149,31 +157,31 @@ func (c ServeConfig) Validate() error {
 	c = c.withDefaults()
 	switch {
 	case c.MaxConcurrentRuns < 1 || c.MaxConcurrentRuns > 10_000:
-		return &ServeConfigError{"max-concurrent-runs", c.MaxConcurrentRuns, "1..10000"}
+		return &ServeConfigError{"MaxConcurrentRuns", c.MaxConcurrentRuns, "1..10000"}
 	case c.MaxRequestBytes < 1 || c.MaxRequestBytes > runsMaxMsgSize:
-		return &ServeConfigError{"max-request-bytes", c.MaxRequestBytes, "1..1048576"}
+		return &ServeConfigError{"MaxRequestBytes", c.MaxRequestBytes, "1..1048576"}
 	case c.MaxResultBytes < 1024 || c.MaxResultBytes > 64<<20:
-		return &ServeConfigError{"max-result-bytes", c.MaxResultBytes, "1 KiB..64 MiB"}
+		return &ServeConfigError{"MaxResultBytes", c.MaxResultBytes, "1 KiB..64 MiB"}
 	case c.ShutdownGrace < 0:
-		return &ServeConfigError{"shutdown-grace", c.ShutdownGrace, ">= 0"}
+		return &ServeConfigError{"ShutdownGrace", c.ShutdownGrace, ">= 0"}
 	case c.AckWait < 100*time.Millisecond:
-		return &ServeConfigError{"run-ack-wait", c.AckWait, ">= 100ms"}
+		return &ServeConfigError{"AckWait", c.AckWait, ">= 100ms"}
 	case c.MaxDeliver < 1:
-		return &ServeConfigError{"run-max-deliver", c.MaxDeliver, ">= 1"}
+		return &ServeConfigError{"MaxDeliver", c.MaxDeliver, ">= 1"}
 	case c.MaxQueuedRuns < 1:
-		return &ServeConfigError{"max-queued-runs", c.MaxQueuedRuns, ">= 1"}
+		return &ServeConfigError{"MaxQueuedRuns", c.MaxQueuedRuns, ">= 1"}
 	case c.QueuedRunMaxAge < 0:
-		return &ServeConfigError{"queued-run-max-age", c.QueuedRunMaxAge, ">= 0"}
+		return &ServeConfigError{"QueuedRunMaxAge", c.QueuedRunMaxAge, ">= 0"}
 	case c.ResultTTL < 0:
-		return &ServeConfigError{"result-ttl", c.ResultTTL, ">= 0"}
+		return &ServeConfigError{"ResultTTL", c.ResultTTL, ">= 0"}
 	case c.ResultsMaxBytes < 0:
-		return &ServeConfigError{"results-max-bytes", c.ResultsMaxBytes, ">= 0"}
+		return &ServeConfigError{"ResultsMaxBytes", c.ResultsMaxBytes, ">= 0"}
 	case c.Replicas < 1 || c.Replicas > 5:
-		return &ServeConfigError{"replicas", c.Replicas, "1..5"}
+		return &ServeConfigError{"Replicas", c.Replicas, "1..5"}
 	case c.PollWait < 10*time.Millisecond:
-		return &ServeConfigError{"poll-wait", c.PollWait, ">= 10ms"}
+		return &ServeConfigError{"PollWait", c.PollWait, ">= 10ms"}
 	case len(c.Name) > 128:
-		return &ServeConfigError{"name", len(c.Name), "at most 128 bytes long"}
+		return &ServeConfigError{"Name", len(c.Name), "at most 128 bytes long"}
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +22,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -574,31 +574,13 @@ func TestServeGivesAbandonedRunsAResult(t *testing.T) {
 	})
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers and readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestServeNeverLogsRequests submits prompts, transcripts and bad requests
 // carrying a canary: it never reaches the coordinator's log (at debug
 // level), nor a refusal's message.
 func TestServeNeverLogsRequests(t *testing.T) {
 	const canary = "CANARY-serve-5d1e"
 	f := newServeFleet(t)
-	logs := &syncBuffer{}
+	logs := &testsync.Buffer{}
 	s := f.start(serveOpts{script: echoThenAnswer, logs: logs})
 	f.result(f.accepted(`{"prompt": "the password is ` + canary + `"}`))
 	f.result(f.accepted(`{"messages": [{"role": "system", "content": "` + canary + `"}, {"role": "user", "content": "hi"}]}`))

@@ -5,7 +5,6 @@
 package logging
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -13,17 +12,23 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/config"
 )
 
+// DefaultLevel is the level of an empty level.
+const DefaultLevel = "info"
+
 // New returns a logger writing to w at level ("debug", "info", "warn",
-// "error"; empty means "info"), tagged with the service name.
+// "error"; empty means [DefaultLevel]), tagged with the service name. An
+// unknown level is a [config.Error] of the field "Level".
 func New(w io.Writer, level, service string) (zerolog.Logger, error) {
 	if level == "" {
-		level = "info"
+		level = DefaultLevel
 	}
 	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
 	if err != nil || lvl == zerolog.NoLevel {
-		return zerolog.Nop(), fmt.Errorf("--log-level: unknown level %q (want debug, info, warn or error)", level)
+		return zerolog.Nop(), config.Errorf("Level", "unknown level %q (want debug, info, warn or error)", level)
 	}
 	switch {
 	case isTerminal(w):

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -127,7 +128,7 @@ func (s *Server) Sync(ctx context.Context) error {
 		}
 		t, err := toolOf(spec)
 		if err != nil {
-			s.cfg.Logger.Warn().Str("tool", spec.Name).Str("error", err.Error()).Msg("catalog tool not served over MCP")
+			s.cfg.Logger.Warn().Str(logkey.Tool, spec.Name).Str("error", err.Error()).Msg("catalog tool not served over MCP")
 			continue
 		}
 		s.srv.AddTool(t, s.handler(spec.Name))

@@ -102,6 +102,14 @@ func NewJetStream(nc *nats.Conn, domain string) (jetstream.JetStream, error) {
 	return jetstream.NewWithDomain(nc, domain)
 }
 
+// Validate checks cfg as Connect would, without connecting: the ways to
+// authenticate, the inbox prefix and that the credentials and NKey files
+// exist. The error is a [*ConfigError].
+func (cfg ConnConfig) Validate() error {
+	_, err := cfg.resolved()
+	return err
+}
+
 // resolved returns cfg with environment defaults applied, and checks that
 // at most one way to authenticate is configured.
 func (cfg ConnConfig) resolved() (ConnConfig, error) {
@@ -237,7 +245,7 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 			return nil, fmt.Errorf("natsbus: connecting to %s: %w", redactURL(cfg.URL), err)
 		}
 		if attempt == 1 || attempt%10 == 0 {
-			log.Warn().Err(err).Str(logURL, redactURL(cfg.URL)).Int("attempt", attempt).
+			log.Warn().Err(err).Str(logURL, redactURL(cfg.URL)).Int(logAttempt, attempt).
 				Msg("cannot reach NATS yet; retrying")
 		}
 		select {

@@ -8,7 +8,8 @@ import (
 )
 
 // ConfigError is a configuration value that cannot work; retrying does not
-// help. Field names the configuration field (or environment variable).
+// help. Field names the configuration field (its Go name, e.g. "CredsFile",
+// or an environment variable).
 type ConfigError struct {
 	Field string
 	Err   error
@@ -17,6 +18,12 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return fmt.Sprintf("natsbus: %s: %v", e.Field, e.Err) }
 
 func (e *ConfigError) Unwrap() error { return e.Err }
+
+// ConfigField returns e.Field: ConfigError is a [config.Error].
+func (e *ConfigError) ConfigField() string { return e.Field }
+
+// ConfigProblem returns the text of e.Err.
+func (e *ConfigError) ConfigProblem() string { return e.Err.Error() }
 
 func configErr(field, format string, args ...any) error {
 	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}

@@ -4,18 +4,20 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 )
 
 // Log keys. Values logged under them are ids, names, codes and numbers,
 // never arguments, outputs or payloads.
 const (
-	logTool      = "tool"
-	logRun       = "run"
-	logCallKey   = "call_key"
-	logOutcome   = "outcome"
-	logDuration  = "duration"
-	logAttempt   = "attempt"
-	logWorker    = "worker"
+	logTool      = logkey.Tool
+	logRun       = logkey.RunID
+	logCallKey   = logkey.CallKey
+	logOutcome   = logkey.Outcome
+	logDuration  = logkey.DurationMS
+	logAttempt   = logkey.Attempt
+	logWorker    = logkey.Worker
 	logSubject   = "subject"
 	logCode      = "code"
 	logStream    = "stream"
@@ -27,7 +29,7 @@ const (
 	logNew       = "new_digest"
 	logInFlight  = "in_flight"
 	logDropped   = "dropped"
-	logErrorType = "error_type"
+	logErrorType = logkey.ErrorType
 )
 
 // sampled returns l limited to a burst of lines per second, for lines that a

@@ -3,21 +3,14 @@ package natstest
 import (
 	"testing"
 	"time"
+
+	"github.com/toolfleet/toolfleet/internal/testsync"
 )
 
 // WaitFor polls cond every few milliseconds until it returns nil, and fails
 // the test with cond's last error if that does not happen within timeout.
+// It is [testsync.WaitFor], here for the tests that start a server.
 func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", timeout, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsync.WaitFor(t, timeout, cond)
 }

@@ -1,12 +1,12 @@
 package toolworker
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/config"
 )
 
 // Config configures a toolworker. Tools come from ToolsFile and Builtins
@@ -22,11 +22,6 @@ type Config struct {
 	// Builtins names built-in tools to serve ("calculator", "echo").
 	// Default: none.
 	Builtins []string
-	// Concurrency bounds the calls run at once. Default: 16.
-	Concurrency int
-	// Name identifies the worker in results and logs. Default:
-	// <hostname>-<pid>.
-	Name string
 	// LogStderr logs exec tools' stderr, which may hold secrets. Default:
 	// false.
 	LogStderr bool
@@ -37,8 +32,9 @@ type Config struct {
 	// on this address (e.g. ":9090"); the worker's metrics then take the
 	// place of Worker.Observer. Default: none.
 	MetricsAddr string
-	// Worker holds the worker's other settings; Concurrency, Name and Logger
-	// above take precedence over its fields.
+	// Worker holds the worker's settings: its Name (default
+	// <hostname>-<pid>), Concurrency (default 16), ack wait and the rest.
+	// Logger above takes the place of Worker.Logger.
 	Worker natsbus.WorkerConfig
 	// Streams is the fleet's stream configuration: what this worker
 	// creates when a stream is missing (and the server lets it) and what it
@@ -51,23 +47,7 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
-// ConfigError is a configuration value that cannot work. Flag names the
-// command-line flag (or environment variable) that set it.
-type ConfigError struct {
-	Flag string
-	Err  error
-}
-
-func (e *ConfigError) Error() string { return fmt.Sprintf("%s: %v", e.Flag, e.Err) }
-
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// flagOf maps a natsbus configuration field to the flag that sets it.
-var flagOf = map[string]string{
-	"CredsFile":   "--creds",
-	"User":        "--user",
-	"NKeyFile":    "NATS_NKEY",
-	"auth":        "--creds/--user/--password (or NATS_CREDS, NATS_USER, NATS_TOKEN, NATS_NKEY)",
-	"Name":        "--name",
-	"Concurrency": "--concurrency",
+// configErr returns the [config.Error] of field.
+func configErr(field string, err error) error {
+	return &config.FieldError{Field: field, Err: err}
 }

@@ -80,7 +80,7 @@ func (w *Worker) runMCP(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return &ConfigError{Flag: "--tools", Err: err}
+			return configErr("ToolsFile", err)
 		}
 		s.OnChange(func() {
 			select {
@@ -206,15 +206,15 @@ func (o *inflight) waitIdle(ctx context.Context, max time.Duration) {
 // build makes the harness and the natsbus worker of one tool list.
 func (w *Worker) build(tools []harness.Tool) (*harness.Harness, *natsbus.Worker, error) {
 	if len(tools) == 0 {
-		return nil, nil, &ConfigError{Flag: "--tools", Err: errors.New("no tools to serve (the MCP servers list none)")}
+		return nil, nil, configErr("ToolsFile", errors.New("no tools to serve (the MCP servers list none)"))
 	}
 	h, err := newHarness(w.cfg, tools...)
 	if err != nil {
-		return nil, nil, &ConfigError{Flag: "--tools", Err: err}
+		return nil, nil, configErr("ToolsFile", err)
 	}
 	nw, err := natsbus.NewWorker(w.nc, w.js, w.subjects, h, w.mcp.worker)
 	if err != nil {
-		return nil, nil, asConfigError(err)
+		return nil, nil, asConfigError("Worker", err)
 	}
 	return h, nw, nil
 }

@@ -51,7 +51,7 @@ func TestMCPServerToolsReachTheCatalogAndFollowListChanges(t *testing.T) {
 		Conn:      natsbus.ConnConfig{URL: srv.ClientURL()},
 		ToolsFile: manifest,
 		Builtins:  []string{"echo"},
-		Name:      "mcp-worker",
+		Worker:    natsbus.WorkerConfig{Name: "mcp-worker"},
 		Logger:    zerolog.Nop(),
 	})
 

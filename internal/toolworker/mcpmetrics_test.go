@@ -35,7 +35,7 @@ func TestMCPServerMetricsAfterAForcedRestart(t *testing.T) {
 	runWorker(t, toolworker.Config{
 		Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
 		ToolsFile:   manifest,
-		Name:        "mcp-metered",
+		Worker:      natsbus.WorkerConfig{Name: "mcp-metered"},
 		MetricsAddr: addr,
 		Logger:      zerolog.Nop(),
 	})

@@ -75,7 +75,7 @@ func startObservability(cfg Config, p *prepared) (*observability, error) {
 		Logger: cfg.Logger,
 	})
 	if err != nil {
-		return nil, &ConfigError{Flag: "--metrics-addr", Err: err}
+		return nil, configErr("MetricsAddr", err)
 	}
 	o.srv = srv
 	return o, nil

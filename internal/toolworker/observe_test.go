@@ -15,6 +15,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -63,7 +64,7 @@ func TestRunServesMetricsAndProbes(t *testing.T) {
 		done <- toolworker.Run(runCtx, toolworker.Config{
 			Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
 			Builtins:    []string{"calculator"},
-			Name:        "metered",
+			Worker:      natsbus.WorkerConfig{Name: "metered"},
 			MetricsAddr: addr,
 		})
 	}()
@@ -127,8 +128,8 @@ func TestRunRefusesABadMetricsAddr(t *testing.T) {
 		Builtins:    []string{"echo"},
 		MetricsAddr: taken.Addr().String(),
 	})
-	var ce *toolworker.ConfigError
-	if !errors.As(err, &ce) || ce.Flag != "--metrics-addr" {
-		t.Fatalf("Run = %v, want a ConfigError for --metrics-addr", err)
+	var ce config.Error
+	if !errors.As(err, &ce) || ce.ConfigField() != "MetricsAddr" {
+		t.Fatalf("Run = %v, want a config.Error for MetricsAddr", err)
 	}
 }

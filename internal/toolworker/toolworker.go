@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -39,7 +40,7 @@ type Worker struct {
 
 // New validates cfg, builds the harness and the worker. It does no I/O
 // beyond reading the manifest: Run does the rest. Configuration errors are
-// *ConfigError.
+// [config.Error]s.
 func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	p, err := prepare(cfg)
 	if err != nil {
@@ -66,47 +67,41 @@ type prepared struct {
 func prepare(cfg Config) (*prepared, error) {
 	subjects, err := protocol.NewSubjects(cfg.Prefix)
 	if err != nil {
-		return nil, &ConfigError{Flag: "--prefix", Err: err}
+		return nil, configErr("Prefix", err)
 	}
 	var tools []harness.Tool
 	var servers []mcptool.ServerConfig
 	if cfg.ToolsFile != "" {
 		t, err := harness.LoadManifest(cfg.ToolsFile)
 		if err != nil {
-			return nil, &ConfigError{Flag: "--tools", Err: err}
+			return nil, configErr("ToolsFile", err)
 		}
 		tools = append(tools, t...)
 		if servers, err = loadMCPServers(cfg); err != nil {
-			return nil, &ConfigError{Flag: "--tools", Err: err}
+			return nil, configErr("ToolsFile", err)
 		}
 	}
 	if len(cfg.Builtins) > 0 {
 		t, err := harness.Builtins(cfg.Builtins)
 		if err != nil {
-			return nil, &ConfigError{Flag: "--builtin", Err: err}
+			return nil, configErr("Builtins", err)
 		}
 		tools = append(tools, t...)
 	}
 	if len(tools) == 0 && len(servers) == 0 {
-		return nil, &ConfigError{Flag: "--tools/--builtin", Err: errors.New("no tools to serve")}
+		return nil, configErr("Builtins", errors.New("no tools to serve"))
 	}
 	h, err := newHarness(cfg, tools...)
 	if err != nil {
-		return nil, &ConfigError{Flag: "--tools/--builtin", Err: err}
+		return nil, configErr("Builtins", err)
 	}
 	wc := cfg.Worker
-	if cfg.Concurrency != 0 {
-		wc.Concurrency = cfg.Concurrency
-	}
-	if cfg.Name != "" {
-		wc.Name = cfg.Name
-	}
 	wc.Logger = cfg.Logger
 	if err := wc.Validate(); err != nil {
-		return nil, asConfigError(err)
+		return nil, asConfigError("Worker", err)
 	}
 	if err := cfg.Streams.Validate(); err != nil {
-		return nil, asConfigError(err)
+		return nil, asConfigError("Streams", err)
 	}
 	return &prepared{cfg: cfg, subjects: subjects, harness: h, worker: wc, tools: tools, servers: servers}, nil
 }
@@ -142,7 +137,7 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 		return w, nil
 	}
 	if w.worker, err = natsbus.NewWorker(nc, js, p.subjects, p.harness, wc); err != nil {
-		return nil, asConfigError(err)
+		return nil, asConfigError("Worker", err)
 	}
 	return w, nil
 }
@@ -202,7 +197,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // Run validates cfg, connects to NATS, runs a worker until ctx ends and
-// closes the connection. Configuration errors are *ConfigError and are
+// closes the connection. Configuration errors are [config.Error]s and are
 // reported before any connection attempt.
 func Run(ctx context.Context, cfg Config) error {
 	p, err := prepare(cfg)
@@ -224,7 +219,7 @@ func Run(ctx context.Context, cfg Config) error {
 	conn.Logger = cfg.Logger
 	nc, err := natsbus.Connect(ctx, conn)
 	if err != nil {
-		if ce := asConfigError(err); ce != err {
+		if ce := asConfigError("Conn", err); ce != err {
 			return ce
 		}
 		return fmt.Errorf("toolworker: %w", err)
@@ -245,16 +240,13 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
-// asConfigError turns a natsbus configuration error into a *ConfigError
-// naming the flag; other errors are returned as they are.
-func asConfigError(err error) error {
+// asConfigError turns a natsbus configuration error of the configuration
+// at field path prefix into a [config.Error] naming the [Config] field;
+// other errors are returned as they are.
+func asConfigError(prefix string, err error) error {
 	var ne *natsbus.ConfigError
 	if !errors.As(err, &ne) {
 		return err
 	}
-	flag, ok := flagOf[ne.Field]
-	if !ok {
-		flag = ne.Field
-	}
-	return &ConfigError{Flag: flag, Err: ne.Err}
+	return config.Prefix(prefix, ne)
 }

@@ -15,36 +15,42 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-func TestConfigErrorsNameTheFlag(t *testing.T) {
+func TestConfigErrorsNameTheField(t *testing.T) {
 	tests := []struct {
-		name string
-		cfg  toolworker.Config
-		flag string
+		name  string
+		cfg   toolworker.Config
+		field string
 	}{
-		{"no tools", toolworker.Config{}, "--tools/--builtin"},
-		{"unknown builtin", toolworker.Config{Builtins: []string{"nope"}}, "--builtin"},
-		{"missing manifest", toolworker.Config{ToolsFile: "/nonexistent/tools.json"}, "--tools"},
-		{"bad prefix", toolworker.Config{Prefix: "a.b", Builtins: []string{"echo"}}, "--prefix"},
-		{"bad name", toolworker.Config{Name: "has space", Builtins: []string{"echo"}}, "--name"},
-		{"bad concurrency", toolworker.Config{Concurrency: -3, Builtins: []string{"echo"}}, "--concurrency"},
+		{"no tools", toolworker.Config{}, "Builtins"},
+		{"unknown builtin", toolworker.Config{Builtins: []string{"nope"}}, "Builtins"},
+		{"missing manifest", toolworker.Config{ToolsFile: "/nonexistent/tools.json"}, "ToolsFile"},
+		{"bad prefix", toolworker.Config{Prefix: "a.b", Builtins: []string{"echo"}}, "Prefix"},
+		{"bad name", toolworker.Config{Worker: natsbus.WorkerConfig{Name: "has space"}, Builtins: []string{"echo"}}, "Worker.Name"},
+		{"bad concurrency", toolworker.Config{Worker: natsbus.WorkerConfig{Concurrency: -3}, Builtins: []string{"echo"}}, "Worker.Concurrency"},
+		{"two auth methods", toolworker.Config{Conn: natsbus.ConnConfig{User: "u", CredsFile: "/nonexistent.creds"}, Builtins: []string{"echo"}}, "Conn.auth"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// Run reports configuration errors before connecting: the URL
 			// points nowhere and the context would let it retry for long.
-			tc.cfg.Conn = natsbus.ConnConfig{URL: "nats://127.0.0.1:1", Getenv: func(string) string { return "" }}
+			tc.cfg.Conn.URL = "nats://127.0.0.1:1"
+			tc.cfg.Conn.Getenv = func(string) string { return "" }
 			c, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			err := toolworker.Run(c, tc.cfg)
-			var ce *toolworker.ConfigError
-			if !errors.As(err, &ce) || ce.Flag != tc.flag {
-				t.Fatalf("Run = %v, want a ConfigError for %s", err, tc.flag)
+			var ce config.Error
+			if !errors.As(err, &ce) || ce.ConfigField() != tc.field {
+				t.Fatalf("Run = %v, want a config.Error for %s", err, tc.field)
+			}
+			if tc.cfg.Conn.CredsFile != "" {
+				return // New takes a connection: it never reads Conn
 			}
 			if _, err := toolworker.New(nil, tc.cfg); !errors.As(err, &ce) {
-				t.Fatalf("New = %v, want a ConfigError", err)
+				t.Fatalf("New = %v, want a config.Error", err)
 			}
 		})
 	}
@@ -61,7 +67,7 @@ func TestRunServesItsTools(t *testing.T) {
 		done <- toolworker.Run(runCtx, toolworker.Config{
 			Conn:     natsbus.ConnConfig{URL: srv.ClientURL()},
 			Builtins: []string{"calculator", "echo"},
-			Name:     "tcp-worker",
+			Worker:   natsbus.WorkerConfig{Name: "tcp-worker"},
 			Logger:   zerolog.Nop(),
 		})
 	}()
@@ -70,7 +76,7 @@ func TestRunServesItsTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inproc.Close()
-	w, err := toolworker.New(inproc, toolworker.Config{Builtins: []string{"echo"}, Name: "inproc-1"})
+	w, err := toolworker.New(inproc, toolworker.Config{Builtins: []string{"echo"}, Worker: natsbus.WorkerConfig{Name: "inproc-1"}})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

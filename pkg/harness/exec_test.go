@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -101,7 +102,7 @@ func TestExecTimeoutKillsProcessTree(t *testing.T) {
 		t.Fatalf("script wrote %d pids, want 3 (it did not get far enough to test the kill)", len(pids))
 	}
 	for _, pid := range pids {
-		waitFor(t, 5*time.Second, fmt.Sprintf("pid %d to die", pid), func() bool { return processGone(pid) })
+		testsync.WaitUntil(t, 5*time.Second, fmt.Sprintf("pid %d to die", pid), func() bool { return processGone(pid) })
 	}
 	if h.Abandoned() != 0 {
 		t.Errorf("Abandoned() = %d: exec tools are never abandoned", h.Abandoned())
@@ -133,7 +134,7 @@ func TestExecCancelKillsGroup(t *testing.T) {
 		t.Fatalf("script wrote %d pids, want 3", len(pids))
 	}
 	for _, pid := range pids {
-		waitFor(t, 5*time.Second, fmt.Sprintf("pid %d to die", pid), func() bool { return processGone(pid) })
+		testsync.WaitUntil(t, 5*time.Second, fmt.Sprintf("pid %d to die", pid), func() bool { return processGone(pid) })
 	}
 }
 
@@ -152,7 +153,7 @@ func TestExecGrandchildHoldingStdout(t *testing.T) {
 		t.Fatalf("Execute took %v: it waited on the grandchild's pipe", el)
 	}
 	for _, pid := range readPids(t, filepath.Join(piddir, "pids")) {
-		waitFor(t, 5*time.Second, fmt.Sprintf("pid %d to die", pid), func() bool { return processGone(pid) })
+		testsync.WaitUntil(t, 5*time.Second, fmt.Sprintf("pid %d to die", pid), func() bool { return processGone(pid) })
 	}
 }
 

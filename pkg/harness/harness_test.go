@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -234,7 +235,7 @@ func TestExecuteTimeoutAbandonsGoTool(t *testing.T) {
 		t.Fatalf("Abandoned() = %d, want 1", got)
 	}
 	close(release)
-	waitFor(t, 5*time.Second, "Abandoned() to return to 0", func() bool { return h.Abandoned() == 0 })
+	testsync.WaitUntil(t, 5*time.Second, "Abandoned() to return to 0", func() bool { return h.Abandoned() == 0 })
 	if !strings.Contains(logs.String(), "abandoned") {
 		t.Error("abandonment was not logged")
 	}
@@ -291,7 +292,7 @@ func TestExecuteCooperativeToolTimesOut(t *testing.T) {
 	if r.Outcome != protocol.OutcomeTimeout || r.ErrorType != "" {
 		t.Fatalf("result = %+v, want timeout (not failed with the context's error type)", r)
 	}
-	waitFor(t, 5*time.Second, "no abandoned goroutine", func() bool { return h.Abandoned() == 0 })
+	testsync.WaitUntil(t, 5*time.Second, "no abandoned goroutine", func() bool { return h.Abandoned() == 0 })
 }
 
 func TestExecuteCancel(t *testing.T) {
@@ -327,7 +328,7 @@ func TestExecuteCancel(t *testing.T) {
 				t.Fatalf("Execute took %v after a cancel", time.Since(start))
 			}
 			if tc.abandoned == 0 {
-				waitFor(t, 5*time.Second, "no abandoned goroutine", func() bool { return h.Abandoned() == 0 })
+				testsync.WaitUntil(t, 5*time.Second, "no abandoned goroutine", func() bool { return h.Abandoned() == 0 })
 			} else if got := h.Abandoned(); got != tc.abandoned {
 				t.Fatalf("Abandoned() = %d, want %d", got, tc.abandoned)
 			}

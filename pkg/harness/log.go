@@ -1,19 +1,21 @@
 package harness
 
+import "github.com/toolfleet/toolfleet/pkg/logkey"
+
 // Log keys. Logs carry tool names, outcomes, durations, sizes and argument
 // keys; never argument values, outputs, error messages, panic values, stack
 // traces or stderr (stderr only with [Config].LogStderr).
 const (
-	logKeyTool        = "tool"
+	logKeyTool        = logkey.Tool
 	logKeyToolNameLen = "tool_name_len" // for names that are not valid tokens
-	logKeyOutcome     = "outcome"
-	logKeyDurationMS  = "duration_ms"
+	logKeyOutcome     = logkey.Outcome
+	logKeyDurationMS  = logkey.DurationMS
 	logKeyOutputChars = "output_chars"
 	logKeyTruncated   = "truncated"
 	logKeyArgKeys     = "arg_keys"
 	logKeyArgsDigest  = "args_digest"
 	logKeyArgsBytes   = "args_bytes"
-	logKeyErrorType   = "error_type"
+	logKeyErrorType   = logkey.ErrorType
 	logKeyAbandoned   = "abandoned"
 	logKeyPID         = "pid"
 	logKeyStderr      = "stderr"

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -79,7 +80,7 @@ func TestExecSetsidEscapeIsKilledAndReported(t *testing.T) {
 	}
 	pids := readPids(t, filepath.Join(piddir, "pids"))
 	for _, pid := range pids {
-		waitFor(t, 10*time.Second, fmt.Sprintf("escaped pid %d to die", pid), func() bool { return processGone(pid) })
+		testsync.WaitUntil(t, 10*time.Second, fmt.Sprintf("escaped pid %d to die", pid), func() bool { return processGone(pid) })
 	}
 	if h.Escaped() != 1 {
 		t.Errorf("Escaped() = %d, want 1", h.Escaped())
@@ -100,7 +101,7 @@ func TestExecSetsidEscapeIsKilledAtTheDeadline(t *testing.T) {
 		t.Fatalf("result = %+v, want timeout", r)
 	}
 	for _, pid := range readPids(t, filepath.Join(piddir, "pids")) {
-		waitFor(t, 10*time.Second, fmt.Sprintf("escaped pid %d to die", pid), func() bool { return processGone(pid) })
+		testsync.WaitUntil(t, 10*time.Second, fmt.Sprintf("escaped pid %d to die", pid), func() bool { return processGone(pid) })
 	}
 }
 
@@ -118,7 +119,7 @@ func TestExecSetsidEscapeDiesWithTheWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidfile := filepath.Join(piddir, "pids")
-	waitFor(t, 30*time.Second, "the escaped process to start", func() bool {
+	testsync.WaitUntil(t, 30*time.Second, "the escaped process to start", func() bool {
 		b, _ := os.ReadFile(pidfile)
 		return strings.HasSuffix(string(b), "\n")
 	})
@@ -127,7 +128,7 @@ func TestExecSetsidEscapeDiesWithTheWorker(t *testing.T) {
 	}
 	worker.Wait()
 	for _, pid := range readPids(t, pidfile) {
-		waitFor(t, 10*time.Second, fmt.Sprintf("escaped pid %d to die with the worker", pid), func() bool { return processGone(pid) })
+		testsync.WaitUntil(t, 10*time.Second, fmt.Sprintf("escaped pid %d to die with the worker", pid), func() bool { return processGone(pid) })
 	}
 }
 

@@ -163,7 +163,8 @@ func (c Config) withDefaults() Config {
 var ErrInvalidConfig = errors.New("invalid loop config")
 
 // ConfigError names a configuration field, its value and the rule it
-// breaks. Field is spelled as the command-line flag is, with underscores.
+// breaks. It is a [config.Error]; Field is the [Config] field's Go name
+// ("MaxRounds"), or the argument of [New] that is missing.
 type ConfigError struct {
 	Field string
 	Value any
@@ -171,8 +172,14 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("%s %s, got %v", e.Field, e.Rule, e.Value)
+	return e.Field + " " + e.ConfigProblem()
 }
+
+// ConfigField returns e.Field.
+func (e *ConfigError) ConfigField() string { return e.Field }
+
+// ConfigProblem returns the rule and the value.
+func (e *ConfigError) ConfigProblem() string { return fmt.Sprintf("%s, got %v", e.Rule, e.Value) }
 
 // Unwrap returns [ErrInvalidConfig].
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
@@ -188,38 +195,38 @@ func (c Config) Validate() error {
 		v     int
 	}
 	for _, r := range []intRule{
-		{"max_rounds", c.MaxRounds},
-		{"max_tool_calls_per_round", c.MaxToolCallsPerRound},
-		{"max_observation_chars", c.MaxObservationChars},
-		{"max_transcript_bytes", c.MaxTranscriptBytes},
+		{"MaxRounds", c.MaxRounds},
+		{"MaxToolCallsPerRound", c.MaxToolCallsPerRound},
+		{"MaxObservationChars", c.MaxObservationChars},
+		{"MaxTranscriptBytes", c.MaxTranscriptBytes},
 	} {
 		if r.v < 1 {
 			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be >= 1"}
 		}
 	}
 	if c.MaxToolCallsKept <= c.MaxToolCallsPerRound {
-		return &ConfigError{Field: "max_tool_calls_kept", Value: c.MaxToolCallsKept,
-			Rule: fmt.Sprintf("must be > max_tool_calls_per_round (%d)", c.MaxToolCallsPerRound)}
+		return &ConfigError{Field: "MaxToolCallsKept", Value: c.MaxToolCallsKept,
+			Rule: fmt.Sprintf("must be more than the tool calls per round (%d)", c.MaxToolCallsPerRound)}
 	}
 	type durRule struct {
 		field string
 		v     time.Duration
 	}
 	for _, r := range []durRule{
-		{"tool_timeout", c.ToolTimeout},
-		{"approval_timeout", c.ApprovalTimeout},
-		{"grace", c.Grace},
-		{"dedup_window", c.DedupWindow},
-		{"cancel_timeout", c.CancelTimeout},
-		{"max_run_duration", c.MaxRunDuration},
+		{"ToolTimeout", c.ToolTimeout},
+		{"ApprovalTimeout", c.ApprovalTimeout},
+		{"Grace", c.Grace},
+		{"DedupWindow", c.DedupWindow},
+		{"CancelTimeout", c.CancelTimeout},
+		{"MaxRunDuration", c.MaxRunDuration},
 	} {
-		if r.v < 0 || (r.v == 0 && r.field != "tool_timeout") {
+		if r.v < 0 || (r.v == 0 && r.field != "ToolTimeout") {
 			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be > 0"}
 		}
 	}
 	for _, name := range c.RequireApproval {
 		if name != "*" && !validToolName(name) {
-			return &ConfigError{Field: "require_approval", Value: quoteClipped(name), Rule: "must list tool names or *"}
+			return &ConfigError{Field: "RequireApproval", Value: quoteClipped(name), Rule: "must list tool names or *"}
 		}
 	}
 	return nil

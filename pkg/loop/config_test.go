@@ -19,14 +19,14 @@ func TestConfigValidate(t *testing.T) {
 		{"zero value is the defaults", loop.Config{}, "", ""},
 		{"explicit values", loop.Config{MaxRounds: 1, MaxToolCallsPerRound: 1, MaxObservationChars: 1,
 			ToolTimeout: time.Millisecond, ApprovalTimeout: time.Millisecond, RequireApproval: []string{"echo", "*"}}, "", ""},
-		{"negative max_rounds", loop.Config{MaxRounds: -1}, "max_rounds", "max_rounds must be >= 1, got -1"},
-		{"negative cap", loop.Config{MaxToolCallsPerRound: -1}, "max_tool_calls_per_round", "max_tool_calls_per_round must be >= 1, got -1"},
-		{"negative observation bound", loop.Config{MaxObservationChars: -5}, "max_observation_chars", "max_observation_chars must be >= 1, got -5"},
-		{"negative tool timeout", loop.Config{ToolTimeout: -time.Second}, "tool_timeout", "tool_timeout must be > 0, got -1s"},
-		{"negative approval timeout", loop.Config{ApprovalTimeout: -time.Second}, "approval_timeout", "approval_timeout must be > 0, got -1s"},
-		{"negative grace", loop.Config{Grace: -1}, "grace", "grace must be > 0, got -1ns"},
-		{"negative cancel timeout", loop.Config{CancelTimeout: -1}, "cancel_timeout", "cancel_timeout must be > 0, got -1ns"},
-		{"bad approval name", loop.Config{RequireApproval: []string{"a.b"}}, "require_approval", "require_approval must list tool names or *, got 'a.b'"},
+		{"negative max_rounds", loop.Config{MaxRounds: -1}, "MaxRounds", "MaxRounds must be >= 1, got -1"},
+		{"negative cap", loop.Config{MaxToolCallsPerRound: -1}, "MaxToolCallsPerRound", "MaxToolCallsPerRound must be >= 1, got -1"},
+		{"negative observation bound", loop.Config{MaxObservationChars: -5}, "MaxObservationChars", "MaxObservationChars must be >= 1, got -5"},
+		{"negative tool timeout", loop.Config{ToolTimeout: -time.Second}, "ToolTimeout", "ToolTimeout must be > 0, got -1s"},
+		{"negative approval timeout", loop.Config{ApprovalTimeout: -time.Second}, "ApprovalTimeout", "ApprovalTimeout must be > 0, got -1s"},
+		{"negative grace", loop.Config{Grace: -1}, "Grace", "Grace must be > 0, got -1ns"},
+		{"negative cancel timeout", loop.Config{CancelTimeout: -1}, "CancelTimeout", "CancelTimeout must be > 0, got -1ns"},
+		{"bad approval name", loop.Config{RequireApproval: []string{"a.b"}}, "RequireApproval", "RequireApproval must list tool names or *, got 'a.b'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,7 +2,6 @@ package loop_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -69,7 +69,7 @@ type env struct {
 	model  *looptest.Model
 	disp   *looptest.Dispatcher
 	cat    *looptest.Catalog
-	logs   *syncBuffer
+	logs   *logBuffer
 }
 
 // fastConfig has short grace and cancel bounds, fit for tests.
@@ -84,7 +84,7 @@ func newEnv(t testing.TB, cfg loop.Config, model *looptest.Model, h looptest.Han
 	if h == nil {
 		h = handler
 	}
-	e := &env{model: model, disp: looptest.New(h), cat: looptest.NewCatalog(specs()...), logs: &syncBuffer{}}
+	e := &env{model: model, disp: looptest.New(h), cat: looptest.NewCatalog(specs()...), logs: &logBuffer{}}
 	cfg.Logger = zerolog.New(io.MultiWriter(e.logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel)
 	var err error
 	e.runner, err = loop.New(cfg, model, e.cat, e.disp, gate)
@@ -174,38 +174,11 @@ func publishedTools(d *looptest.Dispatcher) []string {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// logBuffer keeps the loop's log lines for assertions.
+type logBuffer struct{ testsync.Buffer }
 
 // lines parses the log lines whose "event" is ev.
-func (b *syncBuffer) lines(t testing.TB, ev string) []map[string]any {
+func (b *logBuffer) lines(t testing.TB, ev string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	sc := bufio.NewScanner(strings.NewReader(b.String()))

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 )
 
 // Log keys and event names of the loop's trace lines. Lines carry ids, tool
@@ -12,26 +14,26 @@ import (
 // messages, operator reasons or error messages.
 const (
 	logKeyEvent            = "event"
-	logKeyRun              = "run_id"
-	logKeyRound            = "round"
-	logKeyCallKey          = "call_key"
-	logKeyCallID           = "call_id"
-	logKeyTool             = "tool"
+	logKeyRun              = logkey.RunID
+	logKeyRound            = logkey.Round
+	logKeyCallKey          = logkey.CallKey
+	logKeyCallID           = logkey.CallID
+	logKeyTool             = logkey.Tool
 	logKeyArgKeys          = "arg_keys"
 	logKeyArgs             = "args"
 	logKeyArgsDigest       = "args_digest"
 	logKeyArgsBytes        = "args_bytes"
-	logKeyOutcome          = "outcome"
-	logKeyDurationMS       = "duration_ms"
-	logKeyWorker           = "worker"
-	logKeyAttempt          = "attempt"
+	logKeyOutcome          = logkey.Outcome
+	logKeyDurationMS       = logkey.DurationMS
+	logKeyWorker           = logkey.Worker
+	logKeyAttempt          = logkey.Attempt
 	logKeyMessages         = "messages"
 	logKeyTools            = "tools"
 	logKeyToolCalls        = "tool_calls"
 	logKeyPromptTokens     = "prompt_tokens"
 	logKeyCompletionTokens = "completion_tokens"
 	logKeyFinishReason     = "finish_reason"
-	logKeyErrorType        = "error_type"
+	logKeyErrorType        = logkey.ErrorType
 	logKeyDropReason       = "drop_reason"
 	logKeyRequested        = "requested"
 	logKeyLimit            = "limit"

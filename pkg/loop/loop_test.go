@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -506,7 +507,7 @@ func TestThousandCallsInOneRound(t *testing.T) {
 		t.Fatalf("peak goroutines %d, want <= %d", peak, bound)
 	}
 	e.disp.Wait()
-	waitFor(t, 2*time.Second, "goroutines back to baseline", func() bool { return runtime.NumGoroutine() <= baseline })
+	testsync.WaitUntil(t, 2*time.Second, "goroutines back to baseline", func() bool { return runtime.NumGoroutine() <= baseline })
 }
 
 func TestCallIDs(t *testing.T) {

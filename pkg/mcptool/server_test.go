@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
 	"github.com/toolfleet/toolfleet/pkg/mcptool/mcptooltest"
@@ -63,18 +64,6 @@ func want(t *testing.T, r harness.Result, outcome protocol.Outcome, errType stri
 	t.Helper()
 	if r.Outcome != outcome || r.ErrorType != errType {
 		t.Fatalf("got outcome %s error type %q (output %.200q), want %s %q", r.Outcome, r.ErrorType, r.Output, outcome, errType)
-	}
-}
-
-// waitFor polls cond with a generous deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -186,7 +175,7 @@ func TestToolIgnoringCancellationIsKilledAndRestarted(t *testing.T) {
 	s, h := start(t, "1", nil)
 	before := pid(t, h)
 	want(t, call(h, "t_hang", `{}`, 500*time.Millisecond), protocol.OutcomeTimeout, "")
-	waitFor(t, "the restart", func() bool { return s.Restarts() == 1 })
+	testsync.WaitUntil(t, 30*time.Second, "the restart", func() bool { return s.Restarts() == 1 })
 	if after := pid(t, h); after == before {
 		t.Fatalf("same server process %s after the kill", after)
 	}
@@ -195,14 +184,14 @@ func TestToolIgnoringCancellationIsKilledAndRestarted(t *testing.T) {
 func TestServerCrashingMidCallIsAnsweredAndRestarted(t *testing.T) {
 	s, h := start(t, "1", nil)
 	want(t, call(h, "t_crash", `{}`, 20*time.Second), protocol.OutcomeFailed, "mcptool.ConnectionLost")
-	waitFor(t, "the restart", func() bool { return s.Restarts() == 1 })
+	testsync.WaitUntil(t, 30*time.Second, "the restart", func() bool { return s.Restarts() == 1 })
 	want(t, call(h, "t_echo", `{"text":"back"}`, 20*time.Second), protocol.OutcomeOK, "")
 }
 
 func TestGarbageOnStdoutRestartsTheServer(t *testing.T) {
 	s, h := start(t, "1", nil)
 	want(t, call(h, "t_garbage", `{}`, 20*time.Second), protocol.OutcomeFailed, "mcptool.ConnectionLost")
-	waitFor(t, "the restart", func() bool { return s.Restarts() == 1 })
+	testsync.WaitUntil(t, 30*time.Second, "the restart", func() bool { return s.Restarts() == 1 })
 	want(t, call(h, "t_echo", `{"text":"back"}`, 20*time.Second), protocol.OutcomeOK, "")
 }
 
@@ -216,7 +205,7 @@ func TestHundredMegabyteResponseIsBounded(t *testing.T) {
 	if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 80<<20 {
 		t.Errorf("allocated %d MiB for a 100 MiB response: not bounded", alloc>>20)
 	}
-	waitFor(t, "the restart", func() bool { return s.Restarts() == 1 })
+	testsync.WaitUntil(t, 30*time.Second, "the restart", func() bool { return s.Restarts() == 1 })
 	// Below the bound, a big text is truncated like any output.
 	r = call(h, "t_big", `{"mb":1}`, 60*time.Second)
 	want(t, r, protocol.OutcomeOK, "")
@@ -296,7 +285,7 @@ func TestToolHonouringCancellationIsNotRestarted(t *testing.T) {
 	before := pid(t, h)
 	want(t, call(h, "t_wait", `{}`, 300*time.Millisecond), protocol.OutcomeTimeout, "")
 	// The Go SDK answers the cancelled request when the handler returns.
-	waitFor(t, "the cancelled request's answer", func() bool { a, _ := s.CancelStats(); return a == 1 })
+	testsync.WaitUntil(t, 30*time.Second, "the cancelled request's answer", func() bool { a, _ := s.CancelStats(); return a == 1 })
 	if after := pid(t, h); after != before || s.Restarts() != 0 {
 		t.Fatalf("a server that honoured the cancel was restarted (pid %s → %s, %d restarts)", before, after, s.Restarts())
 	}
@@ -306,7 +295,7 @@ func TestTrustCancelKeepsAServerThatIgnoresIt(t *testing.T) {
 	s, h := start(t, "1", func(c *mcptool.ServerConfig) { c.TrustCancel = true })
 	before := pid(t, h)
 	want(t, call(h, "t_hang", `{}`, 300*time.Millisecond), protocol.OutcomeTimeout, "")
-	waitFor(t, "the grace to pass", func() bool { _, u := s.CancelStats(); return u == 1 })
+	testsync.WaitUntil(t, 30*time.Second, "the grace to pass", func() bool { _, u := s.CancelStats(); return u == 1 })
 	if after := pid(t, h); after != before || s.Restarts() != 0 {
 		t.Fatalf("trust_cancel: the server was restarted (pid %s → %s)", before, after)
 	}

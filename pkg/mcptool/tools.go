@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/schema"
 )
@@ -62,7 +63,7 @@ func (s *Server) list(ctx context.Context, sess *session, strict bool) ([]*toolE
 			if strict {
 				return nil, &ConfigError{Index: -1, Server: s.cfg.Name, Field: "tools", Err: fmt.Errorf("tool %q: %w", clip(t.Name), err)}
 			}
-			s.log.Error().Str("tool", clip(t.Name)).Str("error", err.Error()).Msg("mcp tool skipped")
+			s.log.Error().Str(logkey.Tool, clip(t.Name)).Str("error", err.Error()).Msg("mcp tool skipped")
 			continue
 		}
 		seen[e.fleetName] = t.Name

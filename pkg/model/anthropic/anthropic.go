@@ -8,8 +8,8 @@ import (
 	"time"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
 )
@@ -33,31 +33,8 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := cfg.policy()
-	limit := p.MaxResponseBytes
-	// The service is built without the SDK's environment defaults (no
-	// profile, federation or auth token from the environment) and without
-	// its own retries, timeouts and OpenTelemetry spans: this package reads
-	// ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY itself, retries by its own
-	// rules, and the loop makes the model-call spans.
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(modelhttp.HTTPClient(cfg.HTTPClient)),
-		option.WithMaxRetries(0),
-		option.WithoutOpenTelemetry(),
-		option.WithOpenTelemetryPropagation(false),
-		// The SDK derives a timeout from max_tokens and refuses large
-		// values without streaming; each attempt has this package's own.
-		option.WithRequestTimeout(p.RequestTimeout + time.Second),
-		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			res, err := next(r)
-			return modelhttp.LimitResponse(res, err, limit)
-		}),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithHeader("x-api-key", cfg.APIKey))
-	}
-	return &Model{cfg: cfg, policy: p, svc: sdk.NewMessageService(opts...), warned: map[string]bool{}}, nil
+	p := cfg.provider()
+	return &Model{cfg: cfg, policy: p.Policy, svc: sdk.NewMessageService(p.AnthropicOptions()...), warned: map[string]bool{}}, nil
 }
 
 // Complete sends one Messages request with the whole transcript and maps the
@@ -83,16 +60,16 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, n, nMe
 	log := m.cfg.Logger
 	if err != nil {
 		err = m.classify(ctx, actx, err)
-		log.Debug().Str("model", m.cfg.Model).Int("attempt", n).Int("messages", nMessages).Int("tools", nTools).
-			Str("error_kind", modelhttp.ErrorKind(err)).Dur("duration", dur).Msg("model call failed")
+		log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).Int("tools", nTools).
+			Str("error_kind", modelhttp.ErrorKind(err)).Dur(logkey.DurationMS, dur).Msg("model call failed")
 		return nil, err
 	}
 	resp, err := toResponse(msg)
 	if err != nil {
 		return nil, err
 	}
-	log.Debug().Str("model", m.cfg.Model).Int("attempt", n).Int("messages", nMessages).Int("tools", nTools).
-		Int("status", http.StatusOK).Dur("duration", dur).Int("tool_calls", len(resp.Message.ToolCalls)).
+	log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).Int("tools", nTools).
+		Int("status", http.StatusOK).Dur(logkey.DurationMS, dur).Int("tool_calls", len(resp.Message.ToolCalls)).
 		Str("finish_reason", modelhttp.SafeIdentifier(string(msg.StopReason))).
 		Int("prompt_tokens", resp.Usage.PromptTokens).Int("completion_tokens", resp.Usage.CompletionTokens).
 		Msg("model call")
@@ -132,7 +109,7 @@ func (m *Model) warnSkipped(skipped []skippedTool) {
 			continue
 		}
 		m.warned[k] = true
-		m.cfg.Logger.Warn().Str("model", m.cfg.Model).Str("tool", clip(s.name)).Str("reason", s.reason).
+		m.cfg.Logger.Warn().Str("model", m.cfg.Model).Str(logkey.Tool, clip(s.name)).Str("reason", s.reason).
 			Msg("tool left out: the Messages API would refuse its name or schema")
 	}
 }

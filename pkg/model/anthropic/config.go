@@ -2,9 +2,7 @@ package anthropic
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -67,41 +65,31 @@ type Config struct {
 }
 
 // ValidationError is a [Config] field that breaks its rule. It names the
-// field but never quotes its value.
-type ValidationError struct {
-	Field string
-	Err   error
+// field but never quotes its value (it may be a key or a URL with
+// credentials). It is a config.Error.
+type ValidationError = modelhttp.ConfigError
+
+// endpoint is where the defaults of BaseURL and APIKey come from.
+var endpoint = modelhttp.Endpoint{EnvBaseURL: EnvBaseURL, EnvAPIKey: EnvAPIKey, DefaultBaseURL: DefaultBaseURL}
+
+// provider is c's API, key, client and retry policy, with their defaults.
+func (c Config) provider() modelhttp.Provider {
+	return modelhttp.Provider{
+		Policy: modelhttp.Policy{Provider: "anthropic", Model: c.Model, Logger: c.Logger,
+			RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries, RetryBaseDelay: c.RetryBaseDelay,
+			MaxRetryDelay: c.MaxRetryDelay, MaxResponseBytes: c.MaxResponseBytes},
+		BaseURL: c.BaseURL, APIKey: c.APIKey, HTTPClient: c.HTTPClient,
+	}.WithDefaults(endpoint)
 }
 
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("anthropic: config: %s: %v", e.Field, e.Err)
-}
-
-func (e *ValidationError) Unwrap() error { return e.Err }
-
-func (c Config) policy() modelhttp.Policy {
-	return modelhttp.Policy{
-		Provider: "anthropic", Model: c.Model,
-		RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries,
-		RetryBaseDelay: c.RetryBaseDelay, MaxRetryDelay: c.MaxRetryDelay,
-		MaxResponseBytes: c.MaxResponseBytes, Logger: c.Logger,
-	}.WithDefaults()
-}
-
+// withDefaults returns c with every default applied, the policy's
+// included.
 func (c Config) withDefaults() Config {
-	if c.BaseURL == "" {
-		c.BaseURL = os.Getenv(EnvBaseURL)
-	}
-	if c.BaseURL == "" {
-		c.BaseURL = DefaultBaseURL
-	}
-	if c.APIKey == "" {
-		c.APIKey = os.Getenv(EnvAPIKey)
-	}
+	p := c.provider()
+	c.BaseURL, c.APIKey = p.BaseURL, p.APIKey
 	if c.MaxTokens == 0 {
 		c.MaxTokens = DefaultMaxTokens
 	}
-	p := c.policy()
 	c.RequestTimeout, c.MaxRetries, c.RetryBaseDelay = p.RequestTimeout, p.MaxRetries, p.RetryBaseDelay
 	c.MaxRetryDelay, c.MaxResponseBytes = p.MaxRetryDelay, p.MaxResponseBytes
 	if c.MaxRetries == 0 {
@@ -114,11 +102,12 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
-	if field, err := c.policy().ValidateConfig(c.BaseURL); err != nil {
-		return &ValidationError{Field: field, Err: err}
+	p := c.provider()
+	if err := p.Validate(); err != nil {
+		return err
 	}
 	if c.MaxTokens < 0 {
-		return &ValidationError{Field: "MaxTokens", Err: errors.New("must be > 0")}
+		return p.ConfigError("MaxTokens", errors.New("must be > 0"))
 	}
 	return nil
 }

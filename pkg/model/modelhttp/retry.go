@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 )
 
 // Defaults of [Policy], the same as package openai's.
@@ -157,7 +159,7 @@ func Do[T any](ctx context.Context, p Policy, op string, attempt func(ctx contex
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
 			return zero, fmt.Errorf("%s: %s failed after %d attempt(s), no time left to retry: %w", p.Provider, op, n, err)
 		}
-		p.Logger.Warn().Str("model", p.Model).Int("attempt", n).
+		p.Logger.Warn().Str("model", p.Model).Int(logkey.Attempt, n).
 			Str("error_kind", ErrorKind(err)).Dur("retry_in", delay).
 			Msg("model call failed, retrying")
 		t := time.NewTimer(delay)

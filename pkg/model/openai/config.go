@@ -2,9 +2,7 @@ package openai
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -92,40 +90,27 @@ type Config struct {
 
 // ValidationError is a [Config] field that breaks its rule. It names the
 // field but never quotes its value (it may be a key or a URL with
-// credentials).
-type ValidationError struct {
-	Field string
-	Err   error
-}
+// credentials). It is a config.Error.
+type ValidationError = modelhttp.ConfigError
 
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("openai: config: %s: %v", e.Field, e.Err)
-}
+// endpoint is where the defaults of BaseURL and APIKey come from.
+var endpoint = modelhttp.Endpoint{EnvBaseURL: EnvBaseURL, EnvAPIKey: EnvAPIKey, DefaultBaseURL: DefaultBaseURL}
 
-func (e *ValidationError) Unwrap() error { return e.Err }
-
-// policy is c's retry and timeout policy, with its defaults.
-func (c Config) policy() modelhttp.Policy {
-	return modelhttp.Policy{
-		Provider: "openai", Model: c.Model,
-		RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries,
-		RetryBaseDelay: c.RetryBaseDelay, MaxRetryDelay: c.MaxRetryDelay,
-		MaxResponseBytes: c.MaxResponseBytes, Logger: c.Logger,
-	}.WithDefaults()
+// provider is c's API, key, client and retry policy, with their defaults.
+func (c Config) provider() modelhttp.Provider {
+	return modelhttp.Provider{
+		Policy: modelhttp.Policy{Provider: "openai", Model: c.Model, Logger: c.Logger,
+			RequestTimeout: c.RequestTimeout, MaxRetries: c.MaxRetries, RetryBaseDelay: c.RetryBaseDelay,
+			MaxRetryDelay: c.MaxRetryDelay, MaxResponseBytes: c.MaxResponseBytes},
+		BaseURL: c.BaseURL, APIKey: c.APIKey, HTTPClient: c.HTTPClient,
+	}.WithDefaults(endpoint)
 }
 
 // withDefaults returns c with the environment consulted for BaseURL and
 // APIKey (the retry fields' defaults are the policy's).
 func (c Config) withDefaults() Config {
-	if c.BaseURL == "" {
-		c.BaseURL = os.Getenv(EnvBaseURL)
-	}
-	if c.BaseURL == "" {
-		c.BaseURL = DefaultBaseURL
-	}
-	if c.APIKey == "" {
-		c.APIKey = os.Getenv(EnvAPIKey)
-	}
+	p := c.provider()
+	c.BaseURL, c.APIKey = p.BaseURL, p.APIKey
 	return c
 }
 
@@ -133,14 +118,15 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
-	if field, err := c.policy().ValidateConfig(c.BaseURL); err != nil {
-		return &ValidationError{Field: field, Err: err}
+	p := c.provider()
+	if err := p.Validate(); err != nil {
+		return err
 	}
 	if err := modelhttp.ValidateTemperature(c.Temperature); err != nil {
-		return &ValidationError{Field: "Temperature", Err: err}
+		return p.ConfigError("Temperature", err)
 	}
 	if c.MaxTokens < 0 {
-		return &ValidationError{Field: "MaxTokens", Err: errors.New("must be >= 0")}
+		return p.ConfigError("MaxTokens", errors.New("must be >= 0"))
 	}
 	return nil
 }

@@ -1,12 +1,14 @@
 package openai
 
+import "github.com/toolfleet/toolfleet/pkg/logkey"
+
 // Log keys. Values are ids, counts, durations and statuses — never prompts,
 // content, arguments or the key.
 const (
 	logModel            = "model"
-	logAttempt          = "attempt"
+	logAttempt          = logkey.Attempt
 	logStatus           = "status"
-	logDuration         = "duration"
+	logDuration         = logkey.DurationMS
 	logMessages         = "messages"
 	logTools            = "tools"
 	logToolCalls        = "tool_calls"

@@ -2,12 +2,10 @@ package openai
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
 	sdk "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
@@ -32,25 +30,8 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := cfg.policy()
-	limit := p.MaxResponseBytes
-	// The service is built without the SDK's environment defaults: this
-	// package reads OPENAI_BASE_URL and OPENAI_API_KEY itself and nothing
-	// else (no organization, project or custom headers from the
-	// environment). Retries and timeouts are modelhttp's.
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(modelhttp.HTTPClient(cfg.HTTPClient)),
-		option.WithMaxRetries(0),
-		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			res, err := next(r)
-			return modelhttp.LimitResponse(res, err, limit)
-		}),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	}
-	return &Model{cfg: cfg, policy: p, svc: sdk.NewChatCompletionService(opts...)}, nil
+	p := cfg.provider()
+	return &Model{cfg: cfg, policy: p.Policy, svc: sdk.NewChatCompletionService(p.OpenAIOptions()...)}, nil
 }
 
 // Complete sends one chat-completion request and maps the first choice onto
@@ -107,19 +88,5 @@ func (m *Model) attempt(ctx context.Context, params sdk.ChatCompletionNewParams,
 // holds the request, and transport errors name the URL. An attempt that
 // timed out is a timeout even when a status arrived with it.
 func (m *Model) classify(ctx, actx context.Context, err error) error {
-	var apiErr *sdk.Error
-	if ctx.Err() == nil && actx.Err() == nil && !errors.Is(err, ErrResponseTooLarge) && errors.As(err, &apiErr) {
-		e := &APIError{
-			Provider:   "openai",
-			StatusCode: apiErr.StatusCode,
-			Type:       modelhttp.SafeIdentifier(apiErr.Type),
-			Code:       modelhttp.SafeIdentifier(apiErr.Code),
-			Message:    apiErr.Message,
-		}
-		if apiErr.Response != nil {
-			e.RetryAfter, e.RetryAfterSet = modelhttp.RetryAfter(apiErr.Response.Header)
-		}
-		return e
-	}
-	return m.policy.Classify(ctx, actx, err)
+	return m.policy.ClassifyOpenAI(ctx, actx, err)
 }

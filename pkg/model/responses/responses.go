@@ -10,12 +10,11 @@ import (
 	"sync"
 	"time"
 
-	sdkopenai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 	sdk "github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
 )
@@ -43,21 +42,8 @@ func New(cfg Config) (*Model, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	p := cfg.policy()
-	limit := p.MaxResponseBytes
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithHTTPClient(modelhttp.HTTPClient(cfg.HTTPClient)),
-		option.WithMaxRetries(0),
-		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			res, err := next(r)
-			return modelhttp.LimitResponse(res, err, limit)
-		}),
-	}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	}
-	return &Model{cfg: cfg, policy: p, svc: sdk.NewResponseService(opts...), chains: map[[32]byte]string{}}, nil
+	p := cfg.provider()
+	return &Model{cfg: cfg, policy: p.Policy, svc: sdk.NewResponseService(p.OpenAIOptions()...), chains: map[[32]byte]string{}}, nil
 }
 
 // Complete sends one Responses request and maps its output onto a
@@ -199,16 +185,16 @@ func (m *Model) attempt(ctx context.Context, params sdk.ResponseNewParams, n, nM
 	log := m.cfg.Logger
 	if err != nil {
 		err = m.classify(ctx, actx, err)
-		log.Debug().Str("model", m.cfg.Model).Int("attempt", n).Int("messages", nMessages).
-			Str("error_kind", modelhttp.ErrorKind(err)).Dur("duration", dur).Msg("model call failed")
+		log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).
+			Str("error_kind", modelhttp.ErrorKind(err)).Dur(logkey.DurationMS, dur).Msg("model call failed")
 		return nil, nil, err
 	}
 	resp, err := toResponse(r)
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Debug().Str("model", m.cfg.Model).Int("attempt", n).Int("messages", nMessages).
-		Int("status", http.StatusOK).Dur("duration", dur).Int("tool_calls", len(resp.Message.ToolCalls)).
+	log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).
+		Int("status", http.StatusOK).Dur(logkey.DurationMS, dur).Int("tool_calls", len(resp.Message.ToolCalls)).
 		Bool("chained", params.PreviousResponseID.Valid()).
 		Int("prompt_tokens", resp.Usage.PromptTokens).Int("completion_tokens", resp.Usage.CompletionTokens).
 		Msg("model call")
@@ -216,21 +202,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.ResponseNewParams, n, nM
 }
 
 func (m *Model) classify(ctx, actx context.Context, err error) error {
-	var apiErr *sdkopenai.Error
-	if ctx.Err() == nil && !errors.Is(err, modelhttp.ErrResponseTooLarge) && errors.As(err, &apiErr) {
-		e := &modelhttp.APIError{
-			Provider:   "openai-responses",
-			StatusCode: apiErr.StatusCode,
-			Type:       modelhttp.SafeIdentifier(apiErr.Type),
-			Code:       modelhttp.SafeIdentifier(apiErr.Code),
-			Message:    apiErr.Message,
-		}
-		if apiErr.Response != nil {
-			e.RetryAfter, e.RetryAfterSet = modelhttp.RetryAfter(apiErr.Response.Header)
-		}
-		return e
-	}
-	return m.policy.Classify(ctx, actx, err)
+	return m.policy.ClassifyOpenAI(ctx, actx, err)
 }
 
 // Describe names the provider and model for spans.

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/modeltest"
 )
 
 // Error texts of the Messages API, as it words them.
@@ -33,8 +31,6 @@ var (
 	toolNamePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 	toolIDPattern   = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 )
-
-const maxRequestBytes = 32 << 20
 
 // Request is one Messages request as the server decoded it.
 type Request struct {
@@ -140,12 +136,7 @@ type Handler func(n int, req *Request) Reply
 // Sequence answers the n-th valid request with replies[n], and later ones
 // with the last.
 func Sequence(replies ...Reply) Handler {
-	return func(n int, _ *Request) Reply {
-		if len(replies) == 0 {
-			return Reply{Content: "ok"}
-		}
-		return replies[min(n, len(replies)-1)]
-	}
+	return modeltest.Sequence[Request](Reply{Content: "ok"}, replies...)
 }
 
 // Server is a fake Messages API.
@@ -155,74 +146,41 @@ type Server struct {
 	// APIKey, when set, must arrive as x-api-key or the request gets 401.
 	APIKey string
 
-	srv     *httptest.Server
-	handler Handler
-	done    chan struct{}
-
-	mu       sync.Mutex
-	requests []*Request
-	valid    int
-	rejected []string
+	fake *modeltest.Server[Request, Reply]
 }
 
 // NewServer starts a server answering with h, closed when the test ends.
 func NewServer(tb testing.TB, h Handler) *Server {
 	tb.Helper()
-	if h == nil {
-		h = Sequence()
-	}
-	s := &Server{handler: h, done: make(chan struct{})}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
-	tb.Cleanup(s.Close)
+	s := &Server{}
+	s.fake = modeltest.Start(tb, s.serve, h, Reply{Content: "ok"})
+	s.URL = s.fake.URL()
 	return s
 }
 
 // Close stops the server, releasing hanging replies. It is idempotent.
-func (s *Server) Close() {
-	s.mu.Lock()
-	select {
-	case <-s.done:
-		s.mu.Unlock()
-		return
-	default:
-		close(s.done)
-	}
-	s.mu.Unlock()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
-}
+func (s *Server) Close() { s.fake.Close() }
 
 // Requests returns every request received so far.
-func (s *Server) Requests() []*Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]*Request(nil), s.requests...)
-}
+func (s *Server) Requests() []*Request { return s.fake.Requests() }
 
 // Rejected returns the error messages of the requests refused for breaking
 // the API's rules.
-func (s *Server) Rejected() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.rejected...)
-}
+func (s *Server) Rejected() []string { return s.fake.Rejected() }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/messages" {
 		writeError(w, http.StatusNotFound, "not_found_error", "Not Found")
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
-	if err != nil || len(body) > maxRequestBytes {
+	body, ok := modeltest.ReadBody(r)
+	if !ok {
 		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
 		return
 	}
 	req := &Request{Header: r.Header.Clone(), Body: body}
 	decErr := json.Unmarshal(body, req)
-	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	s.mu.Unlock()
+	s.fake.Add(req)
 	if s.APIKey != "" && r.Header.Get("X-Api-Key") != s.APIKey {
 		// The message quotes the header in full, so that a client leaking
 		// error messages is caught.
@@ -238,49 +196,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg := Check(req); msg != "" {
-		s.mu.Lock()
-		s.rejected = append(s.rejected, msg)
-		s.mu.Unlock()
+		s.fake.Reject(msg)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", msg)
 		return
 	}
-	s.mu.Lock()
-	n := s.valid
-	s.valid++
-	s.mu.Unlock()
-	s.write(w, r, s.handler(n, req))
+	_, rep := s.fake.Answer(req)
+	s.write(w, r, rep)
 }
 
 func (s *Server) write(w http.ResponseWriter, r *http.Request, rep Reply) {
-	if rep.Hang {
-		select {
-		case <-r.Context().Done():
-		case <-s.done:
-		}
-		return
-	}
-	if rep.Drop {
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				_ = conn.Close()
-				return
-			}
-		}
-		panic(http.ErrAbortHandler)
-	}
-	for k, vs := range rep.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	status := rep.Status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	if rep.Body != "" {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, rep.Body)
+	status, done := s.fake.Write(w, r, modeltest.Reply{Status: rep.Status, Header: rep.Header, Body: rep.Body,
+		Hang: rep.Hang, Drop: rep.Drop})
+	if done {
 		return
 	}
 	if status >= 300 {

@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/modeltest"
 )
 
 // OrphanMessage starts the API's error message for an assistant message whose
@@ -21,9 +19,6 @@ const OrphanMessage = "An assistant message with 'tool_calls' must be followed b
 // UnexpectedToolMessage is the API's error message for a tool message that
 // does not answer a call of the assistant message before it.
 const UnexpectedToolMessage = "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'."
-
-// maxRequestBytes bounds a request body the server reads.
-const maxRequestBytes = 32 << 20
 
 // Request is one chat-completions request as the server decoded it.
 type Request struct {
@@ -98,12 +93,7 @@ type Handler func(n int, req *Request) Reply
 // Sequence answers the n-th valid request with replies[n] and every later one
 // with the last reply.
 func Sequence(replies ...Reply) Handler {
-	return func(n int, _ *Request) Reply {
-		if len(replies) == 0 {
-			return Reply{Content: "ok"}
-		}
-		return replies[min(n, len(replies)-1)]
-	}
+	return modeltest.Sequence[Request](Reply{Content: "ok"}, replies...)
 }
 
 // Server is a fake chat-completions API.
@@ -114,67 +104,36 @@ type Server struct {
 	// the request gets 401.
 	APIKey string
 
-	srv     *httptest.Server
-	handler Handler
-	done    chan struct{}
-
-	mu       sync.Mutex
-	requests []*Request
-	valid    int
-	rejected int
+	fake *modeltest.Server[Request, Reply]
 }
 
 // NewServer starts a server that answers with h and is closed when the test
 // ends.
 func NewServer(tb testing.TB, h Handler) *Server {
 	tb.Helper()
-	if h == nil {
-		h = Sequence()
-	}
-	s := &Server{handler: h, done: make(chan struct{})}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL + "/v1"
-	tb.Cleanup(s.Close)
+	s := &Server{}
+	s.fake = modeltest.Start(tb, s.serve, h, Reply{Content: "ok"})
+	s.URL = s.fake.URL() + "/v1"
 	return s
 }
 
 // Close stops the server, releasing hanging replies first. It is idempotent.
-func (s *Server) Close() {
-	s.mu.Lock()
-	select {
-	case <-s.done:
-		s.mu.Unlock()
-		return
-	default:
-		close(s.done)
-	}
-	s.mu.Unlock()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
-}
+func (s *Server) Close() { s.fake.Close() }
 
 // Requests returns every request received so far, valid or not.
-func (s *Server) Requests() []*Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]*Request(nil), s.requests...)
-}
+func (s *Server) Requests() []*Request { return s.fake.Requests() }
 
 // Rejected counts the requests refused with 400 for breaking the tool-call
 // rules.
-func (s *Server) Rejected() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rejected
-}
+func (s *Server) Rejected() int { return len(s.fake.Rejected()) }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "", "Invalid URL ("+r.Method+" "+r.URL.Path+")")
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
-	if err != nil || len(body) > maxRequestBytes {
+	body, ok := modeltest.ReadBody(r)
+	if !ok {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "could not read the request body")
 		return
 	}
@@ -182,9 +141,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	decErr := dec.Decode(req)
 
-	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	s.mu.Unlock()
+	s.fake.Add(req)
 
 	if s.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.APIKey {
 		// The real API echoes a masked key; this one echoes the header in
@@ -198,76 +155,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg, param := Check(req); msg != "" {
-		s.mu.Lock()
-		s.rejected++
-		s.mu.Unlock()
-		writeErrorParam(w, http.StatusBadRequest, "invalid_request_error", "", param, msg)
+		s.fake.Reject(msg)
+		modeltest.WriteOpenAIError(w, http.StatusBadRequest, "invalid_request_error", "", param, msg)
 		return
 	}
 
-	s.mu.Lock()
-	n := s.valid
-	s.valid++
-	s.mu.Unlock()
-	rep := s.handler(n, req)
+	_, rep := s.fake.Answer(req)
 	s.write(w, r, rep)
 }
 
 func (s *Server) write(w http.ResponseWriter, r *http.Request, rep Reply) {
-	if rep.Hang {
-		select {
-		case <-r.Context().Done():
-		case <-s.done:
-		}
-		return
-	}
-	if rep.Drop {
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				_ = conn.Close()
-				return
-			}
-		}
-		panic(http.ErrAbortHandler)
-	}
-	for k, vs := range rep.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	status := rep.Status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	if rep.Body != "" {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		if !rep.Chunked {
-			_, _ = io.WriteString(w, rep.Body)
-			return
-		}
-		f, _ := w.(http.Flusher)
-		for b := rep.Body; b != ""; {
-			n := min(len(b), 512)
-			if _, err := io.WriteString(w, b[:n]); err != nil {
-				return
-			}
-			if f != nil {
-				f.Flush()
-			}
-			b = b[n:]
-		}
+	status, done := s.fake.Write(w, r, modeltest.Reply{Status: rep.Status, Header: rep.Header, Body: rep.Body,
+		Chunked: rep.Chunked, Hang: rep.Hang, Drop: rep.Drop})
+	if done {
 		return
 	}
 	if status >= 300 {
-		typ := "server_error"
-		if status < 500 {
-			typ = "invalid_request_error"
-		}
-		if status == http.StatusTooManyRequests {
-			typ = "rate_limit_exceeded"
-		}
-		writeError(w, status, typ, "", rep.Error)
+		writeError(w, status, modeltest.OpenAIErrorType(status), "", rep.Error)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -383,18 +287,5 @@ func Check(req *Request) (msg, param string) {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
-	writeErrorParam(w, status, typ, code, "", msg)
-}
-
-func writeErrorParam(w http.ResponseWriter, status int, typ, code, param, msg string) {
-	e := map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}
-	if param != "" {
-		e["param"] = param
-	}
-	if code != "" {
-		e["code"] = code
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": e})
+	modeltest.WriteOpenAIError(w, status, typ, code, "", msg)
 }

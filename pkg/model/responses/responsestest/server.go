@@ -4,20 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/modeltest"
 )
 
 var toolNamePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-
-const maxRequestBytes = 32 << 20
 
 // Request is one Responses request as the server decoded it. Input is the
 // request's own input items (a string input is one user message).
@@ -109,12 +106,7 @@ type Handler func(n int, req *Request) Reply
 // Sequence answers the n-th valid request with replies[n], and later ones
 // with the last.
 func Sequence(replies ...Reply) Handler {
-	return func(n int, _ *Request) Reply {
-		if len(replies) == 0 {
-			return Reply{Content: "ok"}
-		}
-		return replies[min(n, len(replies)-1)]
-	}
+	return modeltest.Sequence[Request](Reply{Content: "ok"}, replies...)
 }
 
 // Server is a fake Responses API.
@@ -125,59 +117,30 @@ type Server struct {
 	// 401.
 	APIKey string
 
-	srv     *httptest.Server
-	handler Handler
-	done    chan struct{}
+	fake *modeltest.Server[Request, Reply]
 
-	mu       sync.Mutex
-	requests []*Request
-	valid    int
-	rejected []string
-	stored   map[string][]Item // response id → the whole conversation, its output included
+	mu     sync.Mutex
+	stored map[string][]Item // response id → the whole conversation, its output included
 }
 
 // NewServer starts a server answering with h, closed when the test ends.
 func NewServer(tb testing.TB, h Handler) *Server {
 	tb.Helper()
-	if h == nil {
-		h = Sequence()
-	}
-	s := &Server{handler: h, done: make(chan struct{}), stored: map[string][]Item{}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL + "/v1"
-	tb.Cleanup(s.Close)
+	s := &Server{stored: map[string][]Item{}}
+	s.fake = modeltest.Start(tb, s.serve, h, Reply{Content: "ok"})
+	s.URL = s.fake.URL() + "/v1"
 	return s
 }
 
 // Close stops the server, releasing hanging replies. It is idempotent.
-func (s *Server) Close() {
-	s.mu.Lock()
-	select {
-	case <-s.done:
-		s.mu.Unlock()
-		return
-	default:
-		close(s.done)
-	}
-	s.mu.Unlock()
-	s.srv.CloseClientConnections()
-	s.srv.Close()
-}
+func (s *Server) Close() { s.fake.Close() }
 
 // Requests returns every request received so far.
-func (s *Server) Requests() []*Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]*Request(nil), s.requests...)
-}
+func (s *Server) Requests() []*Request { return s.fake.Requests() }
 
 // Rejected returns the error messages of the requests refused for breaking
 // the API's rules.
-func (s *Server) Rejected() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.rejected...)
-}
+func (s *Server) Rejected() []string { return s.fake.Rejected() }
 
 // Forget drops every stored response, as the API does when they expire.
 func (s *Server) Forget() {
@@ -191,8 +154,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "", "Invalid URL ("+r.Method+" "+r.URL.Path+")")
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
-	if err != nil || len(body) > maxRequestBytes {
+	body, ok := modeltest.ReadBody(r)
+	if !ok {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "could not read the request body")
 		return
 	}
@@ -201,9 +164,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if decErr == nil {
 		req.Input, decErr = decodeInput(req.RawInput)
 	}
-	s.mu.Lock()
-	s.requests = append(s.requests, req)
-	s.mu.Unlock()
+	s.fake.Add(req)
 	if s.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.APIKey {
 		writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Incorrect API key provided: "+r.Header.Get("Authorization"))
@@ -229,11 +190,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, param, msg)
 		return
 	}
-	s.mu.Lock()
-	n := s.valid
-	s.valid++
-	s.mu.Unlock()
-	rep := s.handler(n, req)
+	n, rep := s.fake.Answer(req)
 	id := fmt.Sprintf("resp_%04d", n)
 	if rep.Status == 0 && rep.Body == "" && !rep.Hang && !rep.Drop && (req.Store == nil || *req.Store) {
 		s.mu.Lock()
@@ -244,10 +201,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) reject(w http.ResponseWriter, param, msg string) {
-	s.mu.Lock()
-	s.rejected = append(s.rejected, msg)
-	s.mu.Unlock()
-	writeErrorParam(w, http.StatusBadRequest, "invalid_request_error", "", param, msg)
+	s.fake.Reject(msg)
+	modeltest.WriteOpenAIError(w, http.StatusBadRequest, "invalid_request_error", "", param, msg)
 }
 
 func decodeInput(raw json.RawMessage) ([]Item, error) {
@@ -381,46 +336,13 @@ func ResponseObject(id string, req *Request, rep Reply) map[string]any {
 }
 
 func (s *Server) write(w http.ResponseWriter, r *http.Request, req *Request, id string, rep Reply) {
-	if rep.Hang {
-		select {
-		case <-r.Context().Done():
-		case <-s.done:
-		}
-		return
-	}
-	if rep.Drop {
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				_ = conn.Close()
-				return
-			}
-		}
-		panic(http.ErrAbortHandler)
-	}
-	for k, vs := range rep.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	status := rep.Status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	if rep.Body != "" {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, rep.Body)
+	status, done := s.fake.Write(w, r, modeltest.Reply{Status: rep.Status, Header: rep.Header, Body: rep.Body,
+		Hang: rep.Hang, Drop: rep.Drop})
+	if done {
 		return
 	}
 	if status >= 300 {
-		typ := "server_error"
-		if status < 500 {
-			typ = "invalid_request_error"
-		}
-		if status == http.StatusTooManyRequests {
-			typ = "rate_limit_exceeded"
-		}
-		writeError(w, status, typ, "", rep.Error)
+		writeError(w, status, modeltest.OpenAIErrorType(status), "", rep.Error)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -429,18 +351,5 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, req *Request, id 
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
-	writeErrorParam(w, status, typ, code, "", msg)
-}
-
-func writeErrorParam(w http.ResponseWriter, status int, typ, code, param, msg string) {
-	e := map[string]any{"message": msg, "type": typ, "param": nil, "code": nil}
-	if param != "" {
-		e["param"] = param
-	}
-	if code != "" {
-		e["code"] = code
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": e})
+	modeltest.WriteOpenAIError(w, status, typ, code, "", msg)
 }
