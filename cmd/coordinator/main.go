@@ -24,7 +24,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/procsec"
 )
 
-// Exit statuses of DESIGN.md §6.
+// Exit statuses of docs/design.md §6.
 const (
 	exitOK        = 0
 	exitError     = 1
