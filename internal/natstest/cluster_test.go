@@ -26,30 +26,36 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	// Each request gets its own bound: on a loaded machine a node's start
+	// and a leader election take long, and one budget for the whole test
+	// would expire in whichever step comes last.
+	ctx := t.Context()
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
+	if _, err := js.CreateStream(cctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
 	publish := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			natstest.WaitFor(t, 30*time.Second, func() error {
-				_, err := js.Publish(ctx, "s.x", []byte("m"), jetstream.WithMsgID(fmt.Sprint(i)))
+			natstest.WaitFor(t, time.Minute, func() error {
+				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				_, err := js.Publish(pctx, "s.x", []byte("m"), jetstream.WithMsgID(fmt.Sprint(i)))
 				return err
 			})
 		}
 	}
 	publish(0, 10)
-	leader := c.WaitForStreamLeader("", "S", 30*time.Second)
+	leader := c.WaitForStreamLeader("", "S", time.Minute)
 	c.Kill(leader)
-	next := c.WaitForStreamLeader("", "S", 30*time.Second)
+	next := c.WaitForStreamLeader("", "S", time.Minute)
 	if next == leader {
 		t.Fatalf("stream leader is still the killed node %d", leader)
 	}
 	publish(10, 20)
 	c.Restart(leader)
-	c.WaitForMetaLeader(30 * time.Second)
+	c.WaitForMetaLeader(time.Minute)
 	natstest.WaitFor(t, 30*time.Second, func() error {
 		n, err := c.StoredMsgs(leader, "", "S")
 		if err != nil {
@@ -60,7 +66,9 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 		}
 		return nil
 	})
-	s, err := js.Stream(ctx, "S")
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	s, err := js.Stream(sctx, "S")
 	if err != nil {
 		t.Fatal(err)
 	}
