@@ -27,7 +27,7 @@ type provisionFlags struct {
 // provisionFlagOf names the flags of the fields "coordinator provision"
 // sets.
 var provisionFlagOf = connFlagOf.With(cliconfig.Flags{
-	"ResultTTL": "--result-ttl",
+	"ResultTTL":     "--result-ttl",
 	"Replicas":      "--replicas",
 	"PlacementTags": "--placement-tags",
 })
