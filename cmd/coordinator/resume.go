@@ -36,7 +36,11 @@ stored is not run again. Give it the flags the run had (model, limits).`)
 	if err != nil {
 		return exitUsage
 	}
-	if len(pos) != 1 || !protocol.ValidToken(pos[0]) {
+	var run protocol.RunID
+	if len(pos) == 1 {
+		run, err = protocol.ParseRunID(pos[0])
+	}
+	if len(pos) != 1 || err != nil {
 		fmt.Fprintln(stderr, "coordinator resume: takes one RUN id")
 		return exitUsage
 	}
@@ -70,6 +74,6 @@ stored is not run again. Give it the flags the run had (model, limits).`)
 		fmt.Fprintln(stderr, "coordinator resume: needs the fleet's NATS server (--nats-url or NATS_URL)")
 		return exitUsage
 	}
-	res, runErr := c.Resume(ctx, pos[0])
+	res, runErr := c.Resume(ctx, run)
 	return finishRun(stdout, stderr, "coordinator resume", f.output, res, runErr)
 }

@@ -106,7 +106,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		run:      run,
 		events:   make(chan loop.Event, d.cfg.InboxSize),
 		limit:    d.cfg.MaxMessageBytes,
-		log:      d.log.With().Str(logRun, run).Logger(),
+		log:      d.log.With().Str(logRun, string(run)).Logger(),
 		garbage:  d.garbage,
 		prefix:   strings.TrimSuffix(resultSubj, ">"),
 		progress: progressSubj,
@@ -436,7 +436,7 @@ func (in *Inbox) onResult(m jetstream.Msg) {
 		err = codedError("run_mismatch")
 	}
 	if err == nil {
-		if want, ok := in.tools.Load(r.CallKey); ok && m.Subject() != in.prefix+want.(protocol.ToolName) {
+		if want, ok := in.tools.Load(r.CallKey); ok && m.Subject() != in.prefix+string(want.(protocol.ToolName)) {
 			// A worker answering a call of another tool (or a forger).
 			err = codedError("tool_mismatch")
 		}

@@ -42,7 +42,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
 		tc.meter.onTerminated(TerminatedExpired)
-		w.log.Info().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
+		w.log.Info().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
 			Int(logAttempt, attempt).Msg("call expired before it started: not run")
 		return Term(termExpired)
 	case err != nil:
@@ -51,7 +51,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		w.limited.Warn().Str(logSubject, m.Subject()).Str(logCode, errorCode(err)).Msg("terminated a malformed call")
 		return Term(termMalformed)
 	}
-	log := w.log.With().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
+	log := w.log.With().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
 		Int(logAttempt, attempt).Logger()
 
 	// Checked twice: the coordinator asked an operator, and the worker
@@ -348,7 +348,7 @@ func (w *Worker) publishProgress(call protocol.Call, attempt int) {
 // publishTimeout, then, while the server does not answer, until the call's
 // deadline plus resultGrace or until stopping ends (the worker cancels its
 // calls to stop).
-func (w *Worker) publishResult(stopping context.Context, replyTo, tool string, r *protocol.Result, deadline time.Time) error {
+func (w *Worker) publishResult(stopping context.Context, replyTo string, tool protocol.ToolName, r *protocol.Result, deadline time.Time) error {
 	data, err := encodeResult(r, w.cfg.MaxMessageBytes)
 	if err != nil {
 		return err

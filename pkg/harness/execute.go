@@ -32,7 +32,7 @@ const abandonGrace = 5 * time.Millisecond
 
 // Call is one tool call to execute.
 type Call struct {
-	Tool      string
+	Tool      protocol.ToolName
 	Arguments json.RawMessage
 	// Deadline is absolute. Zero: now + the tool's timeout.
 	Deadline time.Time
@@ -42,7 +42,7 @@ type Call struct {
 	// CallKey is the call's idempotency key, passed to the tool: Go tools
 	// read it with CallKeyFrom, exec tools in $TOOLFLEET_CALL_KEY. Empty:
 	// none.
-	CallKey string
+	CallKey protocol.CallKey
 }
 
 // Result is what a call produced.
@@ -110,7 +110,7 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 	}
 	args := slices.Clone(call.Arguments)
 	if call.CallKey != "" {
-		tctx = WithCallKey(tctx, call.CallKey)
+		tctx = WithCallKey(tctx, string(call.CallKey))
 	}
 
 	if e.tool.cmd != nil {
@@ -251,8 +251,8 @@ func (h *Harness) logCall(call Call, res Result, validated bool) {
 	if ev == nil {
 		return
 	}
-	if protocol.ValidToken(call.Tool) {
-		ev = ev.Str(logKeyTool, call.Tool)
+	if call.Tool.Valid() {
+		ev = ev.Str(logKeyTool, string(call.Tool))
 	} else {
 		ev = ev.Int(logKeyToolNameLen, len(call.Tool))
 	}

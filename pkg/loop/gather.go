@@ -126,8 +126,8 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 			continue
 		}
 		call := protocol.Call{
-			V: protocol.Version, RunID: ru.id, Round: round, CallKey: s.key, CallID: s.id,
-			Tool: s.name, Arguments: bytes.Clone(s.args), Deadline: s.deadline, Attempt: 1,
+			V: protocol.Version, RunID: ru.id, Round: round, CallKey: s.key, CallID: protocol.CallID(s.id),
+			Tool: s.entry.spec.Name, Arguments: bytes.Clone(s.args), Deadline: s.deadline, Attempt: 1,
 			MaxOutputChars:   ru.cfg.MaxObservationChars,
 			RequiresApproval: s.approval, Approval: s.proof,
 		}
@@ -176,7 +176,7 @@ wait:
 			s := &slots[p.i]
 			if p.err != nil {
 				ru.log.Warn().Str(logKeyEvent, evDispatchFailed).Str(logKeyDropReason, "publish_failed").
-					Str(logKeyCallKey, s.key).Str(logKeyErrorType, errType(p.err)).Int(logKeyRound, round).Send()
+					Str(logKeyCallKey, string(s.key)).Str(logKeyErrorType, errType(p.err)).Int(logKeyRound, round).Send()
 				ru.failDispatch(ctx, s)
 				continue
 			}
@@ -387,11 +387,11 @@ func workerOutcome(o protocol.Outcome) bool {
 // handle applies one inbox event. Anything that does not answer an open
 // call of this run is dropped and logged with ids only.
 func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, drops *int) {
-	drop := func(key, why string) {
+	drop := func(key protocol.CallKey, why string) {
 		*drops++
 		if *drops <= maxLoggedDropsPerRound {
 			ru.log.Warn().Str(logKeyEvent, evEventDropped).Int(logKeyRound, round).
-				Str(logKeyCallKey, clipName(key)).Str(logKeyDropReason, why).Send()
+				Str(logKeyCallKey, clipName(string(key))).Str(logKeyDropReason, why).Send()
 		}
 	}
 	switch {
@@ -437,7 +437,7 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 				s.started = true
 				s.worker, s.attempt = clipName(p.Worker), p.Attempt
 				ru.log.Debug().Str(logKeyEvent, evProgress).Int(logKeyRound, round).
-					Str(logKeyCallKey, p.CallKey).Str(logKeyWorker, s.worker).Send()
+					Str(logKeyCallKey, string(p.CallKey)).Str(logKeyWorker, s.worker).Send()
 			} else if _, known := ru.keys[p.CallKey]; !known {
 				drop(p.CallKey, dropUnknownKey)
 			}
@@ -506,7 +506,7 @@ func (ru *run) publishCancels(ctx context.Context, slots []slot) {
 		select {
 		case r := <-ch:
 			if r.err != nil {
-				ru.log.Warn().Str(logKeyEvent, evCancelFailed).Str(logKeyCallKey, r.key).
+				ru.log.Warn().Str(logKeyEvent, evCancelFailed).Str(logKeyCallKey, string(r.key)).
 					Str(logKeyErrorType, errType(r.err)).Send()
 			}
 		case <-cctx.Done():

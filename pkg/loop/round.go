@@ -58,7 +58,7 @@ type slot struct {
 // dropped counts the calls of the model's response past
 // MaxToolCallsKept, which msg no longer holds: the last rejected call's
 // observation says so, once.
-func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry, dropped int) {
+func (ru *run) round(ctx context.Context, round int, msg Message, tools map[protocol.ToolName]*toolEntry, dropped int) {
 	calls := msg.ToolCalls
 	n, limit := len(calls), ru.cfg.MaxToolCallsPerRound
 	within := min(n, limit)
@@ -117,7 +117,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		ru.startToolSpan(ctx, round, s, calls[i].Function.Arguments)
 		ru.traceStart(round, s, calls[i].Function.Arguments, obj)
 		if !s.done {
-			s.approval = ru.r.approveAll || ru.r.approve[s.name] || s.entry.spec.RequiresApproval
+			s.approval = ru.r.approveAll || ru.r.approve[s.entry.spec.Name] || s.entry.spec.RequiresApproval
 		}
 	}
 	if n > within {
@@ -185,10 +185,8 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 // validate resolves the tool and checks the arguments; on failure it
 // answers the call. It returns the parsed arguments (for trace keys) when
 // they are a JSON object.
-func (ru *run) validate(s *slot, raw string, tools map[string]*toolEntry) map[string]any {
-	if validToolName(s.name) {
-		s.entry = tools[s.name]
-	}
+func (ru *run) validate(s *slot, raw string, tools map[protocol.ToolName]*toolEntry) map[string]any {
+	s.entry = catalogTool(s.name, tools)
 	if s.entry == nil {
 		ru.answer(s, protocol.OutcomeUnknownTool, obsUnknownTool(s.name))
 		return nil
@@ -250,10 +248,10 @@ func (ru *run) record(round int, s *slot) {
 // observe reports an answered call to the Observer: its catalog tool name
 // (never the model's text for an unknown tool), outcome, handling time and
 // how the gate settled it.
-func (ru *run) observe(s *slot, tools map[string]*toolEntry) {
+func (ru *run) observe(s *slot, tools map[protocol.ToolName]*toolEntry) {
 	tool := catalogName(s.name, tools)
 	if s.entry != nil {
-		tool = s.entry.spec.Name
+		tool = string(s.entry.spec.Name)
 	}
 	ru.cfg.Observer.CallEnded(tool, s.outcome, s.end.Sub(s.start))
 	if s.approval {
@@ -261,11 +259,23 @@ func (ru *run) observe(s *slot, tools map[string]*toolEntry) {
 	}
 }
 
+// catalogTool returns the entry of the round's catalog that the model's
+// tool name names, or nil. It is where the model's text becomes a
+// [protocol.ToolName], through [protocol.ParseToolName]; a call carries its
+// entry's spec name from then on.
+func catalogTool(name string, tools map[protocol.ToolName]*toolEntry) *toolEntry {
+	tool, err := protocol.ParseToolName(name)
+	if err != nil {
+		return nil
+	}
+	return tools[tool]
+}
+
 // catalogName returns name when it names a tool of the round's catalog,
 // else "".
-func catalogName(name string, tools map[string]*toolEntry) string {
-	if validToolName(name) && tools[name] != nil {
-		return name
+func catalogName(name string, tools map[protocol.ToolName]*toolEntry) string {
+	if e := catalogTool(name, tools); e != nil {
+		return string(e.spec.Name)
 	}
 	return ""
 }
@@ -284,7 +294,7 @@ func (ru *run) traceStart(round int, s *slot, raw string, obj map[string]any) {
 		args = []byte(raw)
 		digest = protocol.ArgsDigest(args)
 	}
-	ev.Str(logKeyEvent, evToolCallStart).Int(logKeyRound, round).Str(logKeyCallKey, s.key).
+	ev.Str(logKeyEvent, evToolCallStart).Int(logKeyRound, round).Str(logKeyCallKey, string(s.key)).
 		Str(logKeyCallID, clipName(s.id)).Str(logKeyTool, clipName(s.name)).
 		Str(logKeyArgsDigest, digest).Int(logKeyArgsBytes, len(raw))
 	if obj != nil {
@@ -306,7 +316,7 @@ func (ru *run) traceEnd(round int, s *slot) {
 	default:
 		ev = ru.log.Warn()
 	}
-	ev = ev.Str(logKeyEvent, evToolCallEnd).Int(logKeyRound, round).Str(logKeyCallKey, s.key).
+	ev = ev.Str(logKeyEvent, evToolCallEnd).Int(logKeyRound, round).Str(logKeyCallKey, string(s.key)).
 		Str(logKeyCallID, clipName(s.id)).Str(logKeyTool, clipName(s.name)).
 		Str(logKeyOutcome, string(s.outcome)).Int64(logKeyDurationMS, ms(s.end.Sub(s.start)))
 	if s.worker != "" {
@@ -380,15 +390,15 @@ func (ru *run) approve(ctx context.Context, round int, slots []slot) {
 	open := make(map[int]bool, len(waiting))
 	for _, i := range waiting {
 		s := &slots[i]
-		digest, err := protocol.Digest(ru.id, s.key, s.name, s.args)
+		digest, err := protocol.Digest(ru.id, s.key, s.entry.spec.Name, s.args)
 		if err != nil {
 			s.gateResult = "digest_error"
 			ru.answer(s, protocol.OutcomeDenied, obsApprovalUnavailable(s.name))
 			continue
 		}
 		req := protocol.ApprovalRequest{
-			V: protocol.Version, RunID: ru.id, CallKey: s.key, CallID: s.id, Round: round,
-			Tool: s.name, Arguments: bytes.Clone(s.args), Digest: digest, Deadline: deadline,
+			V: protocol.Version, RunID: ru.id, CallKey: s.key, CallID: protocol.CallID(s.id), Round: round,
+			Tool: s.entry.spec.Name, Arguments: bytes.Clone(s.args), Digest: digest, Deadline: deadline,
 		}
 		open[i] = true
 		go func() {

@@ -53,8 +53,8 @@ func (ru *run) tracer() trace.Tracer {
 // startRunSpan opens the run's span: "invoke_agent toolfleet".
 func (ru *run) startRunSpan(ctx context.Context) (context.Context, func(*Result, error)) {
 	ctx, span := ru.tracer().Start(ctx, "invoke_agent toolfleet", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String(AttrOperation, "invoke_agent"), attribute.String(AttrRunID, ru.id),
-			attribute.String(AttrConversationID, ru.id)))
+		trace.WithAttributes(attribute.String(AttrOperation, "invoke_agent"), attribute.String(AttrRunID, string(ru.id)),
+			attribute.String(AttrConversationID, string(ru.id))))
 	return ctx, func(res *Result, err error) {
 		if res != nil {
 			span.SetAttributes(attribute.String(AttrTermination, string(res.TerminationReason)),
@@ -115,7 +115,7 @@ func (ru *run) startToolSpan(ctx context.Context, round int, s *slot, raw string
 	}
 	attrs := []attribute.KeyValue{
 		attribute.String(AttrOperation, "execute_tool"), attribute.String(AttrToolName, name),
-		attribute.String(AttrToolCallID, clipName(s.id)), attribute.String(AttrCallKey, s.key),
+		attribute.String(AttrToolCallID, clipName(s.id)), attribute.String(AttrCallKey, string(s.key)),
 		attribute.Int(AttrRound, round),
 	}
 	if ru.cfg.TraceArgs {
@@ -161,8 +161,8 @@ func (ru *run) endToolSpan(s *slot) {
 
 // rejectedSpan records a call past the per-round cap, which never gets a
 // slot: a span that starts and ends with its rejection.
-func (ru *run) rejectedSpan(ctx context.Context, round int, tc ToolCall, tools map[string]*toolEntry) {
-	s := slot{id: tc.ID, name: tc.Function.Name, entry: tools[catalogName(tc.Function.Name, tools)],
+func (ru *run) rejectedSpan(ctx context.Context, round int, tc ToolCall, tools map[protocol.ToolName]*toolEntry) {
+	s := slot{id: tc.ID, name: tc.Function.Name, entry: catalogTool(tc.Function.Name, tools),
 		start: ru.now(), end: ru.now(), outcome: protocol.OutcomeRejected}
 	ru.startToolSpan(ctx, round, &s, tc.Function.Arguments)
 	ru.endToolSpan(&s)

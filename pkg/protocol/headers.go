@@ -21,9 +21,11 @@ const (
 )
 
 // CallMsgID is the dedup id of a call: one per call key and attempt.
-func CallMsgID(key CallKey) string { return "call-" + key }
+func CallMsgID(key CallKey) string { return "call-" + string(key) }
 
 // ResultMsgID is the dedup id of a call's result, so a redelivered call that
 // runs again cannot store a second result. The tool is part of it: a
 // worker of another tool cannot take the id of a call it was never given.
-func ResultMsgID(tool ToolName, key CallKey) string { return "result-" + key + "." + tool }
+func ResultMsgID(tool ToolName, key CallKey) string {
+	return "result-" + string(key) + "." + string(tool)
+}

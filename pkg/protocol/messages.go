@@ -52,15 +52,15 @@ func (c *Call) Validate() error {
 	switch {
 	case c.RunID == "":
 		return missing("run_id")
-	case !ValidToken(c.RunID):
+	case !c.RunID.Valid():
 		return invalid("run_id", "must match "+TokenPattern)
 	case c.CallKey == "":
 		return missing("call_key")
-	case !ValidToken(c.CallKey):
+	case !c.CallKey.Valid():
 		return invalid("call_key", "must match "+TokenPattern)
 	case c.Tool == "":
 		return missing("tool")
-	case !ValidToken(c.Tool):
+	case !c.Tool.Valid():
 		return invalid("tool", "must match "+TokenPattern)
 	case len(c.Arguments) == 0:
 		return missing("arguments")
@@ -110,11 +110,11 @@ func (r *Result) Validate() error {
 	switch {
 	case r.RunID == "":
 		return missing("run_id")
-	case !ValidToken(r.RunID):
+	case !r.RunID.Valid():
 		return invalid("run_id", "must match "+TokenPattern)
 	case r.CallKey == "":
 		return missing("call_key")
-	case !ValidToken(r.CallKey):
+	case !r.CallKey.Valid():
 		return invalid("call_key", "must match "+TokenPattern)
 	case r.Outcome == "":
 		return missing("outcome")
@@ -190,7 +190,7 @@ func (a *ApprovalRequest) Validate() error {
 		return err
 	}
 	switch {
-	case !ValidToken(a.Tool):
+	case !a.Tool.Valid():
 		return invalid("tool", "must match "+TokenPattern)
 	case len(a.Arguments) == 0:
 		return missing("arguments")
@@ -261,7 +261,7 @@ func (s *ToolSpec) Validate() error {
 	switch {
 	case s.Name == "":
 		return missing("name")
-	case !ValidToken(s.Name):
+	case !s.Name.Valid():
 		return invalid("name", "must match "+TokenPattern)
 	case len(s.Parameters) == 0:
 		return missing("parameters")
@@ -291,11 +291,11 @@ func checkRunKey(run RunID, key CallKey) error {
 	switch {
 	case run == "":
 		return missing("run_id")
-	case !ValidToken(run):
+	case !run.Valid():
 		return invalid("run_id", "must match "+TokenPattern)
 	case key == "":
 		return missing("call_key")
-	case !ValidToken(key):
+	case !key.Valid():
 		return invalid("call_key", "must match "+TokenPattern)
 	}
 	return nil

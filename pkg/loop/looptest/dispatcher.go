@@ -69,7 +69,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	if d.OpenErr != nil {
 		return nil, d.OpenErr
 	}
-	if !protocol.ValidToken(run) {
+	if !run.Valid() {
 		return nil, fmt.Errorf("looptest: invalid run id %q", run)
 	}
 	d.mu.Lock()

@@ -169,7 +169,7 @@ func (c *catalog) remove(names []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.specs = slices.DeleteFunc(c.specs, func(s protocol.ToolSpec) bool {
-		return slices.Contains(names, "*") || slices.Contains(names, s.Name)
+		return slices.Contains(names, "*") || slices.Contains(names, string(s.Name))
 	})
 }
 
