@@ -128,7 +128,7 @@ func modelRounds(run protocol.RunID, procs ...*proc) map[int]int {
 	out := map[int]int{}
 	for _, p := range procs {
 		for _, l := range p.logLines(func(m map[string]any) bool {
-			return m["event"] == "model_call_start" && m["run_id"] == run
+			return m["event"] == "model_call_start" && m["run_id"] == string(run)
 		}) {
 			r, _ := l["round"].(float64)
 			out[int(r)]++
@@ -254,7 +254,7 @@ func TestDurableStalledOwnerIsFenced(t *testing.T) {
 	stopped = false
 	stale.waitLog(30*time.Second, "another coordinator took the run over")
 
-	if n := len(stale.logLines(func(m map[string]any) bool { return m["message"] == "run finished" && m["run"] == run })); n != 0 {
+	if n := len(stale.logLines(func(m map[string]any) bool { return m["message"] == "run finished" && m["run"] == string(run) })); n != 0 {
 		t.Fatalf("the stalled owner finished the run %d times", n)
 	}
 	if r := modelRounds(run, stale, survivor); !reflect.DeepEqual(r, map[int]int{1: 1, 2: 1, 3: 1}) {

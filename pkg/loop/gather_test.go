@@ -129,7 +129,7 @@ func TestLateResultDropped(t *testing.T) {
 		t.Fatalf("second call %q, want now", observation(t, res, 1))
 	}
 	drops := e.logs.lines(t, "event_dropped")
-	if len(drops) != 1 || drops[0]["drop_reason"] != "late" || drops[0]["call_key"] != hung.CallKey {
+	if len(drops) != 1 || drops[0]["drop_reason"] != "late" || drops[0]["call_key"] != string(hung.CallKey) {
 		t.Fatalf("dropped lines=%v, want one late result for %s", drops, hung.CallKey)
 	}
 }
