@@ -250,7 +250,7 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	msg.Data = data
 	msg.Header.Set(protocol.HeaderMsgID, protocol.CallMsgID(call.CallKey))
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
-	msg.Header.Set(protocol.HeaderDeadline, call.Deadline.UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil

@@ -23,12 +23,11 @@ const (
 	ackTimeout = 5 * time.Second
 	// publishTimeout bounds a first round of attempts to publish one
 	// result. If the server still does not answer, the result is retried
-	// until its call's deadline plus resultGrace (unless the worker is
-	// cancelling its calls to stop), so it survives an outage for as long
-	// as the coordinator waits for it.
+	// until the coordinator's wait for it ends (the call's
+	// protocol.CallDeadline: its deadline plus the grace it carries),
+	// unless the worker is cancelling its calls to stop, so it survives an
+	// outage for as long as the coordinator waits for it.
 	publishTimeout = 5 * time.Second
-	// resultGrace covers the coordinator's own grace past a deadline.
-	resultGrace = time.Second
 	// consumerTimeout bounds one attempt to create or update a consumer.
 	consumerTimeout = 2 * time.Second
 	// maxCancelBytes bounds a decoded cancel message.

@@ -82,10 +82,7 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 	if !ok {
 		return Result{Outcome: protocol.OutcomeUnknownTool}, false
 	}
-	limit := h.cfg.MaxOutputChars
-	if call.MaxOutputChars > 0 && call.MaxOutputChars < limit {
-		limit = call.MaxOutputChars
-	}
+	limit := protocol.OutputLimit(call.MaxOutputChars, h.cfg.MaxOutputChars)
 	if err := e.schema.Validate(call.Arguments); err != nil {
 		msg := "arguments do not match the schema"
 		var ae *schema.ArgumentError
@@ -98,7 +95,8 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 
 	deadline := call.Deadline
 	if deadline.IsZero() {
-		deadline = time.Now().Add(e.timeout) // contexts run on the real clock
+		// contexts run on the real clock
+		deadline = protocol.NewCallDeadline(time.Now(), e.timeout, 0).At
 	}
 	if ctx.Err() != nil {
 		return Result{Outcome: protocol.OutcomeCancelled}, true

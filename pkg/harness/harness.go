@@ -14,8 +14,9 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/schema"
 )
 
-// DefaultTimeout is a tool's timeout when it declares none.
-const DefaultTimeout = 30 * time.Second
+// DefaultTimeout is a tool's timeout when it declares none: the fleet's
+// [protocol.DefaultToolTimeout].
+const DefaultTimeout = protocol.DefaultToolTimeout
 
 // Func is a Go-native tool body. args is the validated JSON object. It must
 // honour ctx: see the package's Caveats.

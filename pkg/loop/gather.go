@@ -76,20 +76,15 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 	for _, i := range todo {
 		s := &slots[i]
 		if c, ok := journaled[s.key]; ok {
-			s.timeout, s.deadline = time.Duration(c.TimeoutMS)*time.Millisecond, c.Deadline
+			s.timeout = time.Duration(c.TimeoutMS) * time.Millisecond
+			s.deadline = protocol.CallDeadline{At: c.Deadline, Grace: ru.cfg.Grace}
 			// Its progress notice went to the previous owner: a
 			// non-idempotent call may have started.
 			s.started = !s.entry.spec.Idempotent
 			continue
 		}
-		s.timeout = ru.cfg.ToolTimeout
-		if s.timeout == 0 {
-			s.timeout = s.entry.spec.Timeout()
-		}
-		if s.timeout <= 0 {
-			s.timeout = DefaultToolTimeout
-		}
-		s.deadline = ru.now().Add(s.timeout)
+		s.timeout = protocol.CallTimeout(&s.entry.spec, ru.cfg.ToolTimeout)
+		s.deadline = protocol.NewCallDeadline(ru.now(), s.timeout, ru.cfg.Grace)
 	}
 	if !resumed && !ru.appendEntry(ctx, JournalEntry{Kind: EntryDispatched, Round: round, Calls: dispatchedCalls(slots, todo)}) {
 		return
@@ -108,7 +103,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 	pending := make(map[protocol.CallKey]*slot, len(todo))
 	var last time.Time
 	for _, i := range todo {
-		last = maxTime(last, slots[i].deadline)
+		last = maxTime(last, slots[i].deadline.ResultBy())
 	}
 	// A round of more than one call goes out as one batch when the
 	// dispatcher can.
@@ -127,10 +122,11 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 		}
 		call := protocol.Call{
 			V: protocol.Version, RunID: ru.id, Round: round, CallKey: s.key, CallID: protocol.CallID(s.id),
-			Tool: s.entry.spec.Name, Arguments: bytes.Clone(s.args), Deadline: s.deadline, Attempt: 1,
+			Tool: s.entry.spec.Name, Arguments: bytes.Clone(s.args), Attempt: 1,
 			MaxOutputChars:   ru.cfg.MaxObservationChars,
 			RequiresApproval: s.approval, Approval: s.proof,
 		}
+		call.SetCallDeadline(s.deadline)
 		open[i] = true
 		if batcher != nil {
 			batch = append(batch, Outgoing{Ctx: ru.spanContext(ctx, s), Call: call})
@@ -165,7 +161,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 	// Wait for every Publish, but never past the last deadline plus grace:
 	// a Publish that has not returned by then is treated as published (its
 	// result, if any, is still gathered) and answered timeout.
-	backstop := time.NewTimer(last.Sub(ru.now()) + ru.cfg.Grace)
+	backstop := time.NewTimer(last.Sub(ru.now()))
 	defer backstop.Stop()
 	interrupted := false
 wait:
@@ -320,7 +316,7 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 		now := ru.now()
 		var next time.Time
 		for key, s := range pending {
-			limit := s.deadline.Add(ru.cfg.Grace)
+			limit := s.deadline.ResultBy()
 			if !now.Before(limit) {
 				ru.expire(s)
 				delete(pending, key)

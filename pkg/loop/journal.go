@@ -328,7 +328,7 @@ func dispatchedCalls(slots []slot, todo []int) []JournaledCall {
 	out := make([]JournaledCall, 0, len(todo))
 	for _, i := range todo {
 		s := &slots[i]
-		out = append(out, JournaledCall{CallKey: s.key, Tool: s.name, TimeoutMS: s.timeout.Milliseconds(), Deadline: s.deadline})
+		out = append(out, JournaledCall{CallKey: s.key, Tool: s.name, TimeoutMS: s.timeout.Milliseconds(), Deadline: s.deadline.At})
 	}
 	return out
 }

@@ -34,7 +34,7 @@ type slot struct {
 	proof    *protocol.ApprovalProof // the gate's proof of an approval
 
 	timeout  time.Duration
-	deadline time.Time
+	deadline protocol.CallDeadline // when the call times out, and its grace
 	started  bool // a worker said it started the call
 
 	done       bool

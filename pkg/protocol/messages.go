@@ -20,6 +20,10 @@ type Call struct {
 	Arguments json.RawMessage `json:"arguments"`
 	// Deadline is absolute: time spent queued counts against it.
 	Deadline time.Time `json:"deadline"`
+	// GraceMS is how long past Deadline the coordinator still awaits the
+	// result, and so how long a worker keeps trying to publish it, in
+	// milliseconds. 0 (omitted): [DefaultCallGrace]. See [CallDeadline].
+	GraceMS int64 `json:"grace_ms,omitempty"`
 	// Attempt counts the coordinator's publications of this call, from 1.
 	Attempt int `json:"attempt"`
 	// MaxOutputChars is the coordinator's bound on the observation; the
@@ -72,6 +76,8 @@ func (c *Call) Validate() error {
 		return invalid("attempt", "must be >= 1")
 	case len(c.CallID) > MaxCallIDLen:
 		return invalid("call_id", "too long")
+	case c.GraceMS < 0 || c.GraceMS > MaxCallGrace.Milliseconds():
+		return invalid("grace_ms", "must be between 0 and 3600000")
 	case c.MaxOutputChars < 0:
 		return invalid("max_output_chars", "must be >= 0")
 	case c.Approval != nil && (c.Approval.RequestSeq == 0 || c.Approval.DecisionSeq <= c.Approval.RequestSeq):
