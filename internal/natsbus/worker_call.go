@@ -384,5 +384,3 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	}
 	return publishRetrying(ctx, w.js, msg, opt)
 }
-
-

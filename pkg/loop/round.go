@@ -35,7 +35,7 @@ type slot struct {
 
 	timeout  time.Duration
 	deadline protocol.CallDeadline // when the call times out, and its grace
-	started  bool // a worker said it started the call
+	started  bool                  // a worker said it started the call
 
 	done       bool
 	outcome    protocol.Outcome
