@@ -37,7 +37,7 @@ type Call struct {
 	// Deadline is absolute. Zero: now + the tool's timeout.
 	Deadline time.Time
 	// MaxOutputChars bounds the output, in runes. 0: the config's bound;
-	// otherwise min(this, the config's bound).
+	// otherwise protocol.OutputLimit of this and the config's bound.
 	MaxOutputChars int
 	// CallKey is the call's idempotency key, passed to the tool: Go tools
 	// read it with CallKeyFrom, exec tools in $TOOLFLEET_CALL_KEY. Empty:

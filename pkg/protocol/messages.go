@@ -27,7 +27,8 @@ type Call struct {
 	// Attempt counts the coordinator's publications of this call, from 1.
 	Attempt int `json:"attempt"`
 	// MaxOutputChars is the coordinator's bound on the observation; the
-	// worker truncates output to min(this, its own bound). 0: the worker's.
+	// worker truncates output to [OutputLimit] of this and its own bound.
+	// 0: the worker's.
 	MaxOutputChars int `json:"max_output_chars,omitempty"`
 	// RequiresApproval says the coordinator held the call for an operator's
 	// approval. A worker then runs it only with a valid Approval, as it
