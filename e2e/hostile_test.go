@@ -281,7 +281,7 @@ func (h *hostile) results(run protocol.RunID, openKey protocol.CallKey) {
 
 // progress publishes hostile progress notices for the run.
 func (h *hostile) progress(run protocol.RunID) {
-	subject, _ := protocol.Subjects{}.Progress(run)
+	subject, _ := protocol.Subjects{}.Started(run)
 	for _, p := range append(garbage("progress"), big(900<<10),
 		[]byte(`{"v":2,"run_id":"`+run+`","call_key":"k"}`),
 		[]byte(`{"v":1,"run_id":"`+run+`","call_key":"unknownkey","worker":"`+canary+`"}`),
@@ -328,7 +328,7 @@ func progressKeys(t *testing.T, sub *nats.Subscription, n int) (protocol.RunID, 
 		if err != nil {
 			t.Fatalf("%d progress notices, want %d: %v", len(keys), n, err)
 		}
-		p, err := protocol.DecodeProgress(m.Data, 0)
+		p, err := protocol.DecodeStarted(m.Data, 0)
 		if err != nil || seen[p.CallKey] || (run != "" && p.RunID != run) {
 			continue
 		}

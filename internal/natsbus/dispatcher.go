@@ -98,7 +98,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: run id: %w", err)
 	}
-	progressSubj, err := d.subjects.Progress(run)
+	progressSubj, err := d.subjects.Started(run)
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: run id: %w", err)
 	}
@@ -472,7 +472,7 @@ func recovers(err error) bool {
 }
 
 func (in *Inbox) onProgress(m *nats.Msg) {
-	p, err := protocol.DecodeProgress(m.Data, in.limit)
+	p, err := protocol.DecodeStarted(m.Data, in.limit)
 	if err == nil && p.RunID != in.run {
 		err = codedError("run_mismatch")
 	}
@@ -483,7 +483,7 @@ func (in *Inbox) onProgress(m *nats.Msg) {
 		in.refuse(m.Subject, err)
 		return
 	}
-	in.deliver(loop.Event{Progress: &p})
+	in.deliver(loop.Event{Started: &p})
 }
 
 func (in *Inbox) refuse(subject string, err error) {

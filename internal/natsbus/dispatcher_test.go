@@ -26,7 +26,7 @@ func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
 	}
 	inbox := in.(*natsbus.Inbox)
 	resultSubj, _ := f.subjects.Result(run, "echo")
-	progressSubj, _ := f.subjects.Progress(run)
+	progressSubj, _ := f.subjects.Started(run)
 
 	result := func(r protocol.RunID) []byte {
 		data, _ := protocol.Encode(&protocol.Result{V: 1, RunID: r, CallKey: protocol.NewCallKey(), Outcome: protocol.OutcomeOK})
@@ -113,7 +113,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 	}
 	callSubj, _ := f.subjects.Call("echo")
 	resultSubj, _ := f.subjects.Result(run, "echo")
-	progressSubj, _ := f.subjects.Progress(run)
+	progressSubj, _ := f.subjects.Started(run)
 	cancelSubj, _ := f.subjects.Cancel(run, valid.CallKey)
 	for _, p := range payloads {
 		if _, err := f.js.Publish(ctx(t), callSubj, p); err != nil {

@@ -197,9 +197,9 @@ func nextResult(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.D
 }
 
 // nextProgress reads in until a progress notice for key arrives.
-func nextProgress(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Progress {
+func nextProgress(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Started {
 	t.Helper()
-	return *nextEvent(t, in, within, func(ev loop.Event) bool { return ev.Progress != nil && ev.Progress.CallKey == key }).Progress
+	return *nextEvent(t, in, within, func(ev loop.Event) bool { return ev.Started != nil && ev.Started.CallKey == key }).Started
 }
 
 // nextEvent reads in until an event matches, failing after within.

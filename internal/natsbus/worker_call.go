@@ -90,7 +90,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		}
 	}
 	ct.call(call, attempt)
-	w.publishProgress(call, attempt)
+	w.publishStarted(call, attempt)
 
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -319,14 +319,14 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 	return call, replyTo, nil
 }
 
-// publishProgress tells the coordinator the call started (core NATS, best
+// publishStarted tells the coordinator the call started (core NATS, best
 // effort).
-func (w *Worker) publishProgress(call protocol.Call, attempt int) {
-	subject, err := w.subjects.Progress(call.RunID)
+func (w *Worker) publishStarted(call protocol.Call, attempt int) {
+	subject, err := w.subjects.Started(call.RunID)
 	if err != nil {
 		return
 	}
-	data, err := protocol.Encode(&protocol.Progress{
+	data, err := protocol.Encode(&protocol.Started{
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Worker: w.cfg.Name, Attempt: attempt,
 	})
 	if err != nil {

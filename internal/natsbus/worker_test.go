@@ -55,13 +55,13 @@ func TestCallRoundTrip(t *testing.T) {
 	}
 	// Progress and result travel on two subscriptions: either may come
 	// first.
-	var p *protocol.Progress
+	var p *protocol.Started
 	var r protocol.Result
 	for p == nil || r.RunID == "" {
 		ev := nextEvent(t, in, 10*time.Second, func(loop.Event) bool { return true })
 		switch {
-		case ev.Progress != nil && ev.Progress.CallKey == call.CallKey:
-			p = ev.Progress
+		case ev.Started != nil && ev.Started.CallKey == call.CallKey:
+			p = ev.Started
 		case ev.Result != nil && ev.Result.CallKey == call.CallKey:
 			r = *ev.Result
 		}

@@ -391,7 +391,7 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 		}
 	}
 	switch {
-	case ev.Result != nil && ev.Progress == nil:
+	case ev.Result != nil && ev.Started == nil:
 		res := *ev.Result
 		switch {
 		case res.Validate() != nil:
@@ -421,8 +421,8 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 			ru.keys[res.CallKey] = keyByResult
 			ru.fromResult(s, res)
 		}
-	case ev.Progress != nil && ev.Result == nil:
-		p := *ev.Progress
+	case ev.Started != nil && ev.Result == nil:
+		p := *ev.Started
 		switch {
 		case p.Validate() != nil:
 			drop(p.CallKey, dropInvalid)

@@ -45,7 +45,7 @@ func FuzzDecode(f *testing.F) {
 		check("call", &c, err)
 		r, err := DecodeResult(data, 4096)
 		check("result", &r, err)
-		p, err := DecodeProgress(data, 4096)
+		p, err := DecodeStarted(data, 4096)
 		check("progress", &p, err)
 		x, err := DecodeCancel(data, 4096)
 		check("cancel", &x, err)

@@ -60,7 +60,7 @@ func TestSubjectBuildersRefuseBadTokens(t *testing.T) {
 		"Result/run":       func(b string) (string, error) { return s.Result(RunID(b), tool) },
 		"Result/tool":      func(b string) (string, error) { return s.Result(run, ToolName(b)) },
 		"ResultsOf":        func(b string) (string, error) { return s.ResultsOf(RunID(b)) },
-		"Progress":         func(b string) (string, error) { return s.Progress(RunID(b)) },
+		"Started":          func(b string) (string, error) { return s.Started(RunID(b)) },
 		"Cancel/run":       func(b string) (string, error) { return s.Cancel(RunID(b), key) },
 		"Cancel/key":       func(b string) (string, error) { return s.Cancel(run, CallKey(b)) },
 		"ApprovalRequest":  func(b string) (string, error) { return s.ApprovalRequest(run, CallKey(b)) },

@@ -133,10 +133,11 @@ func (r *Result) Validate() error {
 	return nil
 }
 
-// Progress tells the coordinator that a worker started a call. It travels on
-// core NATS ([Subjects.Progress]); losing one only weakens the distinction
-// between timeout and outcome_unknown.
-type Progress struct {
+// Started tells the coordinator that a worker started a call: it says
+// nothing of the call's progress after that. It travels on core NATS
+// ([Subjects.Started], whose token is still "progress"); losing one only
+// weakens the distinction between timeout and outcome_unknown.
+type Started struct {
 	V       int     `json:"v"`
 	RunID   RunID   `json:"run_id"`
 	CallKey CallKey `json:"call_key"`
@@ -145,7 +146,7 @@ type Progress struct {
 }
 
 // Validate checks the fields' rules.
-func (p *Progress) Validate() error {
+func (p *Started) Validate() error {
 	if err := checkV(p.V); err != nil {
 		return err
 	}

@@ -68,12 +68,12 @@ func BenchmarkDecodeResult(b *testing.B) {
 	}
 }
 
-func BenchmarkDecodeProgress(b *testing.B) {
-	p := Progress{V: Version, RunID: NewRunID(), CallKey: NewCallKey(), Worker: "worker-1", Attempt: 1}
+func BenchmarkDecodeStarted(b *testing.B) {
+	p := Started{V: Version, RunID: NewRunID(), CallKey: NewCallKey(), Worker: "worker-1", Attempt: 1}
 	data, _ := Encode(&p)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeProgress(data, 0); err != nil {
+		if _, err := DecodeStarted(data, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

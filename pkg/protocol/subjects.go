@@ -88,9 +88,10 @@ func (s Subjects) ResultsOf(run RunID) (string, error) {
 // Results is the wildcard covering every result subject.
 func (s Subjects) Results() string { return s.p() + ".result.>" }
 
-// Progress is the core-NATS subject on which workers say they started a
-// run's call: <prefix>.progress.<run>.
-func (s Subjects) Progress(run RunID) (string, error) { return s.join("progress", string(run)) }
+// Started is the core-NATS subject on which workers say they started a
+// run's call ([Started]): <prefix>.progress.<run>. The token keeps its
+// first name, "progress", so deployed permissions stay valid.
+func (s Subjects) Started(run RunID) (string, error) { return s.join("progress", string(run)) }
 
 // Cancel is the core-NATS subject that cancels one call:
 // <prefix>.cancel.<run>.<key>.

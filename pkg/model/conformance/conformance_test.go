@@ -187,7 +187,7 @@ func run(t *testing.T, p provider, s setup, turns ...turn) (*loop.Result, error,
 		}
 		return r, ok
 	})
-	d.Progress = s.progress
+	d.Started = s.progress
 	cfg := s.cfg
 	if cfg.Grace == 0 {
 		cfg.Grace = 20 * time.Millisecond
