@@ -29,7 +29,7 @@ type publishResult struct {
 // dispatch publishes every call still open (valid, and approved where
 // needed), concurrently, then gathers their results. It answers every call
 // it was given.
-func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
+func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 	var todo []int
 	for i := range slots {
 		if !slots[i].done {
@@ -100,7 +100,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 
 	ch := make(chan publishResult, len(todo))
 	open := make(map[int]bool, len(todo))
-	pending := make(map[protocol.CallKey]*slot, len(todo))
+	pending := make(map[protocol.CallKey]*callState, len(todo))
 	var last time.Time
 	for _, i := range todo {
 		last = maxTime(last, slots[i].deadline.ResultBy())
@@ -224,7 +224,7 @@ func (ru *run) drainEarly(round int) {
 		return
 	}
 	drops := 0
-	none := map[protocol.CallKey]*slot{}
+	none := map[protocol.CallKey]*callState{}
 	for {
 		select {
 		case ev, ok := <-ru.inbox.Events():
@@ -258,7 +258,7 @@ func (ru *run) catchUp(ctx context.Context) {
 
 // failDispatch answers a call whose Publish failed. If the run was being
 // cancelled the call may have gone out, so a Cancel follows it.
-func (ru *run) failDispatch(ctx context.Context, s *slot) {
+func (ru *run) failDispatch(ctx context.Context, s *callState) {
 	if ctx.Err() != nil {
 		s.cancelWhy = cancelUnpublish
 		ru.closeKey(s.key, keyBySynth)
@@ -279,7 +279,7 @@ func (ru *run) closeKey(key protocol.CallKey, st keyState) {
 // gather reads the inbox until every pending call is answered, its deadline
 // plus grace has passed (timeout, or outcome_unknown for a started
 // non-idempotent call), or ctx ends (cancelled).
-func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallKey]*slot) {
+func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallKey]*callState) {
 	var events <-chan Event
 	if ru.inbox != nil {
 		events = ru.inbox.Events()
@@ -357,7 +357,7 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 }
 
 // expire answers a call whose deadline and grace passed without a result.
-func (ru *run) expire(s *slot) {
+func (ru *run) expire(s *callState) {
 	ru.closeKey(s.key, keyBySynth)
 	if s.started && !s.entry.spec.Idempotent {
 		s.cancelWhy = cancelUnknown
@@ -382,7 +382,7 @@ func workerOutcome(o protocol.Outcome) bool {
 
 // handle applies one inbox event. Anything that does not answer an open
 // call of this run is dropped and logged with ids only.
-func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, drops *int) {
+func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*callState, drops *int) {
 	drop := func(key protocol.CallKey, why string) {
 		*drops++
 		if *drops <= maxLoggedDropsPerRound {
@@ -446,7 +446,7 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 }
 
 // fromResult answers a call from its worker's result (docs/design.md §4, step 7).
-func (ru *run) fromResult(s *slot, res protocol.Result) {
+func (ru *run) fromResult(s *callState, res protocol.Result) {
 	if res.Worker != "" {
 		s.worker = clipName(res.Worker)
 	}
@@ -477,8 +477,8 @@ func (ru *run) fromResult(s *slot, res protocol.Result) {
 // publishCancels asks workers to stop every call the round gave up on,
 // concurrently, with a context that outlives the run's own but is bounded
 // by CancelTimeout.
-func (ru *run) publishCancels(ctx context.Context, slots []slot) {
-	var list []*slot
+func (ru *run) publishCancels(ctx context.Context, slots []callState) {
+	var list []*callState
 	for i := range slots {
 		if slots[i].cancelWhy != "" {
 			list = append(list, &slots[i])
@@ -523,7 +523,7 @@ func maxTime(a, b time.Time) time.Time {
 // first dispatched longer ago than Config.DedupWindow: publishing it again
 // would store a new call, which a worker could run a second time, so it is
 // awaited where it is (outcome_unknown at its deadline) instead.
-func (ru *run) pastDedup(journaled map[protocol.CallKey]JournaledCall, s *slot) bool {
+func (ru *run) pastDedup(journaled map[protocol.CallKey]JournaledCall, s *callState) bool {
 	c, ok := journaled[s.key]
 	if !ok || s.entry.spec.Idempotent {
 		return false

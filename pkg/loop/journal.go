@@ -324,7 +324,7 @@ func derivedToken(run protocol.RunID, purpose string, round, i int) string {
 }
 
 // dispatchedCalls is the journal form of the calls about to be published.
-func dispatchedCalls(slots []slot, todo []int) []JournaledCall {
+func dispatchedCalls(slots []callState, todo []int) []JournaledCall {
 	out := make([]JournaledCall, 0, len(todo))
 	for _, i := range todo {
 		s := &slots[i]
@@ -334,7 +334,7 @@ func dispatchedCalls(slots []slot, todo []int) []JournaledCall {
 }
 
 // observations is the journal form of a round's answered calls.
-func observations(slots []slot) []JournaledObservation {
+func observations(slots []callState) []JournaledObservation {
 	out := make([]JournaledObservation, len(slots))
 	for i := range slots {
 		s := &slots[i]

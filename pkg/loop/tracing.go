@@ -108,7 +108,7 @@ func (ru *run) startModelSpan(ctx context.Context, round int) (context.Context, 
 // validation to its answer. Its context travels with the published call
 // so that the worker's spans join the trace. Argument values are added only
 // with Config.TraceArgs.
-func (ru *run) startToolSpan(ctx context.Context, round int, s *slot, raw string) {
+func (ru *run) startToolSpan(ctx context.Context, round int, s *callState, raw string) {
 	name := clipName(s.name)
 	if s.entry == nil {
 		name = "_unknown"
@@ -131,7 +131,7 @@ func (ru *run) startToolSpan(ctx context.Context, round int, s *slot, raw string
 }
 
 // spanContext is ctx carrying s's span, for the call's publish.
-func (ru *run) spanContext(ctx context.Context, s *slot) context.Context {
+func (ru *run) spanContext(ctx context.Context, s *callState) context.Context {
 	if s.span == nil {
 		return ctx
 	}
@@ -140,7 +140,7 @@ func (ru *run) spanContext(ctx context.Context, s *slot) context.Context {
 
 // endToolSpan closes a call's span with its outcome (never its
 // observation or error message).
-func (ru *run) endToolSpan(s *slot) {
+func (ru *run) endToolSpan(s *callState) {
 	if s.span == nil {
 		return
 	}
@@ -160,9 +160,9 @@ func (ru *run) endToolSpan(s *slot) {
 }
 
 // rejectedSpan records a call past the per-round cap, which never gets a
-// slot: a span that starts and ends with its rejection.
+// callState: a span that starts and ends with its rejection.
 func (ru *run) rejectedSpan(ctx context.Context, round int, tc ToolCall, tools map[protocol.ToolName]*toolEntry) {
-	s := slot{id: tc.ID, name: tc.Function.Name, entry: catalogTool(tc.Function.Name, tools),
+	s := callState{id: tc.ID, name: tc.Function.Name, entry: catalogTool(tc.Function.Name, tools),
 		start: ru.now(), end: ru.now(), outcome: protocol.OutcomeRejected}
 	ru.startToolSpan(ctx, round, &s, tc.Function.Arguments)
 	ru.endToolSpan(&s)
