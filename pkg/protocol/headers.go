@@ -20,7 +20,9 @@ const (
 	HeaderClient = "Fleet-Client"
 )
 
-// CallMsgID is the dedup id of a call: one per call key and attempt.
+// CallMsgID is the dedup id of a call: one per call key, whatever the
+// attempt, so a call published again (a resumed run, a retried publish)
+// is stored once within the calls stream's duplicate window.
 func CallMsgID(key CallKey) string { return "call-" + string(key) }
 
 // ResultMsgID is the dedup id of a call's result, so a redelivered call that
