@@ -190,7 +190,12 @@ func (f *fleet) startWorkers(ctx context.Context, n, concurrency int, tool harne
 		})
 	}
 	// Ready when the tool's consumer holds a waiting pull from every worker.
-	durable, err := f.subjects.Consumer(protocol.ToolName(tool.Name))
+	name, err := protocol.ParseToolName(tool.Name)
+	if err != nil {
+		ws.stop()
+		return nil, err
+	}
+	durable, err := f.subjects.Consumer(name)
 	if err != nil {
 		ws.stop()
 		return nil, err
