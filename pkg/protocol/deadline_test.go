@@ -205,3 +205,26 @@ func TestEncodeResultWithinFitsTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCallDeadlineTighten checks that a deadline header, whatever it
+// holds, can only bring a call's deadline earlier and never changes its
+// grace.
+func FuzzCallDeadlineTighten(f *testing.F) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, s := range []string{"", "2026-01-02T03:04:05Z", "2026-01-02T03:04:04.999999999Z", "9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z", "x", "2026-01-02T03:04:05+99:00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		d := CallDeadline{At: at, Grace: 3 * time.Second}
+		got, err := d.Tighten(header)
+		if err != nil {
+			if got != d {
+				t.Fatalf("Tighten(%q) failed and changed the deadline to %+v", header, got)
+			}
+			return
+		}
+		if got.At.After(d.At) || got.Grace != d.Grace {
+			t.Fatalf("Tighten(%q) = %+v, from %+v: later or another grace", header, got, d)
+		}
+	})
+}
