@@ -716,7 +716,7 @@ func TestKEDAScaledObject(t *testing.T) {
 	}
 	var want []string
 	for _, tool := range strings.Split(builtins, ",") {
-		c, err := subjects.Consumer(strings.TrimSpace(tool))
+		c, err := subjects.Consumer(protocol.ToolName(strings.TrimSpace(tool)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -355,7 +355,7 @@ func TestConfOperatorWorkflow(t *testing.T) {
 		ch := make(chan res, 1)
 		go func() {
 			d, err := gate.Approve(ctx, protocol.ApprovalRequest{
-				RunID: "run1", CallKey: key, Round: 1, Tool: "deploy",
+				RunID: "run1", CallKey: protocol.CallKey(key), Round: 1, Tool: "deploy",
 				Arguments: []byte(args), Deadline: time.Now().Add(20 * time.Second),
 			})
 			ch <- res{d.Approved, d.Reason, err}

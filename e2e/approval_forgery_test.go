@@ -37,7 +37,7 @@ func TestForgedApprovalsNeverRun(t *testing.T) {
 		t.Fatalf("EnsureStreams as the coordinator: %v", err)
 	}
 	d := natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{})
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestForgedApprovalsNeverRun(t *testing.T) {
 	defer in.Close()
 
 	// A genuine-looking request for another call, stored with coordinator rights.
-	other := protocol.NewID()
+	other := protocol.NewCallKey()
 	args := json.RawMessage(`{"target":"prod"}`)
 	digest, _ := protocol.Digest(run, other, "deploy_a", args)
 	reqSubj, _ := subjects.ApprovalRequest(run, other)
@@ -62,7 +62,7 @@ func TestForgedApprovalsNeverRun(t *testing.T) {
 		"another call's request": {RequestSeq: ack.Sequence, DecisionSeq: ack.Sequence + 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), CallID: "c1", Tool: "deploy_a",
+			call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "c1", Tool: "deploy_a",
 				Arguments: args, Deadline: time.Now().Add(20 * time.Second), Attempt: 1, Approval: proof}
 			if err := d.Publish(t.Context(), call); err != nil {
 				t.Fatalf("Publish: %v", err)

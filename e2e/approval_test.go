@@ -143,7 +143,7 @@ func TestApprovalEndToEnd(t *testing.T) {
 		if _, err := st.GetLastMsgForSubject(t.Context(), req.DecisionSubject); !errors.Is(err, jetstream.ErrMsgNotFound) {
 			t.Errorf("the worker's decision reached the stream (err=%v)", err)
 		}
-		m, err := st.GetLastMsgForSubject(t.Context(), "fleet.approval.outcome."+req.RunID+"."+req.CallKey)
+		m, err := st.GetLastMsgForSubject(t.Context(), "fleet.approval.outcome."+string(req.RunID)+"."+string(req.CallKey))
 		if err != nil || !strings.Contains(string(m.Data), `"outcome":"expired"`) {
 			t.Errorf("outcome note: %v, %v; want expired", m, err)
 		}

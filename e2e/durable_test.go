@@ -78,7 +78,7 @@ func (f *fleet) runResult(run protocol.RunID, timeout time.Duration) (protocol.R
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(f.t.Context(), timeout)
 	defer cancel()
-	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, run)
+	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, string(run))
 	if err != nil {
 		f.t.Fatalf("run %s: %v", run, err)
 	}
@@ -128,7 +128,7 @@ func modelRounds(run protocol.RunID, procs ...*proc) map[int]int {
 	out := map[int]int{}
 	for _, p := range procs {
 		for _, l := range p.logLines(func(m map[string]any) bool {
-			return m["event"] == "model_call_start" && m["run_id"] == run
+			return m["event"] == "model_call_start" && m["run_id"] == string(run)
 		}) {
 			r, _ := l["round"].(float64)
 			out[int(r)]++
@@ -254,7 +254,7 @@ func TestDurableStalledOwnerIsFenced(t *testing.T) {
 	stopped = false
 	stale.waitLog(30*time.Second, "another coordinator took the run over")
 
-	if n := len(stale.logLines(func(m map[string]any) bool { return m["message"] == "run finished" && m["run_id"] == run })); n != 0 {
+	if n := len(stale.logLines(func(m map[string]any) bool { return m["message"] == "run finished" && m["run_id"] == string(run) })); n != 0 {
 		t.Fatalf("the stalled owner finished the run %d times", n)
 	}
 	if r := modelRounds(run, stale, survivor); !reflect.DeepEqual(r, map[int]int{1: 1, 2: 1, 3: 1}) {
@@ -323,13 +323,13 @@ func TestDurableRunResume(t *testing.T) {
 
 	resumed := startProc(t, "resume", bins.coordinator, append([]string{"resume"}, append(args, run)...)...)
 	res := resumed.result(60*time.Second, 0)
-	if res.RunID != run || res.TerminationReason != loop.TerminationNatural || !reflect.DeepEqual(res.Messages, want) {
+	if string(res.RunID) != run || res.TerminationReason != loop.TerminationNatural || !reflect.DeepEqual(res.Messages, want) {
 		t.Fatalf("resumed run %s: %s\n%+v\nwant\n%+v", res.RunID, res.TerminationReason, res.Messages, want)
 	}
 	if e := f.effectsOf("a", "b", "w"); e["a"] != 1 || e["b"] != 1 || e["w"] != 1 {
 		t.Fatalf("side effects %v, want each exactly once", e)
 	}
-	if r := modelRounds(run, first, resumed); !reflect.DeepEqual(r, map[int]int{1: 1, 2: 1, 3: 1}) {
+	if r := modelRounds(protocol.RunID(run), first, resumed); !reflect.DeepEqual(r, map[int]int{1: 1, 2: 1, 3: 1}) {
 		t.Fatalf("model asked %v by round, want each round once", r)
 	}
 }
@@ -362,15 +362,15 @@ func TestDurableRunsCancel(t *testing.T) {
 		}
 		return string(out)
 	}
-	if out := cli("runs", "list"); !strings.Contains(out, run) || !strings.Contains(out, "1 approvals") {
+	if out := cli("runs", "list"); !strings.Contains(out, string(run)) || !strings.Contains(out, "1 approvals") {
 		t.Fatalf("runs list:\n%s", out)
 	}
-	cli("runs", "cancel", run, "--reason", "not today")
+	cli("runs", "cancel", string(run), "--reason", "not today")
 	res, _, _ := f.runResult(run, 30*time.Second)
 	if res.TerminationReason != "cancelled" {
 		t.Fatalf("result %+v, want cancelled", res)
 	}
-	if out := cli("runs", "show", run); !strings.Contains(out, "finished (cancelled)") || !strings.Contains(out, "result:     true") {
+	if out := cli("runs", "show", string(run)); !strings.Contains(out, "finished (cancelled)") || !strings.Contains(out, "result:     true") {
 		t.Fatalf("runs show:\n%s", out)
 	}
 }

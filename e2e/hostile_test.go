@@ -205,8 +205,8 @@ func (h *hostile) calls(run protocol.RunID) {
 	h.published = map[string]int{}
 	subjects := protocol.Subjects{}
 	result, _ := subjects.Result(run, "echo")
-	valid := func(tool, id string, deadline time.Time) protocol.Call {
-		return protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), CallID: canary, Tool: tool,
+	valid := func(tool protocol.ToolName, id string, deadline time.Time) protocol.Call {
+		return protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: canary, Tool: tool,
 			Arguments: json.RawMessage(`{"id":"` + id + `"}`), Deadline: deadline, Attempt: 1}
 	}
 	enc := func(c protocol.Call) []byte { b, _ := json.Marshal(c); return b }
@@ -218,7 +218,7 @@ func (h *hostile) calls(run protocol.RunID) {
 		return h
 	}
 	soon := time.Now().Add(time.Minute)
-	for _, tool := range []string{toolWork, toolCharge, "echo"} {
+	for _, tool := range []protocol.ToolName{toolWork, toolCharge, "echo"} {
 		subject, _ := subjects.Call(tool)
 		var msgs []*nats.Msg
 		for _, g := range garbage("call") {
@@ -242,7 +242,7 @@ func (h *hostile) calls(run protocol.RunID) {
 		)
 		for _, m := range msgs {
 			h.stored(subject, m.Data, m.Header)
-			h.published[tool]++
+			h.published[string(tool)]++
 		}
 	}
 	// Beyond the stream's message size: refused before it is stored.
@@ -261,7 +261,7 @@ func (h *hostile) calls(run protocol.RunID) {
 func (h *hostile) results(run protocol.RunID, openKey protocol.CallKey) {
 	subject, _ := protocol.Subjects{}.Result(run, "echo")
 	result := func(mut func(*protocol.Result)) []byte {
-		r := protocol.Result{V: 1, RunID: run, CallKey: protocol.NewID(), Outcome: protocol.OutcomeOK, Output: canary}
+		r := protocol.Result{V: 1, RunID: run, CallKey: protocol.NewCallKey(), Outcome: protocol.OutcomeOK, Output: canary}
 		mut(&r)
 		b, _ := json.Marshal(r)
 		return b
@@ -281,7 +281,7 @@ func (h *hostile) results(run protocol.RunID, openKey protocol.CallKey) {
 
 // progress publishes hostile progress notices for the run.
 func (h *hostile) progress(run protocol.RunID) {
-	subject, _ := protocol.Subjects{}.Progress(run)
+	subject, _ := protocol.Subjects{}.Started(run)
 	for _, p := range append(garbage("progress"), big(900<<10),
 		[]byte(`{"v":2,"run_id":"`+run+`","call_key":"k"}`),
 		[]byte(`{"v":1,"run_id":"`+run+`","call_key":"unknownkey","worker":"`+canary+`"}`),
@@ -300,8 +300,8 @@ func (h *hostile) cancels(run protocol.RunID, keys []protocol.CallKey) {
 	for _, key := range keys {
 		subject, _ := subjects.Cancel(run, key)
 		for _, p := range append(garbage("cancel"), big(100<<10),
-			[]byte(`{"v":2,"run_id":"`+run+`","call_key":"`+key+`","reason":"`+canary+`"}`),
-			[]byte(`{"v":1,"run_id":"`+run+`","call_key":"someotherkey","reason":"`+canary+`"}`),
+			[]byte(`{"v":2,"run_id":"`+string(run)+`","call_key":"`+string(key)+`","reason":"`+canary+`"}`),
+			[]byte(`{"v":1,"run_id":"`+string(run)+`","call_key":"someotherkey","reason":"`+canary+`"}`),
 		) {
 			h.core(subject, p)
 		}
@@ -310,7 +310,7 @@ func (h *hostile) cancels(run protocol.RunID, keys []protocol.CallKey) {
 	// subject: whoever may publish there may not cancel that call.
 	other, _ := subjects.Cancel(run, "someotherkey")
 	for _, key := range keys {
-		h.core(other, []byte(`{"v":1,"run_id":"`+run+`","call_key":"`+key+`","reason":"`+canary+`"}`))
+		h.core(other, []byte(`{"v":1,"run_id":"`+string(run)+`","call_key":"`+string(key)+`","reason":"`+canary+`"}`))
 	}
 	h.core("fleet.cancel.x", []byte(canary))
 }
@@ -328,7 +328,7 @@ func progressKeys(t *testing.T, sub *nats.Subscription, n int) (protocol.RunID, 
 		if err != nil {
 			t.Fatalf("%d progress notices, want %d: %v", len(keys), n, err)
 		}
-		p, err := protocol.DecodeProgress(m.Data, 0)
+		p, err := protocol.DecodeStarted(m.Data, 0)
 		if err != nil || seen[p.CallKey] || (run != "" && p.RunID != run) {
 			continue
 		}
@@ -370,7 +370,7 @@ func (h *hostile) catalog() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	spec := func(name, params string) []byte {
+	spec := func(name protocol.ToolName, params string) []byte {
 		digest, _ := protocol.SchemaDigest([]byte(params))
 		b, _ := json.Marshal(protocol.ToolSpec{V: 1, Name: name, Description: canary,
 			Parameters: json.RawMessage(params), SchemaDigest: digest})

@@ -281,7 +281,7 @@ func pendingApproval(t *testing.T, url, tool string) protocol.ApprovalRequest {
 			return err
 		}
 		r, err := protocol.DecodeApprovalRequest(m.Data, 0)
-		if err != nil || r.Tool != tool {
+		if err != nil || string(r.Tool) != tool {
 			return errors.New("no request for " + tool + " yet")
 		}
 		req = r

@@ -87,7 +87,7 @@ func TestServeFleet(t *testing.T) {
 				t.Errorf("submit %d: %+v, %v", i, resp, err)
 				return
 			}
-			ids[i] = resp.RunID
+			ids[i] = string(resp.RunID)
 		})
 	}
 	wg.Wait()
@@ -100,10 +100,10 @@ func TestServeFleet(t *testing.T) {
 	out := serveNatsReq(t, natsBin, f.url(), `{"prompt": "as long as you like", "max_rounds": 1000000}`)
 	var accepted protocol.RunResponse
 	if err := json.Unmarshal([]byte(out), &accepted); err != nil || accepted.Status != protocol.RunAccepted ||
-		accepted.ResultSubject != "fleet.run.result."+accepted.RunID || accepted.ResultBucket != "fleet_runs" {
+		accepted.ResultSubject != "fleet.run.result."+string(accepted.RunID) || accepted.ResultBucket != "fleet_runs" {
 		t.Fatalf("nats req reply = %s (%v), want accepted with its run id, result subject and bucket", out, err)
 	}
-	clampedRun := accepted.RunID
+	clampedRun := string(accepted.RunID)
 	runs = append(runs, clampedRun)
 
 	// One from "coordinator submit --wait", which prints the result.
@@ -115,7 +115,7 @@ func TestServeFleet(t *testing.T) {
 	if code := exitCode(err); code != 3 || json.Unmarshal(stdout, &viaCLI) != nil || viaCLI.RunID == "" {
 		t.Fatalf("coordinator submit --wait: exit %d (want 3, max rounds), stdout:\n%s", code, stdout)
 	}
-	runs = append(runs, viaCLI.RunID)
+	runs = append(runs, string(viaCLI.RunID))
 
 	// Every run has exactly one result, stored under its id.
 	byCoordinator := map[string]int{}
@@ -126,7 +126,7 @@ func TestServeFleet(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run %s: %v", run, err)
 		}
-		if res.RunID != run || res.Error != nil || res.TerminationReason != "max_rounds" || res.Attempt != 1 ||
+		if string(res.RunID) != run || res.Error != nil || res.TerminationReason != "max_rounds" || res.Attempt != 1 ||
 			res.Limits == nil || res.Limits.MaxRounds != serveCeilingRounds {
 			t.Fatalf("run %s: result %+v, want max_rounds at the ceiling on the first attempt", run, res)
 		}
@@ -313,7 +313,7 @@ func TestServeSurvivesACoordinatorKill(t *testing.T) {
 		if err != nil || resp.Status != protocol.RunAccepted {
 			t.Fatalf("submit: %+v, %v", resp, err)
 		}
-		runs[i] = resp.RunID
+		runs[i] = string(resp.RunID)
 	}
 	natstest.WaitFor(t, 20*time.Second, func() error {
 		if got := len(victim.logLines(func(m map[string]any) bool { return m["message"] == "run started" })); got < n {

@@ -79,7 +79,7 @@ func TestTenantsAreNATSAccounts(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, m := range seenByB {
-		if strings.Contains(m, "tenant-a") || strings.Contains(m, res.RunID) {
+		if strings.Contains(m, "tenant-a") || strings.Contains(m, string(res.RunID)) {
 			t.Errorf("tenant B saw tenant A's traffic: %.200s", m)
 		}
 	}

@@ -26,8 +26,13 @@ stored is not run again. Give it the flags the run had (model, limits).`)
 		fmt.Fprintln(fs.Output(), "\nexit status: 0 final answer, 3 max rounds reached, 2 bad usage or config, 1 other error")
 	}
 	cmd := &command{name: "coordinator resume", fs: fs, flags: fleetFlagOf, stderr: stderr}
-	pos, set, code, done := cmd.parse(args, func(pos []string) string {
-		if len(pos) != 1 || !protocol.ValidToken(pos[0]) {
+	var run protocol.RunID
+	_, set, code, done := cmd.parse(args, func(pos []string) string {
+		if len(pos) != 1 {
+			return "takes one RUN id"
+		}
+		var err error
+		if run, err = protocol.ParseRunID(pos[0]); err != nil {
 			return "takes one RUN id"
 		}
 		return ""
@@ -44,6 +49,6 @@ stored is not run again. Give it the flags the run had (model, limits).`)
 		fmt.Fprintln(stderr, "coordinator resume: needs the fleet's NATS server (--nats-url or NATS_URL)")
 		return exitUsage
 	}
-	res, runErr := c.Resume(ctx, pos[0])
+	res, runErr := c.Resume(ctx, run)
 	return finishRun(stdout, stderr, "coordinator resume", f.output, res, runErr)
 }

@@ -193,7 +193,7 @@ Flags:`)
 	}
 	key := resp.ResultKey
 	if key == "" {
-		key = resp.RunID
+		key = string(resp.RunID)
 	}
 	res, raw, err := coordinator.WaitResult(wctx, js, subjects, key)
 	if err != nil {

@@ -190,7 +190,12 @@ func (f *fleet) startWorkers(ctx context.Context, n, concurrency int, tool harne
 		})
 	}
 	// Ready when the tool's consumer holds a waiting pull from every worker.
-	durable, err := f.subjects.Consumer(tool.Name)
+	name, err := protocol.ParseToolName(tool.Name)
+	if err != nil {
+		ws.stop()
+		return nil, err
+	}
+	durable, err := f.subjects.Consumer(name)
 	if err != nil {
 		ws.stop()
 		return nil, err
@@ -232,13 +237,13 @@ var errNotOK = errors.New("a call did not answer ok")
 // dispatchRound publishes n calls to tool through the dispatcher, as the
 // loop does (one call with Publish, more as one batch), and waits for their
 // results on in.
-func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protocol.RunID, tool, args string, n int) error {
+func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protocol.RunID, tool protocol.ToolName, args string, n int) error {
 	deadline := time.Now().Add(f.timeout)
 	open := make(map[protocol.CallKey]bool, n)
 	batch := make([]loop.Outgoing, 0, n)
 	for i := range n {
 		call := protocol.Call{
-			V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewID(), CallID: "call_" + fmt.Sprint(i),
+			V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: protocol.CallID("call_" + fmt.Sprint(i)),
 			Tool: tool, Arguments: json.RawMessage(args), Deadline: deadline, Attempt: 1,
 			MaxOutputChars: loop.DefaultMaxObservationChars,
 		}
@@ -284,7 +289,7 @@ func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protoc
 
 // openInbox opens a run's inbox on the dispatcher.
 func (f *fleet) openInbox(ctx context.Context) (*natsbus.Inbox, protocol.RunID, error) {
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	in, err := f.disp.Open(ctx, run)
 	if err != nil {
 		return nil, "", err

@@ -142,7 +142,7 @@ func (f *fleet) loopLatencyOf(ctx context.Context, n, calls int, tool, args, wan
 			}
 			continue
 		}
-		run := protocol.NewID()
+		run := protocol.NewRunID()
 		j, err := natsbus.OpenJournal(ctx, f.js, f.subjects, run, "fleetbench", "start")
 		if err != nil {
 			return summary{}, err

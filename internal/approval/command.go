@@ -150,16 +150,13 @@ func defaultApprover() string {
 	return os.Getenv("LOGNAME")
 }
 
-// validToken reports whether s may be a run id or call key.
-func validToken(s string) bool { return protocol.ValidToken(s) }
-
 // printRequest shows what an operator is deciding about.
 func printRequest(w io.Writer, p pending, now time.Time) {
 	fmt.Fprintf(w, "run:       %s\n", p.req.RunID)
 	fmt.Fprintf(w, "key:       %s\n", p.req.CallKey)
 	fmt.Fprintf(w, "tool:      %s\n", p.req.Tool)
 	if p.req.CallID != "" {
-		fmt.Fprintf(w, "call id:   %s\n", displayText(p.req.CallID, 64))
+		fmt.Fprintf(w, "call id:   %s\n", displayText(string(p.req.CallID), 64))
 	}
 	fmt.Fprintf(w, "round:     %d\n", p.req.Round)
 	fmt.Fprintf(w, "arguments: %s\n", p.args)

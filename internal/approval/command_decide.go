@@ -32,9 +32,13 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 	switch {
 	case len(pos) != 2:
 		return c.usageError(fs, "want RUN and KEY, got %d argument(s)", len(pos))
-	case !validToken(pos[0]):
+	}
+	run, runErr := protocol.ParseRunID(pos[0])
+	key, keyErr := protocol.ParseCallKey(pos[1])
+	switch {
+	case runErr != nil:
 		return c.usageError(fs, "RUN must match %s", protocol.TokenPattern)
-	case !validToken(pos[1]):
+	case keyErr != nil:
 		return c.usageError(fs, "KEY must match %s", protocol.TokenPattern)
 	case !approve && *reason == "":
 		return c.usageError(fs, "--reason is required to deny")
@@ -51,7 +55,6 @@ func (c *command) decide(ctx context.Context, args []string, approve bool) int {
 	if err != nil {
 		return c.usageError(fs, "--prefix: %v", err)
 	}
-	run, key := pos[0], pos[1]
 	reqSubj, _ := subjects.ApprovalRequest(run, key)
 	decSubj, _ := subjects.ApprovalDecision(run, key)
 	outSubj, _ := subjects.ApprovalOutcome(run, key)

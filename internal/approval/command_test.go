@@ -30,7 +30,7 @@ func (f *fixture) waiting(t testing.TB, args string, ttl time.Duration) (protoco
 	t.Helper()
 	req := newRequest(t, "run1", "deploy", args, ttl)
 	res := f.approveAsync(t.Context(), req)
-	subj := "fleet.approval.request.run1." + req.CallKey
+	subj := "fleet.approval.request.run1." + string(req.CallKey)
 	testsync.WaitFor(t, 5*time.Second, func() error {
 		_, err := f.stream.GetLastMsgForSubject(context.Background(), subj)
 		return err
@@ -79,7 +79,7 @@ func TestCommandUsage(t *testing.T) {
 func TestCommandParsesInterspersedFlags(t *testing.T) {
 	f := newFixture(t, GateConfig{})
 	req, res := f.waiting(t, `{"env":"prod"}`, 5*time.Second)
-	code, out, errs := runCommand(t, f, "deny", "--approver", "carol", "run1", "--reason", "wrong env", req.CallKey, "--wait", "2s")
+	code, out, errs := runCommand(t, f, "deny", "--approver", "carol", "run1", "--reason", "wrong env", string(req.CallKey), "--wait", "2s")
 	if code != 0 {
 		t.Fatalf("exit=%d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -109,7 +109,7 @@ func TestCommandApproveAndDeny(t *testing.T) {
 			f := newFixture(t, GateConfig{})
 			req, res := f.waiting(t, `{"env":"prod","replicas":3}`, 5*time.Second)
 			args := append([]string(nil), tt.args...)
-			args[2] = req.CallKey
+			args[2] = string(req.CallKey)
 			code, out, errs := runCommand(t, f, args...)
 			if code != 0 {
 				t.Fatalf("exit=%d, stdout %q, stderr %q", code, out, errs)
@@ -143,12 +143,12 @@ func TestCommandFailsWhenNoCoordinatorActs(t *testing.T) {
 	f := newFixture(t, GateConfig{})
 	orphan := newRequest(t, "run1", "deploy", `{}`, time.Hour)
 	orphan.Digest = digestOf(t, orphan)
-	orphan.DecisionSubject = "fleet.approval.decision.run1." + orphan.CallKey
+	orphan.DecisionSubject = "fleet.approval.decision.run1." + string(orphan.CallKey)
 	data, _ := protocol.Encode(&orphan)
-	if _, err := f.js.Publish(t.Context(), "fleet.approval.request.run1."+orphan.CallKey, data); err != nil {
+	if _, err := f.js.Publish(t.Context(), "fleet.approval.request.run1."+string(orphan.CallKey), data); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := runCommand(t, f, "approve", "run1", orphan.CallKey, "--wait", "300ms")
+	code, out, errs := runCommand(t, f, "approve", "run1", string(orphan.CallKey), "--wait", "300ms")
 	if code == 0 || !strings.Contains(errs, "no coordinator recorded an outcome") {
 		t.Fatalf("exit=%d stdout=%q stderr=%q, want a failure saying no coordinator acted", code, out, errs)
 	}
@@ -169,12 +169,12 @@ func TestCommandRefuses(t *testing.T) {
 	// A request whose coordinator died: no note, deadline passed.
 	stale := newRequest(t, "run1", "deploy", `{}`, -time.Minute)
 	stale.Digest = digestOf(t, stale)
-	stale.DecisionSubject = "fleet.approval.decision.run1." + stale.CallKey
+	stale.DecisionSubject = "fleet.approval.decision.run1." + string(stale.CallKey)
 	data, _ := protocol.Encode(&stale)
-	if _, err := f.js.Publish(ctx, "fleet.approval.request.run1."+stale.CallKey, data); err != nil {
+	if _, err := f.js.Publish(ctx, "fleet.approval.request.run1."+string(stale.CallKey), data); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errs = runCommand(t, f, "approve", "run1", stale.CallKey)
+	code, _, errs = runCommand(t, f, "approve", "run1", string(stale.CallKey))
 	if code != 1 || !strings.Contains(errs, "expired") {
 		t.Errorf("expired request: exit=%d stderr=%q, want 1 and expired", code, errs)
 	}
@@ -184,11 +184,11 @@ func TestCommandRefuses(t *testing.T) {
 	if r := recv(t, res, 5*time.Second); !r.d.Expired {
 		t.Fatalf("Decision=%+v, want expired", r.d)
 	}
-	code, _, errs = runCommand(t, f, "deny", "run1", req.CallKey, "--reason", "late")
+	code, _, errs = runCommand(t, f, "deny", "run1", string(req.CallKey), "--reason", "late")
 	if code != 1 || !strings.Contains(errs, "already settled: expired") {
 		t.Errorf("expired by the gate: exit=%d stderr=%q, want 1", code, errs)
 	}
-	if n := countMsgs(t, f, "fleet.approval.decision.run1."+req.CallKey); n != 0 {
+	if n := countMsgs(t, f, "fleet.approval.decision.run1."+string(req.CallKey)); n != 0 {
 		t.Errorf("%d decisions published for a settled request, want 0", n)
 	}
 }
@@ -216,23 +216,23 @@ func TestCommandList(t *testing.T) {
 	if !strings.Contains(out, "2 pending approval request(s)") {
 		t.Errorf("want 2 pending:\n%s", out)
 	}
-	for _, key := range []string{settled.CallKey, expired.CallKey} {
+	for _, key := range []string{string(settled.CallKey), string(expired.CallKey)} {
 		if strings.Contains(out, key) {
 			t.Errorf("list shows settled or expired request %s:\n%s", key, out)
 		}
 	}
 	// Soonest deadline first.
-	if i1, i2 := strings.Index(out, p1.CallKey), strings.Index(out, p2.CallKey); i2 < 0 || i1 < 0 || i2 > i1 {
+	if i1, i2 := strings.Index(out, string(p1.CallKey)), strings.Index(out, string(p2.CallKey)); i2 < 0 || i1 < 0 || i2 > i1 {
 		t.Errorf("want %s (earlier deadline) before %s:\n%s", p2.CallKey, p1.CallKey, out)
 	}
 	wantLines := []string{
 		"run:       run1",
-		"key:       " + p1.CallKey,
+		"key:       " + string(p1.CallKey),
 		"tool:      deploy",
 		`arguments: {"env":"prod"}`,
 		"digest:    " + p1.Digest,
-		`approve:   nats pub fleet.approval.decision.run1.` + p1.CallKey + ` '{"digest":"` + p1.Digest + `","approved":true,"approver":"alice"}'`,
-		`deny:      nats pub fleet.approval.decision.run1.` + p1.CallKey + ` '{"digest":"` + p1.Digest + `","approved":false,"reason":"REASON","approver":"alice"}'`,
+		`approve:   nats pub fleet.approval.decision.run1.` + string(p1.CallKey) + ` '{"digest":"` + p1.Digest + `","approved":true,"approver":"alice"}'`,
+		`deny:      nats pub fleet.approval.decision.run1.` + string(p1.CallKey) + ` '{"digest":"` + p1.Digest + `","approved":false,"reason":"REASON","approver":"alice"}'`,
 		`arguments: {"cmd":"\u001b[2Jrm -rf /","note":"a\u202eb","ok":"héllo"}`,
 	}
 	for _, w := range wantLines {
@@ -253,7 +253,7 @@ func TestCommandList(t *testing.T) {
 		t.Fatalf("list --output json: %v\n%s", err, out)
 	}
 	if len(got.Pending) != 2 || got.Pending[1].CallKey != p1.CallKey || got.Pending[1].Digest != p1.Digest ||
-		string(got.Pending[1].Arguments) != `{"env":"prod"}` || got.Pending[1].DecisionSubject != "fleet.approval.decision.run1."+p1.CallKey {
+		string(got.Pending[1].Arguments) != `{"env":"prod"}` || got.Pending[1].DecisionSubject != "fleet.approval.decision.run1."+string(p1.CallKey) {
 		t.Errorf("json pending=%+v", got.Pending)
 	}
 }

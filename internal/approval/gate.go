@@ -58,7 +58,7 @@ func (g *Gate) Approve(ctx context.Context, req protocol.ApprovalRequest) (loop.
 	if len(data) > g.cfg.MaxMessageBytes {
 		return loop.Decision{}, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), g.cfg.MaxMessageBytes)
 	}
-	log := g.cfg.Logger.With().Str(logRun, req.RunID).Str(logKey, req.CallKey).Str(logTool, req.Tool).Logger()
+	log := g.cfg.Logger.With().Str(logRun, string(req.RunID)).Str(logKey, string(req.CallKey)).Str(logTool, string(req.Tool)).Logger()
 
 	start := g.cfg.Now()
 	remaining := req.Deadline.Sub(start)
@@ -266,7 +266,7 @@ func (g *Gate) record(ctx context.Context, req protocol.ApprovalRequest, n proto
 }
 
 // RequestMsgID is the JetStream dedup id of the approval request of key.
-func RequestMsgID(key protocol.CallKey) string { return "approval-request-" + key }
+func RequestMsgID(key protocol.CallKey) string { return "approval-request-" + string(key) }
 
 // OutcomeMsgID is the JetStream dedup id of the outcome note of key.
-func OutcomeMsgID(key protocol.CallKey) string { return "approval-outcome-" + key }
+func OutcomeMsgID(key protocol.CallKey) string { return "approval-outcome-" + string(key) }

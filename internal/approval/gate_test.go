@@ -46,7 +46,7 @@ func TestGateDecisions(t *testing.T) {
 			res := f.approveAsync(t.Context(), req)
 
 			got := recv(t, requests, 5*time.Second)
-			if got.DecisionSubject != "fleet.approval.decision.run1."+req.CallKey {
+			if got.DecisionSubject != "fleet.approval.decision.run1."+string(req.CallKey) {
 				t.Errorf("DecisionSubject=%q, want the decision subject of the call", got.DecisionSubject)
 			}
 			if got.Digest != digestOf(t, req) {
@@ -101,7 +101,7 @@ func TestGateDeadlineAlreadyPassed(t *testing.T) {
 	if err != nil || d != (loop.Decision{Expired: true}) {
 		t.Fatalf("Approve=%+v, %v; want Expired", d, err)
 	}
-	if _, err := f.stream.GetLastMsgForSubject(t.Context(), "fleet.approval.request.run1."+req.CallKey); !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if _, err := f.stream.GetLastMsgForSubject(t.Context(), "fleet.approval.request.run1."+string(req.CallKey)); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Errorf("a request past its deadline was published (err=%v)", err)
 	}
 }
@@ -114,7 +114,7 @@ func TestGateIgnoresInvalidDecisions(t *testing.T) {
 	}
 	otherCall := func(req protocol.ApprovalRequest) protocol.ApprovalDecision {
 		other := req
-		other.CallKey = protocol.NewID()
+		other.CallKey = protocol.NewCallKey()
 		return protocol.ApprovalDecision{Digest: digestOf(t, other), Approved: ptr(true)}
 	}
 	otherArgs := func(req protocol.ApprovalRequest) protocol.ApprovalDecision {
@@ -238,7 +238,7 @@ func TestGateFirstValidDecisionWins(t *testing.T) {
 	}
 	// Both decisions are in the audit log; the note records the first.
 	testsync.WaitFor(t, 5*time.Second, func() error {
-		if n := countMsgs(t, f, "fleet.approval.decision.run1."+req.CallKey); n != 2 {
+		if n := countMsgs(t, f, "fleet.approval.decision.run1."+string(req.CallKey)); n != 2 {
 			return errors.New("decisions not stored yet")
 		}
 		return nil
@@ -250,7 +250,7 @@ func TestGateFirstValidDecisionWins(t *testing.T) {
 	acc := f.srv.GlobalAccount()
 	baseline := acc.Interest("fleet.approval.decision.nobody.waits")
 	testsync.WaitFor(t, 5*time.Second, func() error {
-		if acc.Interest("fleet.approval.decision.run1."+req.CallKey) != baseline {
+		if acc.Interest("fleet.approval.decision.run1."+string(req.CallKey)) != baseline {
 			return errors.New("gate still subscribed")
 		}
 		return nil
@@ -427,14 +427,14 @@ func TestStreamIsAnAuditLog(t *testing.T) {
 	}
 
 	ctx := t.Context()
-	reqMsg, err := f.stream.GetLastMsgForSubject(ctx, "fleet.approval.request.run1."+req.CallKey)
+	reqMsg, err := f.stream.GetLastMsgForSubject(ctx, "fleet.approval.request.run1."+string(req.CallKey))
 	if err != nil {
 		t.Fatalf("request not kept: %v", err)
 	}
-	if id := reqMsg.Header.Get(jetstream.MsgIDHeader); id != "approval-request-"+req.CallKey {
+	if id := reqMsg.Header.Get(jetstream.MsgIDHeader); id != "approval-request-"+string(req.CallKey) {
 		t.Errorf("Nats-Msg-Id=%q, want approval-request-<key>", id)
 	}
-	if _, err := f.stream.GetLastMsgForSubject(ctx, "fleet.approval.decision.run1."+req.CallKey); err != nil {
+	if _, err := f.stream.GetLastMsgForSubject(ctx, "fleet.approval.decision.run1."+string(req.CallKey)); err != nil {
 		t.Errorf("decision not kept: %v", err)
 	}
 	lastNote(t, f, req)
@@ -465,7 +465,7 @@ func TestStreamIsAnAuditLog(t *testing.T) {
 // lastNote waits for the outcome note of req and returns it.
 func lastNote(t testing.TB, f *fixture, req protocol.ApprovalRequest) protocol.ApprovalNote {
 	t.Helper()
-	subj := "fleet.approval.outcome." + req.RunID + "." + req.CallKey
+	subj := "fleet.approval.outcome." + string(req.RunID) + "." + string(req.CallKey)
 	var n protocol.ApprovalNote
 	testsync.WaitFor(t, 5*time.Second, func() error {
 		m, err := f.stream.GetLastMsgForSubject(context.Background(), subj)

@@ -151,10 +151,10 @@ func (f *fixture) approveAsync(ctx context.Context, req protocol.ApprovalRequest
 }
 
 // newRequest builds a request for a fresh call key.
-func newRequest(t testing.TB, run, tool, args string, ttl time.Duration) protocol.ApprovalRequest {
+func newRequest(t testing.TB, run protocol.RunID, tool protocol.ToolName, args string, ttl time.Duration) protocol.ApprovalRequest {
 	t.Helper()
 	return protocol.ApprovalRequest{
-		V: protocol.Version, RunID: run, CallKey: protocol.NewID(), CallID: "call_1", Round: 1,
+		V: protocol.Version, RunID: run, CallKey: protocol.NewCallKey(), CallID: "call_1", Round: 1,
 		Tool: tool, Arguments: json.RawMessage(args), Deadline: time.Now().Add(ttl),
 	}
 }

@@ -35,7 +35,9 @@ type ledger struct {
 	truncated bool
 }
 
-func ledgerID(run protocol.RunID, key protocol.CallKey) string { return run + "." + key }
+func ledgerID(run protocol.RunID, key protocol.CallKey) string {
+	return string(run) + "." + string(key)
+}
 
 // settled reports whether id has an outcome note or a valid decision, and
 // describes it.
@@ -123,14 +125,22 @@ func (l *ledger) add(subjects protocol.Subjects, subj string, data []byte, seq u
 }
 
 // splitApprovalSubject splits <prefix>.approval.<kind>.<run>.<key>.
-func splitApprovalSubject(subjects protocol.Subjects, subj string) (kind, run, key string, ok bool) {
+func splitApprovalSubject(subjects protocol.Subjects, subj string) (kind string, run protocol.RunID, key protocol.CallKey, ok bool) {
 	rest, found := strings.CutPrefix(subj, strings.TrimSuffix(subjects.Approvals(), ">"))
 	if !found {
 		return "", "", "", false
 	}
 	parts := strings.Split(rest, ".")
-	if len(parts) != 3 || !validToken(parts[1]) || !validToken(parts[2]) {
+	if len(parts) != 3 {
 		return "", "", "", false
 	}
-	return parts[0], parts[1], parts[2], true
+	run, err := protocol.ParseRunID(parts[1])
+	if err != nil {
+		return "", "", "", false
+	}
+	key, err = protocol.ParseCallKey(parts[2])
+	if err != nil {
+		return "", "", "", false
+	}
+	return parts[0], run, key, true
 }

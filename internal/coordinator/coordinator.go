@@ -274,7 +274,7 @@ func (c *Coordinator) waitForWorkers(ctx context.Context) error {
 			return fmt.Errorf("coordinator: %w", context.Cause(ctx))
 		}
 		for _, spec := range iw.w.Harness().Specs() {
-			names = append(names, spec.Name)
+			names = append(names, string(spec.Name))
 		}
 	}
 	if err := c.catalog.WaitFor(ctx, names...); err != nil {

@@ -30,7 +30,7 @@ func (c *Coordinator) Journaling() bool { return c.server == nil }
 // stream under a new run id (logged as "run journaled"), so that
 // "coordinator resume RUN" can continue it if this process is killed.
 func (c *Coordinator) RunJournaled(ctx context.Context, prompt string) (*loop.Result, error) {
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	j, err := natsbus.OpenJournal(ctx, c.js, c.subjects, run, c.owner(), "start")
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
@@ -42,7 +42,7 @@ func (c *Coordinator) RunJournaled(ctx context.Context, prompt string) (*loop.Re
 	if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	c.log.Info().Str(logRun, run).Str("resume", "coordinator resume "+run).Msg("run journaled")
+	c.log.Info().Str(logRun, string(run)).Str("resume", "coordinator resume "+string(run)).Msg("run journaled")
 	return c.runner.RunDurable(ctx, loop.Durable{Prompt: prompt, RunID: run, Journal: j})
 }
 
@@ -50,7 +50,7 @@ func (c *Coordinator) RunJournaled(ctx context.Context, prompt string) (*loop.Re
 // process stopped. Journaled model responses are not asked again and
 // answered calls are not run again; a finished run gives its result again.
 func (c *Coordinator) Resume(ctx context.Context, run protocol.RunID) (*loop.Result, error) {
-	if !protocol.ValidToken(run) {
+	if !run.Valid() {
 		return nil, fmt.Errorf("coordinator: %q is not a run id", run)
 	}
 	j, err := natsbus.OpenJournal(ctx, c.js, c.subjects, run, c.owner(), "resume")
@@ -69,7 +69,7 @@ func (c *Coordinator) Resume(ctx context.Context, run protocol.RunID) (*loop.Res
 	if in == nil {
 		return nil, fmt.Errorf("%w: %s (runs of \"coordinator serve\" are resumed by the serving coordinators)", ErrNoJournal, run)
 	}
-	c.log.Info().Str(logRun, run).Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
+	c.log.Info().Str(logRun, string(run)).Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
 	return c.runner.RunDurable(ctx, loop.Durable{Prompt: in.Prompt, RunID: run, Journal: j})
 }
 

@@ -228,8 +228,8 @@ func (s *service) onSubmit(m *nats.Msg) {
 		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: re})
 		return
 	}
-	run := protocol.NewID()
-	subject, _ := s.subjects.RunQueue(run) // NewID is always a valid token
+	run := protocol.NewRunID()
+	subject, _ := s.subjects.RunQueue(run) // NewRunID is always a valid token
 	msg := nats.NewMsg(subject)
 	msg.Data = m.Data
 	msg.Header.Set(protocol.HeaderMsgID, protocol.RunMsgID(run))
@@ -241,14 +241,14 @@ func (s *service) onSubmit(m *nats.Msg) {
 	err := natsbus.QueueRunRequest(ctx, s.c.js, msg)
 	cancel()
 	if err != nil {
-		s.limited.Warn().Err(err).Str(logRun, run).Msg("could not queue a run request")
+		s.limited.Warn().Err(err).Str(logRun, string(run)).Msg("could not queue a run request")
 		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
 			Code: protocol.CodeUnavailable, Message: "the run queue cannot take the request now; retry later",
 		}})
 		return
 	}
 	resultSubject, _ := s.subjects.ClientRunResult(client, run)
-	ev := s.log.Info().Str(logRun, run).Int(logBytes, len(m.Data))
+	ev := s.log.Info().Str(logRun, string(run)).Int(logBytes, len(m.Data))
 	if client != "" {
 		ev = ev.Str(logClient, client)
 	}
@@ -291,18 +291,19 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	if !d.Stored.IsZero() {
 		rec.SubmittedAt = d.Stored.UTC()
 	}
-	run, ok := strings.CutPrefix(m.Subject(), s.queuePrefix)
-	if !ok || !protocol.ValidToken(run) {
+	token, ok := strings.CutPrefix(m.Subject(), s.queuePrefix)
+	run, err := protocol.ParseRunID(token)
+	if !ok || err != nil {
 		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a queued run request without a valid run id")
 		return natsbus.Term(termMalformed)
 	}
 	rec.RunID = run
 	client := m.Headers().Get(protocol.HeaderClient)
 	if client != "" && !protocol.ValidToken(client) {
-		s.limited.Warn().Str(logRun, run).Msg("terminated a queued run request with an invalid client")
+		s.limited.Warn().Str(logRun, string(run)).Msg("terminated a queued run request with an invalid client")
 		return natsbus.Term(termMalformed)
 	}
-	log := s.log.With().Str(logRun, run).Int(logAttempt, rec.Attempt).Logger()
+	log := s.log.With().Str(logRun, string(run)).Int(logAttempt, rec.Attempt).Logger()
 	if client != "" {
 		log = log.With().Str(logClient, client).Logger()
 	}
@@ -405,7 +406,7 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 			rec.Error = protocol.RunErrorFrom(err)
 		}
 		if res.RunID != run {
-			log.Warn().Str("loop_run", res.RunID).Msg("the loop ran under another run id")
+			log.Warn().Str("loop_run", string(res.RunID)).Msg("the loop ran under another run id")
 		}
 		if runErr != nil && rec.Error == nil {
 			log.Warn().Err(runErr).Msg("the run failed")
@@ -443,7 +444,7 @@ func (s *service) runner(run protocol.RunID, lim appliedLimits) (*loop.Runner, e
 	var drawn atomic.Bool
 	lc.NewID = func() string {
 		if drawn.CompareAndSwap(false, true) {
-			return run
+			return string(run)
 		}
 		return protocol.NewID()
 	}
@@ -518,7 +519,7 @@ func (s *service) store(client string, rec *protocol.RunResult) (data []byte, cr
 		case time.Now().After(deadline):
 			return data, false, err
 		}
-		s.limited.Warn().Err(err).Str(logRun, rec.RunID).Int(logAttempt, attempt).Msg("storing a run's result failed; retrying")
+		s.limited.Warn().Err(err).Str(logRun, string(rec.RunID)).Int(logAttempt, attempt).Msg("storing a run's result failed; retrying")
 		time.Sleep(min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second))
 	}
 }

@@ -49,17 +49,18 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 		s.log.Debug().Err(err).Uint64("seq", adv.StreamSeq).Msg("abandoned run request not found")
 		return
 	}
-	run, ok := strings.CutPrefix(raw.Subject, s.queuePrefix)
+	token, ok := strings.CutPrefix(raw.Subject, s.queuePrefix)
+	run, err := protocol.ParseRunID(token)
 	client := raw.Header.Get(protocol.HeaderClient)
-	ok = ok && (client == "" || protocol.ValidToken(client))
-	if ok && protocol.ValidToken(run) && !s.stored(protocol.RunKey(client, run)) {
+	ok = ok && err == nil && (client == "" || protocol.ValidToken(client))
+	if ok && !s.stored(protocol.RunKey(client, run)) {
 		rec := &protocol.RunResult{
 			V: protocol.Version, RunID: run, Coordinator: s.cfg.Name, Attempt: int(adv.Deliveries),
 			SubmittedAt: raw.Time.UTC(),
 			Error: &protocol.RunError{Code: protocol.CodeAbandoned, Message: fmt.Sprintf(
 				"the run was taken %d times and never finished: each coordinator that took it stopped mid-run", adv.Deliveries)},
 		}
-		log := s.log.With().Str(logRun, run).Int(logAttempt, rec.Attempt).Logger()
+		log := s.log.With().Str(logRun, string(run)).Int(logAttempt, rec.Attempt).Logger()
 		data, created, err := s.store(client, rec)
 		switch {
 		case err != nil:

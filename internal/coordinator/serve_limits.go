@@ -87,7 +87,7 @@ func msDuration(ms int64) time.Duration {
 }
 
 // cappedCatalog lowers every tool's own timeout to at most max (a tool
-// without one gets loop.DefaultToolTimeout, lowered the same way).
+// without one gets protocol.DefaultToolTimeout, lowered the same way).
 type cappedCatalog struct {
 	inner loop.Catalog
 	max   time.Duration
@@ -102,11 +102,7 @@ func (c cappedCatalog) Tools(ctx context.Context) ([]protocol.ToolSpec, error) {
 	}
 	out := slices.Clone(specs)
 	for i := range out {
-		own := out[i].Timeout()
-		if own <= 0 {
-			own = loop.DefaultToolTimeout
-		}
-		if own > c.max {
+		if own := protocol.CallTimeout(&out[i], 0); own > c.max {
 			out[i].TimeoutMS = max(c.max.Milliseconds(), 1)
 		}
 	}

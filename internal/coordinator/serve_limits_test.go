@@ -100,7 +100,7 @@ func TestCappedCatalogNeverRaisesATimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int64{"quick": 500, "slow": 2000, "default": 2000}
+	want := map[protocol.ToolName]int64{"quick": 500, "slow": 2000, "default": 2000}
 	for _, s := range specs {
 		if s.TimeoutMS != want[s.Name] {
 			t.Errorf("%s timeout = %dms, want %dms", s.Name, s.TimeoutMS, want[s.Name])

@@ -33,15 +33,16 @@ func (s *service) own(run protocol.RunID, cancel context.CancelCauseFunc) func()
 // so a coordinator that takes the run later sees it too (cancelRequested).
 func (s *service) onCancelRequest(m *nats.Msg) {
 	prefix := strings.TrimSuffix(s.subjects.JournalCancels(), "*")
-	run, ok := strings.CutPrefix(m.Subject, prefix)
-	if !ok || !protocol.ValidToken(run) {
+	token, ok := strings.CutPrefix(m.Subject, prefix)
+	run, err := protocol.ParseRunID(token)
+	if !ok || err != nil {
 		return
 	}
 	s.mu.Lock()
 	cancel := s.owned[run]
 	s.mu.Unlock()
 	if cancel != nil {
-		s.log.Info().Str(logRun, run).Msg("run cancelled by an operator")
+		s.log.Info().Str(logRun, string(run)).Msg("run cancelled by an operator")
 		cancel(errRunCancelled)
 	}
 }
@@ -52,7 +53,7 @@ func (s *service) cancelRequested(run protocol.RunID) bool {
 	defer cancel()
 	ok, err := natsbus.CancelRequested(ctx, s.c.js, s.subjects, run)
 	if err != nil {
-		s.limited.Warn().Err(err).Str(logRun, run).Msg("could not read the run's cancel requests")
+		s.limited.Warn().Err(err).Str(logRun, string(run)).Msg("could not read the run's cancel requests")
 	}
 	return ok
 }

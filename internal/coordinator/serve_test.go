@@ -151,10 +151,10 @@ func (f *serveFleet) submit(body string) protocol.RunResponse {
 func (f *serveFleet) accepted(body string) protocol.RunID {
 	f.t.Helper()
 	resp := f.submit(body)
-	if resp.Status != protocol.RunAccepted || !protocol.ValidToken(resp.RunID) {
+	if resp.Status != protocol.RunAccepted || !resp.RunID.Valid() {
 		f.t.Fatalf("reply to %s = %+v, want accepted with a run id", body, resp)
 	}
-	if resp.ResultSubject != "fleet.run.result."+resp.RunID || resp.ResultBucket != "fleet_runs" {
+	if resp.ResultSubject != "fleet.run.result."+string(resp.RunID) || resp.ResultBucket != "fleet_runs" {
 		f.t.Fatalf("reply names %q and %q, want fleet.run.result.<run> and fleet_runs", resp.ResultSubject, resp.ResultBucket)
 	}
 	return resp.RunID
@@ -165,7 +165,7 @@ func (f *serveFleet) result(run protocol.RunID) protocol.RunResult {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(f.t.Context(), 20*time.Second)
 	defer cancel()
-	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, run)
+	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, string(run))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -236,13 +236,13 @@ func TestServeRunsASubmittedPrompt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.GetLastMsgForSubject(t.Context(), "fleet.result."+run+".echo"); err != nil {
+	if _, err := st.GetLastMsgForSubject(t.Context(), "fleet.result."+string(run)+".echo"); err != nil {
 		t.Fatalf("no tool result on fleet.result.%s.echo: %v", run, err)
 	}
 	// The stored result is the run's --output json object plus the serving
 	// fields.
 	var lr loop.Result
-	_, raw, _ := coordinator.WaitResult(t.Context(), f.js, protocol.Subjects{}, run)
+	_, raw, _ := coordinator.WaitResult(t.Context(), f.js, protocol.Subjects{}, string(run))
 	if err := json.Unmarshal(raw, &lr); err != nil || lr.RunID != run || len(lr.Calls) != 1 || len(lr.Messages) != 4 ||
 		lr.Calls[0].Outcome != protocol.OutcomeOK || lr.Metadata.Rounds != 2 {
 		t.Fatalf("stored result as loop.Result = %+v, %v", lr, err)
@@ -250,7 +250,7 @@ func TestServeRunsASubmittedPrompt(t *testing.T) {
 
 	select {
 	case m := <-announced:
-		if m.Subject != "fleet.run.result."+run || string(m.Data) != string(raw) {
+		if m.Subject != "fleet.run.result."+string(run) || string(m.Data) != string(raw) {
 			t.Fatalf("announced on %s: %s; want the stored result on fleet.run.result.%s", m.Subject, m.Data, run)
 		}
 	case <-time.After(5 * time.Second):
@@ -377,14 +377,14 @@ func TestServeTerminatesMalformedQueuedRequests(t *testing.T) {
 	f.start(serveOpts{script: echoThenAnswer})
 	f.accepted(`{"prompt": "warm up"}`) // the stream exists and is served
 
-	runs := map[string]string{
+	runs := map[protocol.RunID]string{
 		"badjson":   `{"prompt": `,
 		"unknown":   `{"prompt": "hi", "evil": true}`,
 		"toolarge":  `{"prompt": "` + strings.Repeat("x", protocol.DefaultMaxRunRequestBytes) + `"}`,
 		"negatives": `{"prompt": "hi", "max_tool_calls_per_round": -3}`,
 	}
 	for run, body := range runs {
-		if _, err := f.js.Publish(t.Context(), "fleet.run.queue."+run, []byte(body)); err != nil {
+		if _, err := f.js.Publish(t.Context(), "fleet.run.queue."+string(run), []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -437,7 +437,7 @@ func TestTwoServersSplitRunsWithOneResultEach(t *testing.T) {
 	})
 
 	const n = 12
-	ids := make([]string, n)
+	ids := make([]protocol.RunID, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() { ids[i] = f.accepted(fmt.Sprintf(`{"prompt": "run %d"}`, i)) })
@@ -491,7 +491,7 @@ func TestServeShutdown(t *testing.T) {
 	}
 	if _, err := f.js.KeyValue(t.Context(), "fleet_runs"); err == nil {
 		kv, _ := f.js.KeyValue(t.Context(), "fleet_runs")
-		if _, err := kv.Get(t.Context(), run); err == nil {
+		if _, err := kv.Get(t.Context(), string(run)); err == nil {
 			t.Fatal("the handed-off run has a result before any coordinator resumed it")
 		}
 	}
@@ -630,8 +630,8 @@ func TestServeBindsTheClientToItsRun(t *testing.T) {
 		resp, err = coordinator.SubmitRawAs(t.Context(), f.nc, protocol.Subjects{}, "alice", []byte(`{"prompt": "say hello"}`))
 		return err
 	})
-	if resp.Status != protocol.RunAccepted || resp.ResultKey != "alice."+resp.RunID ||
-		resp.ResultSubject != "fleet.run.result.alice."+resp.RunID {
+	if resp.Status != protocol.RunAccepted || resp.ResultKey != "alice."+string(resp.RunID) ||
+		resp.ResultSubject != "fleet.run.result.alice."+string(resp.RunID) {
 		t.Fatalf("reply = %+v, want accepted under alice.<run> and fleet.run.result.alice.<run>", resp)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -644,7 +644,7 @@ func TestServeBindsTheClientToItsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Get(t.Context(), resp.RunID); err == nil {
+	if _, err := kv.Get(t.Context(), string(resp.RunID)); err == nil {
 		t.Error("the client's result is also under the bare run id")
 	}
 	select {

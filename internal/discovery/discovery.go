@@ -153,11 +153,12 @@ func parseWorkerInfo(data []byte, prefix string) (DiscoveredWorker, bool) {
 		if len(w.Tools) == natsbus.MaxCatalogTools {
 			break
 		}
-		if !protocol.ValidToken(e.Name) {
+		tool, err := protocol.ParseToolName(e.Name)
+		if err != nil {
 			continue
 		}
 		t := DiscoveredTool{
-			Name:             e.Name,
+			Name:             tool,
 			SchemaDigest:     clipKey(e.Metadata[natsbus.MetaSchemaDigest]),
 			Idempotent:       e.Metadata[natsbus.MetaIdempotent] == "true",
 			RequiresApproval: e.Metadata[natsbus.MetaRequiresApproval] == "true",
@@ -212,7 +213,7 @@ func orNone(s string) string {
 // with each other or (all of them) with catalog, a map of tool name to the
 // catalog's schema digest. The result is sorted by tool.
 func FindSchemaConflicts(workers []DiscoveredWorker, catalog map[string]string) []SchemaConflict {
-	served := map[string]map[string][]string{} // tool → digest → workers
+	served := map[protocol.ToolName]map[string][]string{} // tool → digest → workers
 	for _, w := range workers {
 		for _, t := range w.Tools {
 			if served[t.Name] == nil {
@@ -223,7 +224,7 @@ func FindSchemaConflicts(workers []DiscoveredWorker, catalog map[string]string) 
 	}
 	var out []SchemaConflict
 	for tool, digests := range served {
-		cat, listed := catalog[tool]
+		cat, listed := catalog[string(tool)]
 		_, catalogServed := digests[cat]
 		if len(digests) < 2 && (!listed || catalogServed) {
 			continue
@@ -236,7 +237,7 @@ func FindSchemaConflicts(workers []DiscoveredWorker, catalog map[string]string) 
 		slices.SortFunc(c.Digests, func(a, b DigestWorkers) int { return strings.Compare(a.Digest, b.Digest) })
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b SchemaConflict) int { return strings.Compare(a.Tool, b.Tool) })
+	slices.SortFunc(out, func(a, b SchemaConflict) int { return strings.Compare(string(a.Tool), string(b.Tool)) })
 	return out
 }
 

@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
-	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // FuzzParseWorkerInfo feeds arbitrary INFO answers to the discovery
@@ -36,7 +35,7 @@ func FuzzParseWorkerInfo(f *testing.F) {
 			t.Fatalf("accepted worker %+v", w)
 		}
 		for _, tool := range w.Tools {
-			if !protocol.ValidToken(tool.Name) || len(tool.SchemaDigest) > 70 || tool.Timeout < 0 {
+			if !tool.Name.Valid() || len(tool.SchemaDigest) > 70 || tool.Timeout < 0 {
 				t.Fatalf("accepted tool %+v", tool)
 			}
 		}

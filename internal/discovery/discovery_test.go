@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/toolfleet/toolfleet/internal/discovery"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 func TestFindSchemaConflicts(t *testing.T) {
 	worker := func(name string, tools ...discovery.DiscoveredTool) discovery.DiscoveredWorker {
 		return discovery.DiscoveredWorker{ID: name + "-id", Name: name, Tools: tools}
 	}
-	tool := func(name, digest string) discovery.DiscoveredTool {
+	tool := func(name protocol.ToolName, digest string) discovery.DiscoveredTool {
 		return discovery.DiscoveredTool{Name: name, SchemaDigest: digest}
 	}
 	tests := []struct {

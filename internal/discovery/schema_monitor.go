@@ -77,8 +77,8 @@ type SchemaMonitor struct {
 	once     sync.Once
 
 	mu        sync.Mutex
-	catalog   map[string]string // tool → schema digest
-	reported  map[string]string // tool → signature of the reported conflict
+	catalog   map[string]string            // tool → schema digest
+	reported  map[protocol.ToolName]string // tool → signature of the reported conflict
 	conflicts []SchemaConflict
 
 	checkMu sync.Mutex // one check at a time
@@ -108,7 +108,7 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		log:      cfg.Logger.With().Str(logBucket, s.CatalogBucket()).Logger(),
 		trigger:  make(chan struct{}, 1),
 		catalog:  map[string]string{},
-		reported: map[string]string{},
+		reported: map[protocol.ToolName]string{},
 	}
 	m.watching.Add(1)
 	go m.watch()
@@ -146,7 +146,7 @@ func (m *SchemaMonitor) apply(e jetstream.KeyValueEntry) bool {
 		return false
 	}
 	spec, err := protocol.DecodeToolSpec(e.Value(), 0)
-	if err != nil || spec.Name != key {
+	if err != nil || string(spec.Name) != key {
 		delete(m.catalog, key)
 		return false
 	}
@@ -200,7 +200,7 @@ func (m *SchemaMonitor) Check(ctx context.Context) ([]SchemaConflict, error) {
 	m.mu.Unlock()
 	conflicts := FindSchemaConflicts(workers, catalog)
 
-	seen := make(map[string]bool, len(conflicts))
+	seen := make(map[protocol.ToolName]bool, len(conflicts))
 	for _, c := range conflicts {
 		seen[c.Tool] = true
 		sig := c.signature()
@@ -219,14 +219,14 @@ func (m *SchemaMonitor) Check(ctx context.Context) ([]SchemaConflict, error) {
 			if c.CatalogDigest == "" {
 				tool = "" // not a catalog name: keep metric labels bounded
 			}
-			m.cfg.Observer.SchemaConflict(tool)
+			m.cfg.Observer.SchemaConflict(string(tool))
 		}
 	}
 	m.mu.Lock()
 	for tool := range m.reported {
 		if !seen[tool] {
 			delete(m.reported, tool)
-			m.log.Info().Str(logTool, tool).Msg("tool schema conflict resolved: live workers agree with the catalog")
+			m.log.Info().Str(logTool, string(tool)).Msg("tool schema conflict resolved: live workers agree with the catalog")
 		}
 	}
 	m.conflicts = conflicts
@@ -250,7 +250,7 @@ func (m *SchemaMonitor) warn(c SchemaConflict) {
 			served = append(served, w+"="+d.Digest)
 		}
 	}
-	m.log.Warn().Str(logTool, c.Tool).Str("catalog_digest", c.CatalogDigest).Strs("workers", served).
+	m.log.Warn().Str(logTool, string(c.Tool)).Str("catalog_digest", c.CatalogDigest).Strs("workers", served).
 		Int("schemas", len(c.Digests)).
 		Msg("workers disagree on a tool's schema: calls are validated against the catalog's spec, and workers serving another schema answer invalid_arguments")
 }

@@ -185,8 +185,8 @@ func (d *progressDispatcher) Open(ctx context.Context, run protocol.RunID) (loop
 			case <-out.closed:
 				return
 			}
-			if ev.Progress != nil {
-				d.p.say(fmt.Sprintf("started on worker %s (attempt %d)", clip(ev.Progress.Worker), ev.Progress.Attempt))
+			if ev.Started != nil {
+				d.p.say(fmt.Sprintf("started on worker %s (attempt %d)", clip(ev.Started.Worker), ev.Started.Attempt))
 			}
 			select {
 			case out.events <- ev:

@@ -120,19 +120,20 @@ func (s *Server) Sync(ctx context.Context) error {
 	defer s.mu.Unlock()
 	now := make(map[string]bool, len(specs))
 	for _, spec := range specs {
-		now[spec.Name] = true
-		if old, ok := s.served[spec.Name]; ok && old.SchemaDigest == spec.SchemaDigest &&
+		name := string(spec.Name)
+		now[name] = true
+		if old, ok := s.served[name]; ok && old.SchemaDigest == spec.SchemaDigest &&
 			old.Description == spec.Description && old.Idempotent == spec.Idempotent &&
 			old.RequiresApproval == spec.RequiresApproval && old.TimeoutMS == spec.TimeoutMS {
 			continue
 		}
 		t, err := toolOf(spec)
 		if err != nil {
-			s.cfg.Logger.Warn().Str(logkey.Tool, spec.Name).Str("error", err.Error()).Msg("catalog tool not served over MCP")
+			s.cfg.Logger.Warn().Str(logkey.Tool, name).Str("error", err.Error()).Msg("catalog tool not served over MCP")
 			continue
 		}
-		s.srv.AddTool(t, s.handler(spec.Name))
-		s.served[spec.Name] = spec
+		s.srv.AddTool(t, s.handler(name))
+		s.served[name] = spec
 	}
 	var gone []string
 	for n := range s.served {
@@ -176,7 +177,7 @@ func toolOf(spec protocol.ToolSpec) (*mcp.Tool, error) {
 		return nil, errors.New(`parameters must have type "object"`)
 	}
 	t := &mcp.Tool{
-		Name:        spec.Name,
+		Name:        string(spec.Name),
 		Description: spec.Description,
 		InputSchema: schema,
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: spec.Idempotent},

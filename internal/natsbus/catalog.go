@@ -81,16 +81,16 @@ func PublishSpecs(ctx context.Context, js jetstream.JetStream, s protocol.Subjec
 		if err != nil {
 			return fmt.Errorf("natsbus: spec of %q: %w", spec.Name, err)
 		}
-		if old, err := kv.Get(ctx, spec.Name); err == nil {
+		if old, err := kv.Get(ctx, string(spec.Name)); err == nil {
 			prev, derr := protocol.DecodeToolSpec(old.Value(), 0)
 			if derr == nil && prev.SchemaDigest != spec.SchemaDigest {
-				log.Warn().Str(logTool, spec.Name).Str(logOld, prev.SchemaDigest).Str(logNew, spec.SchemaDigest).
+				log.Warn().Str(logTool, string(spec.Name)).Str(logOld, prev.SchemaDigest).Str(logNew, spec.SchemaDigest).
 					Msg("tool schema differs from the one in the catalog: workers disagree; the newest spec wins")
 			}
 			if derr == nil && prev.RequiresApproval && !spec.RequiresApproval {
 				// Never lowered by a later writer: a worker whose manifest
 				// lacks the flag (drift) keeps the tool gated.
-				log.Warn().Str(logTool, spec.Name).
+				log.Warn().Str(logTool, string(spec.Name)).
 					Msg("the catalog says this tool requires approval and this worker's manifest does not: workers disagree; it keeps requiring approval")
 				spec.RequiresApproval = true
 				if data, err = protocol.Encode(&spec); err != nil {
@@ -100,7 +100,7 @@ func PublishSpecs(ctx context.Context, js jetstream.JetStream, s protocol.Subjec
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("natsbus: reading the catalog entry of %q: %w", spec.Name, err)
 		}
-		if _, err := kv.Put(ctx, spec.Name, data); err != nil {
+		if _, err := kv.Put(ctx, string(spec.Name), data); err != nil {
 			return fmt.Errorf("natsbus: publishing the spec of %q: %w", spec.Name, err)
 		}
 	}
@@ -202,7 +202,7 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 		return
 	}
 	spec, err := protocol.DecodeToolSpec(e.Value(), 0)
-	if err == nil && spec.Name != key {
+	if err == nil && string(spec.Name) != key {
 		err = codedError("name_mismatch")
 	}
 	if err != nil {
@@ -321,7 +321,7 @@ func (c *Catalog) Tools(ctx context.Context) ([]protocol.ToolSpec, error) {
 		out = append(out, s)
 	}
 	c.mu.RUnlock()
-	slices.SortFunc(out, func(a, b protocol.ToolSpec) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b protocol.ToolSpec) int { return strings.Compare(string(a.Name), string(b.Name)) })
 	return out, nil
 }
 

@@ -20,7 +20,7 @@ import (
 func specNames(specs []protocol.ToolSpec) string {
 	var names []string
 	for _, s := range specs {
-		names = append(names, s.Name)
+		names = append(names, string(s.Name))
 	}
 	return strings.Join(names, ",")
 }
@@ -260,7 +260,7 @@ func TestOversizedCatalogEntriesAreSkipped(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, _ := protocol.Encode(&protocol.ToolSpec{V: 1, Name: name, Description: desc, Parameters: params, SchemaDigest: digest})
+		data, _ := protocol.Encode(&protocol.ToolSpec{V: 1, Name: protocol.ToolName(name), Description: desc, Parameters: params, SchemaDigest: digest})
 		if _, err := kv.Put(ctx(t), name, data); err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +299,7 @@ func TestCatalogFloodIsBounded(t *testing.T) {
 	digest, _ := protocol.SchemaDigest(params)
 	for i := range 60 {
 		name := fmt.Sprintf("junk%d", i)
-		data, _ := protocol.Encode(&protocol.ToolSpec{V: 1, Name: name, Description: strings.Repeat("d", natsbus.MaxCatalogDescriptionBytes),
+		data, _ := protocol.Encode(&protocol.ToolSpec{V: 1, Name: protocol.ToolName(name), Description: strings.Repeat("d", natsbus.MaxCatalogDescriptionBytes),
 			Parameters: params, SchemaDigest: digest})
 		if _, err := kv.Put(ctx(t), name, data); err != nil {
 			t.Fatal(err)

@@ -78,7 +78,7 @@ func prefixOf(s protocol.Subjects) string {
 func (w *Worker) serviceConfig() micro.Config {
 	names := make([]string, len(w.tools))
 	for i, tc := range w.tools {
-		names[i] = tc.name
+		names[i] = string(tc.name)
 	}
 	return micro.Config{
 		Name:    ServiceName,
@@ -95,7 +95,7 @@ func (w *Worker) serviceConfig() micro.Config {
 		// gathers all replies sees every worker's schema.
 		QueueGroupDisabled: true,
 		StatsHandler: func(e *micro.Endpoint) any {
-			if tc := w.toolByName[e.Name]; tc != nil {
+			if tc := w.toolByName[protocol.ToolName(e.Name)]; tc != nil {
 				return tc.meter.stats()
 			}
 			return nil
@@ -118,7 +118,7 @@ func (w *Worker) startService() (micro.Service, error) {
 	for _, tc := range w.tools {
 		subject, err := w.subjects.ToolInfo(tc.name)
 		if err == nil {
-			err = svc.AddEndpoint(tc.name, w.toolInfoHandler(tc),
+			err = svc.AddEndpoint(string(tc.name), w.toolInfoHandler(tc),
 				micro.WithEndpointSubject(subject),
 				micro.WithEndpointMetadata(endpointMetadata(tc, &budget)))
 		}

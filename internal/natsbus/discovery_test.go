@@ -62,7 +62,7 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 	got := discoverN(t, f, 2)
 	digest := map[string]string{}
 	for _, s := range h1.Specs() {
-		digest[s.Name] = s.SchemaDigest
+		digest[string(s.Name)] = s.SchemaDigest
 	}
 	if got[0].Name != "w1" || got[0].Version != "1.2.3" || got[1].Name != "w2" || got[1].Version != natsbus.DefaultServiceVersion {
 		t.Fatalf("workers = %+v, want w1 1.2.3 and w2 %s", got, natsbus.DefaultServiceVersion)

@@ -98,7 +98,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: run id: %w", err)
 	}
-	progressSubj, err := d.subjects.Progress(run)
+	progressSubj, err := d.subjects.Started(run)
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: run id: %w", err)
 	}
@@ -106,7 +106,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		run:      run,
 		events:   make(chan loop.Event, d.cfg.InboxSize),
 		limit:    d.cfg.MaxMessageBytes,
-		log:      d.log.With().Str(logRun, run).Logger(),
+		log:      d.log.With().Str(logRun, string(run)).Logger(),
 		garbage:  d.garbage,
 		prefix:   strings.TrimSuffix(resultSubj, ">"),
 		progress: progressSubj,
@@ -250,7 +250,7 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	msg.Data = data
 	msg.Header.Set(protocol.HeaderMsgID, protocol.CallMsgID(call.CallKey))
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
-	msg.Header.Set(protocol.HeaderDeadline, call.Deadline.UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil
@@ -436,7 +436,7 @@ func (in *Inbox) onResult(m jetstream.Msg) {
 		err = codedError("run_mismatch")
 	}
 	if err == nil {
-		if want, ok := in.tools.Load(r.CallKey); ok && m.Subject() != in.prefix+want.(protocol.ToolName) {
+		if want, ok := in.tools.Load(r.CallKey); ok && m.Subject() != in.prefix+string(want.(protocol.ToolName)) {
 			// A worker answering a call of another tool (or a forger).
 			err = codedError("tool_mismatch")
 		}
@@ -472,7 +472,7 @@ func recovers(err error) bool {
 }
 
 func (in *Inbox) onProgress(m *nats.Msg) {
-	p, err := protocol.DecodeProgress(m.Data, in.limit)
+	p, err := protocol.DecodeStarted(m.Data, in.limit)
 	if err == nil && p.RunID != in.run {
 		err = codedError("run_mismatch")
 	}
@@ -483,7 +483,7 @@ func (in *Inbox) onProgress(m *nats.Msg) {
 		in.refuse(m.Subject, err)
 		return
 	}
-	in.deliver(loop.Event{Progress: &p})
+	in.deliver(loop.Event{Started: &p})
 }
 
 func (in *Inbox) refuse(subject string, err error) {

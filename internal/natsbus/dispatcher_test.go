@@ -19,17 +19,17 @@ import (
 func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
 	f := newFleet(t)
 	d := f.dispatcher(natsbus.DispatcherConfig{InboxSize: 2, MaxMessageBytes: 4096})
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	in, err := d.Open(ctx(t), run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	inbox := in.(*natsbus.Inbox)
 	resultSubj, _ := f.subjects.Result(run, "echo")
-	progressSubj, _ := f.subjects.Progress(run)
+	progressSubj, _ := f.subjects.Started(run)
 
 	result := func(r protocol.RunID) []byte {
-		data, _ := protocol.Encode(&protocol.Result{V: 1, RunID: r, CallKey: protocol.NewID(), Outcome: protocol.OutcomeOK})
+		data, _ := protocol.Encode(&protocol.Result{V: 1, RunID: r, CallKey: protocol.NewCallKey(), Outcome: protocol.OutcomeOK})
 		return data
 	}
 	garbage := []struct {
@@ -37,10 +37,10 @@ func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
 		data    []byte
 	}{
 		{resultSubj, []byte("SECRET-CANARY not json")},
-		{resultSubj, []byte(`{"v":2,"run_id":"` + run + `","call_key":"k","outcome":"ok"}`)},
-		{resultSubj, result(protocol.NewID())}, // another run's result
+		{resultSubj, []byte(`{"v":2,"run_id":"` + string(run) + `","call_key":"k","outcome":"ok"}`)},
+		{resultSubj, result(protocol.NewRunID())}, // another run's result
 		{progressSubj, []byte(`{"v":1}`)},
-		{resultSubj, []byte(`{"v":1,"run_id":"` + run + `","call_key":"k","outcome":"ok","output":"` + strings.Repeat("x", 8192) + `"}`)},
+		{resultSubj, []byte(`{"v":1,"run_id":"` + string(run) + `","call_key":"k","outcome":"ok","output":"` + strings.Repeat("x", 8192) + `"}`)},
 	}
 	for _, g := range garbage {
 		if err := f.nc.Publish(g.subject, g.data); err != nil {
@@ -113,7 +113,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 	}
 	callSubj, _ := f.subjects.Call("echo")
 	resultSubj, _ := f.subjects.Result(run, "echo")
-	progressSubj, _ := f.subjects.Progress(run)
+	progressSubj, _ := f.subjects.Started(run)
 	cancelSubj, _ := f.subjects.Cancel(run, valid.CallKey)
 	for _, p := range payloads {
 		if _, err := f.js.Publish(ctx(t), callSubj, p); err != nil {
@@ -152,7 +152,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 func TestInboxRecoversItsConsumer(t *testing.T) {
 	f := newFleet(t)
 	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	in, err := d.Open(ctx(t), run)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestInboxRecoversItsConsumer(t *testing.T) {
 	subject, _ := f.subjects.Result(run, "echo")
 	publish := func() protocol.CallKey {
 		t.Helper()
-		r := protocol.Result{V: 1, RunID: run, CallKey: protocol.NewID(), Outcome: protocol.OutcomeOK}
+		r := protocol.Result{V: 1, RunID: run, CallKey: protocol.NewCallKey(), Outcome: protocol.OutcomeOK}
 		data, _ := protocol.Encode(&r)
 		if _, err := f.js.Publish(ctx(t), subject, data); err != nil {
 			t.Fatal(err)
@@ -248,7 +248,7 @@ func TestInboxTakesAResultOnlyFromItsToolsSubject(t *testing.T) {
 	if err := d.Publish(ctx(t), call); err != nil {
 		t.Fatal(err)
 	}
-	publish := func(tool, output string) {
+	publish := func(tool protocol.ToolName, output string) {
 		t.Helper()
 		subj, _ := f.subjects.Result(run, tool)
 		data, _ := protocol.Encode(&protocol.Result{V: 1, RunID: run, CallKey: call.CallKey, Outcome: protocol.OutcomeOK, Output: output})

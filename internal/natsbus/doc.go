@@ -95,9 +95,10 @@
 // decides them. A spec stays in the catalog after the last worker serving
 // the tool stops; calls to it then time out at their deadline.
 //
-// Progress notices and cancels travel on core NATS. A progress notice sent
-// while the coordinator is disconnected is lost, and a non-idempotent call
-// that started then and never answered is reported timeout rather than
+// Started notices (protocol.Started, on the progress subject) and cancels
+// travel on core NATS. A started notice sent while the coordinator is
+// disconnected is lost, and a non-idempotent call that started then and
+// never answered is reported timeout rather than
 // outcome_unknown. A cancel sent while a worker is disconnected is lost; the
 // call still ends at its deadline.
 package natsbus

@@ -104,7 +104,7 @@ func TestMoreToolsThanSlots(t *testing.T) {
 	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{Concurrency: 1, PollWait: 100 * time.Millisecond})
 	d, run, in := f.openRun(t)
 	for i := range 6 {
-		tool, args := "echo", `{"text":"e"}`
+		tool, args := protocol.ToolName("echo"), `{"text":"e"}`
 		if i%2 == 1 {
 			tool, args = "static", `{}`
 		}

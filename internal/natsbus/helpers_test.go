@@ -129,7 +129,7 @@ func (f *fleet) dispatcher(cfg natsbus.DispatcherConfig) *natsbus.Dispatcher {
 }
 
 // consumerInfo returns the info of tool's consumer.
-func (f *fleet) consumerInfo(t *testing.T, tool string) *jetstream.ConsumerInfo {
+func (f *fleet) consumerInfo(t *testing.T, tool protocol.ToolName) *jetstream.ConsumerInfo {
 	t.Helper()
 	name, _ := f.subjects.Consumer(tool)
 	c, err := f.js.Consumer(ctx(t), f.subjects.CallsStream(), name)
@@ -145,7 +145,7 @@ func (f *fleet) consumerInfo(t *testing.T, tool string) *jetstream.ConsumerInfo 
 
 // waitIdle waits until tool's consumer has nothing pending or unacked and
 // the calls stream is empty.
-func (f *fleet) waitIdle(t *testing.T, tool string) {
+func (f *fleet) waitIdle(t *testing.T, tool protocol.ToolName) {
 	t.Helper()
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		info := f.consumerInfo(t, tool)
@@ -168,9 +168,9 @@ func (f *fleet) waitIdle(t *testing.T, tool string) {
 }
 
 // newCall returns a valid call of tool with args and a deadline d from now.
-func newCall(run protocol.RunID, tool, args string, d time.Duration) protocol.Call {
+func newCall(run protocol.RunID, tool protocol.ToolName, args string, d time.Duration) protocol.Call {
 	return protocol.Call{
-		V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewID(), CallID: "call_1",
+		V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "call_1",
 		Tool: tool, Arguments: json.RawMessage(args), Deadline: time.Now().Add(d), Attempt: 1,
 	}
 }
@@ -180,7 +180,7 @@ func newCall(run protocol.RunID, tool, args string, d time.Duration) protocol.Ca
 func (f *fleet) openRun(t *testing.T) (*natsbus.Dispatcher, protocol.RunID, loop.Inbox) {
 	t.Helper()
 	d := f.dispatcher(natsbus.DispatcherConfig{})
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	in, err := d.Open(ctx(t), run)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -197,9 +197,9 @@ func nextResult(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.D
 }
 
 // nextProgress reads in until a progress notice for key arrives.
-func nextProgress(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Progress {
+func nextProgress(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Started {
 	t.Helper()
-	return *nextEvent(t, in, within, func(ev loop.Event) bool { return ev.Progress != nil && ev.Progress.CallKey == key }).Progress
+	return *nextEvent(t, in, within, func(ev loop.Event) bool { return ev.Started != nil && ev.Started.CallKey == key }).Started
 }
 
 // nextEvent reads in until an event matches, failing after within.

@@ -5,49 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
-
-func TestEncodeResultFitsTheLimit(t *testing.T) {
-	tests := []struct {
-		name   string
-		output string
-		limit  int
-		cut    bool
-	}{
-		{"fits", "hello", 1024, false},
-		{"ascii too long", strings.Repeat("a", 10_000), 2048, true},
-		{"escapes expand", strings.Repeat("\x01", 5_000), 4096, true},
-		{"multibyte", strings.Repeat("é", 5_000), 4096, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := protocol.Result{V: 1, RunID: "r", CallKey: "k", Outcome: protocol.OutcomeOK, Output: tc.output}
-			data, err := encodeResult(&r, tc.limit)
-			if err != nil {
-				t.Fatalf("encodeResult: %v", err)
-			}
-			if len(data) > tc.limit {
-				t.Fatalf("encoded %d bytes, limit %d", len(data), tc.limit)
-			}
-			back, err := protocol.DecodeResult(data, tc.limit)
-			if err != nil {
-				t.Fatalf("does not decode: %v", err)
-			}
-			if back.Truncated != tc.cut || !utf8.ValidString(back.Output) {
-				t.Fatalf("Truncated = %v (valid UTF-8 %v), want %v", back.Truncated, utf8.ValidString(back.Output), tc.cut)
-			}
-			if tc.cut && !strings.HasSuffix(back.Output, protocol.TruncationMarker) {
-				t.Fatalf("cut output lacks the truncation marker")
-			}
-		})
-	}
-}
 
 func TestRetryableConnectError(t *testing.T) {
 	tests := []struct {

@@ -277,7 +277,10 @@ func ListJournals(ctx context.Context, js jetstream.JetStream, subjects protocol
 	prefix = prefix[:len(prefix)-1]
 	out := make(map[protocol.RunID]uint64, len(info.State.Subjects))
 	for subj, n := range info.State.Subjects {
-		if run := subj[min(len(prefix), len(subj)):]; len(subj) > len(prefix) && subj[:len(prefix)] == prefix && protocol.ValidToken(run) {
+		if len(subj) <= len(prefix) || subj[:len(prefix)] != prefix {
+			continue
+		}
+		if run, err := protocol.ParseRunID(subj[len(prefix):]); err == nil {
 			out[run] = n
 		}
 	}

@@ -179,7 +179,11 @@ func CreateMissingStreams(ctx context.Context, js jetstream.JetStream, list []Fl
 func ProvisionToolConsumers(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, tools []string) ([]ProvisionAction, error) {
 	cfg := WorkerConfig{}.withDefaults()
 	var done []ProvisionAction
-	for _, tool := range tools {
+	for _, name := range tools {
+		tool, err := protocol.ParseToolName(name)
+		if err != nil {
+			return done, err
+		}
 		durable, err := s.Consumer(tool)
 		if err != nil {
 			return done, err

@@ -27,11 +27,11 @@ type callTrace struct {
 }
 
 // startCallTrace opens the span of a delivery of tool's call.
-func startCallTrace(ctx context.Context, tool string, m jetstream.Msg) *callTrace {
+func startCallTrace(ctx context.Context, tool protocol.ToolName, m jetstream.Msg) *callTrace {
 	ctx = tracing.Extract(ctx, m.Headers())
 	tr := otel.GetTracerProvider().Tracer(tracerName)
-	ctx, span := tr.Start(ctx, "execute_tool "+tool, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", tool),
+	ctx, span := tr.Start(ctx, "execute_tool "+string(tool), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", string(tool)),
 			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject())))
 	ct := &callTrace{ctx: ctx, span: span}
 	if md, err := m.Metadata(); err == nil && !md.Timestamp.IsZero() && span.IsRecording() {
@@ -57,8 +57,8 @@ func (ct *callTrace) child(name string) func(failed string) {
 
 // call records the accepted call's ids.
 func (ct *callTrace) call(c protocol.Call, attempt int) {
-	ct.span.SetAttributes(attribute.String("gen_ai.tool.call.id", clipCallID(c.CallID)), attribute.String("toolfleet.call_key", c.CallKey),
-		attribute.String("toolfleet.run_id", c.RunID), attribute.Int("toolfleet.attempt", attempt))
+	ct.span.SetAttributes(attribute.String("gen_ai.tool.call.id", clipCallID(string(c.CallID))), attribute.String("toolfleet.call_key", string(c.CallKey)),
+		attribute.String("toolfleet.run_id", string(c.RunID)), attribute.Int("toolfleet.attempt", attempt))
 }
 
 // end closes the delivery's span with its outcome (or why it did not run).

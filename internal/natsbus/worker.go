@@ -23,12 +23,11 @@ const (
 	ackTimeout = 5 * time.Second
 	// publishTimeout bounds a first round of attempts to publish one
 	// result. If the server still does not answer, the result is retried
-	// until its call's deadline plus resultGrace (unless the worker is
-	// cancelling its calls to stop), so it survives an outage for as long
-	// as the coordinator waits for it.
+	// until the coordinator's wait for it ends (the call's
+	// protocol.CallDeadline: its deadline plus the grace it carries),
+	// unless the worker is cancelling its calls to stop, so it survives an
+	// outage for as long as the coordinator waits for it.
 	publishTimeout = 5 * time.Second
-	// resultGrace covers the coordinator's own grace past a deadline.
-	resultGrace = time.Second
 	// consumerTimeout bounds one attempt to create or update a consumer.
 	consumerTimeout = 2 * time.Second
 	// maxCancelBytes bounds a decoded cancel message.
@@ -77,7 +76,7 @@ type Worker struct {
 	inflight sync.WaitGroup
 
 	// toolByName indexes tools; read-only after NewWorker.
-	toolByName map[string]*toolConsumer
+	toolByName map[protocol.ToolName]*toolConsumer
 
 	// calls is the calls stream, from which non-idempotent calls are
 	// claimed; set by Run.
@@ -101,7 +100,7 @@ type Worker struct {
 
 // toolConsumer is one tool this worker serves and its shared consumer.
 type toolConsumer struct {
-	name       string
+	name       protocol.ToolName
 	idempotent bool
 	subject    string
 	spec       protocol.ToolSpec
@@ -150,12 +149,12 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 			config:     toolConsumerConfig(durable, spec.Name, subject, cfg),
 		})
 	}
-	w.toolByName = make(map[string]*toolConsumer, len(w.tools))
+	w.toolByName = make(map[protocol.ToolName]*toolConsumer, len(w.tools))
 	for _, tc := range w.tools {
 		w.toolByName[tc.name] = tc
 		tc.queue = NewWorkQueue(WorkQueueConfig{
 			Slots: w.sem, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight,
-			Logger: w.log.With().Str(logTool, tc.name).Logger(), Noun: "calls",
+			Logger: w.log.With().Str(logTool, string(tc.name)).Logger(), Noun: "calls",
 			Ensure: func(ctx context.Context) (jetstream.Consumer, error) { return w.ensureConsumer(ctx, tc) },
 			// Streams that differ from the expected configuration: take no call.
 			Wait: cfg.Guard.Wait,
@@ -169,7 +168,7 @@ func (w *Worker) Name() string { return w.cfg.Name }
 
 // ToolStats returns the counters of one of the worker's tools, and false
 // when the worker does not serve it.
-func (w *Worker) ToolStats(tool string) (ToolStats, bool) {
+func (w *Worker) ToolStats(tool protocol.ToolName) (ToolStats, bool) {
 	tc := w.toolByName[tool]
 	if tc == nil {
 		return ToolStats{}, false
@@ -296,7 +295,7 @@ func (w *Worker) onCancel(m *nats.Msg) {
 	n := len(cancels)
 	w.mu.Unlock()
 	if n > 0 {
-		w.log.Info().Str(logRun, c.RunID).Str(logCallKey, c.CallKey).Msg("cancel requested")
+		w.log.Info().Str(logRun, string(c.RunID)).Str(logCallKey, string(c.CallKey)).Msg("cancel requested")
 	}
 }
 
@@ -346,14 +345,14 @@ func (w *Worker) end(run protocol.RunID, key protocol.CallKey, seq uint64) {
 	}
 }
 
-func runKey(run protocol.RunID, key protocol.CallKey) string { return run + "." + key }
+func runKey(run protocol.RunID, key protocol.CallKey) string { return string(run) + "." + string(key) }
 
 // toolConsumerConfig is the durable consumer every worker serving tool
 // shares, with cfg's defaults applied.
-func toolConsumerConfig(durable, tool, subject string, cfg WorkerConfig) jetstream.ConsumerConfig {
+func toolConsumerConfig(durable string, tool protocol.ToolName, subject string, cfg WorkerConfig) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       durable,
-		Description:   "toolfleet workers serving " + tool,
+		Description:   "toolfleet workers serving " + string(tool),
 		FilterSubject: subject,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,

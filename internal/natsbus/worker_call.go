@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,7 +41,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
 		tc.meter.onTerminated(TerminatedExpired)
-		w.log.Info().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
+		w.log.Info().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
 			Int(logAttempt, attempt).Msg("call expired before it started: not run")
 		return Term(termExpired)
 	case err != nil:
@@ -51,7 +50,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		w.limited.Warn().Str(logSubject, m.Subject()).Str(logCode, errorCode(err)).Msg("terminated a malformed call")
 		return Term(termMalformed)
 	}
-	log := w.log.With().Str(logTool, tc.name).Str(logRun, call.RunID).Str(logCallKey, call.CallKey).
+	log := w.log.With().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
 		Int(logAttempt, attempt).Logger()
 
 	// Checked twice: the coordinator asked an operator, and the worker
@@ -91,7 +90,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		}
 	}
 	ct.call(call, attempt)
-	w.publishProgress(call, attempt)
+	w.publishStarted(call, attempt)
 
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -132,7 +131,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		Attempt:    attempt,
 	}
 	endPublish := ct.child("result publish")
-	err = w.publishResult(ctx, replyTo, tc.name, &result, call.Deadline)
+	err = w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline())
 	endPublish(map[bool]string{true: "", false: "publish_failed"}[err == nil])
 	if err != nil {
 		w.resultErrors.Add(1)
@@ -240,7 +239,7 @@ func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, call pr
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeDenied,
 		ErrorType: "approval:" + code, Worker: w.cfg.Name, Attempt: attempt,
 	}
-	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.Deadline); err != nil {
+	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline()); err != nil {
 		w.resultErrors.Add(1)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
@@ -291,18 +290,16 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 	if m.Subject() != tc.subject {
 		return protocol.Call{}, "", codedError("subject_mismatch")
 	}
-	var hdrDeadline time.Time
-	if d := h.Get(protocol.HeaderDeadline); d != "" {
-		t, err := time.Parse(time.RFC3339Nano, d)
-		if err != nil {
-			return protocol.Call{}, "", codedError("bad_deadline_header")
-		}
-		hdrDeadline = t
-	}
 	call, err := protocol.DecodeCall(m.Data(), w.cfg.MaxMessageBytes)
 	if err != nil {
 		return protocol.Call{}, "", err
 	}
+	// The earlier of the header's deadline and the body's holds.
+	deadline, err := call.CallDeadline().Tighten(h.Get(protocol.HeaderDeadline))
+	if err != nil {
+		return protocol.Call{}, "", codedError("bad_deadline_header")
+	}
+	call.Deadline = deadline.At
 	if call.Tool != tc.name {
 		return protocol.Call{}, "", codedError("tool_mismatch")
 	}
@@ -316,23 +313,20 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 	case got != replyTo:
 		return protocol.Call{}, "", codedError("reply_to_mismatch")
 	}
-	if !hdrDeadline.IsZero() && hdrDeadline.Before(call.Deadline) {
-		call.Deadline = hdrDeadline
-	}
-	if !w.cfg.Now().Before(call.Deadline) {
+	if deadline.Expired(w.cfg.Now()) {
 		return call, "", errExpired
 	}
 	return call, replyTo, nil
 }
 
-// publishProgress tells the coordinator the call started (core NATS, best
+// publishStarted tells the coordinator the call started (core NATS, best
 // effort).
-func (w *Worker) publishProgress(call protocol.Call, attempt int) {
-	subject, err := w.subjects.Progress(call.RunID)
+func (w *Worker) publishStarted(call protocol.Call, attempt int) {
+	subject, err := w.subjects.Started(call.RunID)
 	if err != nil {
 		return
 	}
-	data, err := protocol.Encode(&protocol.Progress{
+	data, err := protocol.Encode(&protocol.Started{
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Worker: w.cfg.Name, Attempt: attempt,
 	})
 	if err != nil {
@@ -345,11 +339,12 @@ func (w *Worker) publishProgress(call protocol.Call, attempt int) {
 // the call key so a call run twice stores one result. It publishes
 // asynchronously and waits for the PubAck for one attempt's time, then
 // tries for
-// publishTimeout, then, while the server does not answer, until the call's
-// deadline plus resultGrace or until stopping ends (the worker cancels its
-// calls to stop).
-func (w *Worker) publishResult(stopping context.Context, replyTo, tool string, r *protocol.Result, deadline time.Time) error {
-	data, err := encodeResult(r, w.cfg.MaxMessageBytes)
+// publishTimeout, then, while the server does not answer, until the end
+// of the coordinator's wait for it (deadline.ResultBy: the call's deadline
+// plus the grace it carries) or until stopping ends (the worker cancels
+// its calls to stop).
+func (w *Worker) publishResult(stopping context.Context, replyTo string, tool protocol.ToolName, r *protocol.Result, deadline protocol.CallDeadline) error {
+	data, err := protocol.EncodeResultWithin(r, w.cfg.MaxMessageBytes)
 	if err != nil {
 		return err
 	}
@@ -382,29 +377,10 @@ func (w *Worker) publishResult(stopping context.Context, replyTo, tool string, r
 	if err == nil || !transient(err) || stopping.Err() != nil {
 		return err
 	}
-	ctx, cancel = context.WithDeadline(stopping, deadline.Add(resultGrace))
+	ctx, cancel = context.WithDeadline(stopping, deadline.ResultBy())
 	defer cancel()
 	if ctx.Err() != nil {
 		return err
 	}
 	return publishRetrying(ctx, w.js, msg, opt)
-}
-
-// encodeResult encodes r, cutting its output further until the message
-// fits in limit bytes.
-func encodeResult(r *protocol.Result, limit int) ([]byte, error) {
-	for {
-		data, err := protocol.Encode(r)
-		if err != nil {
-			return nil, err
-		}
-		if len(data) <= limit {
-			return data, nil
-		}
-		if r.Output == "" {
-			return nil, protocol.ErrTooLarge
-		}
-		r.Output, _ = protocol.Truncate(r.Output, utf8.RuneCountInString(r.Output)/2)
-		r.Truncated = true
-	}
 }

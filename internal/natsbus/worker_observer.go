@@ -102,11 +102,11 @@ type toolMeter struct {
 	outcomes map[protocol.Outcome]int64
 }
 
-func newToolMeter(name, subject string, obs WorkerObserver) *toolMeter {
+func newToolMeter(name protocol.ToolName, subject string, obs WorkerObserver) *toolMeter {
 	if obs == nil {
 		obs = NopWorkerObserver{}
 	}
-	return &toolMeter{name: name, subject: subject, obs: obs, outcomes: map[protocol.Outcome]int64{}}
+	return &toolMeter{name: string(name), subject: subject, obs: obs, outcomes: map[protocol.Outcome]int64{}}
 }
 
 func (m *toolMeter) onDelivered(attempt int) {

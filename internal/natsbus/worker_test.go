@@ -55,13 +55,13 @@ func TestCallRoundTrip(t *testing.T) {
 	}
 	// Progress and result travel on two subscriptions: either may come
 	// first.
-	var p *protocol.Progress
+	var p *protocol.Started
 	var r protocol.Result
 	for p == nil || r.RunID == "" {
 		ev := nextEvent(t, in, 10*time.Second, func(loop.Event) bool { return true })
 		switch {
-		case ev.Progress != nil && ev.Progress.CallKey == call.CallKey:
-			p = ev.Progress
+		case ev.Started != nil && ev.Started.CallKey == call.CallKey:
+			p = ev.Started
 		case ev.Result != nil && ev.Result.CallKey == call.CallKey:
 			r = *ev.Result
 		}
@@ -102,7 +102,7 @@ func TestPublishDeduplicatesAndAppliesBackPressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{})
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	first := newCall(run, "nobody", `{}`, time.Minute)
 	for range 2 {
 		if err := d.Publish(ctx(t), first); err != nil {
@@ -129,7 +129,7 @@ func TestPublishDeduplicatesAndAppliesBackPressure(t *testing.T) {
 func TestPublishRefusesInvalidCalls(t *testing.T) {
 	f := newFleet(t)
 	d := f.dispatcher(natsbus.DispatcherConfig{MaxMessageBytes: 2048})
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	big := newCall(run, "echo", `{"text":"`+string(make([]byte, 0))+fmt.Sprintf("%04000d", 0)+`"}`, time.Minute)
 	tests := []struct {
 		name string
@@ -196,7 +196,7 @@ func TestExpiredCallIsNeverRun(t *testing.T) {
 	h := harnesstest.New(t, harness.Config{}, counting("effect", &runs, 0, false))
 	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{})
 	d := f.dispatcher(natsbus.DispatcherConfig{})
-	call := newCall(protocol.NewID(), "effect", `{}`, -time.Second)
+	call := newCall(protocol.NewRunID(), "effect", `{}`, -time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
 		t.Fatal(err)
 	}
@@ -381,9 +381,9 @@ func TestForgedReplySubjectIsRefused(t *testing.T) {
 	defer watch.Unsubscribe()
 	f.nc.Flush()
 
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	callSubj, _ := f.subjects.Call("echo")
-	otherRun, _ := f.subjects.Result(protocol.NewID(), "echo")
+	otherRun, _ := f.subjects.Result(protocol.NewRunID(), "echo")
 	tests := []struct {
 		name    string
 		replyTo string // "" leaves the header out

@@ -84,9 +84,14 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	case len(pos) != n:
 		fmt.Fprintf(stderr, "runs %s: takes %d argument(s), got %d\n%s", name, n, len(pos), usage)
 		return exitUsage
-	case n == 1 && !protocol.ValidToken(pos[0]):
-		fmt.Fprintf(stderr, "runs %s: %q is not a run id\n", name, clip(pos[0]))
-		return exitUsage
+	}
+	var run protocol.RunID
+	if n == 1 {
+		var err error
+		if run, err = protocol.ParseRunID(pos[0]); err != nil {
+			fmt.Fprintf(stderr, "runs %s: %q is not a run id\n", name, clip(pos[0]))
+			return exitUsage
+		}
 	}
 	subjects, err := protocol.NewSubjects(*prefix)
 	if err != nil {
@@ -108,12 +113,12 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	}
 	switch name {
 	case "show":
-		err = show(ctx, js, subjects, pos[0], *asJSON, stdout)
+		err = show(ctx, js, subjects, run, *asJSON, stdout)
 	case "cancel":
 		by := os.Getenv("USER")
-		err = natsbus.RequestCancel(ctx, js, subjects, pos[0], protocol.RunCancelRequest{By: by, Reason: *reason, At: time.Now().UTC()})
+		err = natsbus.RequestCancel(ctx, js, subjects, run, protocol.RunCancelRequest{By: by, Reason: *reason, At: time.Now().UTC()})
 		if err == nil {
-			fmt.Fprintf(stdout, "cancel requested for run %s\n", pos[0])
+			fmt.Fprintf(stdout, "cancel requested for run %s\n", run)
 		}
 	default:
 		err = list(ctx, js, subjects, *asJSON, stdout)
@@ -133,7 +138,7 @@ func state(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects
 	}
 	st := Summarize(run, recs)
 	if results, err := natsbus.OpenRunResults(ctx, js, subjects); err == nil {
-		st.HasResult = results.Has(ctx, run)
+		st.HasResult = results.Has(ctx, string(run))
 	}
 	if st.Status != "finished" {
 		if ok, _ := natsbus.CancelRequested(ctx, js, subjects, run); ok {

@@ -25,8 +25,8 @@ type Config struct {
 	// LogStderr logs exec tools' stderr, which may hold secrets. Default:
 	// false.
 	LogStderr bool
-	// MaxOutputChars bounds any tool output, in runes. Default: the
-	// harness's (100,000).
+	// MaxOutputChars bounds any tool output, in runes. Default:
+	// harness.DefaultMaxOutputChars (100,000; protocol.DefaultMaxOutputChars).
 	MaxOutputChars int
 	// MetricsAddr, when set, makes Run serve /metrics, /healthz and /readyz
 	// on this address (e.g. ":9090"); the worker's metrics then take the

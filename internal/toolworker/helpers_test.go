@@ -35,7 +35,7 @@ func runWorker(t *testing.T, cfg toolworker.Config) {
 
 // callTool publishes one call of tool through the fleet on nc, with a
 // deadline of deadline from now, and returns its result.
-func callTool(t *testing.T, nc *nats.Conn, tool, args string, deadline time.Duration) protocol.Result {
+func callTool(t *testing.T, nc *nats.Conn, tool protocol.ToolName, args string, deadline time.Duration) protocol.Result {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -44,13 +44,13 @@ func callTool(t *testing.T, nc *nats.Conn, tool, args string, deadline time.Dura
 	d := natsbus.NewDispatcher(nc, js, protocol.Subjects{}, natsbus.DispatcherConfig{})
 	ctx, cancel := context.WithTimeout(t.Context(), deadline+30*time.Second)
 	defer cancel()
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	in, err := d.Open(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	c := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), Tool: tool,
+	c := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), Tool: tool,
 		Arguments: []byte(args), Deadline: time.Now().Add(deadline), Attempt: 1}
 	if err := d.Publish(ctx, c); err != nil {
 		t.Fatal(err)

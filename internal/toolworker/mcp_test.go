@@ -71,7 +71,7 @@ func TestMCPServerToolsReachTheCatalogAndFollowListChanges(t *testing.T) {
 	waitTool("m_echo")
 	waitTool("echo")
 
-	call := func(tool, args string) protocol.Result {
+	call := func(tool protocol.ToolName, args string) protocol.Result {
 		t.Helper()
 		return callTool(t, nc, tool, args, 20*time.Second)
 	}

@@ -84,13 +84,13 @@ func TestRunServesMetricsAndProbes(t *testing.T) {
 	nc := natstest.Connect(t, srv)
 	js, _ := jetstream.New(nc)
 	d := natsbus.NewDispatcher(nc, js, protocol.Subjects{}, natsbus.DispatcherConfig{})
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), Tool: "calculator",
+	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), Tool: "calculator",
 		Arguments: []byte(`{"expression":"2+3"}`), Deadline: time.Now().Add(10 * time.Second), Attempt: 1}
 	if err := d.Publish(t.Context(), call); err != nil {
 		t.Fatal(err)

@@ -107,13 +107,13 @@ func TestRunServesItsTools(t *testing.T) {
 	defer cat.Close()
 
 	d := natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{})
-	run := protocol.NewID()
+	run := protocol.NewRunID()
 	in, err := d.Open(c, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewID(), Tool: "calculator",
+	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), Tool: "calculator",
 		Arguments: []byte(`{"expression":"2+3"}`), Deadline: time.Now().Add(10 * time.Second), Attempt: 1}
 	if err := d.Publish(c, call); err != nil {
 		t.Fatal(err)

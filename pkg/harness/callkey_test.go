@@ -25,9 +25,9 @@ func TestCallKeyReachesTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tool := range []string{"key_env", "key_ctx"} {
+	for _, tool := range []protocol.ToolName{"key_env", "key_ctx"} {
 		for _, key := range []string{"k3y-0f-the-call", ""} {
-			res := h.Execute(t.Context(), harness.Call{Tool: tool, Arguments: json.RawMessage(`{}`), CallKey: key})
+			res := h.Execute(t.Context(), harness.Call{Tool: tool, Arguments: json.RawMessage(`{}`), CallKey: protocol.CallKey(key)})
 			if res.Outcome != protocol.OutcomeOK || res.Output != key {
 				t.Errorf("%s with key %q: %+v", tool, key, res)
 			}

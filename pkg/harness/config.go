@@ -5,12 +5,15 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // Defaults of [Config].
 const (
-	// DefaultMaxOutputChars bounds any tool output, in runes.
-	DefaultMaxOutputChars = 100_000
+	// DefaultMaxOutputChars bounds any tool output, in runes: the fleet's
+	// [protocol.DefaultMaxOutputChars], which fits one result message.
+	DefaultMaxOutputChars = protocol.DefaultMaxOutputChars
 	// DefaultMaxAbandoned bounds the Go tools still running after their
 	// deadline or cancel.
 	DefaultMaxAbandoned = 64

@@ -32,17 +32,17 @@ const abandonGrace = 5 * time.Millisecond
 
 // Call is one tool call to execute.
 type Call struct {
-	Tool      string
+	Tool      protocol.ToolName
 	Arguments json.RawMessage
 	// Deadline is absolute. Zero: now + the tool's timeout.
 	Deadline time.Time
 	// MaxOutputChars bounds the output, in runes. 0: the config's bound;
-	// otherwise min(this, the config's bound).
+	// otherwise protocol.OutputLimit of this and the config's bound.
 	MaxOutputChars int
 	// CallKey is the call's idempotency key, passed to the tool: Go tools
 	// read it with CallKeyFrom, exec tools in $TOOLFLEET_CALL_KEY. Empty:
 	// none.
-	CallKey string
+	CallKey protocol.CallKey
 }
 
 // Result is what a call produced.
@@ -82,10 +82,7 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 	if !ok {
 		return Result{Outcome: protocol.OutcomeUnknownTool}, false
 	}
-	limit := h.cfg.MaxOutputChars
-	if call.MaxOutputChars > 0 && call.MaxOutputChars < limit {
-		limit = call.MaxOutputChars
-	}
+	limit := protocol.OutputLimit(call.MaxOutputChars, h.cfg.MaxOutputChars)
 	if err := e.schema.Validate(call.Arguments); err != nil {
 		msg := "arguments do not match the schema"
 		var ae *schema.ArgumentError
@@ -98,7 +95,8 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 
 	deadline := call.Deadline
 	if deadline.IsZero() {
-		deadline = time.Now().Add(e.timeout) // contexts run on the real clock
+		// contexts run on the real clock
+		deadline = protocol.NewCallDeadline(time.Now(), e.timeout, 0).At
 	}
 	if ctx.Err() != nil {
 		return Result{Outcome: protocol.OutcomeCancelled}, true
@@ -110,7 +108,7 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 	}
 	args := slices.Clone(call.Arguments)
 	if call.CallKey != "" {
-		tctx = WithCallKey(tctx, call.CallKey)
+		tctx = WithCallKey(tctx, string(call.CallKey))
 	}
 
 	if e.tool.cmd != nil {
@@ -251,8 +249,8 @@ func (h *Harness) logCall(call Call, res Result, validated bool) {
 	if ev == nil {
 		return
 	}
-	if protocol.ValidToken(call.Tool) {
-		ev = ev.Str(logKeyTool, call.Tool)
+	if call.Tool.Valid() {
+		ev = ev.Str(logKeyTool, string(call.Tool))
 	} else {
 		ev = ev.Int(logKeyToolNameLen, len(call.Tool))
 	}

@@ -14,8 +14,9 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/schema"
 )
 
-// DefaultTimeout is a tool's timeout when it declares none.
-const DefaultTimeout = 30 * time.Second
+// DefaultTimeout is a tool's timeout when it declares none: the fleet's
+// [protocol.DefaultToolTimeout].
+const DefaultTimeout = protocol.DefaultToolTimeout
 
 // Func is a Go-native tool body. args is the validated JSON object. It must
 // honour ctx: see the package's Caveats.
@@ -76,7 +77,7 @@ func (e *ToolError) Unwrap() error { return e.Err }
 // Harness runs tool calls. It is safe for concurrent use.
 type Harness struct {
 	cfg       Config
-	tools     map[string]*entry
+	tools     map[protocol.ToolName]*entry
 	specs     []protocol.ToolSpec // sorted by name
 	abandoned atomic.Int64
 	// escaped counts processes of exec tools found outside their tool's
@@ -86,6 +87,7 @@ type Harness struct {
 
 // entry is a tool with what New derived from it.
 type entry struct {
+	name    protocol.ToolName // tool.Name, validated
 	tool    Tool
 	timeout time.Duration // effective
 	schema  *schema.Schema
@@ -98,23 +100,23 @@ func New(cfg Config, tools ...Tool) (*Harness, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("harness: config: %w", err)
 	}
-	h := &Harness{cfg: cfg.withDefaults(), tools: make(map[string]*entry, len(tools))}
+	h := &Harness{cfg: cfg.withDefaults(), tools: make(map[protocol.ToolName]*entry, len(tools))}
 	for i, t := range tools {
 		e, err := newEntry(i, t)
 		if err != nil {
 			return nil, fmt.Errorf("harness: %w", err)
 		}
-		if _, dup := h.tools[t.Name]; dup {
+		if _, dup := h.tools[e.name]; dup {
 			return nil, fmt.Errorf("harness: %w", &ToolError{Index: i, Tool: t.Name, Field: "name", Err: errors.New("duplicate name")})
 		}
-		h.tools[t.Name] = e
+		h.tools[e.name] = e
 		digest, err := protocol.SchemaDigest(e.tool.Parameters)
 		if err != nil { // cannot happen: the schema compiled
 			return nil, fmt.Errorf("harness: %w", &ToolError{Index: i, Tool: t.Name, Field: "parameters", Err: err})
 		}
 		h.specs = append(h.specs, protocol.ToolSpec{
 			V:                protocol.Version,
-			Name:             t.Name,
+			Name:             e.name,
 			Description:      t.Description,
 			Parameters:       e.tool.Parameters,
 			TimeoutMS:        e.timeout.Milliseconds(),
@@ -123,7 +125,7 @@ func New(cfg Config, tools ...Tool) (*Harness, error) {
 			SchemaDigest:     digest,
 		})
 	}
-	slices.SortFunc(h.specs, func(a, b protocol.ToolSpec) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(h.specs, func(a, b protocol.ToolSpec) int { return strings.Compare(string(a.Name), string(b.Name)) })
 	return h, nil
 }
 
@@ -134,7 +136,8 @@ func newEntry(i int, t Tool) (*entry, error) {
 	if t.Name == "" {
 		return nil, terr("name", errors.New("required"))
 	}
-	if !protocol.ValidToken(t.Name) {
+	name, err := protocol.ParseToolName(t.Name)
+	if err != nil {
 		// Do not echo an invalid name: it may be anything.
 		return nil, &ToolError{Index: i, Field: "name", Err: errors.New("must match " + protocol.TokenPattern)}
 	}
@@ -156,7 +159,7 @@ func newEntry(i int, t Tool) (*entry, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	return &entry{tool: t, timeout: timeout, schema: s}, nil
+	return &entry{name: name, tool: t, timeout: timeout, schema: s}, nil
 }
 
 // Specs returns the specs of the tools, sorted by name, for the catalog.
@@ -171,7 +174,7 @@ func (h *Harness) Specs() []protocol.ToolSpec {
 }
 
 // Tool returns the tool called name.
-func (h *Harness) Tool(name string) (Tool, bool) {
+func (h *Harness) Tool(name protocol.ToolName) (Tool, bool) {
 	e, ok := h.tools[name]
 	if !ok {
 		return Tool{}, false

@@ -40,7 +40,7 @@ func BenchmarkExecute(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := benchHarness(b)
-			call := harness.Call{Tool: bc.tool, Arguments: []byte(bc.args), MaxOutputChars: 12000}
+			call := harness.Call{Tool: protocol.ToolName(bc.tool), Arguments: []byte(bc.args), MaxOutputChars: 12000}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

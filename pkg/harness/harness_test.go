@@ -70,7 +70,7 @@ func TestSpecs(t *testing.T) {
 	specs := h.Specs()
 	var names []string
 	for _, s := range specs {
-		names = append(names, s.Name)
+		names = append(names, string(s.Name))
 		if err := s.Validate(); err != nil {
 			t.Errorf("spec %s: Validate: %v", s.Name, err)
 		}
@@ -113,7 +113,7 @@ func TestExecuteUnknownTool(t *testing.T) {
 	h, logs := newHarness(t, harness.Config{}, harness.Echo())
 	for _, name := range []string{"nope", "", "bad.name", "Echo", strings.Repeat("x", 65)} {
 		t.Run(name, func(t *testing.T) {
-			r := h.Execute(t.Context(), harness.Call{Tool: name, Arguments: json.RawMessage(`{"text":"x"}`)})
+			r := h.Execute(t.Context(), harness.Call{Tool: protocol.ToolName(name), Arguments: json.RawMessage(`{"text":"x"}`)})
 			if r.Outcome != protocol.OutcomeUnknownTool || r.Output != "" || r.ErrorType != "" {
 				t.Fatalf("result = %+v, want unknown_tool and nothing else", r)
 			}
@@ -165,7 +165,7 @@ func TestExecuteTruncation(t *testing.T) {
 	h, _ := newHarness(t, harness.Config{MaxOutputChars: 40}, constTool("big", out), constTool("small", "short"))
 	tests := []struct {
 		name      string
-		tool      string
+		tool      protocol.ToolName
 		callMax   int
 		wantRunes int
 		wantTrunc bool
@@ -320,7 +320,7 @@ func TestExecuteCancel(t *testing.T) {
 				cancel()
 			}()
 			start := time.Now()
-			r := h.Execute(ctx, harness.Call{Tool: tc.tool.Name, Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)})
+			r := h.Execute(ctx, harness.Call{Tool: protocol.ToolName(tc.tool.Name), Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute)})
 			if r.Outcome != protocol.OutcomeCancelled {
 				t.Fatalf("result = %+v, want cancelled", r)
 			}

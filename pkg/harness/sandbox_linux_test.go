@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			os.Exit(2)
 		}
-		h.Execute(context.Background(), harness.Call{Tool: tools[0].Name, Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Hour)})
+		h.Execute(context.Background(), harness.Call{Tool: protocol.ToolName(tools[0].Name), Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Hour)})
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

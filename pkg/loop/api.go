@@ -129,8 +129,8 @@ type Inbox interface {
 
 // Event is one message from the fleet: exactly one field is set.
 type Event struct {
-	Result   *protocol.Result
-	Progress *protocol.Progress
+	Result  *protocol.Result
+	Started *protocol.Started
 }
 
 // Gate asks a human whether a call may run.

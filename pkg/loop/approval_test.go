@@ -129,7 +129,7 @@ func TestApprovalWhichCalls(t *testing.T) {
 			e.run(t, "go")
 			var got []string
 			for _, r := range gate.Requests() {
-				got = append(got, r.Tool)
+				got = append(got, string(r.Tool))
 			}
 			if strings.Join(sortStrings(got), ",") != strings.Join(sortStrings(tt.want), ",") {
 				t.Fatalf("gate asked about %v, want %v", got, tt.want)

@@ -15,13 +15,15 @@ import (
 const (
 	DefaultMaxRounds            = 8
 	DefaultMaxToolCallsPerRound = 32
-	DefaultMaxObservationChars  = 12000
+	DefaultMaxObservationChars  = protocol.DefaultMaxObservationChars
 	// DefaultToolTimeout bounds a call whose tool declares no timeout of its
-	// own, when Config.ToolTimeout is not set.
-	DefaultToolTimeout     = 30 * time.Second
+	// own, when Config.ToolTimeout is not set (protocol.CallTimeout).
+	DefaultToolTimeout     = protocol.DefaultToolTimeout
 	DefaultApprovalTimeout = 2 * time.Minute
-	DefaultGrace           = 500 * time.Millisecond
-	DefaultCancelTimeout   = 2 * time.Second
+	// DefaultGrace is protocol.DefaultCallGrace: a call that carries no
+	// grace of its own is given this one by workers too.
+	DefaultGrace         = protocol.DefaultCallGrace
+	DefaultCancelTimeout = 2 * time.Second
 	// DefaultMaxToolCallsKept is the default ceiling on the calls of one
 	// model response kept in the transcript (never below
 	// MaxToolCallsPerRound+1).
@@ -82,7 +84,11 @@ type Config struct {
 	// off, only argument keys and a digest are logged.
 	TraceArgs bool
 	// Grace is how long past a call's deadline the loop still waits for its
-	// result before answering timeout. Default: 500ms.
+	// result before answering timeout. Every call carries it
+	// (protocol.CallDeadline), and a worker keeps trying to publish a
+	// result for as long. It also bounds the wait for a gate past an
+	// approval's deadline. Default: 500ms (protocol.DefaultCallGrace).
+	// Workers are told at most protocol.MaxCallGrace.
 	Grace time.Duration
 	// DedupWindow is how long the transport deduplicates a published call
 	// by its key (the calls stream's duplicate window). A resumed durable

@@ -325,7 +325,7 @@ func TestDurableResumePastTheDedupWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "dedup-" + fmt.Sprint(tt.window), Journal: j}); !errors.Is(err, loop.ErrFenced) {
+			if _, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: protocol.RunID("dedup-" + fmt.Sprint(tt.window)), Journal: j}); !errors.Is(err, loop.ErrFenced) {
 				t.Fatalf("first owner: %v", err)
 			}
 			if k := j.Kinds(); len(k) != 3 || k[2] != loop.EntryDispatched {
@@ -334,7 +334,7 @@ func TestDurableResumePastTheDedupWindow(t *testing.T) {
 			d2 := looptest.New(answerRetry)
 			d2.Durable = true
 			r2, _ := loop.New(cfg, looptest.NewModel(looptest.Answer("done")), cat, d2, nil)
-			res, err := r2.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "dedup-" + fmt.Sprint(tt.window), Journal: j.Resume(-1)})
+			res, err := r2.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: protocol.RunID("dedup-" + fmt.Sprint(tt.window)), Journal: j.Resume(-1)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,7 +29,7 @@ type publishResult struct {
 // dispatch publishes every call still open (valid, and approved where
 // needed), concurrently, then gathers their results. It answers every call
 // it was given.
-func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
+func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 	var todo []int
 	for i := range slots {
 		if !slots[i].done {
@@ -76,20 +76,15 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 	for _, i := range todo {
 		s := &slots[i]
 		if c, ok := journaled[s.key]; ok {
-			s.timeout, s.deadline = time.Duration(c.TimeoutMS)*time.Millisecond, c.Deadline
+			s.timeout = time.Duration(c.TimeoutMS) * time.Millisecond
+			s.deadline = protocol.CallDeadline{At: c.Deadline, Grace: ru.cfg.Grace}
 			// Its progress notice went to the previous owner: a
 			// non-idempotent call may have started.
 			s.started = !s.entry.spec.Idempotent
 			continue
 		}
-		s.timeout = ru.cfg.ToolTimeout
-		if s.timeout == 0 {
-			s.timeout = s.entry.spec.Timeout()
-		}
-		if s.timeout <= 0 {
-			s.timeout = DefaultToolTimeout
-		}
-		s.deadline = ru.now().Add(s.timeout)
+		s.timeout = protocol.CallTimeout(&s.entry.spec, ru.cfg.ToolTimeout)
+		s.deadline = protocol.NewCallDeadline(ru.now(), s.timeout, ru.cfg.Grace)
 	}
 	if !resumed && !ru.appendEntry(ctx, JournalEntry{Kind: EntryDispatched, Round: round, Calls: dispatchedCalls(slots, todo)}) {
 		return
@@ -105,10 +100,10 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 
 	ch := make(chan publishResult, len(todo))
 	open := make(map[int]bool, len(todo))
-	pending := make(map[protocol.CallKey]*slot, len(todo))
+	pending := make(map[protocol.CallKey]*callState, len(todo))
 	var last time.Time
 	for _, i := range todo {
-		last = maxTime(last, slots[i].deadline)
+		last = maxTime(last, slots[i].deadline.ResultBy())
 	}
 	// A round of more than one call goes out as one batch when the
 	// dispatcher can.
@@ -126,11 +121,12 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 			continue
 		}
 		call := protocol.Call{
-			V: protocol.Version, RunID: ru.id, Round: round, CallKey: s.key, CallID: s.id,
-			Tool: s.name, Arguments: bytes.Clone(s.args), Deadline: s.deadline, Attempt: 1,
+			V: protocol.Version, RunID: ru.id, Round: round, CallKey: s.key, CallID: protocol.CallID(s.id),
+			Tool: s.entry.spec.Name, Arguments: bytes.Clone(s.args), Attempt: 1,
 			MaxOutputChars:   ru.cfg.MaxObservationChars,
 			RequiresApproval: s.approval, Approval: s.proof,
 		}
+		call.SetCallDeadline(s.deadline)
 		open[i] = true
 		if batcher != nil {
 			batch = append(batch, Outgoing{Ctx: ru.spanContext(ctx, s), Call: call})
@@ -165,7 +161,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []slot) {
 	// Wait for every Publish, but never past the last deadline plus grace:
 	// a Publish that has not returned by then is treated as published (its
 	// result, if any, is still gathered) and answered timeout.
-	backstop := time.NewTimer(last.Sub(ru.now()) + ru.cfg.Grace)
+	backstop := time.NewTimer(last.Sub(ru.now()))
 	defer backstop.Stop()
 	interrupted := false
 wait:
@@ -176,7 +172,7 @@ wait:
 			s := &slots[p.i]
 			if p.err != nil {
 				ru.log.Warn().Str(logKeyEvent, evDispatchFailed).Str(logKeyDropReason, "publish_failed").
-					Str(logKeyCallKey, s.key).Str(logKeyErrorType, errType(p.err)).Int(logKeyRound, round).Send()
+					Str(logKeyCallKey, string(s.key)).Str(logKeyErrorType, errType(p.err)).Int(logKeyRound, round).Send()
 				ru.failDispatch(ctx, s)
 				continue
 			}
@@ -228,7 +224,7 @@ func (ru *run) drainEarly(round int) {
 		return
 	}
 	drops := 0
-	none := map[protocol.CallKey]*slot{}
+	none := map[protocol.CallKey]*callState{}
 	for {
 		select {
 		case ev, ok := <-ru.inbox.Events():
@@ -262,7 +258,7 @@ func (ru *run) catchUp(ctx context.Context) {
 
 // failDispatch answers a call whose Publish failed. If the run was being
 // cancelled the call may have gone out, so a Cancel follows it.
-func (ru *run) failDispatch(ctx context.Context, s *slot) {
+func (ru *run) failDispatch(ctx context.Context, s *callState) {
 	if ctx.Err() != nil {
 		s.cancelWhy = cancelUnpublish
 		ru.closeKey(s.key, keyBySynth)
@@ -283,7 +279,7 @@ func (ru *run) closeKey(key protocol.CallKey, st keyState) {
 // gather reads the inbox until every pending call is answered, its deadline
 // plus grace has passed (timeout, or outcome_unknown for a started
 // non-idempotent call), or ctx ends (cancelled).
-func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallKey]*slot) {
+func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallKey]*callState) {
 	var events <-chan Event
 	if ru.inbox != nil {
 		events = ru.inbox.Events()
@@ -320,7 +316,7 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 		now := ru.now()
 		var next time.Time
 		for key, s := range pending {
-			limit := s.deadline.Add(ru.cfg.Grace)
+			limit := s.deadline.ResultBy()
 			if !now.Before(limit) {
 				ru.expire(s)
 				delete(pending, key)
@@ -361,7 +357,7 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 }
 
 // expire answers a call whose deadline and grace passed without a result.
-func (ru *run) expire(s *slot) {
+func (ru *run) expire(s *callState) {
 	ru.closeKey(s.key, keyBySynth)
 	if s.started && !s.entry.spec.Idempotent {
 		s.cancelWhy = cancelUnknown
@@ -386,16 +382,16 @@ func workerOutcome(o protocol.Outcome) bool {
 
 // handle applies one inbox event. Anything that does not answer an open
 // call of this run is dropped and logged with ids only.
-func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, drops *int) {
-	drop := func(key, why string) {
+func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*callState, drops *int) {
+	drop := func(key protocol.CallKey, why string) {
 		*drops++
 		if *drops <= maxLoggedDropsPerRound {
 			ru.log.Warn().Str(logKeyEvent, evEventDropped).Int(logKeyRound, round).
-				Str(logKeyCallKey, clipName(key)).Str(logKeyDropReason, why).Send()
+				Str(logKeyCallKey, clipName(string(key))).Str(logKeyDropReason, why).Send()
 		}
 	}
 	switch {
-	case ev.Result != nil && ev.Progress == nil:
+	case ev.Result != nil && ev.Started == nil:
 		res := *ev.Result
 		switch {
 		case res.Validate() != nil:
@@ -425,8 +421,8 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 			ru.keys[res.CallKey] = keyByResult
 			ru.fromResult(s, res)
 		}
-	case ev.Progress != nil && ev.Result == nil:
-		p := *ev.Progress
+	case ev.Started != nil && ev.Result == nil:
+		p := *ev.Started
 		switch {
 		case p.Validate() != nil:
 			drop(p.CallKey, dropInvalid)
@@ -437,7 +433,7 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 				s.started = true
 				s.worker, s.attempt = clipName(p.Worker), p.Attempt
 				ru.log.Debug().Str(logKeyEvent, evProgress).Int(logKeyRound, round).
-					Str(logKeyCallKey, p.CallKey).Str(logKeyWorker, s.worker).Send()
+					Str(logKeyCallKey, string(p.CallKey)).Str(logKeyWorker, s.worker).Send()
 			} else if _, known := ru.keys[p.CallKey]; !known {
 				drop(p.CallKey, dropUnknownKey)
 			}
@@ -450,7 +446,7 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*slot, d
 }
 
 // fromResult answers a call from its worker's result (docs/design.md §4, step 7).
-func (ru *run) fromResult(s *slot, res protocol.Result) {
+func (ru *run) fromResult(s *callState, res protocol.Result) {
 	if res.Worker != "" {
 		s.worker = clipName(res.Worker)
 	}
@@ -481,8 +477,8 @@ func (ru *run) fromResult(s *slot, res protocol.Result) {
 // publishCancels asks workers to stop every call the round gave up on,
 // concurrently, with a context that outlives the run's own but is bounded
 // by CancelTimeout.
-func (ru *run) publishCancels(ctx context.Context, slots []slot) {
-	var list []*slot
+func (ru *run) publishCancels(ctx context.Context, slots []callState) {
+	var list []*callState
 	for i := range slots {
 		if slots[i].cancelWhy != "" {
 			list = append(list, &slots[i])
@@ -506,7 +502,7 @@ func (ru *run) publishCancels(ctx context.Context, slots []slot) {
 		select {
 		case r := <-ch:
 			if r.err != nil {
-				ru.log.Warn().Str(logKeyEvent, evCancelFailed).Str(logKeyCallKey, r.key).
+				ru.log.Warn().Str(logKeyEvent, evCancelFailed).Str(logKeyCallKey, string(r.key)).
 					Str(logKeyErrorType, errType(r.err)).Send()
 			}
 		case <-cctx.Done():
@@ -527,7 +523,7 @@ func maxTime(a, b time.Time) time.Time {
 // first dispatched longer ago than Config.DedupWindow: publishing it again
 // would store a new call, which a worker could run a second time, so it is
 // awaited where it is (outcome_unknown at its deadline) instead.
-func (ru *run) pastDedup(journaled map[protocol.CallKey]JournaledCall, s *slot) bool {
+func (ru *run) pastDedup(journaled map[protocol.CallKey]JournaledCall, s *callState) bool {
 	c, ok := journaled[s.key]
 	if !ok || s.entry.spec.Idempotent {
 		return false

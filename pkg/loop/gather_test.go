@@ -36,7 +36,7 @@ func TestDroppedEvents(t *testing.T) {
 		}, "invalid_message"},
 		{"empty event", func(c protocol.Call) loop.Event { return loop.Event{} }, "malformed_event"},
 		{"progress of another run", func(c protocol.Call) loop.Event {
-			return loop.Event{Progress: &protocol.Progress{V: 1, RunID: "otherrun", CallKey: c.CallKey}}
+			return loop.Event{Started: &protocol.Started{V: 1, RunID: "otherrun", CallKey: c.CallKey}}
 		}, "other_run"},
 	}
 	for _, tt := range tests {
@@ -129,7 +129,7 @@ func TestLateResultDropped(t *testing.T) {
 		t.Fatalf("second call %q, want now", observation(t, res, 1))
 	}
 	drops := e.logs.lines(t, "event_dropped")
-	if len(drops) != 1 || drops[0]["drop_reason"] != "late" || drops[0]["call_key"] != hung.CallKey {
+	if len(drops) != 1 || drops[0]["drop_reason"] != "late" || drops[0]["call_key"] != string(hung.CallKey) {
 		t.Fatalf("dropped lines=%v, want one late result for %s", drops, hung.CallKey)
 	}
 }
@@ -157,7 +157,7 @@ func TestProgressThenSilence(t *testing.T) {
 			e := newEnv(t, cfg, m, func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
 				return protocol.Result{}, false
 			}, nil)
-			e.disp.Progress = tt.progress
+			e.disp.Started = tt.progress
 			e.cat.Specs = append(e.cat.Specs, pay)
 			res, _ := e.run(t, "go")
 			if res.Calls[0].Outcome != tt.want || observation(t, res, 0) != tt.wantObs {

@@ -169,7 +169,7 @@ func observation(t testing.TB, res *loop.Result, i int) string {
 func publishedTools(d *looptest.Dispatcher) []string {
 	var out []string
 	for _, c := range d.Published() {
-		out = append(out, c.Tool)
+		out = append(out, string(c.Tool))
 	}
 	return out
 }

@@ -163,8 +163,8 @@ type Durable struct {
 // an error wrapping ErrJournal or ErrHandedOff; otherwise RunDurable is
 // RunMessages.
 func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
-	if d.Journal == nil || !protocol.ValidToken(d.RunID) {
-		return nil, &ConfigError{Field: "journal", Value: d.RunID, Rule: "needs a journal and a valid run id"}
+	if d.Journal == nil || !d.RunID.Valid() {
+		return nil, &ConfigError{Field: "journal", Value: string(d.RunID), Rule: "needs a journal and a valid run id"}
 	}
 	msgs := d.Messages
 	if msgs == nil {
@@ -319,22 +319,22 @@ var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPad
 // the call's index, so a resumed run derives the same call keys and
 // replacement ids as the run it resumes.
 func derivedToken(run protocol.RunID, purpose string, round, i int) string {
-	sum := sha256.Sum256([]byte(run + "\x00" + purpose + "\x00" + strconv.Itoa(round) + "\x00" + strconv.Itoa(i)))
+	sum := sha256.Sum256([]byte(string(run) + "\x00" + purpose + "\x00" + strconv.Itoa(round) + "\x00" + strconv.Itoa(i)))
 	return keyEncoding.EncodeToString(sum[:16])
 }
 
 // dispatchedCalls is the journal form of the calls about to be published.
-func dispatchedCalls(slots []slot, todo []int) []JournaledCall {
+func dispatchedCalls(slots []callState, todo []int) []JournaledCall {
 	out := make([]JournaledCall, 0, len(todo))
 	for _, i := range todo {
 		s := &slots[i]
-		out = append(out, JournaledCall{CallKey: s.key, Tool: s.name, TimeoutMS: s.timeout.Milliseconds(), Deadline: s.deadline})
+		out = append(out, JournaledCall{CallKey: s.key, Tool: s.name, TimeoutMS: s.timeout.Milliseconds(), Deadline: s.deadline.At})
 	}
 	return out
 }
 
 // observations is the journal form of a round's answered calls.
-func observations(slots []slot) []JournaledObservation {
+func observations(slots []callState) []JournaledObservation {
 	out := make([]JournaledObservation, len(slots))
 	for i := range slots {
 		s := &slots[i]

@@ -40,7 +40,7 @@ func TestSimpleToolCallGivesFinalAnswer(t *testing.T) {
 	if res.Calls[0].Worker != "looptest" || res.Calls[0].CallKey == "" || res.Calls[0].Round != 1 {
 		t.Fatalf("record=%+v, want worker looptest, a call key, round 1", res.Calls[0])
 	}
-	if res.RunID == "" || !protocol.ValidToken(res.RunID) {
+	if res.RunID == "" || !res.RunID.Valid() {
 		t.Fatalf("RunID=%q, want a token", res.RunID)
 	}
 }
@@ -297,7 +297,7 @@ func TestValidArgumentsReachToolCanonical(t *testing.T) {
 	if len(pub) != 2 {
 		t.Fatalf("%d published, want 2", len(pub))
 	}
-	byTool := map[string]protocol.Call{}
+	byTool := map[protocol.ToolName]protocol.Call{}
 	for _, c := range pub {
 		byTool[c.Tool] = c
 	}
@@ -743,7 +743,7 @@ func TestCancelMidRound(t *testing.T) {
 			t.Fatalf("call %d: %q %q", i, res.Calls[i].Outcome, observation(t, res, i))
 		}
 	}
-	keys := map[string]bool{}
+	keys := map[protocol.CallKey]bool{}
 	for _, c := range rec.Cancels() {
 		keys[c.CallKey] = true
 		if c.Reason != "run_cancelled" {

@@ -73,9 +73,9 @@ func (NopObserver) CallEnded(string, protocol.Outcome, time.Duration) {}
 // Approval does nothing.
 func (NopObserver) Approval(ApprovalResult) {}
 
-// approvalResult maps how the gate answered a slot onto the fixed
+// approvalResult maps how the gate answered a call onto the fixed
 // vocabulary of [ApprovalResult].
-func approvalResult(s *slot) ApprovalResult {
+func approvalResult(s *callState) ApprovalResult {
 	switch {
 	case s.gateResult == "approved":
 		return ApprovalApproved

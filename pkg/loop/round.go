@@ -19,9 +19,10 @@ import (
 // answered invalid_arguments and never published.
 const MaxArgumentsBytes = 512 << 10
 
-// slot is one call within the cap, from validation to its answer. Only the
-// round's own goroutine touches it.
-type slot struct {
+// callState is the state of one call within the cap, from validation to
+// its answer. Only the round's own goroutine touches it. (A worker's
+// "slots" are its free capacity; the loop has none.)
+type callState struct {
 	id       string // the call id in the transcript (maybe replaced)
 	origID   string // the id the model wrote, for a repeat's rejection
 	name     string // the tool name as the model wrote it
@@ -34,8 +35,8 @@ type slot struct {
 	proof    *protocol.ApprovalProof // the gate's proof of an approval
 
 	timeout  time.Duration
-	deadline time.Time
-	started  bool // a worker said it started the call
+	deadline protocol.CallDeadline // when the call times out, and its grace
+	started  bool                  // a worker said it started the call
 
 	done       bool
 	outcome    protocol.Outcome
@@ -58,14 +59,14 @@ type slot struct {
 // dropped counts the calls of the model's response past
 // MaxToolCallsKept, which msg no longer holds: the last rejected call's
 // observation says so, once.
-func (ru *run) round(ctx context.Context, round int, msg Message, tools map[string]*toolEntry, dropped int) {
+func (ru *run) round(ctx context.Context, round int, msg Message, tools map[protocol.ToolName]*toolEntry, dropped int) {
 	calls := msg.ToolCalls
 	n, limit := len(calls), ru.cfg.MaxToolCallsPerRound
 	within := min(n, limit)
 
 	// Ids first: the stored assistant message must carry unique, bounded,
 	// non-empty ids before anything answers them.
-	slots := make([]slot, within)
+	slots := make([]callState, within)
 	seen := make(map[string]struct{}, within)
 	for i := range calls {
 		orig := calls[i].ID
@@ -93,7 +94,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 			calls[i].Type = "function"
 		}
 		if i < within {
-			slots[i] = slot{id: calls[i].ID, origID: orig, name: calls[i].Function.Name, repeat: why == "repeat"}
+			slots[i] = callState{id: calls[i].ID, origID: orig, name: calls[i].Function.Name, repeat: why == "repeat"}
 			if why != "" {
 				ru.log.Info().Str(logKeyEvent, evCallIDReplaced).Int(logKeyRound, round).
 					Str(logKeyCallID, calls[i].ID).Str(logKeyIDProblem, why).Send()
@@ -117,7 +118,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 		ru.startToolSpan(ctx, round, s, calls[i].Function.Arguments)
 		ru.traceStart(round, s, calls[i].Function.Arguments, obj)
 		if !s.done {
-			s.approval = ru.r.approveAll || ru.r.approve[s.name] || s.entry.spec.RequiresApproval
+			s.approval = ru.r.approveAll || ru.r.approve[s.entry.spec.Name] || s.entry.spec.RequiresApproval
 		}
 	}
 	if n > within {
@@ -185,10 +186,8 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[stri
 // validate resolves the tool and checks the arguments; on failure it
 // answers the call. It returns the parsed arguments (for trace keys) when
 // they are a JSON object.
-func (ru *run) validate(s *slot, raw string, tools map[string]*toolEntry) map[string]any {
-	if validToolName(s.name) {
-		s.entry = tools[s.name]
-	}
+func (ru *run) validate(s *callState, raw string, tools map[protocol.ToolName]*toolEntry) map[string]any {
+	s.entry = catalogTool(s.name, tools)
 	if s.entry == nil {
 		ru.answer(s, protocol.OutcomeUnknownTool, obsUnknownTool(s.name))
 		return nil
@@ -225,12 +224,12 @@ func (ru *run) validate(s *slot, raw string, tools map[string]*toolEntry) map[st
 }
 
 // answer closes a call with its outcome and observation.
-func (ru *run) answer(s *slot, o protocol.Outcome, obs string) {
+func (ru *run) answer(s *callState, o protocol.Outcome, obs string) {
 	s.done, s.outcome, s.obs, s.end = true, o, obs, ru.now()
 }
 
 // record appends a call's tool message and its record.
-func (ru *run) record(round int, s *slot) {
+func (ru *run) record(round int, s *callState) {
 	obs, cut := bound(s.obs, ru.cfg.MaxObservationChars)
 	m := &ru.res.Metadata
 	if cut || s.truncated {
@@ -250,10 +249,10 @@ func (ru *run) record(round int, s *slot) {
 // observe reports an answered call to the Observer: its catalog tool name
 // (never the model's text for an unknown tool), outcome, handling time and
 // how the gate settled it.
-func (ru *run) observe(s *slot, tools map[string]*toolEntry) {
+func (ru *run) observe(s *callState, tools map[protocol.ToolName]*toolEntry) {
 	tool := catalogName(s.name, tools)
 	if s.entry != nil {
-		tool = s.entry.spec.Name
+		tool = string(s.entry.spec.Name)
 	}
 	ru.cfg.Observer.CallEnded(tool, s.outcome, s.end.Sub(s.start))
 	if s.approval {
@@ -261,18 +260,30 @@ func (ru *run) observe(s *slot, tools map[string]*toolEntry) {
 	}
 }
 
+// catalogTool returns the entry of the round's catalog that the model's
+// tool name names, or nil. It is where the model's text becomes a
+// [protocol.ToolName], through [protocol.ParseToolName]; a call carries its
+// entry's spec name from then on.
+func catalogTool(name string, tools map[protocol.ToolName]*toolEntry) *toolEntry {
+	tool, err := protocol.ParseToolName(name)
+	if err != nil {
+		return nil
+	}
+	return tools[tool]
+}
+
 // catalogName returns name when it names a tool of the round's catalog,
 // else "".
-func catalogName(name string, tools map[string]*toolEntry) string {
-	if validToolName(name) && tools[name] != nil {
-		return name
+func catalogName(name string, tools map[protocol.ToolName]*toolEntry) string {
+	if e := catalogTool(name, tools); e != nil {
+		return string(e.spec.Name)
 	}
 	return ""
 }
 
 // traceStart logs a call's start: ids, tool, argument keys and digest, and
 // argument values only under Config.TraceArgs.
-func (ru *run) traceStart(round int, s *slot, raw string, obj map[string]any) {
+func (ru *run) traceStart(round int, s *callState, raw string, obj map[string]any) {
 	ev := ru.log.Info()
 	if !ev.Enabled() {
 		return
@@ -284,7 +295,7 @@ func (ru *run) traceStart(round int, s *slot, raw string, obj map[string]any) {
 		args = []byte(raw)
 		digest = protocol.ArgsDigest(args)
 	}
-	ev.Str(logKeyEvent, evToolCallStart).Int(logKeyRound, round).Str(logKeyCallKey, s.key).
+	ev.Str(logKeyEvent, evToolCallStart).Int(logKeyRound, round).Str(logKeyCallKey, string(s.key)).
 		Str(logKeyCallID, clipName(s.id)).Str(logKeyTool, clipName(s.name)).
 		Str(logKeyArgsDigest, digest).Int(logKeyArgsBytes, len(raw))
 	if obj != nil {
@@ -298,7 +309,7 @@ func (ru *run) traceStart(round int, s *slot, raw string, obj map[string]any) {
 }
 
 // traceEnd logs a call's outcome, never its observation.
-func (ru *run) traceEnd(round int, s *slot) {
+func (ru *run) traceEnd(round int, s *callState) {
 	var ev *zerolog.Event
 	switch s.outcome {
 	case protocol.OutcomeOK:
@@ -306,7 +317,7 @@ func (ru *run) traceEnd(round int, s *slot) {
 	default:
 		ev = ru.log.Warn()
 	}
-	ev = ev.Str(logKeyEvent, evToolCallEnd).Int(logKeyRound, round).Str(logKeyCallKey, s.key).
+	ev = ev.Str(logKeyEvent, evToolCallEnd).Int(logKeyRound, round).Str(logKeyCallKey, string(s.key)).
 		Str(logKeyCallID, clipName(s.id)).Str(logKeyTool, clipName(s.name)).
 		Str(logKeyOutcome, string(s.outcome)).Int64(logKeyDurationMS, ms(s.end.Sub(s.start)))
 	if s.worker != "" {
@@ -333,7 +344,7 @@ type approval struct {
 // once, and answers the calls it does not approve. It never waits past
 // the approval deadline plus twice the grace, even for a gate that ignores
 // its context.
-func (ru *run) approve(ctx context.Context, round int, slots []slot) {
+func (ru *run) approve(ctx context.Context, round int, slots []callState) {
 	var waiting []int
 	for i := range slots {
 		if !slots[i].done && slots[i].approval {
@@ -380,15 +391,15 @@ func (ru *run) approve(ctx context.Context, round int, slots []slot) {
 	open := make(map[int]bool, len(waiting))
 	for _, i := range waiting {
 		s := &slots[i]
-		digest, err := protocol.Digest(ru.id, s.key, s.name, s.args)
+		digest, err := protocol.Digest(ru.id, s.key, s.entry.spec.Name, s.args)
 		if err != nil {
 			s.gateResult = "digest_error"
 			ru.answer(s, protocol.OutcomeDenied, obsApprovalUnavailable(s.name))
 			continue
 		}
 		req := protocol.ApprovalRequest{
-			V: protocol.Version, RunID: ru.id, CallKey: s.key, CallID: s.id, Round: round,
-			Tool: s.name, Arguments: bytes.Clone(s.args), Digest: digest, Deadline: deadline,
+			V: protocol.Version, RunID: ru.id, CallKey: s.key, CallID: protocol.CallID(s.id), Round: round,
+			Tool: s.entry.spec.Name, Arguments: bytes.Clone(s.args), Digest: digest, Deadline: deadline,
 		}
 		open[i] = true
 		go func() {
@@ -434,7 +445,7 @@ func (ru *run) approve(ctx context.Context, round int, slots []slot) {
 // applyDecision maps a gate answer onto the call. Anything but a timely,
 // explicit approval keeps the call from running; only an explicit "no" is
 // reported as a denial with a reason, never a timeout or a gate failure.
-func (ru *run) applyDecision(ctx context.Context, s *slot, a approval, timeout time.Duration) {
+func (ru *run) applyDecision(ctx context.Context, s *callState, a approval, timeout time.Duration) {
 	switch {
 	case ctx.Err() != nil:
 		ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
@@ -456,7 +467,7 @@ func (ru *run) applyDecision(ctx context.Context, s *slot, a approval, timeout t
 
 // replayObserved answers every call of a round whose observations are
 // journaled, as they were; false when the round was not observed.
-func (ru *run) replayObserved(round int, slots []slot) bool {
+func (ru *run) replayObserved(round int, slots []callState) bool {
 	if ru.j == nil {
 		return false
 	}
@@ -478,7 +489,7 @@ func (ru *run) replayObserved(round int, slots []slot) bool {
 
 // replayDecisions applies the journaled decisions of a resumed approval
 // wait and returns the calls still waiting.
-func (ru *run) replayDecisions(slots []slot, waiting []int) []int {
+func (ru *run) replayDecisions(slots []callState, waiting []int) []int {
 	var still []int
 	for _, i := range waiting {
 		s := &slots[i]
@@ -496,7 +507,7 @@ func (ru *run) replayDecisions(slots []slot, waiting []int) []int {
 }
 
 // journalDecision journals how the gate settled s, before it takes effect.
-func (ru *run) journalDecision(ctx context.Context, s *slot) bool {
+func (ru *run) journalDecision(ctx context.Context, s *callState) bool {
 	d := JournaledDecision{CallKey: s.key, GateResult: s.gateResult, Proof: s.proof}
 	if s.done {
 		d.Outcome, d.Content = s.outcome, s.obs

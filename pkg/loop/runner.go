@@ -36,7 +36,7 @@ type Runner struct {
 	disp       Dispatcher
 	gate       Gate
 	approveAll bool
-	approve    map[string]bool
+	approve    map[protocol.ToolName]bool
 	schemas    schemaCache
 	// missing holds the RequireApproval names already reported missing
 	// from the catalog, so each is warned about once.
@@ -60,12 +60,16 @@ func New(cfg Config, model Model, catalog Catalog, d Dispatcher, gate Gate) (*Ru
 		return nil, &ConfigError{Field: "dispatcher", Value: "nil", Rule: "must be set"}
 	}
 	cfg = cfg.withDefaults()
-	r := &Runner{cfg: cfg, model: model, catalog: catalog, disp: d, gate: gate, approve: map[string]bool{}}
+	r := &Runner{cfg: cfg, model: model, catalog: catalog, disp: d, gate: gate, approve: map[protocol.ToolName]bool{}}
 	for _, name := range cfg.RequireApproval {
 		if name == "*" {
 			r.approveAll = true
+			continue
 		}
-		r.approve[name] = true
+		// Config.validate let only valid names through.
+		if tool, err := protocol.ParseToolName(name); err == nil {
+			r.approve[tool] = true
+		}
 	}
 	r.schemas.m = map[string]*schemaEntry{}
 	return r, nil
@@ -163,9 +167,9 @@ func (r *Runner) newRun(msgs []Message, id protocol.RunID) *run {
 		keys: map[protocol.CallKey]keyState{}, skipped: map[string]bool{}, early: map[protocol.CallKey]protocol.Result{}}
 	ru.id = id
 	if ru.id == "" {
-		ru.id = ru.token(nil)
+		ru.id = token[protocol.RunID](ru.cfg.NewID, nil)
 	}
-	ru.log = r.cfg.Logger.With().Str(logKeyRun, ru.id).Logger()
+	ru.log = r.cfg.Logger.With().Str(logKeyRun, string(ru.id)).Logger()
 	ru.res = newResult(ru.id)
 	for _, m := range msgs {
 		for _, tc := range m.ToolCalls {
@@ -297,7 +301,7 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 }
 
 // roundTools is the round's catalog: journaled, or read and journaled.
-func (ru *run) roundTools(ctx context.Context, round int) (map[string]*toolEntry, []ToolDef, error) {
+func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName]*toolEntry, []ToolDef, error) {
 	if ru.j != nil {
 		if specs, ok := ru.j.rp.tools[round]; ok {
 			m, defs := ru.usable(specs)
@@ -368,16 +372,17 @@ func (ru *run) closeInbox() {
 	}
 }
 
-// token returns a fresh id from Config.NewID that is a valid subject token
-// and not in used (falling back to protocol.NewID for a bad NewID).
-func (ru *run) token(used func(string) bool) string {
+// token returns a fresh id from newID that is a valid subject token and
+// not in used (falling back to protocol.NewID for a bad newID), as a run
+// id, a call key or the text of a call id: it is where the loop mints them.
+func token[T ~string](newID func() string, used func(T) bool) T {
 	for i := 0; ; i++ {
-		id := ru.cfg.NewID()
+		id := newID()
 		if i > 0 || !validToolName(id) {
 			id = protocol.NewID()
 		}
-		if used == nil || !used(id) {
-			return id
+		if used == nil || !used(T(id)) {
+			return T(id)
 		}
 	}
 }
@@ -388,13 +393,13 @@ func (ru *run) token(used func(string) bool) string {
 func (ru *run) newKey(round, i int) protocol.CallKey {
 	if ru.j != nil {
 		for n := 0; ; n++ {
-			k := derivedToken(ru.id, "key"+strconv.Itoa(n), round, i)
+			k := protocol.CallKey(derivedToken(ru.id, "key"+strconv.Itoa(n), round, i))
 			if _, used := ru.keys[k]; !used {
 				return k
 			}
 		}
 	}
-	return ru.token(func(k string) bool { _, ok := ru.keys[k]; return ok })
+	return token(ru.cfg.NewID, func(k protocol.CallKey) bool { _, ok := ru.keys[k]; return ok })
 }
 
 // freshCallID returns a coordinator-made call id unused in the transcript
@@ -408,7 +413,7 @@ func (ru *run) freshCallID(round, i int) string {
 			}
 		}
 	}
-	return "call_" + ru.token(func(k string) bool { _, ok := ru.ids["call_"+k]; return ok })
+	return "call_" + token(ru.cfg.NewID, func(k string) bool { _, ok := ru.ids["call_"+k]; return ok })
 }
 
 // toolEntry is one usable catalog entry.
@@ -420,30 +425,30 @@ type toolEntry struct {
 // usable keeps the catalog's usable specs: valid, first of their
 // name, with a schema that compiles and matches its digest. The model is
 // told only about those, so a call to any other name is unknown_tool.
-func (ru *run) usable(specs []protocol.ToolSpec) (map[string]*toolEntry, []ToolDef) {
-	m := make(map[string]*toolEntry, len(specs))
+func (ru *run) usable(specs []protocol.ToolSpec) (map[protocol.ToolName]*toolEntry, []ToolDef) {
+	m := make(map[protocol.ToolName]*toolEntry, len(specs))
 	defs := make([]ToolDef, 0, len(specs))
 	for _, s := range specs {
 		if err := s.Validate(); err != nil {
-			ru.skip(s.Name, "invalid_spec")
+			ru.skip(string(s.Name), "invalid_spec")
 			continue
 		}
 		if _, dup := m[s.Name]; dup {
-			ru.skip(s.Name, "duplicate_name")
+			ru.skip(string(s.Name), "duplicate_name")
 			continue
 		}
 		sc, err := ru.r.schemas.get(s)
 		if err != nil {
-			ru.skip(s.Name, "unusable_schema")
+			ru.skip(string(s.Name), "unusable_schema")
 			continue
 		}
 		m[s.Name] = &toolEntry{spec: s, schema: sc}
-		defs = append(defs, ToolDef{Name: s.Name, Description: s.Description, Parameters: bytes.Clone(s.Parameters)})
+		defs = append(defs, ToolDef{Name: string(s.Name), Description: s.Description, Parameters: bytes.Clone(s.Parameters)})
 	}
 	for name := range ru.r.approve {
 		if m[name] == nil {
 			if _, seen := ru.r.missing.LoadOrStore(name, true); !seen {
-				ru.log.Warn().Str(logKeyEvent, evApprovalToolMissing).Str(logKeyTool, name).Send()
+				ru.log.Warn().Str(logKeyEvent, evApprovalToolMissing).Str(logKeyTool, string(name)).Send()
 			}
 		}
 	}
@@ -496,7 +501,7 @@ func (c *schemaCache) get(s protocol.ToolSpec) (*schema.Schema, error) {
 	}
 	var sc *schema.Schema
 	if err == nil {
-		sc, err = schema.Compile(s.Name, s.Parameters)
+		sc, err = schema.Compile(string(s.Name), s.Parameters)
 	}
 	if len(c.m) >= maxCachedSchemas {
 		clear(c.m)

@@ -53,8 +53,8 @@ func (ru *run) tracer() trace.Tracer {
 // startRunSpan opens the run's span: "invoke_agent toolfleet".
 func (ru *run) startRunSpan(ctx context.Context) (context.Context, func(*Result, error)) {
 	ctx, span := ru.tracer().Start(ctx, "invoke_agent toolfleet", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String(AttrOperation, "invoke_agent"), attribute.String(AttrRunID, ru.id),
-			attribute.String(AttrConversationID, ru.id)))
+		trace.WithAttributes(attribute.String(AttrOperation, "invoke_agent"), attribute.String(AttrRunID, string(ru.id)),
+			attribute.String(AttrConversationID, string(ru.id))))
 	return ctx, func(res *Result, err error) {
 		if res != nil {
 			span.SetAttributes(attribute.String(AttrTermination, string(res.TerminationReason)),
@@ -108,14 +108,14 @@ func (ru *run) startModelSpan(ctx context.Context, round int) (context.Context, 
 // validation to its answer. Its context travels with the published call
 // so that the worker's spans join the trace. Argument values are added only
 // with Config.TraceArgs.
-func (ru *run) startToolSpan(ctx context.Context, round int, s *slot, raw string) {
+func (ru *run) startToolSpan(ctx context.Context, round int, s *callState, raw string) {
 	name := clipName(s.name)
 	if s.entry == nil {
 		name = "_unknown"
 	}
 	attrs := []attribute.KeyValue{
 		attribute.String(AttrOperation, "execute_tool"), attribute.String(AttrToolName, name),
-		attribute.String(AttrToolCallID, clipName(s.id)), attribute.String(AttrCallKey, s.key),
+		attribute.String(AttrToolCallID, clipName(s.id)), attribute.String(AttrCallKey, string(s.key)),
 		attribute.Int(AttrRound, round),
 	}
 	if ru.cfg.TraceArgs {
@@ -131,7 +131,7 @@ func (ru *run) startToolSpan(ctx context.Context, round int, s *slot, raw string
 }
 
 // spanContext is ctx carrying s's span, for the call's publish.
-func (ru *run) spanContext(ctx context.Context, s *slot) context.Context {
+func (ru *run) spanContext(ctx context.Context, s *callState) context.Context {
 	if s.span == nil {
 		return ctx
 	}
@@ -140,7 +140,7 @@ func (ru *run) spanContext(ctx context.Context, s *slot) context.Context {
 
 // endToolSpan closes a call's span with its outcome (never its
 // observation or error message).
-func (ru *run) endToolSpan(s *slot) {
+func (ru *run) endToolSpan(s *callState) {
 	if s.span == nil {
 		return
 	}
@@ -160,9 +160,9 @@ func (ru *run) endToolSpan(s *slot) {
 }
 
 // rejectedSpan records a call past the per-round cap, which never gets a
-// slot: a span that starts and ends with its rejection.
-func (ru *run) rejectedSpan(ctx context.Context, round int, tc ToolCall, tools map[string]*toolEntry) {
-	s := slot{id: tc.ID, name: tc.Function.Name, entry: tools[catalogName(tc.Function.Name, tools)],
+// callState: a span that starts and ends with its rejection.
+func (ru *run) rejectedSpan(ctx context.Context, round int, tc ToolCall, tools map[protocol.ToolName]*toolEntry) {
+	s := callState{id: tc.ID, name: tc.Function.Name, entry: catalogTool(tc.Function.Name, tools),
 		start: ru.now(), end: ru.now(), outcome: protocol.OutcomeRejected}
 	ru.startToolSpan(ctx, round, &s, tc.Function.Arguments)
 	ru.endToolSpan(&s)

@@ -56,7 +56,7 @@ func start(t *testing.T, mode string, edit func(*mcptool.ServerConfig)) (*mcptoo
 	return s, h
 }
 
-func call(h *harness.Harness, tool, args string, timeout time.Duration) harness.Result {
+func call(h *harness.Harness, tool protocol.ToolName, args string, timeout time.Duration) harness.Result {
 	return h.Execute(context.Background(), harness.Call{Tool: tool, Arguments: []byte(args), Deadline: time.Now().Add(timeout)})
 }
 
@@ -69,16 +69,16 @@ func want(t *testing.T, r harness.Result, outcome protocol.Outcome, errType stri
 
 func TestListsToolsWithAnnotationsAndPrefix(t *testing.T) {
 	_, h := start(t, "1", nil)
-	specs := map[string]protocol.ToolSpec{}
+	specs := map[protocol.ToolName]protocol.ToolSpec{}
 	for _, s := range h.Specs() {
 		specs[s.Name] = s
 	}
-	for _, n := range []string{"t_echo", "t_add", "t_fail", "t_image", "t_hang", "t_crash", "t_big"} {
+	for _, n := range []protocol.ToolName{"t_echo", "t_add", "t_fail", "t_image", "t_hang", "t_crash", "t_big"} {
 		if _, ok := specs[n]; !ok {
 			t.Fatalf("catalog lacks %s: %v", n, specs)
 		}
 	}
-	for name, w := range map[string][2]bool{
+	for name, w := range map[protocol.ToolName][2]bool{
 		"t_echo": {true, false}, // read-only
 		"t_add":  {true, false}, // idempotent, not destructive
 		"t_hang": {false, true}, // no annotations: fail safe

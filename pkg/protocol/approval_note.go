@@ -53,7 +53,7 @@ func (n *ApprovalNote) Validate() error {
 		return err
 	}
 	switch {
-	case !ValidToken(n.Tool):
+	case !n.Tool.Valid():
 		return invalid("tool", "must match "+TokenPattern)
 	case n.Digest == "":
 		return missing("digest")

@@ -73,9 +73,9 @@ func DecodeResult(data []byte, limit int) (Result, error) {
 	return m, err
 }
 
-// DecodeProgress decodes and validates a [Progress].
-func DecodeProgress(data []byte, limit int) (Progress, error) {
-	var m Progress
+// DecodeStarted decodes and validates a [Started].
+func DecodeStarted(data []byte, limit int) (Started, error) {
+	var m Started
 	err := decode(data, limit, &m)
 	return m, err
 }

@@ -50,9 +50,9 @@ func Digest(run RunID, key CallKey, tool ToolName, arguments []byte) (string, er
 	}
 	doc, _ := json.Marshal(struct {
 		Arguments json.RawMessage `json:"arguments"`
-		CallKey   string          `json:"call_key"`
-		RunID     string          `json:"run_id"`
-		Tool      string          `json:"tool"`
+		CallKey   CallKey         `json:"call_key"`
+		RunID     RunID           `json:"run_id"`
+		Tool      ToolName        `json:"tool"`
 	}{args, key, run, tool})
 	canon, err := Canonical(doc)
 	if err != nil {

@@ -45,7 +45,7 @@ func FuzzDecode(f *testing.F) {
 		check("call", &c, err)
 		r, err := DecodeResult(data, 4096)
 		check("result", &r, err)
-		p, err := DecodeProgress(data, 4096)
+		p, err := DecodeStarted(data, 4096)
 		check("progress", &p, err)
 		x, err := DecodeCancel(data, 4096)
 		check("cancel", &x, err)
@@ -64,7 +64,7 @@ func FuzzDigest(f *testing.F) {
 	f.Add(`{}`, "k2")
 	f.Add(`{"x":"<&>\u2028"}`, "k")
 	f.Fuzz(func(t *testing.T, args, key string) {
-		d1, err := Digest("run", key, "tool", []byte(args))
+		d1, err := Digest("run", CallKey(key), "tool", []byte(args))
 		if err != nil {
 			return
 		}
@@ -84,12 +84,12 @@ func FuzzDigest(f *testing.F) {
 		// Re-encoding through float64 may change number spellings; compare
 		// only when numbers survived.
 		if string(canon) == string(canon2) {
-			d2, _ := Digest("run", key, "tool", indented)
+			d2, _ := Digest("run", CallKey(key), "tool", indented)
 			if d1 != d2 {
 				t.Fatalf("formatting changed the digest")
 			}
 		}
-		if d3, _ := Digest("run", key+"x", "tool", []byte(args)); d3 == d1 {
+		if d3, _ := Digest("run", CallKey(key+"x"), "tool", []byte(args)); d3 == d1 {
 			t.Fatalf("different call key, same digest")
 		}
 	})

@@ -20,10 +20,14 @@ const (
 	HeaderClient = "Fleet-Client"
 )
 
-// CallMsgID is the dedup id of a call: one per call key and attempt.
-func CallMsgID(key CallKey) string { return "call-" + key }
+// CallMsgID is the dedup id of a call: one per call key, whatever the
+// attempt, so a call published again (a resumed run, a retried publish)
+// is stored once within the calls stream's duplicate window.
+func CallMsgID(key CallKey) string { return "call-" + string(key) }
 
 // ResultMsgID is the dedup id of a call's result, so a redelivered call that
 // runs again cannot store a second result. The tool is part of it: a
 // worker of another tool cannot take the id of a call it was never given.
-func ResultMsgID(tool ToolName, key CallKey) string { return "result-" + key + "." + tool }
+func ResultMsgID(tool ToolName, key CallKey) string {
+	return "result-" + string(key) + "." + string(tool)
+}

@@ -20,10 +20,15 @@ type Call struct {
 	Arguments json.RawMessage `json:"arguments"`
 	// Deadline is absolute: time spent queued counts against it.
 	Deadline time.Time `json:"deadline"`
+	// GraceMS is how long past Deadline the coordinator still awaits the
+	// result, and so how long a worker keeps trying to publish it, in
+	// milliseconds. 0 (omitted): [DefaultCallGrace]. See [CallDeadline].
+	GraceMS int64 `json:"grace_ms,omitempty"`
 	// Attempt counts the coordinator's publications of this call, from 1.
 	Attempt int `json:"attempt"`
 	// MaxOutputChars is the coordinator's bound on the observation; the
-	// worker truncates output to min(this, its own bound). 0: the worker's.
+	// worker truncates output to [OutputLimit] of this and its own bound.
+	// 0: the worker's.
 	MaxOutputChars int `json:"max_output_chars,omitempty"`
 	// RequiresApproval says the coordinator held the call for an operator's
 	// approval. A worker then runs it only with a valid Approval, as it
@@ -52,15 +57,15 @@ func (c *Call) Validate() error {
 	switch {
 	case c.RunID == "":
 		return missing("run_id")
-	case !ValidToken(c.RunID):
+	case !c.RunID.Valid():
 		return invalid("run_id", "must match "+TokenPattern)
 	case c.CallKey == "":
 		return missing("call_key")
-	case !ValidToken(c.CallKey):
+	case !c.CallKey.Valid():
 		return invalid("call_key", "must match "+TokenPattern)
 	case c.Tool == "":
 		return missing("tool")
-	case !ValidToken(c.Tool):
+	case !c.Tool.Valid():
 		return invalid("tool", "must match "+TokenPattern)
 	case len(c.Arguments) == 0:
 		return missing("arguments")
@@ -72,6 +77,8 @@ func (c *Call) Validate() error {
 		return invalid("attempt", "must be >= 1")
 	case len(c.CallID) > MaxCallIDLen:
 		return invalid("call_id", "too long")
+	case c.GraceMS < 0 || c.GraceMS > MaxCallGrace.Milliseconds():
+		return invalid("grace_ms", "must be between 0 and 3600000")
 	case c.MaxOutputChars < 0:
 		return invalid("max_output_chars", "must be >= 0")
 	case c.Approval != nil && (c.Approval.RequestSeq == 0 || c.Approval.DecisionSeq <= c.Approval.RequestSeq):
@@ -110,11 +117,11 @@ func (r *Result) Validate() error {
 	switch {
 	case r.RunID == "":
 		return missing("run_id")
-	case !ValidToken(r.RunID):
+	case !r.RunID.Valid():
 		return invalid("run_id", "must match "+TokenPattern)
 	case r.CallKey == "":
 		return missing("call_key")
-	case !ValidToken(r.CallKey):
+	case !r.CallKey.Valid():
 		return invalid("call_key", "must match "+TokenPattern)
 	case r.Outcome == "":
 		return missing("outcome")
@@ -126,10 +133,11 @@ func (r *Result) Validate() error {
 	return nil
 }
 
-// Progress tells the coordinator that a worker started a call. It travels on
-// core NATS ([Subjects.Progress]); losing one only weakens the distinction
-// between timeout and outcome_unknown.
-type Progress struct {
+// Started tells the coordinator that a worker started a call: it says
+// nothing of the call's progress after that. It travels on core NATS
+// ([Subjects.Started], whose token is still "progress"); losing one only
+// weakens the distinction between timeout and outcome_unknown.
+type Started struct {
 	V       int     `json:"v"`
 	RunID   RunID   `json:"run_id"`
 	CallKey CallKey `json:"call_key"`
@@ -138,7 +146,7 @@ type Progress struct {
 }
 
 // Validate checks the fields' rules.
-func (p *Progress) Validate() error {
+func (p *Started) Validate() error {
 	if err := checkV(p.V); err != nil {
 		return err
 	}
@@ -190,7 +198,7 @@ func (a *ApprovalRequest) Validate() error {
 		return err
 	}
 	switch {
-	case !ValidToken(a.Tool):
+	case !a.Tool.Valid():
 		return invalid("tool", "must match "+TokenPattern)
 	case len(a.Arguments) == 0:
 		return missing("arguments")
@@ -261,7 +269,7 @@ func (s *ToolSpec) Validate() error {
 	switch {
 	case s.Name == "":
 		return missing("name")
-	case !ValidToken(s.Name):
+	case !s.Name.Valid():
 		return invalid("name", "must match "+TokenPattern)
 	case len(s.Parameters) == 0:
 		return missing("parameters")
@@ -291,11 +299,11 @@ func checkRunKey(run RunID, key CallKey) error {
 	switch {
 	case run == "":
 		return missing("run_id")
-	case !ValidToken(run):
+	case !run.Valid():
 		return invalid("run_id", "must match "+TokenPattern)
 	case key == "":
 		return missing("call_key")
-	case !ValidToken(key):
+	case !key.Valid():
 		return invalid("call_key", "must match "+TokenPattern)
 	}
 	return nil

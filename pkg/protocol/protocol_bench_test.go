@@ -11,7 +11,7 @@ import (
 // 128-byte text argument.
 func benchCall() Call {
 	return Call{
-		V: Version, RunID: NewID(), Round: 1, CallKey: NewID(), CallID: "call_abc123",
+		V: Version, RunID: NewRunID(), Round: 1, CallKey: NewCallKey(), CallID: "call_abc123",
 		Tool: "echo", Arguments: json.RawMessage(`{"text":"` + strings.Repeat("x", 128) + `"}`),
 		Deadline: time.Now().Add(30 * time.Second).UTC(), Attempt: 1, MaxOutputChars: 12000,
 	}
@@ -19,7 +19,7 @@ func benchCall() Call {
 
 func benchResult() Result {
 	return Result{
-		V: Version, RunID: NewID(), CallKey: NewID(), Outcome: OutcomeOK,
+		V: Version, RunID: NewRunID(), CallKey: NewCallKey(), Outcome: OutcomeOK,
 		Output: strings.Repeat("x", 128), DurationMS: 1, Worker: "worker-1", Attempt: 1,
 	}
 }
@@ -68,12 +68,12 @@ func BenchmarkDecodeResult(b *testing.B) {
 	}
 }
 
-func BenchmarkDecodeProgress(b *testing.B) {
-	p := Progress{V: Version, RunID: NewID(), CallKey: NewID(), Worker: "worker-1", Attempt: 1}
+func BenchmarkDecodeStarted(b *testing.B) {
+	p := Started{V: Version, RunID: NewRunID(), CallKey: NewCallKey(), Worker: "worker-1", Attempt: 1}
 	data, _ := Encode(&p)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := DecodeProgress(data, 0); err != nil {
+		if _, err := DecodeStarted(data, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -112,7 +112,7 @@ func BenchmarkTruncate(b *testing.B) {
 }
 
 func BenchmarkDigest(b *testing.B) {
-	run, key := NewID(), NewID()
+	run, key := NewRunID(), NewCallKey()
 	args := []byte(`{"path": "/tmp/report.txt", "mode": "overwrite", "content": "` + strings.Repeat("y", 200) + `"}`)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -136,7 +136,7 @@ func TestSubjects(t *testing.T) {
 		t.Fatalf("names = %q %q", s.CallsStream(), s.CatalogBucket())
 	}
 	for _, bad := range []string{"", "a.b", "*", ">", "a b", strings.Repeat("a", 65), "é"} {
-		if _, err := s.Call(bad); !errors.Is(err, ErrInvalidField) {
+		if _, err := s.Call(ToolName(bad)); !errors.Is(err, ErrInvalidField) {
 			t.Errorf("Call(%q) err = %v, want invalid", bad, err)
 		}
 	}
@@ -164,7 +164,7 @@ func TestDigest(t *testing.T) {
 		"other run":  {"r2", "k", "t", `{"b":1,"a":[1,2]}`},
 		"other tool": {"r", "k", "t2", `{"b":1,"a":[1,2]}`},
 	} {
-		d, _ := Digest(args.run, args.key, args.tool, []byte(args.args))
+		d, _ := Digest(RunID(args.run), CallKey(args.key), ToolName(args.tool), []byte(args.args))
 		if d == a {
 			t.Errorf("%s: same digest", name)
 		}

@@ -134,10 +134,10 @@ func (r *RunResponse) Validate() error {
 	}
 	switch r.Status {
 	case RunAccepted:
-		if !ValidToken(r.RunID) {
+		if !r.RunID.Valid() {
 			return invalid("run_id", "must match "+TokenPattern)
 		}
-		if client, ok := strings.CutSuffix(r.ResultKey, "."+r.RunID); r.ResultKey != "" && r.ResultKey != r.RunID && (!ok || !ValidToken(client)) {
+		if client, ok := strings.CutSuffix(r.ResultKey, "."+string(r.RunID)); r.ResultKey != "" && r.ResultKey != string(r.RunID) && (!ok || !ValidToken(client)) {
 			return invalid("result_key", "must be the run id or <client>.<run id>")
 		}
 	case RunRefused:
@@ -268,7 +268,7 @@ func (r *RunResult) Validate() error {
 	switch {
 	case r.RunID == "":
 		return missing("run_id")
-	case !ValidToken(r.RunID):
+	case !r.RunID.Valid():
 		return invalid("run_id", "must match "+TokenPattern)
 	case r.TerminationReason == "" && r.Error == nil:
 		return missing("termination_reason")
@@ -284,7 +284,7 @@ func (r *RunResult) Validate() error {
 }
 
 // RunMsgID is the dedup id of a queued run request.
-func RunMsgID(run RunID) string { return "run-" + run }
+func RunMsgID(run RunID) string { return "run-" + string(run) }
 
 // DecodeRunRequest decodes and validates a [RunRequest]. limit 0 means
 // [DefaultMaxRunRequestBytes].

@@ -179,10 +179,10 @@ func TestRunSubjects(t *testing.T) {
 		t.Fatalf("RunsMaxDeliveries = %q", got)
 	}
 	for _, bad := range []string{"", "a.b", "*", ">"} {
-		if _, err := s.RunResult(bad); !errors.Is(err, ErrInvalidField) {
+		if _, err := s.RunResult(RunID(bad)); !errors.Is(err, ErrInvalidField) {
 			t.Errorf("RunResult(%q) err = %v, want invalid", bad, err)
 		}
-		if _, err := s.RunQueue(bad); !errors.Is(err, ErrInvalidField) {
+		if _, err := s.RunQueue(RunID(bad)); !errors.Is(err, ErrInvalidField) {
 			t.Errorf("RunQueue(%q) err = %v, want invalid", bad, err)
 		}
 	}

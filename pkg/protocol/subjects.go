@@ -11,6 +11,15 @@ const DefaultPrefix = "fleet"
 // Subjects spells every subject, stream, consumer and bucket name of one
 // fleet. Its zero value uses [DefaultPrefix]. Builders refuse tokens that do
 // not match [TokenPattern].
+//
+// A builder's tokens are typed: a [RunID], a [CallKey] or a [ToolName],
+// never a [CallID] nor a bare string variable, so the model's own call id
+// cannot become a subject token without a conversion the compiler makes
+// visible (Subjects.Cancel(run, call.CallID) does not compile). Those types
+// are where a token comes from (a decoded message, [ParseRunID],
+// [ParseCallKey], [ParseToolName], [NewRunID], [NewCallKey]); the builders
+// check every token again, so even a converted string that is not a valid
+// token is refused (TestSubjectBuildersRefuseBadTokens).
 type Subjects struct {
 	// Prefix is the first subject token. Default: "fleet".
 	Prefix string
@@ -45,7 +54,7 @@ func (s Subjects) join(kind string, tokens ...string) (string, error) {
 }
 
 // Call is the subject a call to tool is published on: <prefix>.call.<tool>.
-func (s Subjects) Call(tool ToolName) (string, error) { return s.join("call", tool) }
+func (s Subjects) Call(tool ToolName) (string, error) { return s.join("call", string(tool)) }
 
 // Calls is the wildcard covering every call subject.
 func (s Subjects) Calls() string { return s.p() + ".call.>" }
@@ -53,7 +62,7 @@ func (s Subjects) Calls() string { return s.p() + ".call.>" }
 // ToolInfo is the core-NATS subject on which every worker serving tool
 // answers a request with its spec: <prefix>.tool.<tool>. It is discovery
 // only; calls travel on [Subjects.Call].
-func (s Subjects) ToolInfo(tool ToolName) (string, error) { return s.join("tool", tool) }
+func (s Subjects) ToolInfo(tool ToolName) (string, error) { return s.join("tool", string(tool)) }
 
 // ToolInfos is the wildcard covering every tool-info subject.
 func (s Subjects) ToolInfos() string { return s.p() + ".tool.>" }
@@ -63,13 +72,13 @@ func (s Subjects) ToolInfos() string { return s.p() + ".tool.>" }
 // deployment allow only a tool's workers to answer its calls, and the
 // coordinator takes a result only on the subject of its call's tool.
 func (s Subjects) Result(run RunID, tool ToolName) (string, error) {
-	return s.join("result", run, tool)
+	return s.join("result", string(run), string(tool))
 }
 
 // ResultsOf is the wildcard covering every result of run:
 // <prefix>.result.<run>.>.
 func (s Subjects) ResultsOf(run RunID) (string, error) {
-	subj, err := s.join("result", run)
+	subj, err := s.join("result", string(run))
 	if err != nil {
 		return "", err
 	}
@@ -79,14 +88,15 @@ func (s Subjects) ResultsOf(run RunID) (string, error) {
 // Results is the wildcard covering every result subject.
 func (s Subjects) Results() string { return s.p() + ".result.>" }
 
-// Progress is the core-NATS subject on which workers say they started a
-// run's call: <prefix>.progress.<run>.
-func (s Subjects) Progress(run RunID) (string, error) { return s.join("progress", run) }
+// Started is the core-NATS subject on which workers say they started a
+// run's call ([Started]): <prefix>.progress.<run>. The token keeps its
+// first name, "progress", so deployed permissions stay valid.
+func (s Subjects) Started(run RunID) (string, error) { return s.join("progress", string(run)) }
 
 // Cancel is the core-NATS subject that cancels one call:
 // <prefix>.cancel.<run>.<key>.
 func (s Subjects) Cancel(run RunID, key CallKey) (string, error) {
-	return s.join("cancel", run, key)
+	return s.join("cancel", string(run), string(key))
 }
 
 // Cancels is the wildcard covering every cancel subject.
@@ -95,7 +105,7 @@ func (s Subjects) Cancels() string { return s.p() + ".cancel.>" }
 // ApprovalRequest is the subject an approval request is published on:
 // <prefix>.approval.request.<run>.<key>.
 func (s Subjects) ApprovalRequest(run RunID, key CallKey) (string, error) {
-	return s.join("approval.request", run, key)
+	return s.join("approval.request", string(run), string(key))
 }
 
 // ApprovalRequests is the wildcard operators watch for pending requests.
@@ -104,7 +114,7 @@ func (s Subjects) ApprovalRequests() string { return s.p() + ".approval.request.
 // ApprovalDecision is the subject an operator answers one request on:
 // <prefix>.approval.decision.<run>.<key>.
 func (s Subjects) ApprovalDecision(run RunID, key CallKey) (string, error) {
-	return s.join("approval.decision", run, key)
+	return s.join("approval.decision", string(run), string(key))
 }
 
 // ApprovalDecisions is the wildcard covering every decision subject.
@@ -114,7 +124,7 @@ func (s Subjects) ApprovalDecisions() string { return s.p() + ".approval.decisio
 // how it settled one approval request (approved, denied, expired, cancelled):
 // <prefix>.approval.outcome.<run>.<key>. Only coordinators publish here.
 func (s Subjects) ApprovalOutcome(run RunID, key CallKey) (string, error) {
-	return s.join("approval.outcome", run, key)
+	return s.join("approval.outcome", string(run), string(key))
 }
 
 // ApprovalOutcomes is the wildcard covering every outcome subject.
@@ -140,10 +150,10 @@ func (s Subjects) CatalogBucket() string { return strings.ReplaceAll(s.p(), "-",
 // Consumer names the durable pull consumer shared by every worker serving
 // tool. The tool must be a valid token.
 func (s Subjects) Consumer(tool ToolName) (string, error) {
-	if !ValidToken(tool) {
+	if !tool.Valid() {
 		return "", &Error{Code: CodeInvalidField, Field: "tool", Msg: "must match " + TokenPattern}
 	}
-	return "tool_" + tool, nil
+	return "tool_" + string(tool), nil
 }
 
 // RunSubmit is the core-NATS subject on which run requests are submitted
@@ -168,7 +178,7 @@ func (s Subjects) ClientRunResult(client string, run RunID) (string, error) {
 	if client == "" {
 		return s.RunResult(run)
 	}
-	return s.join("run.result", client, run)
+	return s.join("run.result", client, string(run))
 }
 
 // RunSubmitGroup is the queue group in which coordinators serve
@@ -177,14 +187,14 @@ func (s Subjects) RunSubmitGroup() string { return "coordinators" }
 
 // RunQueue is the subject an accepted run request is stored on, in the runs
 // stream: <prefix>.run.queue.<run>.
-func (s Subjects) RunQueue(run RunID) (string, error) { return s.join("run.queue", run) }
+func (s Subjects) RunQueue(run RunID) (string, error) { return s.join("run.queue", string(run)) }
 
 // RunQueues is the wildcard covering every queued run request.
 func (s Subjects) RunQueues() string { return s.p() + ".run.queue.*" }
 
 // RunResult is the core-NATS subject a run's result is announced on:
 // <prefix>.run.result.<run>.
-func (s Subjects) RunResult(run RunID) (string, error) { return s.join("run.result", run) }
+func (s Subjects) RunResult(run RunID) (string, error) { return s.join("run.result", string(run)) }
 
 // RunResults is the wildcard covering every run result announcement.
 func (s Subjects) RunResults() string { return s.p() + ".run.result.>" }
@@ -213,9 +223,9 @@ func (s Subjects) RunsBucket() string { return strings.ReplaceAll(s.p(), "-", "_
 // read the keys under its own name only.
 func RunKey(client string, run RunID) string {
 	if client == "" {
-		return run
+		return string(run)
 	}
-	return client + "." + run
+	return client + "." + string(run)
 }
 
 // clip bounds untrusted text quoted in an error message.
@@ -230,14 +240,16 @@ func clip(s string) string {
 // Journal is the subject of a run's journal entries, in the journal
 // stream: <prefix>.journal.run.<run>. The owner of a run appends to it with
 // Nats-Expected-Last-Subject-Sequence, which fences any other writer.
-func (s Subjects) Journal(run RunID) (string, error) { return s.join("journal.run", run) }
+func (s Subjects) Journal(run RunID) (string, error) { return s.join("journal.run", string(run)) }
 
 // Journals is the wildcard covering every run's journal.
 func (s Subjects) Journals() string { return s.p() + ".journal.run.*" }
 
 // JournalCancel is the subject an operator's request to cancel a run is
 // stored on, in the journal stream: <prefix>.journal.cancel.<run>.
-func (s Subjects) JournalCancel(run RunID) (string, error) { return s.join("journal.cancel", run) }
+func (s Subjects) JournalCancel(run RunID) (string, error) {
+	return s.join("journal.cancel", string(run))
+}
 
 // JournalCancels is the wildcard covering every cancel request.
 func (s Subjects) JournalCancels() string { return s.p() + ".journal.cancel.*" }

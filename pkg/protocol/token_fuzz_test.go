@@ -40,14 +40,27 @@ func TestValidTokenMatchesPattern(t *testing.T) {
 	}
 }
 
-// FuzzValidToken checks ValidToken against TokenPattern.
+// FuzzValidToken checks ValidToken, and the Parse functions of the id
+// types built on it, against TokenPattern.
 func FuzzValidToken(f *testing.F) {
 	for _, s := range []string{"", "a", "fleet", "call_1-A", strings.Repeat("z", 64), strings.Repeat("z", 65), "a.b", "a\n", "é", "\xff"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := ValidToken(s), tokenOracle.MatchString(s); got != want {
+		want := tokenOracle.MatchString(s)
+		if got := ValidToken(s); got != want {
 			t.Fatalf("ValidToken(%q) = %v, pattern says %v", s, got, want)
+		}
+		tool, err1 := ParseToolName(s)
+		run, err2 := ParseRunID(s)
+		key, err3 := ParseCallKey(s)
+		for _, err := range []error{err1, err2, err3} {
+			if (err == nil) != want {
+				t.Fatalf("Parse(%q) err = %v, pattern says %v", s, err, want)
+			}
+		}
+		if want && (string(tool) != s || string(run) != s || string(key) != s) {
+			t.Fatalf("Parse(%q) changed the token", s)
 		}
 	})
 }

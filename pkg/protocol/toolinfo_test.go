@@ -14,7 +14,7 @@ func TestToolInfoSubjects(t *testing.T) {
 		t.Fatalf("ToolInfos = %q, want fleet.tool.>", got)
 	}
 	for _, bad := range []string{"", "a.b", "*", ">"} {
-		if _, err := s.ToolInfo(bad); !errors.Is(err, ErrInvalidField) {
+		if _, err := s.ToolInfo(ToolName(bad)); !errors.Is(err, ErrInvalidField) {
 			t.Errorf("ToolInfo(%q) err = %v, want invalid", bad, err)
 		}
 	}

@@ -45,7 +45,7 @@ func TestTools(t *testing.T) {
 			if tt.timeout > 0 {
 				deadline = time.Now().Add(tt.timeout)
 			}
-			r := h.Execute(t.Context(), harness.Call{Tool: tt.tool, Arguments: json.RawMessage(tt.args), Deadline: deadline})
+			r := h.Execute(t.Context(), harness.Call{Tool: protocol.ToolName(tt.tool), Arguments: json.RawMessage(tt.args), Deadline: deadline})
 			if r.Outcome != tt.wantOutcome || r.Output != tt.wantOutput || r.ErrorType != tt.wantType {
 				t.Fatalf("result = %+v, want %s %q %q", r, tt.wantOutcome, tt.wantOutput, tt.wantType)
 			}

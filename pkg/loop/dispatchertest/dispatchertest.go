@@ -85,7 +85,7 @@ func suiteCtx(t *testing.T) context.Context {
 func testPublishAndGather(t *testing.T, newFleet NewFleet) {
 	ctx := suiteCtx(t)
 	f := newFleet(t, func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
-		return looptest.OK("output of " + c.CallKey), true
+		return looptest.OK("output of " + string(c.CallKey)), true
 	})
 	const run = "gather1"
 	in, err := f.Dispatcher.Open(ctx, run)
@@ -116,7 +116,7 @@ func testPublishAndGather(t *testing.T, newFleet NewFleet) {
 		}
 	}
 	for _, key := range keys {
-		if want := "output of " + key; got[key] != want {
+		if want := "output of " + string(key); got[key] != want {
 			t.Errorf("result of %s = %q, want %q", key, got[key], want)
 		}
 	}
@@ -241,7 +241,7 @@ func testInboxFull(t *testing.T, newFleet NewFleet) {
 	}
 	const extra = 3
 	result := func(i int) protocol.Result {
-		return protocol.Result{V: protocol.Version, RunID: run, CallKey: fmt.Sprintf("k%d", i), Outcome: protocol.OutcomeOK,
+		return protocol.Result{V: protocol.Version, RunID: run, CallKey: protocol.CallKey(fmt.Sprintf("k%d", i)), Outcome: protocol.OutcomeOK,
 			Output: fmt.Sprint(i), Worker: "conformance", Attempt: 1}
 	}
 	// Every Send returns although nobody reads: a sender never waits for
@@ -299,7 +299,7 @@ func testInboxFull(t *testing.T, newFleet NewFleet) {
 // call is a valid call of run.
 func call(run protocol.RunID, key protocol.CallKey, tool protocol.ToolName, round int) protocol.Call {
 	return protocol.Call{
-		V: protocol.Version, RunID: run, CallKey: key, CallID: "id-" + key, Tool: tool, Round: round,
+		V: protocol.Version, RunID: run, CallKey: key, CallID: protocol.CallID("id-" + key), Tool: tool, Round: round,
 		Arguments: []byte(`{}`), Deadline: time.Now().Add(waitLimit), Attempt: 1,
 	}
 }

@@ -30,12 +30,12 @@ func (c *Catalog) Tools(ctx context.Context) ([]protocol.ToolSpec, error) {
 
 // MustSpec returns a valid spec for a tool with the given JSON Schema for
 // its parameters, digest included. It panics if parameters is not JSON.
-func MustSpec(name, parameters string) protocol.ToolSpec {
+func MustSpec(name protocol.ToolName, parameters string) protocol.ToolSpec {
 	d, err := protocol.SchemaDigest([]byte(parameters))
 	if err != nil {
 		panic("looptest: MustSpec: " + err.Error())
 	}
-	return protocol.ToolSpec{V: protocol.Version, Name: name, Description: "the " + name + " tool",
+	return protocol.ToolSpec{V: protocol.Version, Name: name, Description: "the " + string(name) + " tool",
 		Parameters: []byte(parameters), SchemaDigest: d}
 }
 

@@ -26,9 +26,9 @@ const InboxBuffer = 1024
 // inbox. It records published calls and cancels and can inject arbitrary
 // events (duplicates, late or forged results).
 type Dispatcher struct {
-	// Progress makes every call send a Progress event before its handler
+	// Started makes every call send a Started event before its handler
 	// runs, as a worker does when it starts a call.
-	Progress bool
+	Started bool
 	// PublishErr, when set, is asked before each publish; an error refuses
 	// the call.
 	PublishErr func(protocol.Call) error
@@ -69,7 +69,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	if d.OpenErr != nil {
 		return nil, d.OpenErr
 	}
-	if !protocol.ValidToken(run) {
+	if !run.Valid() {
 		return nil, fmt.Errorf("looptest: invalid run id %q", run)
 	}
 	d.mu.Lock()
@@ -134,8 +134,8 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 			delete(d.running, c.CallKey)
 			d.mu.Unlock()
 		}()
-		if d.Progress {
-			ib.send(loop.Event{Progress: &protocol.Progress{V: protocol.Version, RunID: c.RunID, CallKey: c.CallKey, Worker: "looptest", Attempt: 1}})
+		if d.Started {
+			ib.send(loop.Event{Started: &protocol.Started{V: protocol.Version, RunID: c.RunID, CallKey: c.CallKey, Worker: "looptest", Attempt: 1}})
 		}
 		res, ok := d.handler(hctx, c)
 		if !ok {

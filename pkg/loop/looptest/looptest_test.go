@@ -106,10 +106,10 @@ func TestDispatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Wait() // returns only because Cancel ended the hanging handler
-	if !d.Inject("run1", loop.Event{Progress: &protocol.Progress{V: 1, RunID: "run1", CallKey: "k9"}}) {
+	if !d.Inject("run1", loop.Event{Started: &protocol.Started{V: 1, RunID: "run1", CallKey: "k9"}}) {
 		t.Fatal("Inject into an open inbox failed")
 	}
-	if got := <-ib.Events(); got.Progress == nil || got.Progress.CallKey != "k9" {
+	if got := <-ib.Events(); got.Started == nil || got.Started.CallKey != "k9" {
 		t.Fatalf("injected event=%+v", got)
 	}
 	ib.Close()

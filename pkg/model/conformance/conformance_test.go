@@ -169,7 +169,7 @@ func (c *catalog) remove(names []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.specs = slices.DeleteFunc(c.specs, func(s protocol.ToolSpec) bool {
-		return slices.Contains(names, "*") || slices.Contains(names, s.Name)
+		return slices.Contains(names, "*") || slices.Contains(names, string(s.Name))
 	})
 }
 
@@ -187,7 +187,7 @@ func run(t *testing.T, p provider, s setup, turns ...turn) (*loop.Result, error,
 		}
 		return r, ok
 	})
-	d.Progress = s.progress
+	d.Started = s.progress
 	cfg := s.cfg
 	if cfg.Grace == 0 {
 		cfg.Grace = 20 * time.Millisecond
