@@ -62,7 +62,7 @@ type Dispatcher struct {
 	log      zerolog.Logger
 	garbage  zerolog.Logger
 	// inboxes are the open inboxes by run, so that Publish tells each the
-	// tool of every call it publishes and results reaches each its run's
+	// tool of every call it publishes and results hands each its run's
 	// results.
 	inboxes sync.Map // protocol.RunID -> *Inbox
 	results *resultsReader
