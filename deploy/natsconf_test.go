@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natscli"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -329,6 +330,47 @@ func TestConfPermissions(t *testing.T) {
 		if _, err := st.GetLastMsgForSubject(ctx, decision); err != nil {
 			t.Fatalf("operator reading a decision from the stream: %v", err)
 		}
+	})
+
+	// The coordinator reads every result through one consumer of
+	// fleet.result.> and a resumed run's past results through a catch-up
+	// consumer of its own subject.
+	t.Run("coordinator reads results", func(t *testing.T) {
+		run := protocol.NewRunID()
+		d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+		defer d.Close()
+		in, err := d.Open(ctx, run)
+		if err != nil {
+			t.Fatalf("coordinator opening a run's inbox: %v", err)
+		}
+		defer in.Close()
+		subj, _ := subjects.Result(run, "echo")
+		r := protocol.Result{V: protocol.Version, RunID: run, CallKey: protocol.NewCallKey(), Outcome: protocol.OutcomeOK}
+		data, _ := protocol.Encode(&r)
+		if _, err := worker.js.Publish(ctx, subj, data); err != nil {
+			t.Fatalf("worker storing a result: %v", err)
+		}
+		got := func(in interface{ Events() <-chan loop.Event }) {
+			t.Helper()
+			select {
+			case ev := <-in.Events():
+				if ev.Result == nil || ev.Result.CallKey != r.CallKey {
+					t.Fatalf("got %+v, want the stored result", ev)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the stored result never reached the inbox")
+			}
+		}
+		got(in)
+		resumed := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+		defer resumed.Close()
+		again, err := resumed.Open(ctx, run)
+		if err != nil {
+			t.Fatalf("coordinator reopening the run: %v", err)
+		}
+		defer again.Close()
+		again.(loop.CatchUpInbox).CaughtUp()
+		got(again)
 	})
 }
 

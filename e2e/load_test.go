@@ -149,7 +149,7 @@ func (l *loadLog) WriteLevel(level zerolog.Level, p []byte) (int, error) {
 	switch {
 	case level >= zerolog.WarnLevel || level == zerolog.NoLevel:
 		return l.warn.Write(p)
-	case bytes.Contains(p, []byte(`"reading the run's results: recovering"`)):
+	case bytes.Contains(p, []byte(`"reading the results: recovering"`)):
 		l.recoveries.Add(1)
 	}
 	return len(p), nil

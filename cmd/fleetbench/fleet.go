@@ -408,3 +408,39 @@ func (f *fleet) dispatchSustained(ctx context.Context, conc int, warm, d time.Du
 	}
 	return w, first
 }
+
+// otherCoordinators opens n dispatchers, each on its own connection with
+// one run open, so that each reads every result of the results stream
+// through its consumer and drops those of runs it does not hold, as the
+// other coordinators sharing a fleet's results stream do. The returned
+// function closes them.
+func (f *fleet) otherCoordinators(ctx context.Context, n int) (func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	for i := range n {
+		nc, err := natsbus.Connect(ctx, natsbus.ConnConfig{URL: f.url, Name: fmt.Sprintf("fleetbench-other-coordinator-%d", i+1), Logger: f.log})
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			closeAll()
+			return nil, err
+		}
+		d := natsbus.NewDispatcher(nc, js, f.subjects, natsbus.DispatcherConfig{Logger: f.log})
+		in, err := d.Open(ctx, protocol.NewRunID())
+		if err != nil {
+			nc.Close()
+			closeAll()
+			return nil, err
+		}
+		closers = append(closers, func() { in.Close(); d.Close(); nc.Close() })
+	}
+	return closeAll, nil
+}

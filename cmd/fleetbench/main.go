@@ -692,8 +692,25 @@ func (b *bench) roundVariants(ctx context.Context, f *fleet, wn string) error {
 	}
 	b.add(row{name: fmt.Sprintf("fleet: %d echo calls, full loop round, journaled (RunDurable), %s", fanout, wn),
 		s: journaled, ratio: ratio(journaled.p50, b.loopRound.p50) + " unjournaled round", floor: vsFloor(journaled, b.floorRound)})
+	b.step("fleet: rounds of %d echo calls beside %d other coordinators", fanout, otherCoordinators)
+	closeOthers, err := f.otherCoordinators(ctx, otherCoordinators)
+	if err != nil {
+		return fmt.Errorf("other coordinators: %w", err)
+	}
+	shared, err := f.loopLatency(ctx, b.p.loopRound, fanout, echoTool, echoArgs, echoText)
+	closeOthers()
+	if err != nil {
+		return fmt.Errorf("%d-call round beside other coordinators: %w", fanout, err)
+	}
+	b.add(row{name: fmt.Sprintf("fleet: %d echo calls, full loop round, %d other coordinators reading the results stream, %s", fanout, otherCoordinators, wn),
+		s: shared, ratio: ratio(shared.p50, b.loopRound.p50) + " alone", floor: vsFloor(shared, b.floorRound),
+		note: fmt.Sprintf("CPU per call %s the round alone's (the others' consumers receive and drop every result, in this process)", ratio(shared.cpu, b.loopRound.cpu))})
 	return nil
 }
+
+// otherCoordinators is how many idle coordinators share the results stream
+// in the round measured beside them.
+const otherCoordinators = 3
 
 // vsFloor is a latency row's ratios to the floor's row of the same shape.
 func vsFloor(s, floor summary) string {

@@ -36,6 +36,7 @@ func TestShortRun(t *testing.T) {
 		"fleet: 32 echo calls, full loop round",
 		"fleet: 32 non-idempotent echo calls (claimed before they run), full loop round",
 		"fleet: 32 echo calls, full loop round, journaled (RunDurable)",
+		"fleet: 32 echo calls, full loop round, 3 other coordinators reading the results stream",
 		"full loop, 8 runs × 32-call rounds, 1 worker(s)",
 		"dispatch only, 8 inboxes × 32-call rounds, 2 worker(s)",
 		"full loop, 8 runs × 32-call rounds, 4 worker(s)",

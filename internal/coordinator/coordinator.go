@@ -42,6 +42,9 @@ type Coordinator struct {
 	guard     *natsbus.StreamGuard     // the fleet's streams as expected
 	guardEnd  context.CancelFunc
 	runner    *loop.Runner
+	// disp is the runner's, closed with the coordinator (its results
+	// consumer deleted).
+	disp *natsbus.Dispatcher
 
 	workers       []inprocWorker
 	workersCancel context.CancelFunc
@@ -121,11 +124,11 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, err
 	}
 
-	dispatcher := natsbus.NewDispatcher(c.nc, c.js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger, Guard: c.guard})
+	c.disp = natsbus.NewDispatcher(c.nc, c.js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger, Guard: c.guard})
 	gate := approval.NewGate(c.nc, c.js, subjects, approval.GateConfig{Logger: cfg.Logger})
 	lc := c.cfg.Loop
 	lc.Logger = cfg.Logger
-	c.runner, err = loop.New(lc, cfg.Model, c.catalog, dispatcher, gate)
+	c.runner, err = loop.New(lc, cfg.Model, c.catalog, c.disp, gate)
 	if err != nil {
 		return nil, err
 	}
@@ -332,6 +335,9 @@ func (c *Coordinator) Close() error {
 			c.workersDone.Wait()
 		}
 		c.closeObservability()
+		if c.disp != nil {
+			c.disp.Close()
+		}
 		if c.catalog != nil {
 			c.catalog.Close()
 		}

@@ -25,12 +25,12 @@ const DefaultInboxSize = 1024
 // defaultOpTimeout bounds a NATS operation whose context has no deadline.
 const defaultOpTimeout = 5 * time.Second
 
-// resultsConsumerInactive is how long the server keeps a run's results
-// consumer once nobody reads it (a coordinator that died); Inbox.Close
-// deletes it at once.
+// resultsConsumerInactive is how long the server keeps a results consumer
+// once nobody reads it (a coordinator that died); Dispatcher.Close and
+// the end of a catch-up read delete theirs at once.
 const resultsConsumerInactive = time.Minute
 
-// deleteConsumerTimeout bounds the deletion of a run's results consumer.
+// deleteConsumerTimeout bounds the deletion of a results consumer.
 const deleteConsumerTimeout = time.Second
 
 // DispatcherConfig configures a [Dispatcher]. The zero value means the
@@ -62,8 +62,10 @@ type Dispatcher struct {
 	log      zerolog.Logger
 	garbage  zerolog.Logger
 	// inboxes are the open inboxes by run, so that Publish tells each the
-	// tool of every call it publishes.
+	// tool of every call it publishes and results hands each its run's
+	// results.
 	inboxes sync.Map // protocol.RunID -> *Inbox
+	results *resultsReader
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -76,20 +78,43 @@ func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subj
 	if cfg.InboxSize <= 0 {
 		cfg.InboxSize = DefaultInboxSize
 	}
-	return &Dispatcher{
+	d := &Dispatcher{
 		nc: nc, js: js, subjects: subjects, cfg: cfg,
 		log:     cfg.Logger,
 		garbage: sampled(cfg.Logger),
 	}
+	d.results = &resultsReader{
+		js: js, stream: subjects.ResultsStream(),
+		root:    strings.TrimSuffix(subjects.Results(), ">"),
+		inboxes: &d.inboxes,
+		log:     d.garbage,
+	}
+	return d
 }
+
+// Close stops reading results and deletes the Dispatcher's results
+// consumer; Open fails after it. Open inboxes receive no more results.
+// It is idempotent.
+func (d *Dispatcher) Close() error {
+	d.results.stop()
+	return nil
+}
+
+// UnknownResults counts results dropped because their run has no open
+// inbox here: a run that ended or was never opened by this Dispatcher,
+// or another coordinator's.
+func (d *Dispatcher) UnknownResults() int64 { return d.results.unknown.Load() }
 
 // Open starts receiving run's results and progress notices and returns the
 // inbox their events arrive in.
 //
-// Results are read from the results stream by an ordered consumer of the
-// run's result subject, from its first message: a result stored while this
-// connection was down (a partition, a server restart) is delivered once it
-// is back, so a worker's answer is never lost to a reconnect. Progress
+// Results are read from the results stream by the Dispatcher's one
+// ordered consumer of every result subject (created by the first Open),
+// which hands each to the inbox of its run: a result stored after Open
+// returns — also while this connection was down (a partition, a server
+// restart) — is delivered once the connection is back, so a worker's
+// answer is never lost to a reconnect. Results stored before Open are
+// read only by [Inbox.CaughtUp], which a resumed run calls. Progress
 // notices travel on core NATS and are subscribed to before Open returns;
 // one sent while the connection is down is lost (see the package
 // documentation).
@@ -111,7 +136,8 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		prefix:   strings.TrimSuffix(resultSubj, ">"),
 		progress: progressSubj,
 	}
-	d.inboxes.Store(run, in)
+	in.js, in.reader = d.js, d.results
+	in.resultSubject, in.resultsStream = resultSubj, d.subjects.ResultsStream()
 	in.forget = func() { d.inboxes.CompareAndDelete(run, in) }
 	sub, err := d.nc.Subscribe(progressSubj, in.onProgress)
 	if err != nil {
@@ -121,19 +147,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	in.subs = append(in.subs, sub)
 	fctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	cons, err := d.js.OrderedConsumer(fctx, d.subjects.ResultsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{resultSubj},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: resultsConsumerInactive,
-	})
-	if err != nil {
-		in.Close()
-		return nil, fmt.Errorf("natsbus: reading the results of run %s: %w", run, err)
-	}
-	in.js, in.consumer = d.js, cons
-	in.resultSubject, in.resultsStream = resultSubj, d.subjects.ResultsStream()
-	in.consuming, err = cons.Consume(in.onResult, jetstream.ConsumeErrHandler(in.onConsumeError))
-	if err != nil {
+	if in.openSeq, err = d.results.register(fctx, in); err != nil {
 		in.Close()
 		return nil, fmt.Errorf("natsbus: reading the results of run %s: %w", run, err)
 	}
@@ -288,14 +302,17 @@ func (d *Dispatcher) Cancel(ctx context.Context, c protocol.Cancel) error {
 // messages of another run) is dropped, counted and logged by subject and
 // error code.
 type Inbox struct {
-	run       protocol.RunID
-	limit     int
-	log       zerolog.Logger
-	garbage   zerolog.Logger
-	subs      []*nats.Subscription
-	js        jetstream.JetStream
-	consumer  jetstream.Consumer       // the run's results, nil until Open made it
-	consuming jetstream.ConsumeContext // nil until Open started it
+	run     protocol.RunID
+	limit   int
+	log     zerolog.Logger
+	garbage zerolog.Logger
+	subs    []*nats.Subscription
+	js      jetstream.JetStream
+	reader  *resultsReader // the Dispatcher's, which hands the run's results on
+	// openSeq is the last stream sequence the reader handed on before it
+	// registered the inbox: later results come from it, earlier ones
+	// only from CaughtUp.
+	openSeq uint64
 	// resultSubject and resultsStream are where the run's results are.
 	resultSubject, resultsStream string
 	closeOnce                    sync.Once
@@ -311,15 +328,14 @@ type Inbox struct {
 
 	mu     sync.Mutex // serialises sends with Close
 	closed bool
-	// Catching up (CaughtUp): the highest stream sequence delivered, the
-	// one to reach, and the channel closed once it is.
-	delivered  uint64
-	target     uint64
-	caught     chan struct{}
-	events     chan loop.Event
-	dropped    atomic.Int64
-	refused    atomic.Int64
-	recoveries atomic.Int64
+	// Catching up (CaughtUp): the channel closed once the results stored
+	// before Open are delivered, and the read of them while it runs.
+	caught    chan struct{}
+	catchUp   jetstream.ConsumeContext
+	catchCons jetstream.Consumer
+	events    chan loop.Event
+	dropped   atomic.Int64
+	refused   atomic.Int64
 }
 
 var _ loop.CatchUpInbox = (*Inbox)(nil)
@@ -333,23 +349,29 @@ func (in *Inbox) Dropped() int64 { return in.dropped.Load() }
 // Garbage counts messages refused as malformed or of another run.
 func (in *Inbox) Garbage() int64 { return in.refused.Load() }
 
-// Recoveries counts the times reading the run's results recovered by
-// itself (missed heartbeats, its consumer re-created); none loses a result.
-func (in *Inbox) Recoveries() int64 { return in.recoveries.Load() }
+// Recoveries counts the times reading results recovered by itself (missed
+// heartbeats, its consumer re-created); none loses a result. The consumer
+// is the Dispatcher's, shared by its inboxes, and so is the count.
+func (in *Inbox) Recoveries() int64 {
+	if in.reader == nil {
+		return 0
+	}
+	return in.reader.recoveries.Load()
+}
 
-// Close stops reading, deletes the run's results consumer and closes the
-// Events channel. It is idempotent.
+// Close stops the run's results reaching the inbox (and a catch-up read)
+// and closes the Events channel. It is idempotent.
 func (in *Inbox) Close() error {
 	if in.forget != nil {
 		in.forget()
 	}
-	in.closeOnce.Do(in.stopReading)
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	if !in.closed {
 		in.closed = true
 		close(in.events)
 	}
+	in.mu.Unlock()
+	in.closeOnce.Do(in.stopReading)
 	return nil
 }
 
@@ -357,18 +379,13 @@ func (in *Inbox) stopReading() {
 	for _, s := range in.subs {
 		s.Unsubscribe()
 	}
-	if in.consuming != nil {
-		in.consuming.Stop()
-	}
-	if in.consumer == nil {
-		return
-	}
-	// Best effort, and not while disconnected: a consumer left behind
-	// expires on its own.
-	if info := in.consumer.CachedInfo(); info != nil && in.js.Conn().IsConnected() {
-		ctx, cancel := context.WithTimeout(context.Background(), deleteConsumerTimeout)
-		defer cancel()
-		in.js.DeleteConsumer(ctx, info.Stream, info.Name)
+	in.mu.Lock()
+	cc, cons := in.catchUp, in.catchCons
+	in.catchUp, in.catchCons = nil, nil
+	in.mu.Unlock()
+	if cc != nil {
+		cc.Stop()
+		deleteConsumer(in.js, cons)
 	}
 }
 
@@ -379,58 +396,110 @@ func (in *Inbox) stopReading() {
 // calls another published records them with Expect.
 func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
 
-// CaughtUp implements [loop.CatchUpInbox]: the channel is closed once
-// every result the results stream held for the run when CaughtUp was first
-// called has been delivered (or at once when it cannot tell). A resumed run
-// waits for it before it judges any deadline.
+// CaughtUp implements [loop.CatchUpInbox]: its first call starts a read
+// of the results stored for the run before Open (up to the last the
+// Dispatcher's consumer handed on then, so none is delivered twice), and
+// the channel is closed once they are delivered (or at once when it cannot
+// tell). A resumed run waits for it before it judges any deadline.
 func (in *Inbox) CaughtUp() <-chan struct{} {
 	in.mu.Lock()
-	if in.caught != nil {
-		defer in.mu.Unlock()
-		return in.caught
-	}
-	in.caught = make(chan struct{})
-	in.mu.Unlock()
-	var last uint64
-	if in.js != nil && in.resultSubject != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultOpTimeout)
-		if st, err := in.js.Stream(ctx, in.resultsStream); err == nil {
-			if m, err := st.GetLastMsgForSubject(ctx, in.resultSubject); err == nil {
-				last = m.Sequence
-			}
-		}
-		cancel()
-	}
-	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.target = last
-	if in.delivered >= last {
-		close(in.caught)
+	if in.caught == nil {
+		in.caught = make(chan struct{})
+		if in.js == nil || in.resultSubject == "" || in.closed || in.openSeq == 0 {
+			close(in.caught)
+		} else {
+			go in.readPast()
+		}
 	}
 	return in.caught
 }
 
-// noteDelivered records the stream sequence of a delivered result.
-func (in *Inbox) noteDelivered(seq uint64) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if seq <= in.delivered {
+// readPast delivers the run's results of stream sequence up to in.openSeq,
+// then closes in.caught.
+func (in *Inbox) readPast() {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultOpTimeout)
+	defer cancel()
+	upTo := in.openSeq
+	st, err := in.js.Stream(ctx, in.resultsStream)
+	if err == nil {
+		var m *jetstream.RawStreamMsg
+		switch m, err = st.GetLastMsgForSubject(ctx, in.resultSubject); {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			upTo, err = 0, nil
+		case err == nil:
+			upTo = min(upTo, m.Sequence)
+		}
+	}
+	if err != nil || upTo == 0 {
+		if err != nil {
+			in.garbage.Warn().Err(err).Msg("reading the run's past results failed")
+		}
+		in.caughtUp()
 		return
 	}
-	in.delivered = seq
-	if in.caught != nil && in.target != 0 && seq >= in.target {
-		select {
-		case <-in.caught:
-		default:
-			close(in.caught)
+	cons, err := in.js.OrderedConsumer(ctx, in.resultsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{in.resultSubject},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: resultsConsumerInactive,
+	})
+	if err != nil {
+		in.garbage.Warn().Err(err).Msg("reading the run's past results failed")
+		in.caughtUp()
+		return
+	}
+	var done atomic.Bool
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil || done.Load() {
+			return
 		}
+		if md.Sequence.Stream > upTo {
+			done.Store(true)
+			in.caughtUp()
+			return
+		}
+		in.onResult(m)
+		if md.Sequence.Stream >= upTo || md.NumPending == 0 {
+			done.Store(true)
+			in.caughtUp()
+		}
+	}, jetstream.ConsumeErrHandler(in.reader.onConsumeError))
+	if err != nil {
+		deleteConsumer(in.js, cons)
+		in.garbage.Warn().Err(err).Msg("reading the run's past results failed")
+		in.caughtUp()
+		return
+	}
+	in.mu.Lock()
+	if in.closed || done.Load() {
+		in.mu.Unlock()
+		cc.Stop()
+		deleteConsumer(in.js, cons)
+		return
+	}
+	in.catchUp, in.catchCons = cc, cons
+	in.mu.Unlock()
+}
+
+// caughtUp closes in.caught and ends the catch-up read.
+func (in *Inbox) caughtUp() {
+	in.mu.Lock()
+	select {
+	case <-in.caught:
+	default:
+		close(in.caught)
+	}
+	cc, cons := in.catchUp, in.catchCons
+	in.catchUp, in.catchCons = nil, nil
+	in.mu.Unlock()
+	if cc != nil {
+		cc.Stop()
+		go deleteConsumer(in.js, cons)
 	}
 }
 
 func (in *Inbox) onResult(m jetstream.Msg) {
-	if md, err := m.Metadata(); err == nil {
-		defer in.noteDelivered(md.Sequence.Stream)
-	}
 	r, err := protocol.DecodeResult(m.Data(), in.limit)
 	if err == nil && r.RunID != in.run {
 		err = codedError("run_mismatch")
@@ -446,22 +515,6 @@ func (in *Inbox) onResult(m jetstream.Msg) {
 		return
 	}
 	in.deliver(loop.Event{Result: &r})
-}
-
-// onConsumeError handles trouble reading the results stream. What the
-// ordered consumer reports most it recovers from by itself, re-creating
-// its consumer from the last result it delivered, so no result is lost:
-// two idle heartbeats missed (the server, this process or the link too busy
-// or stalled for that long — a loaded machine, a pause), its consumer
-// deleted, a request nobody answered. Such a recovery is counted and
-// logged at info. Anything else is a warning.
-func (in *Inbox) onConsumeError(_ jetstream.ConsumeContext, err error) {
-	if recovers(err) {
-		in.recoveries.Add(1)
-		in.garbage.Info().Err(err).Msg("reading the run's results: recovering")
-		return
-	}
-	in.garbage.Warn().Err(err).Msg("reading the run's results failed")
 }
 
 // recovers reports whether the ordered consumer re-creates itself after

@@ -2,6 +2,7 @@ package natsbus_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,11 @@ func TestDispatcherConformance(t *testing.T) {
 	}
 	dispatchertest.Run(t, func(t *testing.T, h dispatchertest.Handler) dispatchertest.Fleet {
 		f := newFleet(t)
+		// A worker's publish may still wait for its PubAck when the
+		// result has reached the inbox and the clause ends: the clause
+		// waits for its workers before the connection closes.
+		var working sync.WaitGroup
+		t.Cleanup(working.Wait)
 		const inboxSize = 8
 		d := natsbus.NewDispatcher(f.nc, f.js, f.subjects, natsbus.DispatcherConfig{Logger: f.log.Logger(), InboxSize: inboxSize})
 		send := func(t testing.TB, tool protocol.ToolName, r protocol.Result) {
@@ -54,7 +60,9 @@ func TestDispatcherConformance(t *testing.T) {
 				t.Errorf("a published call does not decode: %v", err)
 				return
 			}
+			working.Add(1)
 			go func() {
+				defer working.Done()
 				hctx, cancel := context.WithDeadline(context.Background(), c.Deadline)
 				defer cancel()
 				r, ok := h(hctx, c)

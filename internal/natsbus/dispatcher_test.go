@@ -193,11 +193,11 @@ func TestInboxRecoversItsConsumer(t *testing.T) {
 		t.Fatalf("after recovering, result %s, want only the new one %s", ev.Result.CallKey, after)
 	}
 	for _, line := range strings.Split(f.log.String(), "\n") {
-		if strings.Contains(line, "reading the run's results") && !strings.Contains(line, `"level":"info"`) {
+		if strings.Contains(line, "reading the results") && !strings.Contains(line, `"level":"info"`) {
 			t.Errorf("recovery logged above info: %s", line)
 		}
 	}
-	if !f.log.Contains("reading the run's results: recovering") {
+	if !f.log.Contains("reading the results: recovering") {
 		t.Error("the recovery was not logged")
 	}
 }

@@ -41,10 +41,12 @@
 //     that refuses new calls when full, so publishers feel back-pressure;
 //   - the results stream (<prefix>.result.<run>.<tool>), so results outlive a
 //     coordinator's disconnection or restart and a redelivered call cannot
-//     store two results; a run's [Inbox] reads its results from this
-//     stream (an ordered consumer of the run's subject), not from core
-//     NATS, so a result stored while the coordinator was reconnecting is
-//     still delivered;
+//     store two results; a [Dispatcher] reads the results of all its runs
+//     from this stream, not from core NATS, through one ordered consumer
+//     of <prefix>.result.> that hands each to its run's [Inbox] by the
+//     subject's run token, so a result stored while the coordinator was
+//     reconnecting is still delivered; a resumed run reads those stored
+//     before its inbox opened with [Inbox.CaughtUp];
 //   - the approvals stream (<prefix>.approval.>), an audit log that refuses
 //     deletes and purges;
 //   - the catalog bucket of tool specs;
