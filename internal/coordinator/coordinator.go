@@ -153,7 +153,7 @@ func (c *Coordinator) startGuard(ctx context.Context) error {
 	c.guard = natsbus.NewStreamGuard(c.js, natsbus.StreamGuardConfig{
 		Streams: list, Interval: c.cfg.StreamCheckInterval, Logger: c.log, Observer: c.streamsObserver(),
 	})
-	if err := c.guard.Check(ctx); err != nil {
+	if err := c.guard.CheckAtStart(ctx); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

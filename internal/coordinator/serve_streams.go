@@ -42,7 +42,7 @@ func (c *Coordinator) ensureRuns(ctx context.Context, cfg ServeConfig, guard *na
 		natsbus.CreateMissingStreams(ctx, c.js, list, c.log)
 	}
 	if guard != nil {
-		if err := guard.Check(ctx); err != nil {
+		if err := guard.CheckAtStart(ctx); err != nil {
 			return nil, nil, fmt.Errorf("coordinator: %w", err)
 		}
 	}

@@ -1,14 +1,19 @@
 package natsbus_test
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -64,5 +69,51 @@ func TestProvisionReplicatesOnACluster(t *testing.T) {
 		if a.Action != natsbus.ActionUnchanged {
 			t.Errorf("provisioning R1 over R3: %s %s %v, want unchanged", a.Stream, a.Action, a.Fields)
 		}
+	}
+}
+
+// TestStartingProcessWaitsForAStreamLeader: a process starting while its
+// streams have no leader (two of three nodes down, so no quorum) does not
+// exit on the first unanswered check: CheckAtStart keeps checking and
+// succeeds once a node is back and a leader is elected.
+func TestStartingProcessWaitsForAStreamLeader(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc, err := nats.Connect(c.ClientURL(0), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := protocol.Subjects{}
+	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
+		t.Fatalf("Provision R3: %v", err)
+	}
+	c.Kill(1)
+	c.Kill(2)
+	var logs testsync.Buffer
+	guard := natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{
+		Streams: natsbus.FleetStreams(s, natsbus.StreamConfig{}), Timeout: time.Second, StartWait: 2 * time.Minute,
+		Logger: zerolog.New(&logs),
+	})
+	var drift *natsbus.DriftError
+	if err := guard.Check(ctx(t)); err == nil || errors.As(err, &drift) {
+		t.Fatalf("a check without quorum: %v, want the server not answering", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- guard.CheckAtStart(context.Background()) }()
+	testsync.WaitUntil(t, time.Minute, "CheckAtStart to check again", func() bool {
+		return strings.Contains(logs.String(), "did not answer yet")
+	})
+	c.Restart(1)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("CheckAtStart once a node is back: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("CheckAtStart did not return")
 	}
 }

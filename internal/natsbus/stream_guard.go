@@ -16,6 +16,7 @@ import (
 const (
 	DefaultStreamCheckInterval = 30 * time.Second
 	DefaultStreamCheckTimeout  = 5 * time.Second
+	DefaultStreamStartWait     = 30 * time.Second
 )
 
 // FieldMissing is the [Drift] field of a stream that does not exist.
@@ -64,6 +65,9 @@ type StreamGuardConfig struct {
 	Interval time.Duration
 	// Timeout bounds one check. Default: 5s.
 	Timeout time.Duration
+	// StartWait bounds how long [StreamGuard.CheckAtStart] checks again
+	// while the server does not answer. Default: 30s.
+	StartWait time.Duration
 	// Logger receives one error line per drifted stream and field, and a
 	// line when the configuration is back. The zero value discards.
 	Logger zerolog.Logger
@@ -97,6 +101,9 @@ func NewStreamGuard(js jetstream.JetStream, cfg StreamGuardConfig) *StreamGuard 
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultStreamCheckTimeout
 	}
+	if cfg.StartWait <= 0 {
+		cfg.StartWait = DefaultStreamStartWait
+	}
 	return &StreamGuard{js: js, cfg: cfg, changed: make(chan struct{}), logged: map[Drift]bool{}}
 }
 
@@ -129,6 +136,34 @@ func (g *StreamGuard) Wait(ctx context.Context) error {
 			return ctx.Err()
 		case <-changed:
 		}
+	}
+}
+
+// CheckAtStart is [StreamGuard.Check] for a process that is starting.
+// While the server does not answer — a stream's leader is being elected
+// after a cluster node was lost, a node is still catching up — it checks
+// again, with backoff, for up to StartWait, so a process started during a
+// leader change waits instead of exiting. A stream that differs is
+// returned at once.
+func (g *StreamGuard) CheckAtStart(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	deadline := time.Now().Add(g.cfg.StartWait)
+	delay := 100 * time.Millisecond
+	for {
+		err := g.Check(ctx)
+		var drift *DriftError
+		if err == nil || errors.As(err, &drift) || !transient(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+			return err
+		}
+		g.cfg.Logger.Info().Err(err).Msg("the fleet's streams did not answer yet; checking again")
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
 	}
 }
 

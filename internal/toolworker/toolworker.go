@@ -179,7 +179,7 @@ func (w *Worker) Stats() natsbus.WorkerStats {
 func (w *Worker) Run(ctx context.Context) error {
 	if w.ownGuard {
 		natsbus.CreateMissingStreams(ctx, w.js, natsbus.StreamsOf(natsbus.FleetStreams(w.subjects, w.cfg.Streams), natsbus.RoleWorker), w.cfg.Logger)
-		if err := w.guard.Check(ctx); err != nil {
+		if err := w.guard.CheckAtStart(ctx); err != nil {
 			return fmt.Errorf("toolworker: %w", err)
 		}
 		gctx, cancel := context.WithCancel(ctx)
