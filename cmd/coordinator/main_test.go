@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/openai/openaitest"
 )
@@ -20,7 +20,9 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	t.Setenv("NATS_URL", "")
 	t.Setenv("TMPDIR", t.TempDir())
-	var out, errb bytes.Buffer
+	// The command's logger and its own messages share stderr from several
+	// goroutines, as they share the process's stderr.
+	var out, errb testsync.Buffer
 	code = run(args, &out, &errb)
 	return code, out.String(), errb.String()
 }

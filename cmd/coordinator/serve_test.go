@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,7 +63,7 @@ func startServe(t *testing.T, args ...string) (*testsync.Buffer, func() int) {
 // submit runs "coordinator submit args..." in process.
 func submit(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb testsync.Buffer
 	code = submitCommand(t.Context(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
