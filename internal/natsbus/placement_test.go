@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -22,18 +21,10 @@ import (
 // ErrNoPlacement, naming the tags.
 func TestProvisionPlacesStreamsOnTaggedServers(t *testing.T) {
 	c := natstest.StartTaggedCluster(t, [][]string{{"ssd", "az:a"}, {"ssd", "az:b"}, {"az:c"}})
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connectJS(t, c.URLs())
 	s := protocol.Subjects{}
 
-	_, err = natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3, PlacementTags: []string{"ssd"}})
+	_, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3, PlacementTags: []string{"ssd"}})
 	if !errors.Is(err, natsbus.ErrNoPlacement) || !strings.Contains(err.Error(), "ssd") {
 		t.Fatalf("R3 on the two ssd servers: %v, want ErrNoPlacement naming the tag", err)
 	}

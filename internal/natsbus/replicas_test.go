@@ -35,15 +35,7 @@ func TestProvisionRefusesReplicasASingleServerCannotHold(t *testing.T) {
 // nothing amiss, and provisioning one replica later lowers nothing.
 func TestProvisionReplicatesOnACluster(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connectJS(t, c.URLs())
 	s := protocol.Subjects{}
 	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
 		t.Fatalf("Provision R3: %v", err)
@@ -78,15 +70,7 @@ func TestProvisionReplicatesOnACluster(t *testing.T) {
 // succeeds once a node is back and a leader is elected.
 func TestStartingProcessWaitsForAStreamLeader(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
-	nc, err := nats.Connect(c.ClientURL(0), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connectJS(t, c.ClientURL(0), nats.MaxReconnects(-1))
 	s := protocol.Subjects{}
 	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
 		t.Fatalf("Provision R3: %v", err)
@@ -116,4 +100,20 @@ func TestStartingProcessWaitsForAStreamLeader(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("CheckAtStart did not return")
 	}
+}
+
+// connectJS connects to url (a comma list of a cluster's nodes) with opts
+// and returns its JetStream context; the connection closes with the test.
+func connectJS(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
