@@ -2,10 +2,10 @@
 # The project's test command (see README): formatting, vet, the test suite
 # (race-enabled where cgo is available) and a short run of every fuzz target.
 #
-#   FUZZTIME=30s ./test.sh     fuzz each target longer (default 5s; 0 skips fuzzing)
+#   FUZZTIME=30s ./test.sh     fuzz each target longer (default 3s; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")"
-FUZZTIME=${FUZZTIME:-5s}
+FUZZTIME=${FUZZTIME:-3s}
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
