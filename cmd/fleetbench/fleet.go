@@ -375,38 +375,51 @@ func (w *window) record(n int) {
 	}
 }
 
+// repeat runs round until the window ends, recording calls calls after
+// each; it returns round's first error.
+func (w *window) repeat(calls int, round func() error) error {
+	for time.Now().Before(w.end) {
+		if err := round(); err != nil {
+			return err
+		}
+		w.record(calls)
+	}
+	return nil
+}
+
+// goEach runs work in conc goroutines and returns wait, which waits for
+// all of them and returns the first error.
+func goEach(conc int, work func() error) (wait func() error) {
+	errs := make(chan error, conc)
+	for range conc {
+		go func() { errs <- work() }()
+	}
+	return func() error {
+		var first error
+		for range conc {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+}
+
 func (w *window) rate() string { return rate(w.calls.Load(), w.end.Sub(w.start)) }
 
 // dispatchSustained keeps conc inboxes busy with rounds of 32 echo calls
 // until the window ends.
 func (f *fleet) dispatchSustained(ctx context.Context, conc int, warm, d time.Duration) (*window, error) {
 	w := newWindow(warm, d)
-	errs := make(chan error, conc)
-	for range conc {
-		go func() {
-			in, run, err := f.openInbox(ctx)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer in.Close()
-			for time.Now().Before(w.end) {
-				if err := f.dispatchRound(ctx, in, run, echoTool, echoArgs, fanout); err != nil {
-					errs <- err
-					return
-				}
-				w.record(fanout)
-			}
-			errs <- nil
-		}()
-	}
-	var first error
-	for range conc {
-		if err := <-errs; err != nil && first == nil {
-			first = err
+	wait := goEach(conc, func() error {
+		in, run, err := f.openInbox(ctx)
+		if err != nil {
+			return err
 		}
-	}
-	return w, first
+		defer in.Close()
+		return w.repeat(fanout, func() error { return f.dispatchRound(ctx, in, run, echoTool, echoArgs, fanout) })
+	})
+	return w, wait()
 }
 
 // otherCoordinators opens n dispatchers, each on its own connection with

@@ -200,28 +200,12 @@ func (r *floorRig) latency(n, calls int) (summary, error) {
 func (r *floorRig) sustained(conc int, warm, d time.Duration) (*window, error) {
 	w := newWindow(warm, d)
 	payload := make([]byte, basePayload)
-	errs := make(chan error, conc)
-	for range conc {
-		go func() {
-			fr := r.openRun()
-			defer fr.close()
-			for time.Now().Before(w.end) {
-				if err := fr.round(payload, fanout); err != nil {
-					errs <- err
-					return
-				}
-				w.record(fanout)
-			}
-			errs <- nil
-		}()
-	}
-	var first error
-	for range conc {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return w, first
+	wait := goEach(conc, func() error {
+		fr := r.openRun()
+		defer fr.close()
+		return w.repeat(fanout, func() error { return fr.round(payload, fanout) })
+	})
+	return w, wait()
 }
 
 // floorWorkers are n floor workers, each on its own connection.

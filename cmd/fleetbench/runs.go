@@ -171,25 +171,11 @@ func (f *fleet) loopSustained(ctx context.Context, conc, calls int, tool, args, 
 	if err != nil {
 		return nil, err
 	}
-	errs := make(chan error, conc)
-	for range conc {
-		go func() {
-			for time.Now().Before(w.end) {
-				if err := checkRun(r.Run(ctx, "bench")); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
+	wait := goEach(conc, func() error {
+		return w.repeat(0, func() error { return checkRun(r.Run(ctx, "bench")) })
+	})
 	time.AfterFunc(time.Until(w.end), func() { stop.Store(true) })
-	var first error
-	for range conc {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
+	first := wait()
 	if b := bad.Load(); b > 0 && first == nil {
 		first = fmt.Errorf("%w: %d calls", errNotOK, b)
 	}
@@ -208,18 +194,9 @@ func (f *fleet) busyRuns(ctx context.Context, conc int, warm, d time.Duration) (
 	if err != nil {
 		return nil, 0, err
 	}
-	errs := make(chan error, conc)
-	for range conc {
-		go func() {
-			for time.Now().Before(w.end) {
-				if err := checkRun(r.Run(ctx, "bench")); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
+	wait := goEach(conc, func() error {
+		return w.repeat(0, func() error { return checkRun(r.Run(ctx, "bench")) })
+	})
 	time.AfterFunc(time.Until(w.end), func() { stop.Store(true) })
 	done := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -237,12 +214,7 @@ func (f *fleet) busyRuns(ctx context.Context, conc int, warm, d time.Duration) (
 			maxInUse = max(maxInUse, ms.HeapInuse)
 		}
 	})
-	var first error
-	for range conc {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
+	first := wait()
 	close(done)
 	sampler.Wait()
 	if b := bad.Load(); b > 0 && first == nil {
