@@ -38,7 +38,9 @@ func TestHostileMessagesOnEverySubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	progress, err := f.nc.SubscribeSync("fleet.progress.>")
+	// The run's first calls, as the coordinator publishes them (a core
+	// subscription sees what is published into the calls stream).
+	published, err := f.nc.SubscribeSync("fleet.call.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func TestHostileMessagesOnEverySubject(t *testing.T) {
 	// Round 1: two calls in flight.
 	h1 := f.waitStarted("h1", 1, 15*time.Second)[0]
 	f.waitStarted("h2", 1, 15*time.Second)
-	run, keys := progressKeys(t, progress, 2)
+	run, keys := callKeys(t, published, 2)
 	h := hostile{t: t, f: f}
 	h.calls(run)
 	h.results(run, keys[0])
@@ -315,9 +317,9 @@ func (h *hostile) cancels(run protocol.RunID, keys []protocol.CallKey) {
 	h.core("fleet.cancel.x", []byte(canary))
 }
 
-// progressKeys returns the run and the call keys that workers said they
-// started, from the first n distinct progress notices sub receives.
-func progressKeys(t *testing.T, sub *nats.Subscription, n int) (protocol.RunID, []protocol.CallKey) {
+// callKeys returns the run and the call keys of the first n distinct calls
+// sub receives.
+func callKeys(t *testing.T, sub *nats.Subscription, n int) (protocol.RunID, []protocol.CallKey) {
 	t.Helper()
 	var run protocol.RunID
 	seen := map[protocol.CallKey]bool{}
@@ -326,15 +328,15 @@ func progressKeys(t *testing.T, sub *nats.Subscription, n int) (protocol.RunID, 
 	for len(keys) < n {
 		m, err := sub.NextMsg(time.Until(deadline))
 		if err != nil {
-			t.Fatalf("%d progress notices, want %d: %v", len(keys), n, err)
+			t.Fatalf("%d calls published, want %d: %v", len(keys), n, err)
 		}
-		p, err := protocol.DecodeStarted(m.Data, 0)
-		if err != nil || seen[p.CallKey] || (run != "" && p.RunID != run) {
+		c, err := protocol.DecodeCall(m.Data, 0)
+		if err != nil || seen[c.CallKey] || (run != "" && c.RunID != run) {
 			continue
 		}
-		run = p.RunID
-		seen[p.CallKey] = true
-		keys = append(keys, p.CallKey)
+		run = c.RunID
+		seen[c.CallKey] = true
+		keys = append(keys, c.CallKey)
 	}
 	return run, keys
 }

@@ -159,6 +159,9 @@ type progressDispatcher struct {
 }
 
 func (d *progressDispatcher) Publish(ctx context.Context, call protocol.Call) error {
+	if d.p != nil {
+		ctx = loop.WithStartedNotices(ctx) // "started on worker W"
+	}
 	err := d.Dispatcher.Publish(ctx, call)
 	if err == nil {
 		d.p.say("dispatched to the fleet")

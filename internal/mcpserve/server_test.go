@@ -160,6 +160,29 @@ func TestDeadlineAnswersTimeout(t *testing.T) {
 	check(t, f.call(t, "slow", `{}`, nil), "timeout", "Tool 'slow' timed out after 1s")
 }
 
+// TestProgressNamesTheWorker: a client that sent a progressToken is told
+// which worker started its call, an idempotent one included (its
+// dispatcher asks the fleet for the notice the loop alone would not need).
+func TestProgressNamesTheWorker(t *testing.T) {
+	f := newFleet(t, 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{}, Meta: mcp.Meta{"progressToken": "p"}})
+		done <- err
+	}()
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if !slices.Contains(f.progress, "started on worker w1 (attempt 1)") {
+			return fmt.Errorf("progress %q does not name the worker", f.progress)
+		}
+		return nil
+	})
+	cancel()
+	<-done
+}
+
 func TestClientCancelEndsTheCall(t *testing.T) {
 	f := newFleet(t, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)

@@ -266,6 +266,9 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	if !loop.WantsStartedNotices(ctx) {
+		msg.Header.Set(protocol.HeaderStartedNotice, protocol.StartedNoticeNonIdempotent)
+	}
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil
 }

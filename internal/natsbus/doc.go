@@ -98,7 +98,11 @@
 // the tool stops; calls to it then time out at their deadline.
 //
 // Started notices (protocol.Started, on the progress subject) and cancels
-// travel on core NATS. A started notice sent while the coordinator is
+// travel on core NATS. A worker sends a started notice of a non-idempotent
+// call, and of an idempotent one unless the call's
+// protocol.HeaderStartedNotice says only non-idempotent calls' are wanted,
+// as the Dispatcher does unless its context came from
+// loop.WithStartedNotices. A started notice sent while the coordinator is
 // disconnected is lost, and a non-idempotent call that started then and
 // never answered is reported timeout rather than
 // outcome_unknown. A cancel sent while a worker is disconnected is lost; the

@@ -11,6 +11,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -49,7 +50,7 @@ func TestDeadWorkersCallsAreRedelivered(t *testing.T) {
 
 			d, run, in := f.openRun(t)
 			call := newCall(run, "job", `{}`, 20*time.Second)
-			if err := d.Publish(ctx(t), call); err != nil {
+			if err := d.Publish(loop.WithStartedNotices(ctx(t)), call); err != nil {
 				t.Fatal(err)
 			}
 			nextProgress(t, in, call.CallKey, 10*time.Second)

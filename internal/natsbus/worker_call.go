@@ -90,7 +90,14 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		}
 	}
 	ct.call(call, attempt)
-	w.publishStarted(call, attempt)
+	if !tc.idempotent || d.Msg.Headers().Get(protocol.HeaderStartedNotice) != protocol.StartedNoticeNonIdempotent {
+		// Only a non-idempotent call's start decides something: past its
+		// deadline, a started one is outcome_unknown, not timeout. A
+		// coordinator that needs no more says so on the call, and an
+		// idempotent call is then sent no notice: one message less per
+		// call.
+		w.publishStarted(call, attempt)
+	}
 
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

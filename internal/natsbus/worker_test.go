@@ -50,7 +50,7 @@ func TestCallRoundTrip(t *testing.T) {
 	d, run, in := f.openRun(t)
 
 	call := newCall(run, "echo", `{"text":"hello"}`, 10*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(loop.WithStartedNotices(ctx(t)), call); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	// Progress and result travel on two subscriptions: either may come
@@ -91,6 +91,55 @@ func TestCallRoundTrip(t *testing.T) {
 		t.Errorf("stored result %s = %q, want %q", protocol.HeaderMsgID, got, protocol.ResultMsgID(call.Tool, call.CallKey))
 	}
 	f.waitIdle(t, "echo")
+}
+
+// TestStartedNoticeOnlyWhereItDecides: a coordinator's calls ask for a
+// started notice only of non-idempotent calls, so an idempotent call is
+// answered without one (a message less per call), a non-idempotent call
+// still gets one (it tells outcome_unknown from timeout), and a call
+// published under loop.WithStartedNotices gets one whatever its tool.
+func TestStartedNoticeOnlyWhereItDecides(t *testing.T) {
+	f := newFleet(t)
+	var onceRuns atomic.Int64
+	h := harnesstest.New(t, harness.Config{}, harness.Echo(), counting("once", &onceRuns, 0, false))
+	f.startWorker(t, h, natsbus.WorkerConfig{Name: "w1"})
+	d, run, in := f.openRun(t)
+
+	// Every event read is checked: a notice of the idempotent call, had
+	// the worker sent one, precedes the later calls' on the same subject
+	// from the same connection.
+	quiet := newCall(run, "echo", `{"text":"quiet"}`, 10*time.Second)
+	asked := newCall(run, "echo", `{"text":"asked"}`, 10*time.Second)
+	once := newCall(run, "once", `{}`, 10*time.Second)
+	started := map[protocol.CallKey]bool{}
+	answered := map[protocol.CallKey]bool{}
+	await := func(key protocol.CallKey, wantStarted bool) {
+		t.Helper()
+		nextEvent(t, in, 10*time.Second, func(ev loop.Event) bool {
+			switch {
+			case ev.Started != nil:
+				started[ev.Started.CallKey] = true
+			case ev.Result != nil:
+				answered[ev.Result.CallKey] = true
+			}
+			return answered[key] && started[key] == wantStarted
+		})
+	}
+	if err := d.Publish(ctx(t), quiet); err != nil {
+		t.Fatal(err)
+	}
+	await(quiet.CallKey, false)
+	if err := d.Publish(loop.WithStartedNotices(ctx(t)), asked); err != nil {
+		t.Fatal(err)
+	}
+	await(asked.CallKey, true)
+	if err := d.Publish(ctx(t), once); err != nil {
+		t.Fatal(err)
+	}
+	await(once.CallKey, true)
+	if started[quiet.CallKey] {
+		t.Fatal("an idempotent call got a started notice nobody asked for")
+	}
 }
 
 func TestPublishDeduplicatesAndAppliesBackPressure(t *testing.T) {
@@ -234,7 +283,7 @@ func TestCancelStopsARunningExecTool(t *testing.T) {
 	w, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, tools...), natsbus.WorkerConfig{})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "sleepy", `{}`, 30*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(loop.WithStartedNotices(ctx(t)), call); err != nil {
 		t.Fatal(err)
 	}
 	nextProgress(t, in, call.CallKey, 10*time.Second)
@@ -449,7 +498,7 @@ func TestShutdown(t *testing.T) {
 			_, stop := f.startWorker(t, h, natsbus.WorkerConfig{ShutdownGrace: tc.grace})
 			d, run, in := f.openRun(t)
 			call := newCall(run, "work", `{}`, 30*time.Second)
-			if err := d.Publish(ctx(t), call); err != nil {
+			if err := d.Publish(loop.WithStartedNotices(ctx(t)), call); err != nil {
 				t.Fatal(err)
 			}
 			nextProgress(t, in, call.CallKey, 10*time.Second)

@@ -100,6 +100,24 @@ type Dispatcher interface {
 	Cancel(ctx context.Context, c protocol.Cancel) error
 }
 
+// WithStartedNotices returns a context under which a [Dispatcher] asks the
+// fleet for a started notice ([Event].Started) of every call it publishes,
+// for a caller that shows a call's progress (coordinator mcp). Without it a
+// dispatcher may ask for notices only of non-idempotent calls, the only
+// ones whose start the loop needs: it decides outcome_unknown against
+// timeout.
+func WithStartedNotices(ctx context.Context) context.Context {
+	return context.WithValue(ctx, startedNoticesKey{}, true)
+}
+
+// WantsStartedNotices reports whether ctx came from [WithStartedNotices].
+func WantsStartedNotices(ctx context.Context) bool {
+	v, _ := ctx.Value(startedNoticesKey{}).(bool)
+	return v
+}
+
+type startedNoticesKey struct{}
+
 // Outgoing is one call of a batch and the context it is published under
 // (its trace span; the batch's context bounds the wait).
 type Outgoing struct {

@@ -18,7 +18,17 @@ const (
 	// server's permissions let only that client publish. Only coordinators
 	// may queue run requests, so a client cannot set it.
 	HeaderClient = "Fleet-Client"
+	// HeaderStartedNotice says on a call which started notices the
+	// coordinator needs: [StartedNoticeNonIdempotent] for only a
+	// non-idempotent call's (the only ones that decide an outcome), absent
+	// or any other value for every call's, as before the header existed.
+	HeaderStartedNotice = "Fleet-Started-Notice"
 )
+
+// StartedNoticeNonIdempotent is the [HeaderStartedNotice] value asking a
+// worker to send a started notice only when its own manifest says the
+// tool is not idempotent.
+const StartedNoticeNonIdempotent = "non-idempotent"
 
 // CallMsgID is the dedup id of a call: one per call key, whatever the
 // attempt, so a call published again (a resumed run, a retried publish)
