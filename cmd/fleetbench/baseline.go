@@ -65,6 +65,7 @@ func (b baselines) coreRequestReply(n int) (summary, error) {
 	}
 	sum := s.summary()
 	sum.cpu = cpu.per(warmup(n) + n)
+	sum.msgs = cpu.msgsPer(warmup(n) + n)
 	return sum, nil
 }
 
@@ -177,6 +178,7 @@ func (r *jsRig) roundTrip(ctx context.Context, n int) (summary, error) {
 	}
 	sum := s.summary()
 	sum.cpu = cpu.per(warmup(n) + n)
+	sum.msgs = cpu.msgsPer(warmup(n) + n)
 	return sum, nil
 }
 
@@ -216,6 +218,7 @@ func (r *jsRig) fanOut(n, fanout int) (summary, error) {
 	}
 	sum := s.summary()
 	sum.cpu = cpu.per((warmup(n) + n) * fanout)
+	sum.msgs = cpu.msgsPer((warmup(n) + n) * fanout)
 	return sum, nil
 }
 

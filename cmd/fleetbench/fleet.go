@@ -317,6 +317,7 @@ func (f *fleet) openClose(ctx context.Context, n int) (summary, error) {
 	}
 	sum := s.summary()
 	sum.cpu = cpu.per(warmup(n) + n)
+	sum.msgs = cpu.msgsPer(warmup(n) + n)
 	return sum, nil
 }
 
@@ -340,24 +341,36 @@ func (f *fleet) dispatchLatency(ctx context.Context, n, calls int) (summary, err
 	}
 	sum := s.summary()
 	sum.cpu = cpu.per((warmup(n) + n) * calls)
+	sum.msgs = cpu.msgsPer((warmup(n) + n) * calls)
 	return sum, nil
 }
 
 // window counts calls finished between its start and end, and the CPU
-// time the process used meanwhile.
+// time the process used and the server's messages meanwhile.
 type window struct {
 	start, end time.Time
 	calls      atomic.Int64
 	cpuStart   atomic.Int64
 	cpuEnd     atomic.Int64
+	msgsStart  atomic.Int64
+	msgsEnd    atomic.Int64
 }
 
 func newWindow(warm, d time.Duration) *window {
 	now := time.Now()
 	w := &window{start: now.Add(warm), end: now.Add(warm + d)}
-	time.AfterFunc(warm, func() { w.cpuStart.Store(int64(cpuTime())) })
-	time.AfterFunc(warm+d, func() { w.cpuEnd.Store(int64(cpuTime())) })
+	time.AfterFunc(warm, func() { w.cpuStart.Store(int64(cpuTime())); w.msgsStart.Store(countServerMsgs()) })
+	time.AfterFunc(warm+d, func() { w.cpuEnd.Store(int64(cpuTime())); w.msgsEnd.Store(countServerMsgs()) })
 	return w
+}
+
+// msgsPerCall is the server's messages per call counted in the window.
+func (w *window) msgsPerCall() float64 {
+	n, start, end := w.calls.Load(), w.msgsStart.Load(), w.msgsEnd.Load()
+	if n == 0 || end < start || serverMsgs == nil {
+		return 0
+	}
+	return float64(end-start) / float64(n)
 }
 
 // cpuPerCall is the process's CPU time per call counted in the window.

@@ -192,6 +192,7 @@ func (r *floorRig) latency(n, calls int) (summary, error) {
 	}
 	sum := s.summary()
 	sum.cpu = cpu.per((warmup(n) + n) * calls)
+	sum.msgs = cpu.msgsPer((warmup(n) + n) * calls)
 	return sum, nil
 }
 

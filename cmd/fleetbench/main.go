@@ -192,6 +192,7 @@ type row struct {
 	name  string
 	s     summary
 	cpu   time.Duration // process CPU time per call or message
+	msgs  float64       // the server's messages per call or message
 	rate  string
 	ratio string
 	// floor is the row's ratio to the durable floor's row of the same
@@ -246,6 +247,14 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	defer srv.Shutdown()
+	serverMsgs = func() int64 {
+		v, err := srv.NATSServer().Varz(nil)
+		if err != nil {
+			return 0
+		}
+		return v.InMsgs + v.OutMsgs
+	}
+	defer func() { serverMsgs = nil }()
 	url := srv.ClientURL()
 	b.bl = baselines{url: url, timeout: callTimeout}
 	if b.short {
@@ -388,7 +397,7 @@ func (b *bench) floorSustainedRow(ctx context.Context, n int) error {
 	}
 	b.floorSustained[n] = w
 	b.add(row{name: fmt.Sprintf("floor: sustained calls, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
-		rate: w.rate(), cpu: w.cpuPerCall(), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
+		rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
 	return nil
 }
 
@@ -486,7 +495,7 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 		}
 		b.sustainedLoop[n], b.sustainedLoopW[n] = w.rate(), w
 		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
-			rate: w.rate(), cpu: w.cpuPerCall(), floor: vsFloorRate(w, b.floorSustained[n]), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
+			rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), floor: vsFloorRate(w, b.floorSustained[n]), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
 		d, err := f.dispatchSustained(ctx, b.p.sustainConc, b.p.warm, b.p.duration)
 		ws.stop()
 		if err != nil {
@@ -494,7 +503,7 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 		}
 		b.sustainedDispN[n] = d.rate()
 		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, dispatch only, %d inboxes × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
-			rate: d.rate(), cpu: d.cpuPerCall(), floor: vsFloorRate(d, b.floorSustained[n]), note: fmt.Sprintf("%d calls in %v", d.calls.Load(), b.p.duration)})
+			rate: d.rate(), cpu: d.cpuPerCall(), msgs: d.msgsPerCall(), floor: vsFloorRate(d, b.floorSustained[n]), note: fmt.Sprintf("%d calls in %v", d.calls.Load(), b.p.duration)})
 	}
 	return nil
 }
@@ -532,7 +541,7 @@ func (b *bench) heldRuns(ctx context.Context, f *fleet) error {
 		return err
 	}
 	b.add(row{name: fmt.Sprintf("coordinator: %d concurrent runs, busy (rounds of 4 echo calls), %d workers", b.p.runs, runWorkers),
-		rate: w.rate(), cpu: w.cpuPerCall(),
+		rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(),
 		note: fmt.Sprintf("%d calls in %v; max heap in use %s (the whole process: server, workers, coordinator, garbage)",
 			w.calls.Load(), b.p.runsDuration, mib(inUse))})
 	b.step("coordinator: %d concurrent runs, held", b.p.runs)
@@ -560,7 +569,7 @@ func (b *bench) print(url string) {
 	fmt.Fprintf(w, "mode: %s; throughput windows %v; fleet logs at %s to %s; server, workers and coordinator share this process\n\n",
 		mode, b.p.duration, b.p.logLevel, os.DevNull)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "measure\tn\tp50\tp99\tmean\tthroughput\tCPU/call\tp50 ratio\tvs durable floor\t")
+	fmt.Fprintln(tw, "measure\tn\tp50\tp99\tmean\tthroughput\tCPU/call\tmsgs/call\tp50 ratio\tvs durable floor\t")
 	for _, r := range b.rows {
 		n := "-"
 		if r.s.n > 0 {
@@ -577,11 +586,18 @@ func (b *bench) print(url string) {
 		if r.cpu == 0 {
 			r.cpu = r.s.cpu
 		}
+		if r.msgs == 0 {
+			r.msgs = r.s.msgs
+		}
+		msgs := "-"
+		if r.msgs > 0 {
+			msgs = strconv.FormatFloat(r.msgs, 'f', 1, 64)
+		}
 		fl := r.floor
 		if fl == "" {
 			fl = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, n, dur(r.s.p50), dur(r.s.p99), dur(r.s.mean), rt, dur(r.cpu), ra, fl)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.name, n, dur(r.s.p50), dur(r.s.p99), dur(r.s.mean), rt, dur(r.cpu), msgs, ra, fl)
 	}
 	tw.Flush()
 	notes := false

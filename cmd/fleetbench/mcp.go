@@ -140,6 +140,7 @@ func mcpLatency(ctx context.Context, endpoint, tool string, n int, timeout time.
 	}
 	sum := s.summary()
 	sum.cpu = cpu.per(warmup(n) + n)
+	sum.msgs = cpu.msgsPer(warmup(n) + n)
 	return sum, nil
 }
 

@@ -156,6 +156,7 @@ func (f *fleet) loopLatencyOf(ctx context.Context, n, calls int, tool, args, wan
 	}
 	sum := s.summary()
 	sum.cpu = cpu.per((warmup(runs) + runs) * roundsPerRun * calls)
+	sum.msgs = cpu.msgsPer((warmup(runs) + runs) * roundsPerRun * calls)
 	return sum, nil
 }
 

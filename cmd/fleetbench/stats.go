@@ -26,20 +26,47 @@ type summary struct {
 	// cpu is the process's CPU time per call (or per message for the
 	// baselines), warm-up included.
 	cpu time.Duration
+	// msgs is the messages the server received and sent per call (or per
+	// message for the baselines), warm-up included: JetStream's internal
+	// ones too. Unlike time it does not move with the machine's load.
+	msgs float64
 }
 
-// cpuMeter measures the process's CPU time from its start.
-type cpuMeter time.Duration
+// serverMsgs returns the messages the server has received and sent so far;
+// nil (no server) counts none.
+var serverMsgs func() int64
 
-func startCPU() cpuMeter { return cpuMeter(cpuTime()) }
+// cpuMeter measures the process's CPU time and the server's messages from
+// its start.
+type cpuMeter struct {
+	cpu  time.Duration
+	msgs int64
+}
+
+func startCPU() cpuMeter { return cpuMeter{cpu: cpuTime(), msgs: countServerMsgs()} }
+
+func countServerMsgs() int64 {
+	if serverMsgs == nil {
+		return 0
+	}
+	return serverMsgs()
+}
 
 // per is the CPU time since the start divided by ops.
 func (m cpuMeter) per(ops int) time.Duration {
-	used := cpuTime() - time.Duration(m)
-	if ops <= 0 || m == 0 || used <= 0 {
+	used := cpuTime() - m.cpu
+	if ops <= 0 || m.cpu == 0 || used <= 0 {
 		return 0
 	}
 	return used / time.Duration(ops)
+}
+
+// msgsPer is the server's messages since the start divided by ops.
+func (m cpuMeter) msgsPer(ops int) float64 {
+	if ops <= 0 || serverMsgs == nil {
+		return 0
+	}
+	return float64(countServerMsgs()-m.msgs) / float64(ops)
 }
 
 func (s *samples) summary() summary {
