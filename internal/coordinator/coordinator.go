@@ -45,6 +45,10 @@ type Coordinator struct {
 	// disp is the runner's, closed with the coordinator (its results
 	// consumer deleted).
 	disp *natsbus.Dispatcher
+	// fleetDisps are the dispatchers Fleet handed out, closed with the
+	// coordinator too.
+	fleetMu    sync.Mutex
+	fleetDisps []*natsbus.Dispatcher
 
 	workers       []inprocWorker
 	workersCancel context.CancelFunc
@@ -338,6 +342,11 @@ func (c *Coordinator) Close() error {
 		if c.disp != nil {
 			c.disp.Close()
 		}
+		c.fleetMu.Lock()
+		for _, d := range c.fleetDisps {
+			d.Close()
+		}
+		c.fleetMu.Unlock()
 		if c.catalog != nil {
 			c.catalog.Close()
 		}

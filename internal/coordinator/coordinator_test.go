@@ -150,3 +150,46 @@ func TestMultiRoundWithRemoteWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseDeletesTheResultsConsumers: the results consumer of a
+// dispatcher handed out by Fleet (coordinator mcp's) is deleted when the
+// coordinator closes, not left for the server to expire.
+func TestCloseDeletesTheResultsConsumers(t *testing.T) {
+	srv := natstest.Start(t)
+	model, err := scripted.Parse([]byte(`{"turns": [{"content": "done"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := coordinator.Open(t.Context(), coordinator.Config{Conn: natsbus.ConnConfig{URL: srv.ClientURL()}, Model: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	in, err := c.Fleet().Dispatcher.Open(t.Context(), protocol.NewRunID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	js, err := jetstream.New(natstest.Connect(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		st, err := js.Stream(t.Context(), protocol.Subjects{}.ResultsStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	if n := consumers(); n != 1 {
+		t.Fatalf("%d consumers of the results stream with a run opened, want 1", n)
+	}
+	c.Close()
+	if n := consumers(); n != 0 {
+		t.Fatalf("%d consumers of the results stream after Close, want 0", n)
+	}
+}

@@ -18,13 +18,18 @@ type Fleet struct {
 }
 
 // Fleet returns the coordinator's fleet components. The dispatcher and the
-// gate are new, on the coordinator's connection.
+// gate are new, on the coordinator's connection; the dispatcher is closed
+// (its results consumer deleted) by Close.
 func (c *Coordinator) Fleet() Fleet {
 	lc := c.cfg.Loop
 	lc.Logger = c.cfg.Logger
+	d := natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger})
+	c.fleetMu.Lock()
+	c.fleetDisps = append(c.fleetDisps, d)
+	c.fleetMu.Unlock()
 	return Fleet{
 		Catalog:    c.catalog,
-		Dispatcher: natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger}),
+		Dispatcher: d,
 		Gate:       approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger}),
 		Loop:       lc,
 	}

@@ -129,6 +129,7 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	}, s.handle)
 	s.queue.SetConsumer(cons)
 	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard})
+	defer s.disp.Close() // once every run handed off or ended: its results consumer goes
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
 	return s.serve(ctx)
 }

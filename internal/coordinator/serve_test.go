@@ -486,6 +486,15 @@ func TestServeShutdown(t *testing.T) {
 	if err := s.stop(); err != nil {
 		t.Fatalf("Serve returned %v", err)
 	}
+	// The coordinator's one reader of the results stream goes with it,
+	// not only when the server expires it.
+	rs, err := f.js.Stream(t.Context(), "FLEET_RESULTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := rs.Info(t.Context()); err != nil || info.State.Consumers != 0 {
+		t.Fatalf("results stream after shutdown: %+v (%v), want no consumer", info.State, err)
+	}
 	if _, err := coordinator.SubmitRaw(t.Context(), f.nc, protocol.Subjects{}, []byte(`{"prompt": "x"}`)); !errors.Is(err, coordinator.ErrNoCoordinator) {
 		t.Fatalf("submit after shutdown: %v, want no coordinator", err)
 	}
