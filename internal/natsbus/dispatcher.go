@@ -266,6 +266,8 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	// This Dispatcher's inboxes read a worker's batch of results.
+	msg.Header.Set(protocol.HeaderResultBatch, "1")
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil
 }
@@ -499,19 +501,42 @@ func (in *Inbox) caughtUp() {
 	}
 }
 
+// onResult takes a message of the run's results: one result, or a batch
+// of them ([protocol.ResultBatch], marked by its header). Each result is
+// checked on its own — of this run, and on the subject of its call's tool
+// — and delivered as its own event, so one forged result of a batch
+// costs only itself.
 func (in *Inbox) onResult(m jetstream.Msg) {
-	r, err := protocol.DecodeResult(m.Data(), in.limit)
-	if err == nil && r.RunID != in.run {
-		err = codedError("run_mismatch")
-	}
-	if err == nil {
-		if want, ok := in.tools.Load(r.CallKey); ok && m.Subject() != in.prefix+string(want.(protocol.ToolName)) {
-			// A worker answering a call of another tool (or a forger).
-			err = codedError("tool_mismatch")
+	if m.Headers().Get(protocol.HeaderResultBatch) == "1" {
+		b, err := protocol.DecodeResultBatch(m.Data(), in.limit)
+		if err != nil {
+			in.refuse(m.Subject(), err)
+			return
 		}
+		for i := range b.Results {
+			in.onOneResult(m.Subject(), b.Results[i])
+		}
+		return
 	}
+	r, err := protocol.DecodeResult(m.Data(), in.limit)
 	if err != nil {
 		in.refuse(m.Subject(), err)
+		return
+	}
+	in.onOneResult(m.Subject(), r)
+}
+
+// onOneResult checks one result that came on subject and delivers it.
+func (in *Inbox) onOneResult(subject string, r protocol.Result) {
+	var err error
+	if r.RunID != in.run {
+		err = codedError("run_mismatch")
+	} else if want, ok := in.tools.Load(r.CallKey); ok && subject != in.prefix+string(want.(protocol.ToolName)) {
+		// A worker answering a call of another tool (or a forger).
+		err = codedError("tool_mismatch")
+	}
+	if err != nil {
+		in.refuse(subject, err)
 		return
 	}
 	in.deliver(loop.Event{Result: &r})
