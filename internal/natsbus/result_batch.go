@@ -17,6 +17,10 @@ import (
 // enforce).
 const maxResultsPerMessage = 64
 
+// batchHeaderRoom is what a batch leaves of the server's max_payload for
+// its headers (its id, version and shape).
+const batchHeaderRoom = 1 << 10
+
 // errNoPubAck is a publish whose PubAck did not come within one attempt's
 // time.
 var errNoPubAck = errors.New("natsbus: no acknowledgement within the attempt's time")
@@ -103,6 +107,8 @@ func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.Too
 		m.again, m.err = w.firstAttemptOf(m)
 		if m.err != nil && len(m.members) > 1 {
 			w.resultBatchFailures.Add(1)
+			w.limited.Warn().Err(m.err).Str(logSubject, subject).Int("results", len(m.members)).
+				Msg("a batch of results was not confirmed stored: publishing them one by one")
 		}
 		close(m.done)
 		w.handOn(subject)
@@ -158,16 +164,20 @@ func (w *Worker) handOn(subject string) {
 }
 
 // chunkResults splits waiting results into messages: each within the
-// worker's message bound and maxResultsPerMessage, and a call key at most
-// once in a message (two attempts of one call may both finish here).
-// rl.mu is held.
+// worker's message bound, the server's max_payload and
+// maxResultsPerMessage, and a call key at most once in a message (two
+// attempts of one call may both finish here). rl.mu is held.
 func (w *Worker) chunkResults(run protocol.RunID, waiting []*queuedResult) [][]*queuedResult {
+	limit := w.cfg.MaxMessageBytes
+	if p := int(w.nc.MaxPayload()) - batchHeaderRoom; p > 0 && p < limit {
+		limit = p
+	}
 	var chunks [][]*queuedResult
 	var cur []*queuedResult
 	size := 0
 	for _, q := range waiting {
 		fits := len(cur) < maxResultsPerMessage &&
-			protocol.ResultBatchBytes(run, len(cur)+1, size+len(q.data)) <= w.cfg.MaxMessageBytes
+			protocol.ResultBatchBytes(run, len(cur)+1, size+len(q.data)) <= limit
 		for _, o := range cur {
 			if o.key == q.key {
 				fits = false

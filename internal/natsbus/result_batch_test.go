@@ -217,6 +217,55 @@ func TestWorkerBatchesTheResultsOfABurst(t *testing.T) {
 	}
 }
 
+// TestWorkerPublishesARefusedBatchResultByResult: a batch the server
+// refuses (here: over the results stream's message size, which the
+// worker cannot see) is published again result by result, each in its
+// own message: every call is answered and acknowledged.
+func TestWorkerPublishesARefusedBatchResultByResult(t *testing.T) {
+	const n = 8
+	var in loop.Inbox
+	b := startBurst(t, n, func(f *fleet, calls []protocol.Call) {
+		st, err := f.js.Stream(ctx(t), f.subjects.ResultsStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.MaxMsgSize = 1024 // a result fits, a batch of several does not
+		if _, err := f.js.UpdateStream(ctx(t), cfg); err != nil {
+			t.Fatal(err)
+		}
+		var d *natsbus.Dispatcher
+		d, _, in = f.openRunOf(t, calls[0].RunID)
+		for _, c := range calls {
+			if err := d.Publish(ctx(t), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	b.finish(t, func(alone, waiting int) error {
+		if alone != 1 || waiting != n-1 {
+			return fmt.Errorf("%d results published alone, %d waiting; want 1 and %d", alone, waiting, n-1)
+		}
+		return nil
+	})
+	b.f.waitIdle(t, "gate")
+	var delivered []protocol.Result
+	for len(delivered) < n {
+		ev := nextEvent(t, in, 20*time.Second, func(ev loop.Event) bool { return ev.Result != nil })
+		delivered = append(delivered, *ev.Result)
+	}
+	checkOutputs(t, b.calls, delivered)
+	msgs, _ := storedResults(t, b.f, b.run, "gate", n)
+	var all []protocol.Result
+	for _, m := range msgs {
+		all = append(all, m...)
+	}
+	checkOutputs(t, b.calls, all)
+	if s := b.worker.Stats(); s.ResultBatches != 1 || s.ResultBatchFailures != 1 || s.ResultErrors != 0 {
+		t.Errorf("stats = %+v, want one batch, failed, and no result lost", s)
+	}
+}
+
 // TestWorkerAnswersACallWithoutTheBatchHeaderAlone: a call whose
 // coordinator does not say it reads batches (an older one) gets its own
 // result message, however many finish together.
