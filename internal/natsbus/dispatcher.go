@@ -66,6 +66,8 @@ type Dispatcher struct {
 	// results.
 	inboxes sync.Map // protocol.RunID -> *Inbox
 	results *resultsReader
+	// batchHeader is every call's protocol.HeaderResultBatch.
+	batchHeader string
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -82,6 +84,8 @@ func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subj
 		nc: nc, js: js, subjects: subjects, cfg: cfg,
 		log:     cfg.Logger,
 		garbage: sampled(cfg.Logger),
+
+		batchHeader: protocol.ResultBatchHeader(cfg.MaxMessageBytes),
 	}
 	d.results = &resultsReader{
 		js: js, stream: subjects.ResultsStream(),
@@ -266,8 +270,9 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
-	// This Dispatcher's inboxes read a worker's batch of results.
-	msg.Header.Set(protocol.HeaderResultBatch, "1")
+	// This Dispatcher's inboxes read a worker's batch of results, as
+	// large as a result.
+	msg.Header.Set(protocol.HeaderResultBatch, d.batchHeader)
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil
 }

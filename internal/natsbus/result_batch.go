@@ -58,6 +58,8 @@ type resultLane struct {
 type queuedResult struct {
 	key  protocol.CallKey
 	data []byte
+	// limit is the largest batch its coordinator reads.
+	limit int
 	// carrier receives the message that carries the result (buffered).
 	carrier chan *resultMsg
 }
@@ -74,12 +76,13 @@ type resultMsg struct {
 }
 
 // coalesced publishes the encoded result (data, whose own message is msg)
-// on subject with whatever else waits for it, and returns the outcome of
+// on subject with whatever else waits for it, in a batch of at most limit
+// bytes, and returns the outcome of
 // the message that carried it, once its first attempt ended. again says
 // that it was not stored and the caller should try again with its own
 // message (msg, deduplicated by its own id), as after a first attempt of
 // its own; then err says why.
-func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.ToolName, key protocol.CallKey, data []byte, msg *nats.Msg) (again bool, err error) {
+func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.ToolName, key protocol.CallKey, data []byte, msg *nats.Msg, limit int) (again bool, err error) {
 	rl := &w.resultLanes
 	rl.mu.Lock()
 	if rl.lanes == nil {
@@ -98,7 +101,7 @@ func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.Too
 		w.handOn(subject)
 		return again, err
 	}
-	q := &queuedResult{key: key, data: data, carrier: make(chan *resultMsg, 1)}
+	q := &queuedResult{key: key, data: data, limit: limit, carrier: make(chan *resultMsg, 1)}
 	lane.waiting = append(lane.waiting, q)
 	rl.mu.Unlock()
 
@@ -164,13 +167,17 @@ func (w *Worker) handOn(subject string) {
 }
 
 // chunkResults splits waiting results into messages: each within the
-// worker's message bound, the server's max_payload and
-// maxResultsPerMessage, and a call key at most once in a message (two
-// attempts of one call may both finish here). rl.mu is held.
+// worker's message bound, the server's max_payload, the size their
+// coordinator reads and maxResultsPerMessage, and a call key at most once
+// in a message (two attempts of one call may both finish here). A message
+// of one result is that result alone. rl.mu is held.
 func (w *Worker) chunkResults(run protocol.RunID, waiting []*queuedResult) [][]*queuedResult {
 	limit := w.cfg.MaxMessageBytes
 	if p := int(w.nc.MaxPayload()) - batchHeaderRoom; p > 0 && p < limit {
 		limit = p
+	}
+	for _, q := range waiting {
+		limit = min(limit, q.limit)
 	}
 	var chunks [][]*queuedResult
 	var cur []*queuedResult

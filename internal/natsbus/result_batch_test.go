@@ -217,6 +217,60 @@ func TestWorkerBatchesTheResultsOfABurst(t *testing.T) {
 	}
 }
 
+// TestWorkerKeepsABatchWithinItsCoordinatorsLimit: a coordinator that
+// decodes results of at most 1 KiB gets batches of at most 1 KiB.
+func TestWorkerKeepsABatchWithinItsCoordinatorsLimit(t *testing.T) {
+	const n, limit = 12, 1024
+	var in loop.Inbox
+	b := startBurst(t, n, func(f *fleet, calls []protocol.Call) {
+		var d *natsbus.Dispatcher
+		d, _, in = f.openRunWith(t, calls[0].RunID, natsbus.DispatcherConfig{MaxMessageBytes: limit})
+		for _, c := range calls {
+			if err := d.Publish(ctx(t), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	b.finish(t, func(alone, waiting int) error {
+		if alone != 1 || waiting != n-1 {
+			return fmt.Errorf("%d results published alone, %d waiting; want 1 and %d", alone, waiting, n-1)
+		}
+		return nil
+	})
+	var delivered []protocol.Result
+	for len(delivered) < n {
+		ev := nextEvent(t, in, 20*time.Second, func(ev loop.Event) bool { return ev.Result != nil })
+		delivered = append(delivered, *ev.Result)
+	}
+	checkOutputs(t, b.calls, delivered)
+	b.f.waitIdle(t, "gate")
+	subject, _ := b.f.subjects.Result(b.run, "gate")
+	cons, err := b.f.js.OrderedConsumer(ctx(t), b.f.subjects.ResultsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := 0
+	for range info.NumPending {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("reading the results stream: %v", err)
+		}
+		if len(m.Data()) > limit {
+			t.Errorf("a stored message of %d bytes, over the coordinator's %d", len(m.Data()), limit)
+		}
+		if m.Headers().Get(protocol.HeaderResultBatch) == "1" {
+			batches++
+		}
+	}
+	if batches < 2 || b.worker.Stats().ResultBatches != int64(batches) {
+		t.Fatalf("%d batches stored (%d counted), want the waiting results split in at least 2", batches, b.worker.Stats().ResultBatches)
+	}
+}
+
 // TestWorkerPublishesARefusedBatchResultByResult: a batch the server
 // refuses (here: over the results stream's message size, which the
 // worker cannot see) is published again result by result, each in its
@@ -315,7 +369,14 @@ func TestWorkerAnswersACallWithoutTheBatchHeaderAlone(t *testing.T) {
 // openRunOf opens an inbox for run on a dispatcher of f.
 func (f *fleet) openRunOf(t *testing.T, run protocol.RunID) (*natsbus.Dispatcher, protocol.RunID, loop.Inbox) {
 	t.Helper()
-	d := f.dispatcher(natsbus.DispatcherConfig{})
+	return f.openRunWith(t, run, natsbus.DispatcherConfig{})
+}
+
+// openRunWith opens an inbox for run on a dispatcher of f configured by
+// cfg.
+func (f *fleet) openRunWith(t *testing.T, run protocol.RunID, cfg natsbus.DispatcherConfig) (*natsbus.Dispatcher, protocol.RunID, loop.Inbox) {
+	t.Helper()
+	d := f.dispatcher(cfg)
 	t.Cleanup(func() { d.Close() })
 	in, err := d.Open(ctx(t), run)
 	if err != nil {
@@ -433,8 +494,8 @@ func TestLoopTakesTheFirstOfADuplicatedResult(t *testing.T) {
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		m.Ack()
-		if m.Headers().Get(protocol.HeaderResultBatch) != "1" {
-			t.Errorf("a call of the dispatcher does not say that it reads batches")
+		if limit, ok := protocol.ResultBatchLimit(m.Headers().Get(protocol.HeaderResultBatch)); !ok || limit != protocol.DefaultMaxMessageBytes {
+			t.Errorf("a call of the dispatcher says it reads batches of %d bytes (%v), want its result limit", limit, ok)
 		}
 		c, err := protocol.DecodeCall(m.Data(), 0)
 		if err != nil {

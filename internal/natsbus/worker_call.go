@@ -132,8 +132,8 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	endPublish := ct.child("result publish")
 	// A call whose coordinator reads batches may share a message with
 	// other results of its run and tool.
-	coalesce := m.Headers().Get(protocol.HeaderResultBatch) == "1"
-	err = w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), coalesce)
+	batchLimit, _ := protocol.ResultBatchLimit(m.Headers().Get(protocol.HeaderResultBatch))
+	err = w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), batchLimit)
 	endPublish(map[bool]string{true: "", false: "publish_failed"}[err == nil])
 	if err != nil {
 		w.resultErrors.Add(1)
@@ -241,7 +241,7 @@ func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, call pr
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeDenied,
 		ErrorType: "approval:" + code, Worker: w.cfg.Name, Attempt: attempt,
 	}
-	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), false); err != nil {
+	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), 0); err != nil {
 		w.resultErrors.Add(1)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
@@ -339,13 +339,14 @@ func (w *Worker) publishStarted(call protocol.Call, attempt int) {
 
 // publishResult stores r in the results stream on replyTo, deduplicated by
 // the call key so a call run twice stores one result. It publishes
-// asynchronously — when coalesce allows, with other results of the
-// subject ([Worker.coalesced]) — and waits for the PubAck for one
+// asynchronously — when its coordinator reads batches of up to
+// batchLimit bytes (0: it does not), with other results of the subject
+// ([Worker.coalesced]) — and waits for the PubAck for one
 // attempt's time, then tries alone for publishTimeout, then, while the
 // server does not answer, until the end of the coordinator's wait for it
 // (deadline.ResultBy: the call's deadline plus the grace it carries) or
 // until stopping ends (the worker cancels its calls to stop).
-func (w *Worker) publishResult(stopping context.Context, replyTo string, tool protocol.ToolName, r *protocol.Result, deadline protocol.CallDeadline, coalesce bool) error {
+func (w *Worker) publishResult(stopping context.Context, replyTo string, tool protocol.ToolName, r *protocol.Result, deadline protocol.CallDeadline, batchLimit int) error {
 	data, err := protocol.EncodeResultWithin(r, w.cfg.MaxMessageBytes)
 	if err != nil {
 		return err
@@ -354,8 +355,8 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	// First asynchronously, its PubAck awaited for one attempt's time; the
 	// call is settled once this returns, on the PubAck.
 	var again bool
-	if coalesce {
-		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, data, msg)
+	if batchLimit > 0 {
+		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, data, msg, batchLimit)
 	} else {
 		again, err = w.firstAttempt(msg)
 	}

@@ -18,10 +18,10 @@ const (
 	// server's permissions let only that client publish. Only coordinators
 	// may queue run requests, so a client cannot set it.
 	HeaderClient = "Fleet-Client"
-	// HeaderResultBatch, "1" on a call, says that its coordinator reads
-	// a [ResultBatch]: only then may a worker answer the call in one. On
-	// a message of the results stream, "1" says that the body is a
-	// ResultBatch rather than one [Result].
+	// HeaderResultBatch on a call says that its coordinator reads a
+	// [ResultBatch] and how large ([ResultBatchHeader]): only then may a
+	// worker answer the call in one. On a message of the results stream,
+	// "1" says that the body is a ResultBatch rather than one [Result].
 	HeaderResultBatch = "Fleet-Result-Batch"
 )
 

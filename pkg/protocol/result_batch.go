@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 )
@@ -11,10 +12,39 @@ import (
 // MaxResultBatch bounds the results of one [ResultBatch].
 const MaxResultBatch = 256
 
+// MinResultBatchBytes is the least batch size a coordinator may announce
+// ([ResultBatchHeader]).
+const MinResultBatchBytes = 1024
+
+// ResultBatchHeader is the value of [HeaderResultBatch] on a call whose
+// coordinator decodes a [ResultBatch] of up to limit bytes (its decode
+// limit for results).
+func ResultBatchHeader(limit int) string { return strconv.Itoa(limit) }
+
+// ResultBatchLimit reads [HeaderResultBatch] of a call: the most bytes of
+// a batch its coordinator decodes, and false when the call does not say
+// that it reads batches (no header, not a decimal number, under
+// [MinResultBatchBytes]); a worker then answers it alone.
+func ResultBatchLimit(header string) (int, bool) {
+	if header == "" || len(header) > 10 || header[0] == '0' {
+		return 0, false
+	}
+	for i := 0; i < len(header); i++ {
+		if header[i] < '0' || header[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(header)
+	if err != nil || n < MinResultBatchBytes || n > math.MaxInt32 {
+		return 0, false
+	}
+	return n, true
+}
+
 // ResultBatch answers several calls of one run to one tool in one stored
 // message: a worker sends one, on the calls' result subject, only for
 // calls whose message carried [HeaderResultBatch] (their coordinator reads
-// batches), and marks it with [HeaderResultBatch] so that readers know its
+// batches, of the size it says), and marks it with [HeaderResultBatch] so that readers know its
 // shape. Each result is a whole [Result] of the batch's run, its call key
 // at most once in the batch.
 type ResultBatch struct {

@@ -162,3 +162,42 @@ func FuzzDecodeResultBatch(f *testing.F) {
 		}
 	})
 }
+
+func TestResultBatchLimit(t *testing.T) {
+	for _, tt := range []struct {
+		header string
+		want   int
+		ok     bool
+	}{
+		{"", 0, false}, {"1", 0, false}, {"1023", 0, false}, {"1024", 1024, true}, {"1048576", 1 << 20, true},
+		{"01048576", 0, false}, {"+2048", 0, false}, {"-2048", 0, false}, {" 2048", 0, false}, {"2048 ", 0, false},
+		{"2147483647", 2147483647, true}, {"2147483648", 0, false}, {"99999999999", 0, false}, {"yes", 0, false},
+	} {
+		if got, ok := ResultBatchLimit(tt.header); got != tt.want || ok != tt.ok {
+			t.Errorf("ResultBatchLimit(%q) = %d, %v; want %d, %v", tt.header, got, ok, tt.want, tt.ok)
+		}
+	}
+	if got, ok := ResultBatchLimit(ResultBatchHeader(DefaultMaxMessageBytes)); !ok || got != DefaultMaxMessageBytes {
+		t.Errorf("the header of the default limit reads %d, %v", got, ok)
+	}
+}
+
+// FuzzResultBatchLimit: an accepted header is a limit of at least
+// MinResultBatchBytes, spelled as ResultBatchHeader spells it.
+func FuzzResultBatchLimit(f *testing.F) {
+	for _, s := range []string{"", "1024", "1048576", "0", "01", "2147483648", "1e6", "٣٣٣٣"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		n, ok := ResultBatchLimit(header)
+		if !ok {
+			if n != 0 {
+				t.Fatalf("refused %q with limit %d", header, n)
+			}
+			return
+		}
+		if n < MinResultBatchBytes || ResultBatchHeader(n) != header {
+			t.Fatalf("accepted %q as %d", header, n)
+		}
+	})
+}
