@@ -270,8 +270,8 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
-	// This Dispatcher's inboxes read a worker's batch of results, as
-	// large as a result.
+	// This Dispatcher's inboxes read a worker's batch of results, of up
+	// to the size they decode.
 	msg.Header.Set(protocol.HeaderResultBatch, d.batchHeader)
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil

@@ -548,3 +548,35 @@ func TestLoopTakesTheFirstOfADuplicatedResult(t *testing.T) {
 		t.Errorf("the duplicate was not logged as one:\n%s", f.log.String())
 	}
 }
+
+// TestCaughtUpDeliversAPastBatch: a resumed run reads a batch stored
+// before its inbox opened with CaughtUp, each of its results once.
+func TestCaughtUpDeliversAPastBatch(t *testing.T) {
+	f := newFleet(t)
+	run := protocol.NewRunID()
+	past := []protocol.Result{
+		okResult(run, protocol.NewCallKey(), "a"), okResult(run, protocol.NewCallKey(), "b"), okResult(run, protocol.NewCallKey(), "c"),
+	}
+	storeResults(t, f, run, "echo", true, past...)
+	_, _, in := f.openRunOf(t, run)
+	select {
+	case <-in.(loop.CatchUpInbox).CaughtUp():
+	case <-time.After(30 * time.Second):
+		t.Fatal("CaughtUp never closed")
+	}
+	last := okResult(run, protocol.NewCallKey(), "last")
+	storeResults(t, f, run, "echo", false, last)
+	seen := map[protocol.CallKey]int{}
+	nextEvent(t, in, 10*time.Second, func(ev loop.Event) bool {
+		if ev.Result == nil {
+			return false
+		}
+		seen[ev.Result.CallKey]++
+		return ev.Result.CallKey == last.CallKey
+	})
+	for _, r := range append(past, last) {
+		if seen[r.CallKey] != 1 {
+			t.Errorf("result %s delivered %d times, want 1 (all: %v)", r.CallKey, seen[r.CallKey], seen)
+		}
+	}
+}
