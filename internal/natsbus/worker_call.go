@@ -351,18 +351,19 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	if err != nil {
 		return err
 	}
-	msg := w.resultMessage(replyTo, protocol.ResultMsgID(tool, r.CallKey), data)
+	id := protocol.ResultMsgID(tool, r.CallKey)
 	// First asynchronously, its PubAck awaited for one attempt's time; the
 	// call is settled once this returns, on the PubAck.
 	var again bool
 	if batchLimit > 0 {
-		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, data, msg, batchLimit)
+		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, id, data, batchLimit)
 	} else {
-		again, err = w.firstAttempt(msg)
+		again, err = w.firstAttempt(w.resultMessage(replyTo, id, data))
 	}
 	if !again {
 		return err
 	}
+	msg := w.resultMessage(replyTo, id, data)
 	// No answer, or one that may pass: published again with the same
 	// Nats-Msg-Id, stored at most once.
 	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
