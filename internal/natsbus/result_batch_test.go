@@ -405,8 +405,12 @@ func storeResults(t *testing.T, f *fleet, run protocol.RunID, tool protocol.Tool
 		msg.Data = protocol.EncodeResultBatch(rs[0].RunID, enc)
 		msg.Header.Set(protocol.HeaderResultBatch, "1")
 	}
-	if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
-		t.Fatalf("storing results: %v", err)
+	// Also called from a consumer's callback: no Fatal, and a context of
+	// its own.
+	pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := f.js.PublishMsg(pctx, msg); err != nil {
+		t.Errorf("storing results: %v", err)
 	}
 }
 
@@ -486,6 +490,7 @@ func TestLoopTakesTheFirstOfADuplicatedResult(t *testing.T) {
 	// three in one batch.
 	var mu sync.Mutex
 	var calls []protocol.Call
+	answered := make(chan struct{}) // closed once both answers are stored
 	cons, err := f.js.CreateOrUpdateConsumer(ctx(t), f.subjects.CallsStream(), jetstream.ConsumerConfig{
 		Durable: "twice", FilterSubject: f.subjects.Calls(), AckPolicy: jetstream.AckExplicitPolicy,
 	})
@@ -515,6 +520,7 @@ func TestLoopTakesTheFirstOfADuplicatedResult(t *testing.T) {
 			rs = append(rs, okResult(c.RunID, c.CallKey, "batch"))
 		}
 		storeResults(t, f, c.RunID, "echo", true, rs...)
+		close(answered)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -533,6 +539,12 @@ func TestLoopTakesTheFirstOfADuplicatedResult(t *testing.T) {
 	res, err := r.Run(ctx(t), "go")
 	if err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	// The loop may have its answers before the PubAck of the batch is in.
+	select {
+	case <-answered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the answers were never stored")
 	}
 	got := map[string][]string{}
 	for _, m := range res.Messages {
