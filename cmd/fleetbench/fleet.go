@@ -470,3 +470,33 @@ func (f *fleet) otherCoordinators(ctx context.Context, n int) (func(), error) {
 	}
 	return closeAll, nil
 }
+
+// stored is the last sequence of the calls and results streams: between
+// two readings, how many calls and result messages the fleet stored.
+type stored struct{ calls, results uint64 }
+
+func (f *fleet) stored(ctx context.Context) (stored, error) {
+	var s stored
+	for _, st := range []struct {
+		name string
+		seq  *uint64
+	}{{f.subjects.CallsStream(), &s.calls}, {f.subjects.ResultsStream(), &s.results}} {
+		info, err := f.js.Stream(ctx, st.name)
+		if err != nil {
+			return stored{}, err
+		}
+		*st.seq = info.CachedInfo().State.LastSeq
+	}
+	return s, nil
+}
+
+// resultsPerCall says how many result messages were stored per call
+// since before (a worker answers several calls of a run in one batch).
+func (f *fleet) resultsPerCall(ctx context.Context, before stored) string {
+	after, err := f.stored(ctx)
+	if err != nil || after.calls == before.calls {
+		return ""
+	}
+	calls, results := after.calls-before.calls, after.results-before.results
+	return fmt.Sprintf("results stream: %.2f messages per call (%d for %d calls)", float64(results)/float64(calls), results, calls)
+}

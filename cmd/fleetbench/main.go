@@ -446,16 +446,25 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 			defer pprof.StopCPUProfile()
 		}
 		b.step("fleet: rounds of %d echo calls", fanout)
+		before, err := f.stored(ctx)
+		if err != nil {
+			return err
+		}
 		if b.round, err = f.dispatchLatency(ctx, b.p.round, fanout); err != nil {
 			return fmt.Errorf("%d-call round: %w", fanout, err)
 		}
 		b.add(row{name: fmt.Sprintf("fleet: %d echo calls, dispatch only, %s", fanout, wn),
-			s: b.round, ratio: ratio(b.round.p50, b.baseFan.p50) + " fan-out", floor: vsFloor(b.round, b.floorRound)})
+			s: b.round, ratio: ratio(b.round.p50, b.baseFan.p50) + " fan-out", floor: vsFloor(b.round, b.floorRound),
+			note: f.resultsPerCall(ctx, before)})
+		if before, err = f.stored(ctx); err != nil {
+			return err
+		}
 		if b.loopRound, err = f.loopLatency(ctx, b.p.loopRound, fanout, echoTool, echoArgs, echoText); err != nil {
 			return fmt.Errorf("%d-call round through the loop: %w", fanout, err)
 		}
 		b.add(row{name: fmt.Sprintf("fleet: %d echo calls, full loop round, %s", fanout, wn),
-			s: b.loopRound, ratio: ratio(b.loopRound.p50, b.baseFan.p50) + " fan-out", floor: vsFloor(b.loopRound, b.floorRound)})
+			s: b.loopRound, ratio: ratio(b.loopRound.p50, b.baseFan.p50) + " fan-out", floor: vsFloor(b.loopRound, b.floorRound),
+			note: f.resultsPerCall(ctx, before)})
 		if b.p.cpuProfile != "" {
 			pprof.StopCPUProfile()
 		}
@@ -488,14 +497,23 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 			return err
 		}
 		b.step("fleet: sustained echo calls, %d workers", n)
+		before, err := f.stored(ctx)
+		if err != nil {
+			ws.stop()
+			return err
+		}
 		w, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration)
 		if err != nil {
 			ws.stop()
 			return err
 		}
 		b.sustainedLoop[n], b.sustainedLoopW[n] = w.rate(), w
+		note := fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)
+		if per := f.resultsPerCall(ctx, before); per != "" {
+			note += "; " + per
+		}
 		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
-			rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), floor: vsFloorRate(w, b.floorSustained[n]), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
+			rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), floor: vsFloorRate(w, b.floorSustained[n]), note: note})
 		d, err := f.dispatchSustained(ctx, b.p.sustainConc, b.p.warm, b.p.duration)
 		ws.stop()
 		if err != nil {

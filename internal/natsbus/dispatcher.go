@@ -66,6 +66,8 @@ type Dispatcher struct {
 	// results.
 	inboxes sync.Map // protocol.RunID -> *Inbox
 	results *resultsReader
+	// batchHeader is every call's protocol.HeaderResultBatch.
+	batchHeader string
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -82,6 +84,8 @@ func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subj
 		nc: nc, js: js, subjects: subjects, cfg: cfg,
 		log:     cfg.Logger,
 		garbage: sampled(cfg.Logger),
+
+		batchHeader: protocol.ResultBatchHeader(cfg.MaxMessageBytes),
 	}
 	d.results = &resultsReader{
 		js: js, stream: subjects.ResultsStream(),
@@ -269,6 +273,9 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	if !loop.WantsStartedNotices(ctx) {
 		msg.Header.Set(protocol.HeaderStartedNotice, protocol.StartedNoticeNonIdempotent)
 	}
+	// This Dispatcher's inboxes read a worker's batch of results, of up
+	// to the size they decode.
+	msg.Header.Set(protocol.HeaderResultBatch, d.batchHeader)
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil
 }
@@ -502,19 +509,42 @@ func (in *Inbox) caughtUp() {
 	}
 }
 
+// onResult takes a message of the run's results: one result, or a batch
+// of them ([protocol.ResultBatch], marked by its header). Each result is
+// checked on its own — of this run, and on the subject of its call's tool
+// — and delivered as its own event, so one forged result of a batch
+// costs only itself.
 func (in *Inbox) onResult(m jetstream.Msg) {
-	r, err := protocol.DecodeResult(m.Data(), in.limit)
-	if err == nil && r.RunID != in.run {
-		err = codedError("run_mismatch")
-	}
-	if err == nil {
-		if want, ok := in.tools.Load(r.CallKey); ok && m.Subject() != in.prefix+string(want.(protocol.ToolName)) {
-			// A worker answering a call of another tool (or a forger).
-			err = codedError("tool_mismatch")
+	if m.Headers().Get(protocol.HeaderResultBatch) == "1" {
+		b, err := protocol.DecodeResultBatch(m.Data(), in.limit)
+		if err != nil {
+			in.refuse(m.Subject(), err)
+			return
 		}
+		for i := range b.Results {
+			in.onOneResult(m.Subject(), b.Results[i])
+		}
+		return
 	}
+	r, err := protocol.DecodeResult(m.Data(), in.limit)
 	if err != nil {
 		in.refuse(m.Subject(), err)
+		return
+	}
+	in.onOneResult(m.Subject(), r)
+}
+
+// onOneResult checks one result that came on subject and delivers it.
+func (in *Inbox) onOneResult(subject string, r protocol.Result) {
+	var err error
+	if r.RunID != in.run {
+		err = codedError("run_mismatch")
+	} else if want, ok := in.tools.Load(r.CallKey); ok && subject != in.prefix+string(want.(protocol.ToolName)) {
+		// A worker answering a call of another tool (or a forger).
+		err = codedError("tool_mismatch")
+	}
+	if err != nil {
+		in.refuse(subject, err)
 		return
 	}
 	in.deliver(loop.Event{Result: &r})

@@ -41,12 +41,15 @@
 //     that refuses new calls when full, so publishers feel back-pressure;
 //   - the results stream (<prefix>.result.<run>.<tool>), so results outlive a
 //     coordinator's disconnection or restart and a redelivered call cannot
-//     store two results; a [Dispatcher] reads the results of all its runs
+//     store two results alone (a batch may repeat one, which readers
+//     drop); a [Dispatcher] reads the results of all its runs
 //     from this stream, not from core NATS, through one ordered consumer
 //     of <prefix>.result.> that hands each to its run's [Inbox] by the
 //     subject's run token, so a result stored while the coordinator was
 //     reconnecting is still delivered; a resumed run reads those stored
-//     before its inbox opened with [Inbox.CaughtUp];
+//     before its inbox opened with [Inbox.CaughtUp]; a message holds one
+//     result or a batch of them (see the worker invariants), whose
+//     results the inbox checks and delivers one by one;
 //   - the approvals stream (<prefix>.approval.>), an audit log that refuses
 //     deletes and purges;
 //   - the catalog bucket of tool specs;
@@ -70,6 +73,16 @@
 //     never dropped by a client that stopped waiting first.
 //   - A result is published only on <prefix>.result.<run> of the call's own
 //     run, whatever the call's headers say.
+//   - Results of one run's calls to one tool may share a message, a
+//     [protocol.ResultBatch], only when the calls carry
+//     protocol.HeaderResultBatch (a [Dispatcher] sets it: its inboxes read
+//     batches, up to its MaxMessageBytes). A result whose subject has no
+//     message awaiting its PubAck is published alone at once; those
+//     finishing while one is wait for it and go out together, within the
+//     size the calls allow, the worker's MaxMessageBytes, the server's
+//     max_payload and 64 results. Each call is settled on the PubAck of
+//     the message that carried its result; a batch that fails is
+//     published again result by result.
 //   - Logs carry subjects, tool names, run ids, call keys, outcomes,
 //     durations and error codes; never arguments, outputs or payloads.
 //

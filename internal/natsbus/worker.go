@@ -57,6 +57,12 @@ type WorkerStats struct {
 	// Unapproved counts calls that needed approval and carried no proof
 	// the worker could verify: answered denied, not run.
 	Unapproved int64
+	// ResultBatches counts messages that carried several results
+	// (protocol.ResultBatch).
+	ResultBatches int64
+	// ResultBatchFailures counts those of them that were not confirmed
+	// stored, whose results were then published one by one.
+	ResultBatchFailures int64
 }
 
 // Worker serves the tools of one harness from the calls stream: it pulls
@@ -88,6 +94,15 @@ type Worker struct {
 	active  map[string]uint64 // run.key → stream sequence of idempotent calls running here
 
 	executed, expired, malformed, cancelled, resultErrors, unapproved atomic.Int64
+
+	// resultLanes coalesces results of calls whose coordinator reads
+	// batches; resultBatches counts the messages that carried several
+	// results, resultBatchFailures those that were not stored;
+	// resultsAlone counts the results published in their own message
+	// whose first attempt has not ended.
+	resultLanes                        resultLanes
+	resultBatches, resultBatchFailures atomic.Int64
+	resultsAlone                       atomic.Int64
 
 	approvalsMu sync.Mutex
 	approvals   jetstream.Stream // the approvals stream, looked up when first needed
@@ -185,6 +200,9 @@ func (w *Worker) Stats() WorkerStats {
 		Cancelled:    w.cancelled.Load(),
 		ResultErrors: w.resultErrors.Load(),
 		Unapproved:   w.unapproved.Load(),
+
+		ResultBatches:       w.resultBatches.Load(),
+		ResultBatchFailures: w.resultBatchFailures.Load(),
 	}
 }
 

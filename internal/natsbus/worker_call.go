@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -138,7 +137,10 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		Attempt:    attempt,
 	}
 	endPublish := ct.child("result publish")
-	err = w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline())
+	// A call whose coordinator reads batches may share a message with
+	// other results of its run and tool.
+	batchLimit, _ := protocol.ResultBatchLimit(m.Headers().Get(protocol.HeaderResultBatch))
+	err = w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), batchLimit)
 	endPublish(map[bool]string{true: "", false: "publish_failed"}[err == nil])
 	if err != nil {
 		w.resultErrors.Add(1)
@@ -246,7 +248,7 @@ func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, call pr
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeDenied,
 		ErrorType: "approval:" + code, Worker: w.cfg.Name, Attempt: attempt,
 	}
-	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline()); err != nil {
+	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), 0); err != nil {
 		w.resultErrors.Add(1)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
@@ -344,40 +346,34 @@ func (w *Worker) publishStarted(call protocol.Call, attempt int) {
 
 // publishResult stores r in the results stream on replyTo, deduplicated by
 // the call key so a call run twice stores one result. It publishes
-// asynchronously and waits for the PubAck for one attempt's time, then
-// tries for
-// publishTimeout, then, while the server does not answer, until the end
-// of the coordinator's wait for it (deadline.ResultBy: the call's deadline
-// plus the grace it carries) or until stopping ends (the worker cancels
-// its calls to stop).
-func (w *Worker) publishResult(stopping context.Context, replyTo string, tool protocol.ToolName, r *protocol.Result, deadline protocol.CallDeadline) error {
+// asynchronously — when its coordinator reads batches of up to
+// batchLimit bytes (0: it does not), with other results of the subject
+// ([Worker.coalesced]) — and waits for the PubAck for one
+// attempt's time, then tries alone for publishTimeout, then, while the
+// server does not answer, until the end of the coordinator's wait for it
+// (deadline.ResultBy: the call's deadline plus the grace it carries) or
+// until stopping ends (the worker cancels its calls to stop).
+func (w *Worker) publishResult(stopping context.Context, replyTo string, tool protocol.ToolName, r *protocol.Result, deadline protocol.CallDeadline, batchLimit int) error {
 	data, err := protocol.EncodeResultWithin(r, w.cfg.MaxMessageBytes)
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(replyTo)
-	msg.Data = data
-	msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(tool, r.CallKey))
-	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
-	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
+	id := protocol.ResultMsgID(tool, r.CallKey)
 	// First asynchronously, its PubAck awaited for one attempt's time; the
 	// call is settled once this returns, on the PubAck.
-	if f, aerr := w.js.PublishMsgAsync(msg, opt); aerr == nil {
-		t := time.NewTimer(publishAttemptTimeout)
-		select {
-		case <-f.Ok():
-			t.Stop()
-			return nil
-		case aerr = <-f.Err():
-			t.Stop()
-			if !transient(aerr) {
-				return aerr
-			}
-		case <-t.C:
-		}
+	var again bool
+	if batchLimit > 0 {
+		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, id, data, batchLimit)
+	} else {
+		again, err = w.firstAttempt(w.resultMessage(replyTo, id, data))
 	}
+	if !again {
+		return err
+	}
+	msg := w.resultMessage(replyTo, id, data)
 	// No answer, or one that may pass: published again with the same
 	// Nats-Msg-Id, stored at most once.
+	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	err = publishRetrying(ctx, w.js, msg, opt)
 	cancel()

@@ -23,6 +23,11 @@ const (
 	// non-idempotent call's (the only ones that decide an outcome), absent
 	// or any other value for every call's, as before the header existed.
 	HeaderStartedNotice = "Fleet-Started-Notice"
+	// HeaderResultBatch on a call says that its coordinator reads a
+	// [ResultBatch] and how large ([ResultBatchHeader]): only then may a
+	// worker answer the call in one. On a message of the results stream,
+	// "1" says that the body is a ResultBatch rather than one [Result].
+	HeaderResultBatch = "Fleet-Result-Batch"
 )
 
 // StartedNoticeNonIdempotent is the [HeaderStartedNotice] value asking a
