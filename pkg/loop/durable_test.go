@@ -130,6 +130,41 @@ func TestDurableResumeAtEveryEntry(t *testing.T) {
 	}
 }
 
+// TestDurableResumeTakesTheFirstStoredResult: a resumed run reads every
+// result stored for it, those of later rounds' calls too, and takes the
+// first stored for each call, as a live run takes the first to arrive: a
+// stale attempt's result stored after it (a second worker's run of a
+// redelivered call, stored apart because it went in another batch) does
+// not replace it.
+func TestDurableResumeTakesTheFirstStoredResult(t *testing.T) {
+	var asked atomic.Int64
+	disp := looptest.New(handler)
+	disp.Durable = true
+	full := looptest.NewJournal()
+	const run = "durable-first-result"
+	want, err := durableRunner(t, durableModel(&asked), disp, looptest.AllowAll()).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: run, Journal: full})
+	if err != nil || want.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("uninterrupted run: %v, %+v", err, want)
+	}
+	disp.Wait()
+	for _, c := range disp.Published() {
+		disp.Store(run, protocol.Result{V: protocol.Version, RunID: run, CallKey: c.CallKey,
+			Outcome: protocol.OutcomeOK, Output: "stale", Worker: "stale-worker", Attempt: 2})
+	}
+	for _, n := range []int{0, 2} { // nothing journaled; round 1's tools and model entries
+		got, err := durableRunner(t, durableModel(new(atomic.Int64)), disp, looptest.AllowAll()).
+			RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: run, Journal: full.Resume(n)})
+		disp.Wait()
+		if err != nil {
+			t.Fatalf("resumed after entry %d: %v", n, err)
+		}
+		if !reflect.DeepEqual(got.Messages, want.Messages) {
+			t.Fatalf("resumed after entry %d: transcript\n%+v\nwant\n%+v", n, got.Messages, want.Messages)
+		}
+	}
+}
+
 // TestDurableFencedStopsBeforeEffects: an owner whose append is refused
 // stops at once: nil result, ErrFenced, and nothing published after the
 // refused entry.

@@ -403,7 +403,12 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*callSta
 		default:
 			s := pending[res.CallKey]
 			if s == nil {
+				_, early := ru.early[res.CallKey]
 				switch st, known := ru.keys[res.CallKey]; {
+				case !known && early:
+					// The first stored is taken, as the first to arrive
+					// is for a pending call.
+					drop(res.CallKey, dropDuplicate)
 				case !known && ru.j != nil && len(ru.early) < maxEarlyResults:
 					// A resumed run reads every result stored for it,
 					// those of later rounds' calls too.

@@ -118,7 +118,10 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 			return nil // deduplicated, as by Nats-Msg-Id
 		}
 		if d.seen == nil {
-			d.seen, d.stored = map[protocol.CallKey]bool{}, map[protocol.RunID][]protocol.Result{}
+			d.seen = map[protocol.CallKey]bool{}
+		}
+		if d.stored == nil {
+			d.stored = map[protocol.RunID][]protocol.Result{}
 		}
 		d.seen[c.CallKey] = true
 	}
@@ -193,6 +196,18 @@ func (d *Dispatcher) Inject(run protocol.RunID, ev loop.Event) bool {
 	ib := d.inboxes[run]
 	d.mu.Unlock()
 	return ib != nil && ib.send(ev)
+}
+
+// Store adds res to the results stored for run (Durable), after those
+// already there, as a stale attempt's result stored late would be: the
+// next inbox opened for run delivers it after them.
+func (d *Dispatcher) Store(run protocol.RunID, res protocol.Result) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stored == nil {
+		d.stored = map[protocol.RunID][]protocol.Result{}
+	}
+	d.stored[run] = append(d.stored[run], res)
 }
 
 // Published returns the calls published so far.
