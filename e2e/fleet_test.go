@@ -535,9 +535,11 @@ func nextResult(t *testing.T, sub *nats.Subscription, timeout time.Duration, mat
 		if err != nil {
 			t.Fatalf("no matching result within %v: %v", timeout, err)
 		}
-		r, err := protocol.DecodeResult(m.Data, 0)
-		if err == nil && match(r) {
-			return r
+		results, _ := protocol.DecodeStoredResults(m.Header.Get(protocol.HeaderResultBatch), m.Data, 0)
+		for _, r := range results {
+			if match(r) {
+				return r
+			}
 		}
 	}
 }
@@ -567,8 +569,11 @@ func storedResults(t *testing.T, f *fleet, run protocol.RunID, key protocol.Call
 		if err != nil {
 			t.Fatalf("reading the results stream: %v", err)
 		}
-		if r, err := protocol.DecodeResult(m.Data(), 0); err == nil && r.CallKey == key {
-			n++
+		results, _ := protocol.DecodeStoredResults(m.Headers().Get(protocol.HeaderResultBatch), m.Data(), 0)
+		for _, r := range results {
+			if r.CallKey == key {
+				n++
+			}
 		}
 	}
 	return n

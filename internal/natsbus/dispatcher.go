@@ -515,23 +515,14 @@ func (in *Inbox) caughtUp() {
 // — and delivered as its own event, so one forged result of a batch
 // costs only itself.
 func (in *Inbox) onResult(m jetstream.Msg) {
-	if m.Headers().Get(protocol.HeaderResultBatch) == "1" {
-		b, err := protocol.DecodeResultBatch(m.Data(), in.limit)
-		if err != nil {
-			in.refuse(m.Subject(), err)
-			return
-		}
-		for i := range b.Results {
-			in.onOneResult(m.Subject(), b.Results[i])
-		}
-		return
-	}
-	r, err := protocol.DecodeResult(m.Data(), in.limit)
+	results, err := protocol.DecodeStoredResults(m.Headers().Get(protocol.HeaderResultBatch), m.Data(), in.limit)
 	if err != nil {
 		in.refuse(m.Subject(), err)
 		return
 	}
-	in.onOneResult(m.Subject(), r)
+	for i := range results {
+		in.onOneResult(m.Subject(), results[i])
+	}
 }
 
 // onOneResult checks one result that came on subject and delivers it.

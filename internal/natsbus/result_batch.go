@@ -156,7 +156,7 @@ func (w *Worker) handOn(subject string) {
 				keys[i], encoded[i] = q.key, q.data
 			}
 			m.msg = w.resultMessage(subject, protocol.ResultBatchMsgID(tool, keys), protocol.EncodeResultBatch(run, encoded))
-			m.msg.Header.Set(protocol.HeaderResultBatch, "1")
+			m.msg.Header.Set(protocol.HeaderResultBatch, protocol.ResultBatchStored)
 			w.resultBatches.Add(1)
 		}
 		m.future, _ = w.js.PublishMsgAsync(m.msg, jetstream.WithExpectStream(w.subjects.ResultsStream()))

@@ -16,6 +16,27 @@ const MaxResultBatch = 256
 // ([ResultBatchHeader]).
 const MinResultBatchBytes = 1024
 
+// ResultBatchStored is the value of [HeaderResultBatch] on a message of
+// the results stream whose body is a [ResultBatch] rather than one
+// [Result].
+const ResultBatchStored = "1"
+
+// DecodeStoredResults decodes a message of the results stream whose
+// [HeaderResultBatch] is batchHeader: the results of a [ResultBatch], or
+// the one [Result] of any other message, strictly and within limit bytes
+// as [DecodeResultBatch] and [DecodeResult] do.
+func DecodeStoredResults(batchHeader string, data []byte, limit int) ([]Result, error) {
+	if batchHeader == ResultBatchStored {
+		b, err := DecodeResultBatch(data, limit)
+		return b.Results, err
+	}
+	r, err := DecodeResult(data, limit)
+	if err != nil {
+		return nil, err
+	}
+	return []Result{r}, nil
+}
+
 // ResultBatchHeader is the value of [HeaderResultBatch] on a call whose
 // coordinator decodes a [ResultBatch] of up to limit bytes (its decode
 // limit for results).

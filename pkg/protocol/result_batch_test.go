@@ -201,3 +201,39 @@ func FuzzResultBatchLimit(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeStoredResults(t *testing.T) {
+	r1, r2 := batchResult("run1", "k1"), batchResult("run1", "k2")
+	e1, _ := Encode(&r1)
+	e2, _ := Encode(&r2)
+	batch := EncodeResultBatch("run1", [][]byte{e1, e2})
+	for _, tc := range []struct {
+		name   string
+		header string
+		data   []byte
+		keys   []CallKey
+	}{
+		{"one result", "", e1, []CallKey{"k1"}},
+		{"a batch", ResultBatchStored, batch, []CallKey{"k1", "k2"}},
+		{"a batch not marked", "", batch, nil},
+		{"one result marked a batch", ResultBatchStored, e1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeStoredResults(tc.header, tc.data, 0)
+			if tc.keys == nil {
+				if err == nil {
+					t.Fatalf("decoded %d results, want an error", len(got))
+				}
+				return
+			}
+			if err != nil || len(got) != len(tc.keys) {
+				t.Fatalf("got %d results, %v; want %v", len(got), err, tc.keys)
+			}
+			for i, k := range tc.keys {
+				if got[i].CallKey != k {
+					t.Fatalf("result %d is %s, want %s", i, got[i].CallKey, k)
+				}
+			}
+		})
+	}
+}
