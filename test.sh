@@ -7,13 +7,36 @@ set -euo pipefail
 cd "$(dirname "$0")"
 FUZZTIME=${FUZZTIME:-3s}
 
-echo "== gofmt"
+# phase NAME [HEADER] starts a phase: it prints how long the previous one
+# took and HEADER (or NAME); at the end, pass or fail, the wall time of
+# each phase is listed.
+phases=() phase_name= phase_start=$SECONDS
+phase() {
+  if [ -n "$phase_name" ]; then
+    local took=$((SECONDS - phase_start))
+    echo "   ($phase_name took ${took}s)"
+    phases+=("$(printf '%5ds  %s' "$took" "$phase_name")")
+  fi
+  phase_name=$1 phase_start=$SECONDS
+  [ -z "$1" ] || echo "== ${2:-$1}"
+}
+on_exit() {
+  local code=$?
+  phase ""
+  echo "== wall time by phase:"
+  printf '%s\n' "${phases[@]}"
+  printf '%5ds  in all\n' "$SECONDS"
+  return $code
+}
+trap on_exit EXIT
+
+phase "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-echo "== go vet"
+phase "go vet"
 go vet ./...
 
 race=-race
@@ -25,18 +48,18 @@ fi
 # Everything the tests run is built here, before any test starts a clock:
 # on a fresh machine (empty module and build caches) this is the slow part,
 # and each line it prints is a package being compiled.
-echo "== build $race ./... (minutes on a fresh machine; quiet when the cache is warm)"
+phase build "build $race ./... (minutes on a fresh machine; quiet when the cache is warm)"
 go build $race -v ./... 2>&1 | sed 's/^/  /'
-echo "== the nats CLI the tests drive (built once into the Go cache)"
+phase "nats CLI" "the nats CLI the tests drive (built once into the Go cache)"
 go run ./internal/natscli/install
 
-echo "== go test $race ./..."
+phase "go test" "go test $race ./..."
 go test $race -count=1 -timeout 20m ./...
 
 if [ "$FUZZTIME" != "0" ]; then
-  echo "== fuzz (each target for $FUZZTIME)"
+  phase fuzz "fuzz (each target for $FUZZTIME)"
   fuzzlog=$(mktemp)
-  trap 'rm -f "$fuzzlog"' EXIT
+  trap 'code=$?; rm -f "$fuzzlog"; (exit $code); on_exit' EXIT
   # Every func FuzzX in a _test.go file, with its package directory.
   grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' . | sort | while read -r file; do
     dir=$(dirname "$file")
