@@ -19,6 +19,7 @@ import (
 // ran once; no call was stored twice. Then one node stays down and the
 // fleet serves another run on the other two.
 func TestFleetOnAClusterSurvivesNodeLoss(t *testing.T) {
+	t.Parallel()
 	c := natstest.StartCluster(t, 3)
 	f := newFleetAt(t, c.URLs())
 	if code := startProc(t, "provision", bins.coordinator, "provision", "--nats-url", c.URLs(), "--replicas", "3").wait(time.Minute); code != 0 {

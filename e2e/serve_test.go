@@ -35,6 +35,7 @@ const serveMaxRequestBytes = 64 << 10
 // requests get a clear refusal and never reach (or never stay in) the runs
 // stream.
 func TestServeFleet(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	natsBin := natscli.Path(t)
 	f.startWorker("sw1")
@@ -288,6 +289,7 @@ func exitCode(err error) int {
 // after --run-ack-wait and started over, and every run still gets exactly
 // one result.
 func TestServeSurvivesACoordinatorKill(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.startWorker("kw1")
 	var turns script
