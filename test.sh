@@ -56,30 +56,43 @@ go run ./internal/natscli/install
 phase "go test" "go test $race ./..."
 go test $race -count=1 -timeout 20m ./...
 
+# fuzz_one DIR TARGET fuzzes one target for $FUZZTIME with one worker
+# process, and prints what happened in one write (targets run $FUZZJOBS at
+# a time, so their reports must not interleave). It fails on a finding.
+fuzz_one() {
+  local dir=$1 target=$2 log report status=0
+  log=$(mktemp)
+  report="-- $dir $target"
+  if go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" -parallel=1 "$dir" >"$log" 2>&1; then
+    :
+  # Go 1.26's fuzz coordinator can report its own -fuzztime deadline as
+  # a failure when a worker is mid-input as time runs out
+  # (go.dev/issue/75804, fixed in Go 1.27). A real finding always writes
+  # its input and says so; a bare "context deadline exceeded" with no
+  # input written, no panic and no test failure is that race, not a bug.
+  elif grep -q 'context deadline exceeded' "$log" &&
+    ! grep -qE 'Failing input written to|^panic:|_test\.go:[0-9]+:|fuzzing process hung' "$log"; then
+    report+=$'\n'"   (the fuzz coordinator's own deadline race, go.dev/issue/75804; no input failed)"
+  else
+    report+=$'\n'"$(cat "$log")"$'\n'"fuzz target $target in $dir failed (crasher kept in $dir/testdata/fuzz)"
+    status=1
+  fi
+  rm -f "$log"
+  printf '%s\n' "$report"
+  return $status
+}
+
 if [ "$FUZZTIME" != "0" ]; then
-  phase fuzz "fuzz (each target for $FUZZTIME)"
-  fuzzlog=$(mktemp)
-  trap 'code=$?; rm -f "$fuzzlog"; (exit $code); on_exit' EXIT
+  # Two targets at a time, one fuzz worker each: both cores stay busy
+  # through the part of a run that is not fuzzing (linking the
+  # instrumented test binary, running the seed corpus).
+  FUZZJOBS=${FUZZJOBS:-2}
+  phase fuzz "fuzz (each target for $FUZZTIME, $FUZZJOBS at a time)"
+  export -f fuzz_one
+  export FUZZTIME
   # Every func FuzzX in a _test.go file, with its package directory.
   grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' . | sort | while read -r file; do
-    dir=$(dirname "$file")
-    grep -oE '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //' | while read -r target; do
-      echo "-- $dir $target"
-      if go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$dir" >"$fuzzlog" 2>&1; then
-        continue
-      fi
-      # Go 1.26's fuzz coordinator can report its own -fuzztime deadline as
-      # a failure when a worker is mid-input as time runs out
-      # (go.dev/issue/75804, fixed in Go 1.27). A real finding always writes
-      # its input and says so; a bare "context deadline exceeded" with no
-      # input written, no panic and no test failure is that race, not a bug.
-      if grep -q 'context deadline exceeded' "$fuzzlog" &&
-        ! grep -qE 'Failing input written to|^panic:|_test\.go:[0-9]+:|fuzzing process hung' "$fuzzlog"; then
-        echo "   (the fuzz coordinator's own deadline race, go.dev/issue/75804; no input failed)"
-        continue
-      fi
-      cat "$fuzzlog"; echo "fuzz target $target in $dir failed (crasher kept in $dir/testdata/fuzz)"; exit 1
-    done
-  done
+    grep -oE '^func Fuzz[A-Za-z0-9_]*' "$file" | sed "s|^func |$(dirname "$file") |"
+  done | xargs -P "$FUZZJOBS" -L 1 bash -c 'fuzz_one "$@"' fuzz_one
 fi
 echo "== all tests passed"
