@@ -3,6 +3,7 @@
 # (race-enabled where cgo is available) and a short run of every fuzz target.
 #
 #   FUZZTIME=30s ./test.sh     fuzz each target longer (default 3s; 0 skips fuzzing)
+#   FUZZJOBS=1 ./test.sh       fuzz one target at a time (default 2, one worker each)
 set -euo pipefail
 cd "$(dirname "$0")"
 FUZZTIME=${FUZZTIME:-3s}
