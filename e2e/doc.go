@@ -21,5 +21,6 @@
 // port with its store, manifests and logs in its own t.TempDir(), and its
 // own processes, and spends most of its time waiting on them (process
 // starts, ack waits, deadlines). The few that do not say why: they measure
-// this process, bound how long something takes, or keep both cores busy.
+// this process, bound how long something takes, keep both cores busy, or
+// wait a bounded time for a cluster's elections.
 package e2e
