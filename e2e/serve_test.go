@@ -38,8 +38,11 @@ func TestServeFleet(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
 	natsBin := natscli.Path(t)
-	f.startWorker("sw1")
-	f.startWorker("sw2")
+	// The workers' ack wait is long: this test counts the runs of an
+	// idempotent tool, and a worker starved past the suite's 2s (the tests
+	// run in parallel) would have a call redelivered and run again.
+	f.startWorker("sw1", "--ack-wait", "10s")
+	f.startWorker("sw2", "--ack-wait", "10s")
 
 	// Five rounds of one "work" call each, then an answer: more rounds than
 	// the ceiling allows.
