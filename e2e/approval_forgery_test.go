@@ -19,6 +19,7 @@ import (
 // approval, and with a proof that points at another call's approval
 // request — are refused by the real toolworker (denied) and never run.
 func TestForgedApprovalsNeverRun(t *testing.T) {
+	t.Parallel()
 	srv := startApprovalServer(t)
 	url := srv.ClientURL()
 	dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +40,7 @@ var approvalPasswords = map[string]string{
 // model makes calls needing approval, and an operator (operator user)
 // answering with the real nats CLI.
 func TestApprovalEndToEnd(t *testing.T) {
+	t.Parallel()
 	natsBin := natscli.Path(t)
 	srv := startApprovalServer(t)
 	url := srv.ClientURL()
@@ -154,14 +156,7 @@ func TestApprovalEndToEnd(t *testing.T) {
 // this process, on a random loopback port with a temporary store.
 func startApprovalServer(t *testing.T) *server.Server {
 	t.Helper()
-	t.Setenv("TOOLFLEET_ADMIN_PASSWORD", approvalPasswords["admin"])
-	t.Setenv("TOOLFLEET_WORKER_DEPLOY_PASSWORD", "tf-worker-deploy-unused")
-	t.Setenv("TOOLFLEET_LEAF_PASSWORD", "tf-leaf-unused")
-	t.Setenv("TOOLFLEET_COORDINATOR_PASSWORD", approvalPasswords["coordinator"])
-	t.Setenv("TOOLFLEET_WORKER_PASSWORD", approvalPasswords["worker"])
-	t.Setenv("TOOLFLEET_OPERATOR_PASSWORD", approvalPasswords["operator"])
-	t.Setenv("TOOLFLEET_CLIENT_PASSWORD", approvalPasswords["client"])
-	opts, err := server.ProcessConfigFile("../deploy/nats-server.conf")
+	opts, err := deployServerOptions()
 	if err != nil {
 		t.Fatalf("deploy/nats-server.conf: %v", err)
 	}
@@ -178,6 +173,40 @@ func startApprovalServer(t *testing.T) *server.Server {
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	provisionAs(t, s.ClientURL(), approvalEnv(t, s.ClientURL(), "admin"))
 	return s
+}
+
+// deployConfigMu serialises the parsing of deploy/nats-server.conf, which
+// reads its passwords from the process environment.
+var deployConfigMu sync.Mutex
+
+// deployServerOptions parses deploy/nats-server.conf with this test's
+// passwords in the environment, as the deployment exports them. The
+// variables are set only while the file is parsed (t.Setenv would keep the
+// tests that start this server from running in parallel).
+func deployServerOptions() (*server.Options, error) {
+	deployConfigMu.Lock()
+	defer deployConfigMu.Unlock()
+	env := map[string]string{
+		"TOOLFLEET_ADMIN_PASSWORD":         approvalPasswords["admin"],
+		"TOOLFLEET_WORKER_DEPLOY_PASSWORD": "tf-worker-deploy-unused",
+		"TOOLFLEET_LEAF_PASSWORD":          "tf-leaf-unused",
+		"TOOLFLEET_COORDINATOR_PASSWORD":   approvalPasswords["coordinator"],
+		"TOOLFLEET_WORKER_PASSWORD":        approvalPasswords["worker"],
+		"TOOLFLEET_OPERATOR_PASSWORD":      approvalPasswords["operator"],
+		"TOOLFLEET_CLIENT_PASSWORD":        approvalPasswords["client"],
+	}
+	for k, v := range env {
+		prev, had := os.LookupEnv(k)
+		os.Setenv(k, v)
+		defer func() {
+			if had {
+				os.Setenv(k, prev)
+			} else {
+				os.Unsetenv(k)
+			}
+		}()
+	}
+	return server.ProcessConfigFile("../deploy/nats-server.conf")
 }
 
 // provisionAs runs "coordinator provision" with env (the admin user's

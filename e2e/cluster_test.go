@@ -19,6 +19,8 @@ import (
 // ran once; no call was stored twice. Then one node stays down and the
 // fleet serves another run on the other two.
 func TestFleetOnAClusterSurvivesNodeLoss(t *testing.T) {
+	// Not parallel: the coordinator's journal appends wait a bounded time
+	// for a new stream leader, and elections slow down on a starved machine.
 	c := natstest.StartCluster(t, 3)
 	f := newFleetAt(t, c.URLs())
 	if code := startProc(t, "provision", bins.coordinator, "provision", "--nats-url", c.URLs(), "--replicas", "3").wait(time.Minute); code != 0 {

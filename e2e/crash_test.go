@@ -42,6 +42,7 @@ func waitGone(t *testing.T, pid int, timeout time.Duration, what string) {
 // heartbeating (the run is longer than the ack wait), and the model gets
 // the survivor's output. The call ran exactly twice: once per worker.
 func TestWorkerKilledMidIdempotentCall(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	coord := f.coordinator("coordinator", script{
@@ -79,6 +80,7 @@ func TestWorkerKilledMidIdempotentCall(t *testing.T) {
 // delivered again; the coordinator saw it start and answers outcome_unknown
 // at the deadline.
 func TestWorkerKilledMidNonIdempotentCall(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	coord := f.coordinator("coordinator", script{
@@ -116,6 +118,7 @@ func TestWorkerKilledMidNonIdempotentCall(t *testing.T) {
 // other worker terminates the redelivered call without running it, and the
 // model gets timeout.
 func TestRedeliveryAfterTheDeadlineNeverStarts(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	coord := f.coordinator("coordinator", script{
@@ -148,6 +151,7 @@ func TestRedeliveryAfterTheDeadlineNeverStarts(t *testing.T) {
 // the model keeps the answer it got first. (A duplicate that did reach the
 // loop would be dropped there too: pkg/loop's tests cover that.)
 func TestStaleAttemptCannotOverwriteTheAnswer(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	results, err := f.nc.SubscribeSync(protocol.Subjects{}.Results())

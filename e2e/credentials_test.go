@@ -120,6 +120,7 @@ func freeAddr(t *testing.T) string {
 // the tool's output, the logs, any NATS message nor the metrics carry a
 // credential.
 func TestCredentialsCanaryWorker(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Log("not root: the worker runs as the test's own uid")
 	}
@@ -210,6 +211,7 @@ func TestCredentialsCanaryWorker(t *testing.T) {
 // The same attack on a coordinator's in-process worker: the tool's
 // grandparent is the coordinator, which holds the model's API key.
 func TestCredentialsCanaryCoordinator(t *testing.T) {
+	t.Parallel()
 	dir := publicDir(t)
 	manifest := writeJSON(t, dir, "tools.json", map[string]any{"tools": []any{map[string]any{
 		"name": "snoop", "description": "reads what it should not", "timeout": "10s",

@@ -23,6 +23,7 @@ import (
 // info" shows a worker's tools with their schema digests and real call
 // counts, and a stopped worker disappears from the list.
 func TestNatsMicroListsWorkers(t *testing.T) {
+	t.Parallel()
 	nats := natscli.Path(t)
 	f := newFleet(t)
 	f.startWorker("disc-w1")

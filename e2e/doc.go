@@ -14,7 +14,13 @@
 //
 //	go test -race ./e2e/
 //
-// The failure scenarios take about a minute and a half on two cores; every
-// wait is a poll with a deadline and every deadline is short. TestMain
+// Every wait is a poll with a deadline and every deadline is short. TestMain
 // builds the binaries once into a temporary directory (see bins).
+//
+// Most tests call t.Parallel: each starts its own nats-server on a random
+// port with its store, manifests and logs in its own t.TempDir(), and its
+// own processes, and spends most of its time waiting on them (process
+// starts, ack waits, deadlines). The few that do not say why: they measure
+// this process, bound how long something takes, keep both cores busy, or
+// wait a bounded time for a cluster's elections.
 package e2e

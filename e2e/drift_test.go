@@ -25,6 +25,7 @@ import (
 // provision" restores the stream, after which a run is served. No NATS
 // password appears in any log, metric or stored message.
 func TestStreamDriftStopsAServingFleet(t *testing.T) {
+	t.Parallel()
 	srv := startApprovalServer(t)
 	url := srv.ClientURL()
 	wAddr, cAddr := freeAddr(t), freeAddr(t)

@@ -174,6 +174,8 @@ func (f *servingFleet) checkAll(runs []protocol.RunID) (cancelled int) {
 // (non-idempotent) ran exactly once, and no run is lost; the test reports
 // the model calls made against the calls needed.
 func TestDurableChaos(t *testing.T) {
+	// Not parallel: a hundred runs and a kill loop keep both cores busy, and
+	// would starve another test's heartbeats.
 	const runs, rounds = 100, 3
 	f := newServingFleet(t, 3)
 	ids := f.submitAll(runs)
@@ -211,6 +213,7 @@ func TestDurableChaos(t *testing.T) {
 // one at a time (SIGTERM, wait for it to exit, start it again): the runs in
 // flight are handed off, never cancelled, and every charge ran once.
 func TestDurableRollingRestart(t *testing.T) {
+	t.Parallel()
 	const runs = 24
 	f := newServingFleet(t, 3)
 	ids := f.submitAll(runs)
@@ -238,6 +241,7 @@ func TestDurableRollingRestart(t *testing.T) {
 // coordinator that takes the run asks that round again — the only round
 // asked twice — and nothing else is repeated.
 func TestDurableKilledMidModelCall(t *testing.T) {
+	t.Parallel()
 	inFlight := make(chan struct{})
 	var once sync.Once
 	model := &chaosModel{asked: map[string]int{}, hang: func(_ string, round, n int) bool {

@@ -177,6 +177,7 @@ func referenceTranscript(t *testing.T) []loop.Message {
 // uninterrupted run's transcript; each non-idempotent call ran exactly once
 // (the side-effect file) and each model round was asked once.
 func TestDurableRunSurvivesKill9AtEachStepBoundary(t *testing.T) {
+	t.Parallel()
 	want := referenceTranscript(t)
 	for _, crash := range []string{"model:1", "model:2", "approval_requested:1", "dispatched:2", "published:2", "finished:1"} {
 		t.Run(strings.ReplaceAll(crash, ":", "_"), func(t *testing.T) {
@@ -226,6 +227,7 @@ func TestDurableRunSurvivesKill9AtEachStepBoundary(t *testing.T) {
 // message alone. Every call ran once; the journal holds one entry per
 // step after the takeover.
 func TestDurableStalledOwnerIsFenced(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.startWorker("w1")
 	s := durableScript()
@@ -292,6 +294,7 @@ func TestDurableStalledOwnerIsFenced(t *testing.T) {
 // uninterrupted run's transcript; every call ran once, every round was
 // asked once.
 func TestDurableRunResume(t *testing.T) {
+	t.Parallel()
 	want := referenceTranscript(t)
 	f := newFleet(t)
 	f.startWorker("w1")
@@ -338,6 +341,7 @@ func TestDurableRunResume(t *testing.T) {
 // by "coordinator runs list" and cancelled by "coordinator runs cancel";
 // its result is cancelled, and the journal says so.
 func TestDurableRunsCancel(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.startWorker("w1")
 	model := f.writeJSON("script.json", map[string]any{"turns": durableScript()})

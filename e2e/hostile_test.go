@@ -30,6 +30,7 @@ const canary = "CANARY-hostile-7d1e"
 // consumer does not drain, or delivers again), but a loaded machine that
 // stalls the worker for two seconds does not pass for one.
 func TestHostileMessagesOnEverySubject(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	w := f.startWorker("w1", "--ack-wait", "10s")
 	subjects := protocol.Subjects{}

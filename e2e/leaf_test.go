@@ -18,6 +18,7 @@ import (
 // then it is restored: each call is answered once, by the edge worker, the
 // non-idempotent one ran exactly once, and the run ends naturally.
 func TestEdgeWorkerOnLeafNode(t *testing.T) {
+	t.Parallel()
 	hub := natstest.StartHub(t, "hub")
 	f := newFleetOn(t, hub)
 	link := newProxy(t, fmt.Sprintf("nats://127.0.0.1:%d", natstest.LeafPort(t, hub)))

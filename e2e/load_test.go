@@ -39,6 +39,8 @@ const (
 // or above, goroutines and descriptors come back to their level before the
 // runs, and the heap stays bounded.
 func TestLoad(t *testing.T) {
+	// Not parallel: it measures this process's goroutines, descriptors and
+	// heap, which other tests running at the same time would move.
 	f := newFleet(t)
 	for i := range 3 {
 		f.startWorker(fmt.Sprintf("w%d", i+1))

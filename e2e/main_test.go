@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/toolfleet/toolfleet/internal/natscli"
@@ -40,24 +42,30 @@ func TestMain(m *testing.M) {
 }
 
 // buildBinaries builds the coordinator and toolworker (race-enabled when
-// cgo works, as test.sh decides) and the sidefx exec tool into dir.
+// cgo works, as test.sh decides), the MCP test server and the sidefx exec
+// tool into dir. The builds run at the same time: each is mostly a link.
 func buildBinaries(dir string) error {
 	bins.coordinator = filepath.Join(dir, "coordinator")
 	bins.toolworker = filepath.Join(dir, "toolworker")
 	bins.sidefx = filepath.Join(dir, "sidefx")
+	bins.mcpserver = filepath.Join(dir, "mcptestserver")
 	bins.race = raceAvailable()
 	args := []string{"build", "-o", dir}
 	if bins.race {
 		args = append(args, "-race")
 	}
-	if err := goCommand(append(args, "./cmd/coordinator", "./cmd/toolworker")...); err != nil {
-		return err
+	builds := [][]string{
+		append(args, "./cmd/coordinator", "./cmd/toolworker"),
+		{"build", "-o", bins.mcpserver, "./pkg/mcptool/mcptooltest/cmd/mcptestserver"},
+		{"build", "-o", bins.sidefx, "./e2e/sidefx"},
 	}
-	bins.mcpserver = filepath.Join(dir, "mcptestserver")
-	if err := goCommand("build", "-o", bins.mcpserver, "./pkg/mcptool/mcptooltest/cmd/mcptestserver"); err != nil {
-		return err
+	errs := make([]error, len(builds))
+	var wg sync.WaitGroup
+	for i, b := range builds {
+		wg.Go(func() { errs[i] = goCommand(b...) })
 	}
-	return goCommand("build", "-o", bins.sidefx, "./e2e/sidefx")
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func goCommand(args ...string) error {

@@ -78,6 +78,7 @@ func npmServerScript(dir, pkg string) string {
 // progress), structured content, image and environment tools (with a canary
 // in the server's environment) and server-filesystem rooted in a directory.
 func TestMCPRealNPMServers(t *testing.T) {
+	t.Parallel()
 	if npmMCP.skip != "" {
 		t.Skip(npmMCP.skip)
 	}
@@ -151,6 +152,7 @@ func TestMCPRealNPMServers(t *testing.T) {
 // mcp with a third-party client, the MCP Inspector's CLI mode, over stdio
 // and over HTTP with a bearer token.
 func TestMCPInspectorCLI(t *testing.T) {
+	t.Parallel()
 	if npmMCP.skip != "" {
 		t.Skip(npmMCP.skip)
 	}

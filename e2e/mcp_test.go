@@ -32,6 +32,7 @@ const mcpCanary = "MCP-CANARY-3b9e1c77-do-not-leak"
 // clients (coordinator mcp over stdio and HTTP, go-sdk clients), with an
 // approval-gated tool approved with the nats CLI while the client waits.
 func TestMCPBothWays(t *testing.T) {
+	t.Parallel()
 	natsBin := natscli.Path(t)
 	srv := natstest.Start(t)
 	url := srv.ClientURL()

@@ -16,6 +16,7 @@ import (
 // call's result gets through, the next round runs normally, and every id is
 // answered ok.
 func TestServerRestartMidRun(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	coord := f.coordinator("coordinator", script{
@@ -59,6 +60,7 @@ func TestServerRestartMidRun(t *testing.T) {
 // cancels and kill the tools, which never finish, and nothing is left to
 // redeliver.
 func TestCoordinatorInterrupted(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			f := newFleet(t)
@@ -110,6 +112,7 @@ func TestCoordinatorInterrupted(t *testing.T) {
 // answer. When a worker for the tool comes back later, it finds the stale
 // call and discards it unrun.
 func TestToolWithoutWorkers(t *testing.T) {
+	// Not parallel: it bounds when the timeout is answered.
 	f := newFleet(t)
 	gone := f.startWorker("gone")
 	gone.stop(10 * time.Second)
@@ -154,6 +157,7 @@ func TestToolWithoutWorkers(t *testing.T) {
 // while the nats-server is unreachable exits 0 within a few seconds; it does
 // not hold its shutdown waiting for a server that is gone.
 func TestWorkerStopsPromptlyWhileServerIsDown(t *testing.T) {
+	// Not parallel: it bounds how long the stop takes.
 	f := newFleet(t)
 	w := f.startWorker("w1")
 	f.srv.Shutdown()
@@ -175,6 +179,7 @@ func TestWorkerStopsPromptlyWhileServerIsDown(t *testing.T) {
 // stopping worker heartbeats its call, and a loaded machine that stalls it
 // for the suite's 2s would hand the call to the new worker.)
 func TestWorkerDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	old := f.startWorker("old", "--ack-wait", "10s")
 	coord := f.coordinator("coordinator", script{
@@ -216,6 +221,7 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 // whose nats-server is gone while a call runs. It still prints the partial
 // result, every id answered cancelled, and exits within seconds.
 func TestCoordinatorInterruptedWhileServerIsDown(t *testing.T) {
+	// Not parallel: it bounds how long the stop takes.
 	f := newFleet(t)
 	w := f.startWorker("w1")
 	defer w.kill() // its call would hold a graceful stop for the whole grace
@@ -247,6 +253,7 @@ func TestCoordinatorInterruptedWhileServerIsDown(t *testing.T) {
 // model gets the tool's output, not outcome_unknown; the call ran once and
 // the worker reports no failure.
 func TestResultOutlivesALongOutage(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	w := f.startWorker("w1")
 	coord := f.coordinator("coordinator", script{

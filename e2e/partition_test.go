@@ -16,6 +16,7 @@ import (
 // results stream keeps the result; once the coordinator is reconnected it
 // reads it from there and the model gets the tool's output, not a timeout.
 func TestCoordinatorPartitionedWhileWorkerAnswers(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.startWorker("w1")
 	px := newProxy(t, f.url())

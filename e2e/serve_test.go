@@ -35,10 +35,14 @@ const serveMaxRequestBytes = 64 << 10
 // requests get a clear refusal and never reach (or never stay in) the runs
 // stream.
 func TestServeFleet(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	natsBin := natscli.Path(t)
-	f.startWorker("sw1")
-	f.startWorker("sw2")
+	// The workers' ack wait is long: this test counts the runs of an
+	// idempotent tool, and a worker starved past the suite's 2s (the tests
+	// run in parallel) would have a call redelivered and run again.
+	f.startWorker("sw1", "--ack-wait", "10s")
+	f.startWorker("sw2", "--ack-wait", "10s")
 
 	// Five rounds of one "work" call each, then an answer: more rounds than
 	// the ceiling allows.
@@ -288,6 +292,7 @@ func exitCode(err error) int {
 // after --run-ack-wait and started over, and every run still gets exactly
 // one result.
 func TestServeSurvivesACoordinatorKill(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t)
 	f.startWorker("kw1")
 	var turns script

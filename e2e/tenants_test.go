@@ -29,6 +29,7 @@ accounts {
 // subscribed to every subject sees none of A's calls, results or
 // arguments.
 func TestTenantsAreNATSAccounts(t *testing.T) {
+	t.Parallel()
 	srv := natstest.StartWithConfig(t, tenantsConf)
 	url := func(user, pw string) string {
 		return strings.Replace(srv.ClientURL(), "nats://", "nats://"+user+":"+pw+"@", 1)

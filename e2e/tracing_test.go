@@ -94,6 +94,7 @@ func attr(s *tracepb.Span, key string) string {
 // span, with queue wait, validation, execution and result publish below it;
 // no argument value or output reaches any span.
 func TestTraceAcrossCoordinatorAndWorker(t *testing.T) {
+	t.Parallel()
 	const canary = "canary-value-83e1"
 	recv := startOTLPReceiver(t)
 	f := newFleet(t)

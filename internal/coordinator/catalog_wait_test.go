@@ -48,7 +48,7 @@ func (m *everyToolModel) Complete(ctx context.Context, req loop.Request) (*loop.
 }
 
 // TestFirstRoundSeesEveryInProcessTool opens an embedded coordinator with a
-// manifest and built-ins many times back to back; each first round calls
+// manifest and built-ins many times; each first round calls
 // every tool the in-process worker serves, and none may be answered
 // unknown_tool: Open waits until the catalog lists all of them, not just
 // the first one a worker published.
@@ -79,26 +79,31 @@ func TestFirstRoundSeesEveryInProcessTool(t *testing.T) {
 	if testing.Short() {
 		runs = 3
 	}
+	// Each run opens its own embedded server and store, so they run in
+	// parallel: most of an Open is waiting on the server and the worker.
 	for i := range runs {
-		c, err := coordinator.Open(t.Context(), coordinator.Config{
-			Model:     &everyToolModel{tools: tools},
-			ToolsFile: path,
-			Builtins:  []string{"calculator", "echo"},
-			StoreDir:  t.TempDir(),
+		t.Run(fmt.Sprintf("run%d", i), func(t *testing.T) {
+			t.Parallel()
+			c, err := coordinator.Open(t.Context(), coordinator.Config{
+				Model:     &everyToolModel{tools: tools},
+				ToolsFile: path,
+				Builtins:  []string{"calculator", "echo"},
+				StoreDir:  t.TempDir(),
+			})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			res, err := c.Run(t.Context(), "call every tool")
+			c.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := res.Metadata.Outcomes[protocol.OutcomeUnknownTool]; n != 0 {
+				t.Fatalf("%d of %d calls answered unknown_tool (outcomes %v)", n, len(tools), res.Metadata.Outcomes)
+			}
+			if n := res.Metadata.Outcomes[protocol.OutcomeOK]; n != len(tools) {
+				t.Fatalf("%d calls ok, want %d (outcomes %v)", n, len(tools), res.Metadata.Outcomes)
+			}
 		})
-		if err != nil {
-			t.Fatalf("run %d: Open: %v", i, err)
-		}
-		res, err := c.Run(t.Context(), "call every tool")
-		c.Close()
-		if err != nil {
-			t.Fatalf("run %d: %v", i, err)
-		}
-		if n := res.Metadata.Outcomes[protocol.OutcomeUnknownTool]; n != 0 {
-			t.Fatalf("run %d: %d of %d calls answered unknown_tool (outcomes %v)", i, n, len(tools), res.Metadata.Outcomes)
-		}
-		if n := res.Metadata.Outcomes[protocol.OutcomeOK]; n != len(tools) {
-			t.Fatalf("run %d: %d calls ok, want %d (outcomes %v)", i, n, len(tools), res.Metadata.Outcomes)
-		}
 	}
 }
