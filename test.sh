@@ -54,8 +54,14 @@ go build $race -v ./... 2>&1 | sed 's/^/  /'
 phase "nats CLI" "the nats CLI the tests drive (built once into the Go cache)"
 go run ./internal/natscli/install
 
-phase "go test" "go test $race ./..."
-go test $race -count=1 -timeout 20m ./...
+# The end-to-end tests run two at a time (most are parallel: they wait on
+# processes, ack waits and deadlines) and by themselves, after the other
+# packages: beside another package's tests they would starve each other's
+# heartbeats on a two-core machine.
+phase "go test" "go test $race ./... (all but ./e2e)"
+go test $race -count=1 -timeout 20m $(go list ./... | grep -v '/e2e$')
+phase "go test e2e" "go test $race ./e2e"
+go test $race -count=1 -timeout 20m ./e2e
 
 # fuzz_one DIR TARGET fuzzes one target for $FUZZTIME with one worker
 # process, and prints what happened in one write (targets run $FUZZJOBS at

@@ -543,9 +543,13 @@ func waitRunStarted(t *testing.T, f *serveFleet) {
 // then dies would (never acknowledged), with MaxDeliver 1: the next serving
 // coordinator stores an "abandoned" result for it and removes it from the
 // stream.
+//
+// The server says a request is abandoned once, on core NATS, when the ack
+// wait of its last delivery ends: the ack wait is long enough for the next
+// coordinator to start and listen before then on a loaded machine.
 func TestServeGivesAbandonedRunsAResult(t *testing.T) {
 	f := newServeFleet(t)
-	sc := coordinator.ServeConfig{AckWait: 500 * time.Millisecond, MaxDeliver: 1}
+	sc := coordinator.ServeConfig{AckWait: 5 * time.Second, MaxDeliver: 1}
 	first := f.start(serveOpts{script: echoThenAnswer, serve: sc})
 	f.result(f.accepted(`{"prompt": "warm up"}`)) // the stream and consumer exist
 	if err := first.stop(); err != nil {

@@ -280,23 +280,31 @@ func (c *Cluster) StoredMsgs(i int, account, stream string) (uint64, error) {
 }
 
 // MetaCurrent returns nil once a running node leads the JetStream meta
-// group and every running node is current with it.
+// group, every running node is current with it, and the leader counts
+// every running node online (has its stats), which placing a replicated
+// stream on them needs: just after a start the leader may still count a
+// peer offline and refuse an R3 stream with "no suitable peers".
 func (c *Cluster) MetaCurrent() error {
-	leader := false
+	var leader *server.Server
+	running := 0
 	for i := range c.nodes {
 		srv := c.Server(i)
 		if srv == nil {
 			continue
 		}
+		running++
 		if srv.JetStreamIsLeader() {
-			leader = true
+			leader = srv
 		}
 		if !srv.JetStreamIsCurrent() {
 			return fmt.Errorf("node %s is not current with the meta group", c.nodes[i].name)
 		}
 	}
-	if !leader {
+	if leader == nil {
 		return errors.New("no meta leader")
+	}
+	if online := len(leader.JetStreamClusterPeers()); online < running {
+		return fmt.Errorf("the meta leader counts %d of %d running nodes online", online, running)
 	}
 	return nil
 }
