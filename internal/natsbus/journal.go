@@ -31,6 +31,12 @@ const MaxJournalEntryBytes = protocol.DefaultMaxMessageBytes - 8<<10
 // journalOpTimeout bounds one journal operation.
 const journalOpTimeout = 5 * time.Second
 
+// journalAppendWait bounds an append with its retries: long enough to
+// wait out the election of a new stream leader after a node is lost (a
+// few seconds, more on a loaded machine), as a starting process waits for
+// its streams (StreamGuardConfig.StartWait), rather than end the run.
+const journalAppendWait = 30 * time.Second
+
 // Journal is one run's journal in the journal stream, owned by one
 // coordinator: a [loop.Journal]. Open takes the run over by appending an
 // owner entry after the last entry it read; every append names the
@@ -116,7 +122,7 @@ func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
 	msg.Header.Set(protocol.HeaderMsgID, msgID)
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	msg.Header.Set(headerJournalOwner, j.owner)
-	actx, cancel := context.WithTimeout(ctx, journalOpTimeout)
+	actx, cancel := context.WithTimeout(ctx, journalAppendWait)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		pctx, pcancel := context.WithTimeout(actx, publishAttemptTimeout)
