@@ -81,14 +81,30 @@ func startBurst(t *testing.T, n int, publish func(f *fleet, calls []protocol.Cal
 }
 
 // finish lets the held calls answer while the worker's link is frozen,
-// waits until the worker holds its results as want says, then thaws the
-// link.
-func (b *burst) finish(t *testing.T, want func(alone, waiting int) error) {
+// waits until the worker holds wantAlone results published alone and
+// wantWaiting waiting for a message, then thaws the link.
+func (b *burst) finish(t *testing.T, wantAlone, wantWaiting int) {
 	t.Helper()
 	b.link.freeze()
 	close(b.release)
-	natstest.WaitFor(t, 20*time.Second, func() error { return want(b.worker.ResultsInFlight()) })
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if alone, waiting := b.worker.ResultsInFlight(); alone != wantAlone || waiting != wantWaiting {
+			return fmt.Errorf("%d results published alone, %d waiting; want %d and %d", alone, waiting, wantAlone, wantWaiting)
+		}
+		return nil
+	})
 	b.link.thaw()
+}
+
+// deliveredResults reads n results from in.
+func deliveredResults(t *testing.T, in loop.Inbox, n int) []protocol.Result {
+	t.Helper()
+	var delivered []protocol.Result
+	for len(delivered) < n {
+		ev := nextEvent(t, in, 20*time.Second, func(ev loop.Event) bool { return ev.Result != nil })
+		delivered = append(delivered, *ev.Result)
+	}
+	return delivered
 }
 
 // storedResults reads every message stored on the run's subject of tool
@@ -187,17 +203,8 @@ func TestWorkerBatchesTheResultsOfABurst(t *testing.T) {
 	})
 	// The first result is published alone and its PubAck held by the
 	// frozen link; the others wait for it.
-	b.finish(t, func(alone, waiting int) error {
-		if alone != 1 || waiting != n-1 {
-			return fmt.Errorf("%d results published alone, %d waiting; want 1 and %d", alone, waiting, n-1)
-		}
-		return nil
-	})
-	var delivered []protocol.Result
-	for len(delivered) < n {
-		ev := nextEvent(t, in, 20*time.Second, func(ev loop.Event) bool { return ev.Result != nil })
-		delivered = append(delivered, *ev.Result)
-	}
+	b.finish(t, 1, n-1)
+	delivered := deliveredResults(t, in, n)
 	checkOutputs(t, b.calls, delivered)
 
 	msgs, batch := storedResults(t, b.f, b.run, "gate", 2)
@@ -231,17 +238,8 @@ func TestWorkerKeepsABatchWithinItsCoordinatorsLimit(t *testing.T) {
 			}
 		}
 	})
-	b.finish(t, func(alone, waiting int) error {
-		if alone != 1 || waiting != n-1 {
-			return fmt.Errorf("%d results published alone, %d waiting; want 1 and %d", alone, waiting, n-1)
-		}
-		return nil
-	})
-	var delivered []protocol.Result
-	for len(delivered) < n {
-		ev := nextEvent(t, in, 20*time.Second, func(ev loop.Event) bool { return ev.Result != nil })
-		delivered = append(delivered, *ev.Result)
-	}
+	b.finish(t, 1, n-1)
+	delivered := deliveredResults(t, in, n)
 	checkOutputs(t, b.calls, delivered)
 	b.f.waitIdle(t, "gate")
 	subject, _ := b.f.subjects.Result(b.run, "gate")
@@ -296,18 +294,9 @@ func TestWorkerPublishesARefusedBatchResultByResult(t *testing.T) {
 			}
 		}
 	})
-	b.finish(t, func(alone, waiting int) error {
-		if alone != 1 || waiting != n-1 {
-			return fmt.Errorf("%d results published alone, %d waiting; want 1 and %d", alone, waiting, n-1)
-		}
-		return nil
-	})
+	b.finish(t, 1, n-1)
 	b.f.waitIdle(t, "gate")
-	var delivered []protocol.Result
-	for len(delivered) < n {
-		ev := nextEvent(t, in, 20*time.Second, func(ev loop.Event) bool { return ev.Result != nil })
-		delivered = append(delivered, *ev.Result)
-	}
+	delivered := deliveredResults(t, in, n)
 	checkOutputs(t, b.calls, delivered)
 	msgs, _ := storedResults(t, b.f, b.run, "gate", n)
 	var all []protocol.Result
@@ -345,12 +334,7 @@ func TestWorkerAnswersACallWithoutTheBatchHeaderAlone(t *testing.T) {
 		}
 	})
 	// Every result goes out alone while the link holds their PubAcks.
-	b.finish(t, func(alone, waiting int) error {
-		if alone != n || waiting != 0 {
-			return fmt.Errorf("%d results published alone, %d waiting; want %d and 0", alone, waiting, n)
-		}
-		return nil
-	})
+	b.finish(t, n, 0)
 	b.f.waitIdle(t, "gate")
 	msgs, batch := storedResults(t, b.f, b.run, "gate", n)
 	var all []protocol.Result
