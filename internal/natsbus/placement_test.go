@@ -20,7 +20,6 @@ import (
 // servers carry than the streams have replicas are refused with
 // ErrNoPlacement, naming the tags.
 func TestProvisionPlacesStreamsOnTaggedServers(t *testing.T) {
-	t.Parallel() // its own cluster; mostly waits for its elections
 	c := natstest.StartTaggedCluster(t, [][]string{{"ssd", "az:a"}, {"ssd", "az:b"}, {"az:c"}})
 	js := connectJS(t, c.URLs())
 	s := protocol.Subjects{}

@@ -34,7 +34,6 @@ func TestProvisionRefusesReplicasASingleServerCannotHold(t *testing.T) {
 // bucket gets three replicas, a process expecting the default (one) finds
 // nothing amiss, and provisioning one replica later lowers nothing.
 func TestProvisionReplicatesOnACluster(t *testing.T) {
-	t.Parallel() // its own cluster; mostly waits for its elections
 	c := natstest.StartCluster(t, 3)
 	js := connectJS(t, c.URLs())
 	s := protocol.Subjects{}
@@ -70,7 +69,6 @@ func TestProvisionReplicatesOnACluster(t *testing.T) {
 // exit on the first unanswered check: CheckAtStart keeps checking and
 // succeeds once a node is back and a leader is elected.
 func TestStartingProcessWaitsForAStreamLeader(t *testing.T) {
-	t.Parallel() // its own cluster; mostly waits for its elections
 	c := natstest.StartCluster(t, 3)
 	js := connectJS(t, c.ClientURL(0), nats.MaxReconnects(-1))
 	s := protocol.Subjects{}

@@ -66,7 +66,6 @@ func TestProvisionIsIdempotentAndMatchesTheCheck(t *testing.T) {
 // names the stream and field, refuses (Err, Wait), reports to its
 // observer, and that Provision restores the stream.
 func TestStreamGuardDetectsEveryKindOfRewrite(t *testing.T) {
-	t.Parallel() // its own server
 	srv := natstest.Start(t)
 	js, err := jetstream.New(natstest.Connect(t, srv))
 	if err != nil {
