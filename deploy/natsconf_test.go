@@ -293,6 +293,23 @@ func TestConfPermissions(t *testing.T) {
 		}
 	})
 
+	t.Run("coordinator withdraws a call no worker claimed", func(t *testing.T) {
+		ack, err := coord.js.Publish(ctx, "fleet.call.withdrawn", []byte(`call`))
+		if err != nil {
+			t.Fatalf("coordinator publishing a call: %v", err)
+		}
+		st, err := coord.js.Stream(ctx, subjects.CallsStream())
+		if err != nil {
+			t.Fatalf("coordinator looking up the calls stream: %v", err)
+		}
+		if err := st.DeleteMsg(ctx, ack.Sequence); err != nil {
+			t.Fatalf("coordinator withdrawing its call: %v", err)
+		}
+		if _, err := st.GetMsg(ctx, ack.Sequence); !errors.Is(err, jetstream.ErrMsgNotFound) {
+			t.Fatalf("the withdrawn call: %v, want it gone", err)
+		}
+	})
+
 	t.Run("coordinator cannot erase the audit log", func(t *testing.T) {
 		for _, subj := range []string{
 			"$JS.API.STREAM.PURGE.FLEET_APPROVALS",

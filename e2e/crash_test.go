@@ -113,6 +113,75 @@ func TestWorkerKilledMidNonIdempotentCall(t *testing.T) {
 	}
 }
 
+// TestQueuedNonIdempotentCallIsWithdrawnAtItsDeadline: a worker with one
+// slot takes the first of two non-idempotent calls and is then frozen
+// (SIGSTOP) with the second still queued. At the deadline the coordinator
+// withdraws the queued call, which no worker claimed, and tells the model
+// it did not run; the claimed one cannot be withdrawn and is
+// outcome_unknown. Thawed, the worker never receives the withdrawn call:
+// the next call it is given is a later run's, and the withdrawn one never
+// runs.
+func TestQueuedNonIdempotentCallIsWithdrawnAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t)
+	w := f.startWorker("w1", "--concurrency", "1")
+	coord := f.coordinator("coordinator", script{
+		turn(call("c1", toolCharge, map[string]any{"id": "one", "sleep_ms": 20000}),
+			call("c2", toolCharge, map[string]any{"id": "two", "sleep_ms": 0})),
+		final("done"),
+	}, "--tool-timeout", "3s")
+
+	var first toolRun
+	natstest.WaitFor(t, 15*time.Second, func() error {
+		runs := f.runs()
+		if len(runs) == 0 {
+			return fmt.Errorf("no call has started")
+		}
+		first = runs[0]
+		return nil
+	})
+	w.signal(syscall.SIGSTOP)
+	frozen := true
+	t.Cleanup(func() {
+		if frozen {
+			w.signal(syscall.SIGCONT)
+		}
+	})
+	ran, queued := "c1", "c2"
+	if first.id == "two" {
+		ran, queued = "c2", "c1"
+	}
+
+	recs, obs := answered(t, coord.result(30*time.Second, 0))
+	if rec := recs[queued]; rec.Outcome != protocol.OutcomeTimeout || !strings.Contains(obs[queued], "before any worker started it: it did not run") {
+		t.Fatalf("queued call %+v %q: want timeout, told it did not run", rec, obs[queued])
+	}
+	if rec := recs[ran]; rec.Outcome != protocol.OutcomeUnknown {
+		t.Fatalf("claimed call %+v: want outcome_unknown", rec)
+	}
+	coord.waitLog(time.Second, `"event":"call_withdrawn"`)
+
+	w.signal(syscall.SIGCONT)
+	frozen = false
+	next := f.coordinator("next", script{
+		turn(call("c3", toolCharge, map[string]any{"id": "three", "sleep_ms": 0})),
+		final("done"),
+	}, "--tool-timeout", "20s")
+	recs, _ = answered(t, next.result(30*time.Second, 0))
+	if rec := recs["c3"]; rec.Outcome != protocol.OutcomeOK {
+		t.Fatalf("the next run's call %+v: want ok", rec)
+	}
+	if runs := f.runsOf(map[string]string{"c1": "one", "c2": "two"}[queued]); len(runs) != 0 {
+		t.Fatalf("the withdrawn call ran %d times, want never: %+v", len(runs), runs)
+	}
+	// The calls stream delivers in order: had the withdrawn call still
+	// been there, the thawed worker would have been given it first.
+	if info := f.consumerInfo(toolCharge); info.Delivered.Consumer != 2 || info.NumPending != 0 {
+		t.Fatalf("consumer of %s: %d deliveries, %d waiting; want 2 (the claimed call and the next run's) and 0",
+			toolCharge, info.Delivered.Consumer, info.NumPending)
+	}
+}
+
 // TestRedeliveryAfterTheDeadlineNeverStarts: a worker dies mid-call and the
 // call's deadline (1s) passes before the ack wait (2s) redelivers it. The
 // other worker terminates the redelivered call without running it, and the

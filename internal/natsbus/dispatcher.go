@@ -68,6 +68,9 @@ type Dispatcher struct {
 	results *resultsReader
 	// batchHeader is every call's protocol.HeaderResultBatch.
 	batchHeader string
+
+	callsMu sync.Mutex
+	calls   jetstream.Stream // the calls stream, once a withdrawal looked it up
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -143,6 +146,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	in.js, in.reader = d.js, d.results
 	in.resultSubject, in.resultsStream = resultSubj, d.subjects.ResultsStream()
 	in.forget = func() { d.inboxes.CompareAndDelete(run, in) }
+	in.callsStream = d.callsStream
 	sub, err := d.nc.Subscribe(progressSubj, in.onProgress)
 	if err != nil {
 		in.Close()
@@ -172,10 +176,23 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	}
 	pctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	if err := publishRetrying(pctx, d.js, msg); err != nil {
+	ack, err := publishRetrying(pctx, d.js, msg)
+	if err != nil {
 		return fmt.Errorf("natsbus: publishing call to %s: %w", msg.Subject, err)
 	}
+	d.stored(call, ack)
 	return nil
+}
+
+// stored tells the inbox of call's run where the calls stream stored it,
+// for [Inbox.Withdraw].
+func (d *Dispatcher) stored(call protocol.Call, ack *jetstream.PubAck) {
+	if ack == nil || ack.Sequence == 0 {
+		return
+	}
+	if v, ok := d.inboxes.Load(call.RunID); ok {
+		v.(*Inbox).seqs.Store(call.CallKey, ack.Sequence)
+	}
 }
 
 var _ loop.BatchDispatcher = (*Dispatcher)(nil)
@@ -211,7 +228,8 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 		}
 		if f != nil && waiting {
 			select {
-			case <-f.Ok():
+			case ack := <-f.Ok():
+				d.stored(calls[i].Call, ack)
 				continue
 			case err := <-f.Err():
 				if !transient(err) {
@@ -225,14 +243,18 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 			}
 		} else if f != nil {
 			select {
-			case <-f.Ok():
+			case ack := <-f.Ok():
+				d.stored(calls[i].Call, ack)
 				continue
 			default:
 			}
 		}
-		if err := publishRetrying(pctx, d.js, msgs[i]); err != nil {
+		ack, err := publishRetrying(pctx, d.js, msgs[i])
+		if err != nil {
 			errs[i] = fmt.Errorf("natsbus: publishing call to %s: %w", msgs[i].Subject, err)
+			continue
 		}
+		d.stored(calls[i].Call, ack)
 	}
 	return errs
 }
@@ -271,7 +293,9 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
 	if !loop.WantsStartedNotices(ctx) {
-		msg.Header.Set(protocol.HeaderStartedNotice, protocol.StartedNoticeNonIdempotent)
+		// The run's inbox withdraws an unclaimed non-idempotent call at
+		// its deadline, which tells whether it started: no notice needed.
+		msg.Header.Set(protocol.HeaderStartedNotice, protocol.StartedNoticeNone)
 	}
 	// This Dispatcher's inboxes read a worker's batch of results, of up
 	// to the size they decode.
@@ -333,8 +357,13 @@ type Inbox struct {
 	// under their own subject: a notice is taken only on this one.
 	progress string
 	// tools are the tools of the calls published for the run, by key.
-	tools  sync.Map // protocol.CallKey -> protocol.ToolName
-	forget func()
+	tools sync.Map // protocol.CallKey -> protocol.ToolName
+	// seqs are where the calls stream stored the run's calls, by key, as
+	// their PubAcks said: what Withdraw removes.
+	seqs sync.Map // protocol.CallKey -> uint64
+	// callsStream looks up the calls stream, for Withdraw.
+	callsStream func(context.Context) (jetstream.Stream, error)
+	forget      func()
 
 	mu     sync.Mutex // serialises sends with Close
 	closed bool
@@ -405,6 +434,51 @@ func (in *Inbox) stopReading() {
 // records every call it publishes; a process that resumes a run whose
 // calls another published records them with Expect.
 func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
+
+var _ loop.WithdrawInbox = (*Inbox)(nil)
+
+// Withdraw implements [loop.WithdrawInbox]: it removes the call's message
+// from the calls stream, at the sequence its PubAck gave. The server
+// removes a message once, and a worker claims a non-idempotent call by
+// removing its message before the tool starts, so of a claim and a
+// withdrawal exactly one succeeds. It reports true when the withdrawal
+// did: no worker will run the call. It reports false when the message was
+// gone — a worker claimed the call (it may have run) or the stream no
+// longer held it — and an error when it cannot tell: the call's PubAck
+// was not seen, or the server did not answer.
+func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, error) {
+	v, ok := in.seqs.LoadAndDelete(key)
+	if !ok || in.callsStream == nil {
+		return false, codedError("no_stream_sequence")
+	}
+	st, err := in.callsStream(ctx)
+	if err != nil {
+		return false, err
+	}
+	switch err := st.DeleteMsg(ctx, v.(uint64)); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// callsStream returns the calls stream, looked up once.
+func (d *Dispatcher) callsStream(ctx context.Context) (jetstream.Stream, error) {
+	d.callsMu.Lock()
+	defer d.callsMu.Unlock()
+	if d.calls != nil {
+		return d.calls, nil
+	}
+	st, err := d.js.Stream(ctx, d.subjects.CallsStream())
+	if err != nil {
+		return nil, err
+	}
+	d.calls = st
+	return st, nil
+}
 
 // CaughtUp implements [loop.CatchUpInbox]: its first call starts a read
 // of the results stored for the run before Open (up to the last the

@@ -75,7 +75,7 @@ func TestAStalledWorkerDoesNotRunANonIdempotentCallTwice(t *testing.T) {
 
 	l.thaw()
 	natstest.WaitFor(t, 15*time.Second, func() error {
-		if runs.Load() > 1 || f.log.Contains("call already taken by another delivery") {
+		if runs.Load() > 1 || f.log.Contains("call already claimed by another delivery") {
 			return nil
 		}
 		return errors.New("the stalled worker has not handled its delivery")

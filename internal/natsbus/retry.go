@@ -46,17 +46,17 @@ func transient(err error) bool {
 }
 
 // publishRetrying publishes msg, which must carry a Nats-Msg-Id, retrying
-// transient failures until ctx ends.
-func publishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, opts ...jetstream.PublishOpt) error {
+// transient failures until ctx ends, and returns the server's PubAck.
+func publishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
-		_, err := js.PublishMsg(actx, msg, opts...)
+		ack, err := js.PublishMsg(actx, msg, opts...)
 		cancel()
 		if err == nil || ctx.Err() != nil || !transient(err) {
-			return err
+			return ack, err
 		}
 		if !sleepCtx(ctx, backoff(attempt)) {
-			return err
+			return nil, err
 		}
 	}
 }

@@ -37,6 +37,8 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	call, replyTo, err := w.accept(tc, m)
 	endValidation(traceErr(err))
 	switch {
+	case errors.Is(err, errExpired) && !tc.idempotent:
+		return w.expireClaimed(ctx, tc, call, replyTo, d)
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
 		tc.meter.onTerminated(TerminatedExpired)
@@ -81,7 +83,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		// At most once: the call is claimed before the tool runs.
 		switch err := w.claim(d); {
 		case errors.Is(err, errClaimed):
-			log.Info().Msg("call already taken by another delivery: not run")
+			log.Info().Msg("call already claimed by another delivery, or withdrawn: not run")
 			return Settled
 		case err != nil:
 			log.Warn().Err(err).Msg("could not claim a non-idempotent call before running it: not run")
@@ -89,12 +91,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		}
 	}
 	ct.call(call, attempt)
-	if !tc.idempotent || d.Msg.Headers().Get(protocol.HeaderStartedNotice) != protocol.StartedNoticeNonIdempotent {
-		// Only a non-idempotent call's start decides something: past its
-		// deadline, a started one is outcome_unknown, not timeout. A
-		// coordinator that needs no more says so on the call, and an
-		// idempotent call is then sent no notice: one message less per
-		// call.
+	if wantsStarted(d.Msg.Headers().Get(protocol.HeaderStartedNotice), tc.idempotent) {
 		w.publishStarted(call, attempt)
 	}
 
@@ -161,6 +158,54 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	ev.Msg("call finished")
 	if tc.idempotent {
 		return Ack
+	}
+	return Settled
+}
+
+// wantsStarted reports whether the coordinator of a call whose
+// protocol.HeaderStartedNotice is header wants a started notice. Only a
+// non-idempotent call's start decides something: past its deadline, a
+// started one is outcome_unknown, not timeout. A coordinator that learns
+// it by withdrawing the call at its deadline asks for none; one that
+// needs only those asks for no idempotent call's; one that shows every
+// call's progress, or predates the header, for every call's.
+func wantsStarted(header string, idempotent bool) bool {
+	switch header {
+	case protocol.StartedNoticeNone:
+		return false
+	case protocol.StartedNoticeNonIdempotent:
+		return !idempotent
+	}
+	return true
+}
+
+// expireClaimed settles a non-idempotent call delivered past its deadline.
+// It is claimed like one about to run, so that it never runs, and answered
+// timeout — not run — so its coordinator, which may be about to withdraw
+// it, learns that it did not start rather than finding it gone.
+func (w *Worker) expireClaimed(ctx context.Context, tc *toolConsumer, call protocol.Call, replyTo string, d *Delivery) Decision {
+	log := w.log.Info().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
+		Int(logAttempt, d.Attempt)
+	switch err := w.claim(d); {
+	case errors.Is(err, errClaimed):
+		log.Msg("call expired, and already claimed or withdrawn: not run")
+		return Settled
+	case err != nil:
+		log.Err(err).Msg("could not claim an expired non-idempotent call: not run")
+		return Leave
+	}
+	w.expired.Add(1)
+	tc.meter.onTerminated(TerminatedExpired)
+	log.Msg("call expired before it started: not run")
+	result := protocol.Result{
+		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeTimeout,
+		ErrorType: termExpired, Worker: w.cfg.Name, Attempt: d.Attempt,
+	}
+	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), 0); err != nil {
+		w.resultErrors.Add(1)
+		tc.meter.onResultFailed()
+		w.log.Error().Err(err).Str(logTool, string(tc.name)).Str(logCallKey, string(call.CallKey)).
+			Msg("could not publish a call's result")
 	}
 	return Settled
 }
@@ -323,7 +368,7 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 		return protocol.Call{}, "", codedError("reply_to_mismatch")
 	}
 	if deadline.Expired(w.cfg.Now()) {
-		return call, "", errExpired
+		return call, replyTo, errExpired
 	}
 	return call, replyTo, nil
 }
@@ -375,7 +420,7 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	// Nats-Msg-Id, stored at most once.
 	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
-	err = publishRetrying(ctx, w.js, msg, opt)
+	_, err = publishRetrying(ctx, w.js, msg, opt)
 	cancel()
 	if err == nil || !transient(err) || stopping.Err() != nil {
 		return err
@@ -385,5 +430,6 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	if ctx.Err() != nil {
 		return err
 	}
-	return publishRetrying(ctx, w.js, msg, opt)
+	_, err = publishRetrying(ctx, w.js, msg, opt)
+	return err
 }

@@ -93,24 +93,24 @@ func TestCallRoundTrip(t *testing.T) {
 	f.waitIdle(t, "echo")
 }
 
-// TestStartedNoticeOnlyWhereItDecides: a coordinator's calls ask for a
-// started notice only of non-idempotent calls, so an idempotent call is
-// answered without one (a message less per call), a non-idempotent call
-// still gets one (it tells outcome_unknown from timeout), and a call
-// published under loop.WithStartedNotices gets one whatever its tool.
-func TestStartedNoticeOnlyWhereItDecides(t *testing.T) {
+// TestStartedNoticeOnlyWhenAsked: a coordinator's calls ask for no started
+// notice, so a call is answered without one (a message less per call) —
+// a non-idempotent one too, whose start its coordinator learns by
+// withdrawing it at its deadline — and a call published under
+// loop.WithStartedNotices gets one whatever its tool.
+func TestStartedNoticeOnlyWhenAsked(t *testing.T) {
 	f := newFleet(t)
 	var onceRuns atomic.Int64
 	h := harnesstest.New(t, harness.Config{}, harness.Echo(), counting("once", &onceRuns, 0, false))
 	f.startWorker(t, h, natsbus.WorkerConfig{Name: "w1"})
 	d, run, in := f.openRun(t)
 
-	// Every event read is checked: a notice of the idempotent call, had
-	// the worker sent one, precedes the later calls' on the same subject
-	// from the same connection.
+	// Every event read is checked: a notice of an earlier call, had the
+	// worker sent one, precedes the last call's on the same subject from
+	// the same connection.
 	quiet := newCall(run, "echo", `{"text":"quiet"}`, 10*time.Second)
-	asked := newCall(run, "echo", `{"text":"asked"}`, 10*time.Second)
 	once := newCall(run, "once", `{}`, 10*time.Second)
+	asked := newCall(run, "once", `{}`, 10*time.Second)
 	started := map[protocol.CallKey]bool{}
 	answered := map[protocol.CallKey]bool{}
 	await := func(key protocol.CallKey, wantStarted bool) {
@@ -129,16 +129,16 @@ func TestStartedNoticeOnlyWhereItDecides(t *testing.T) {
 		t.Fatal(err)
 	}
 	await(quiet.CallKey, false)
+	if err := d.Publish(ctx(t), once); err != nil {
+		t.Fatal(err)
+	}
+	await(once.CallKey, false)
 	if err := d.Publish(loop.WithStartedNotices(ctx(t)), asked); err != nil {
 		t.Fatal(err)
 	}
 	await(asked.CallKey, true)
-	if err := d.Publish(ctx(t), once); err != nil {
-		t.Fatal(err)
-	}
-	await(once.CallKey, true)
-	if started[quiet.CallKey] {
-		t.Fatal("an idempotent call got a started notice nobody asked for")
+	if started[quiet.CallKey] || started[once.CallKey] {
+		t.Fatalf("started notices nobody asked for: idempotent %v, non-idempotent %v", started[quiet.CallKey], started[once.CallKey])
 	}
 }
 

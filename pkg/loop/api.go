@@ -137,6 +137,23 @@ type BatchDispatcher interface {
 	PublishBatch(ctx context.Context, calls []Outgoing) []error
 }
 
+// WithdrawInbox is an [Inbox] that can take back a published call of its
+// run that no worker has claimed, so that none ever runs it. The loop asks
+// it once, at the deadline, for each non-idempotent call still unanswered
+// and not known to have started: a call withdrawn is answered timeout at
+// once, with the model told that it did not run; one that could not be —
+// a worker claimed it, or the inbox cannot tell — is awaited until its
+// deadline plus grace and then answered outcome_unknown. Its answer
+// decides; no started notice is needed. Without it the loop relies on the
+// fleet's started notices ([Event].Started).
+type WithdrawInbox interface {
+	Inbox
+	// Withdraw takes back the call of key. It reports true only when the
+	// call will never run; false with a nil error means a worker claimed
+	// it first (it may have run); an error means it cannot tell.
+	Withdraw(ctx context.Context, key protocol.CallKey) (bool, error)
+}
+
 // Inbox delivers what workers send back for one run. Events may be
 // duplicated, late, for unknown call keys or forged; the loop copes. A
 // full inbox drops new events (see [Dispatcher]).

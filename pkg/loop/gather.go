@@ -293,6 +293,7 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 			ru.fromResult(s, res)
 		}
 	}
+	withdrawer, _ := ru.inbox.(WithdrawInbox)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for len(pending) > 0 {
@@ -314,6 +315,9 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 			break
 		}
 		now := ru.now()
+		if withdrawer != nil {
+			ru.withdrawDue(ctx, round, withdrawer, now, pending)
+		}
 		var next time.Time
 		for key, s := range pending {
 			limit := s.deadline.ResultBy()
@@ -321,6 +325,9 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 				ru.expire(s)
 				delete(pending, key)
 				continue
+			}
+			if withdrawer != nil && withdrawable(s) {
+				limit = s.deadline.At
 			}
 			if next.IsZero() || limit.Before(next) {
 				next = limit
@@ -353,6 +360,52 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 	if drops > maxLoggedDropsPerRound {
 		ru.log.Warn().Str(logKeyEvent, evDropsSuppress).Int(logKeyRound, round).
 			Int(logKeyCount, drops-maxLoggedDropsPerRound).Send()
+	}
+}
+
+// withdrawWait bounds the wait for the fleet's answers to the withdrawals
+// of one pass over a round's pending calls.
+const withdrawWait = 5 * time.Second
+
+// withdrawable reports whether s is a call to withdraw at its deadline: a
+// non-idempotent call not known to have started, not asked about yet.
+func withdrawable(s *callState) bool {
+	return !s.entry.spec.Idempotent && !s.started && !s.asked
+}
+
+// withdrawDue asks the inbox to take back each withdrawable pending call
+// whose deadline has passed. One withdrawn never runs: it is answered
+// timeout now, the model told it did not run, and leaves pending.
+// Otherwise a worker claimed it, or the inbox cannot tell: it may have
+// started, and it is awaited until its deadline plus grace
+// (outcome_unknown then).
+func (ru *run) withdrawDue(ctx context.Context, round int, in WithdrawInbox, now time.Time, pending map[protocol.CallKey]*callState) {
+	var wctx context.Context
+	for key, s := range pending {
+		if !withdrawable(s) || now.Before(s.deadline.At) {
+			continue
+		}
+		if wctx == nil {
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(ctx, withdrawWait)
+			defer cancel()
+		}
+		s.asked = true
+		withdrawn, err := in.Withdraw(wctx, key)
+		if err != nil || !withdrawn {
+			s.started = true
+			ev := ru.log.Debug()
+			if err != nil {
+				ev = ru.log.Warn() // outcome_unknown where the fleet may say timeout
+			}
+			ev.Str(logKeyEvent, evClaimed).Int(logKeyRound, round).Str(logKeyCallKey, string(key)).
+				Str(logKeyErrorType, errType(err)).Send()
+			continue
+		}
+		ru.log.Debug().Str(logKeyEvent, evWithdrawn).Int(logKeyRound, round).Str(logKeyCallKey, string(key)).Send()
+		ru.closeKey(key, keyBySynth)
+		ru.answer(s, protocol.OutcomeTimeout, obsWithdrawn(s.name, s.timeout))
+		delete(pending, key)
 	}
 }
 

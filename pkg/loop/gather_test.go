@@ -2,6 +2,7 @@ package loop_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -168,6 +169,85 @@ func TestProgressThenSilence(t *testing.T) {
 			}
 			if c := e.disp.Cancels(); len(c) != 1 || c[0].CallKey != res.Calls[0].CallKey {
 				t.Fatalf("cancels=%+v, want one for the silent call", c)
+			}
+		})
+	}
+}
+
+// TestWithdrawAtTheDeadline: with an inbox that can withdraw calls, a
+// non-idempotent call unanswered at its deadline is taken back. One no
+// worker claimed never runs and is answered timeout at once, long before
+// its grace ends; one a worker claimed, or one the fleet cannot tell
+// about, is outcome_unknown after the grace. Idempotent calls and calls a
+// worker said it started are never asked about.
+func TestWithdrawAtTheDeadline(t *testing.T) {
+	const (
+		withdrawnObs = "Tool 'pay' timed out after 30ms before any worker started it: it did not run"
+		unknownObs   = "Tool 'pay' outcome unknown: a worker started this call and stopped answering, so it may or may not have taken effect. Check before calling it again."
+	)
+	tests := []struct {
+		name        string
+		idempotent  bool
+		held        bool  // queued, never claimed
+		started     bool  // the worker sends a started notice
+		withdrawErr error // the fleet cannot tell
+		grace       time.Duration
+		want        protocol.Outcome
+		wantObs     string
+		asked       bool
+		withdrawn   bool
+		cancelled   bool
+	}{
+		// An hour of grace: only the withdrawal can end this run in time.
+		{name: "queued: withdrawn, never runs", held: true, grace: time.Hour,
+			want: protocol.OutcomeTimeout, wantObs: withdrawnObs, asked: true, withdrawn: true},
+		{name: "claimed, then silent", grace: 20 * time.Millisecond,
+			want: protocol.OutcomeUnknown, wantObs: unknownObs, asked: true, cancelled: true},
+		{name: "the fleet cannot tell", held: true, withdrawErr: errors.New("no responders"), grace: 20 * time.Millisecond,
+			want: protocol.OutcomeUnknown, wantObs: unknownObs, asked: true, cancelled: true},
+		{name: "idempotent: not asked", idempotent: true, held: true, grace: 20 * time.Millisecond,
+			want: protocol.OutcomeTimeout, wantObs: "Tool 'pay' timed out after 30ms", cancelled: true},
+		{name: "said it started: not asked", started: true, grace: 20 * time.Millisecond,
+			want: protocol.OutcomeUnknown, wantObs: unknownObs, cancelled: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pay := looptest.MustSpec("pay", openSchema)
+			pay.Idempotent = tt.idempotent
+			m := looptest.NewModel(looptest.Calls(looptest.Call("c1", "pay", `{}`)), looptest.Answer("ok"))
+			cfg := fastConfig()
+			cfg.ToolTimeout = 30 * time.Millisecond
+			cfg.Grace = tt.grace
+			ran := make(chan struct{}, 1)
+			e := newEnv(t, cfg, m, func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+				ran <- struct{}{}
+				return protocol.Result{}, false
+			}, nil)
+			e.disp.Withdrawals, e.disp.WithdrawErr, e.disp.Started = true, tt.withdrawErr, tt.started
+			e.disp.Hold = func(protocol.Call) bool { return tt.held }
+			e.cat.Specs = append(e.cat.Specs, pay)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			res, err := e.runner.Run(ctx, "go")
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			checkInvariants(t, res)
+			key := res.Calls[0].CallKey
+			if res.Calls[0].Outcome != tt.want || observation(t, res, 0) != tt.wantObs {
+				t.Fatalf("outcome=%q observation=%q, want %q %q", res.Calls[0].Outcome, observation(t, res, 0), tt.want, tt.wantObs)
+			}
+			if asked := e.disp.Asked(); tt.asked != (len(asked) == 1 && asked[0] == key) || len(asked) > 1 {
+				t.Fatalf("withdrawals asked %v, want asked=%v for %s", asked, tt.asked, key)
+			}
+			if w := e.disp.Withdrawn(); tt.withdrawn != (len(w) == 1) {
+				t.Fatalf("withdrawn %v, want withdrawn=%v", w, tt.withdrawn)
+			}
+			if tt.held && len(ran) != 0 {
+				t.Fatal("a held call's handler ran")
+			}
+			if c := e.disp.Cancels(); tt.cancelled != (len(c) == 1) {
+				t.Fatalf("cancels=%+v, want cancelled=%v", c, tt.cancelled)
 			}
 		})
 	}

@@ -61,6 +61,8 @@ const (
 	evDispatchFailed      = "dispatch_failed"
 	evInboxClose          = "inbox_close_failed"
 	evProgress            = "call_started"
+	evWithdrawn           = "call_withdrawn"
+	evClaimed             = "call_claimed"
 	evRunEnd              = "run_end"
 	evJournalFailed       = "journal_append_failed"
 	evCatchUpSlow         = "resume_catch_up_slow"

@@ -68,6 +68,10 @@ func obsTimeout(name string, d time.Duration) string {
 	return "Tool '" + clipName(name) + "' timed out after " + fmtDuration(d)
 }
 
+func obsWithdrawn(name string, d time.Duration) string {
+	return "Tool '" + clipName(name) + "' timed out after " + fmtDuration(d) + " before any worker started it: it did not run"
+}
+
 func obsOutcomeUnknown(name string) string {
 	return "Tool '" + clipName(name) + "' outcome unknown: a worker started this call and stopped answering, so it may or may not have taken effect. Check before calling it again."
 }

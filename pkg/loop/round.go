@@ -36,7 +36,8 @@ type callState struct {
 
 	timeout  time.Duration
 	deadline protocol.CallDeadline // when the call times out, and its grace
-	started  bool                  // a worker said it started the call
+	started  bool                  // a worker said it started the call, or claimed it
+	asked    bool                  // the inbox was asked to withdraw the call
 
 	done       bool
 	outcome    protocol.Outcome

@@ -19,9 +19,12 @@ const (
 	// may queue run requests, so a client cannot set it.
 	HeaderClient = "Fleet-Client"
 	// HeaderStartedNotice says on a call which started notices the
-	// coordinator needs: [StartedNoticeNonIdempotent] for only a
-	// non-idempotent call's (the only ones that decide an outcome), absent
-	// or any other value for every call's, as before the header existed.
+	// coordinator needs: [StartedNoticeNone] for none (it withdraws a
+	// non-idempotent call no worker claimed at its deadline, which tells
+	// it whether the call started), [StartedNoticeNonIdempotent] for only
+	// a non-idempotent call's (the only ones that decide an outcome),
+	// absent or any other value for every call's, as before the header
+	// existed.
 	HeaderStartedNotice = "Fleet-Started-Notice"
 	// HeaderResultBatch on a call says that its coordinator reads a
 	// [ResultBatch] and how large ([ResultBatchHeader]): only then may a
@@ -34,6 +37,12 @@ const (
 // worker to send a started notice only when its own manifest says the
 // tool is not idempotent.
 const StartedNoticeNonIdempotent = "non-idempotent"
+
+// StartedNoticeNone is the [HeaderStartedNotice] value asking a worker to
+// send no started notice: the coordinator learns whether a non-idempotent
+// call started by withdrawing it from the calls stream at its deadline,
+// which fails only when a worker claimed it.
+const StartedNoticeNone = "none"
 
 // CallMsgID is the dedup id of a call: one per call key, whatever the
 // attempt, so a call published again (a resumed run, a retried publish)

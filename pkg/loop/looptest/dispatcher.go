@@ -43,6 +43,17 @@ type Dispatcher struct {
 	// reader falls that far behind, further events are dropped and counted
 	// (the inbox's Dropped method). Default: InboxBuffer.
 	InboxSize int
+	// Withdrawals makes every inbox a [loop.WithdrawInbox] that plays the
+	// calls stream's claim: a call is claimed as its handler starts, and
+	// Withdraw takes back a call that is not (one Hold keeps queued),
+	// which then never runs.
+	Withdrawals bool
+	// Hold, when set, keeps each call it returns true for queued: no
+	// worker claims it and its handler never runs.
+	Hold func(protocol.Call) bool
+	// WithdrawErr, when set, is what every Withdraw returns: the fleet
+	// cannot tell whether the call was claimed.
+	WithdrawErr error
 
 	handler Handler
 
@@ -55,6 +66,9 @@ type Dispatcher struct {
 	wg        sync.WaitGroup
 	stored    map[protocol.RunID][]protocol.Result // Durable
 	seen      map[protocol.CallKey]bool            // Durable
+	queued    map[protocol.CallKey]bool            // held by Hold, not withdrawn
+	asked     []protocol.CallKey                   // Withdraw's calls, in order
+	withdrawn []protocol.CallKey
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -90,6 +104,9 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		}
 	}
 	close(ib.caught)
+	if d.Withdrawals {
+		return &withdrawInbox{inbox: ib, d: d}, nil
+	}
 	return ib, nil
 }
 
@@ -126,6 +143,13 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 		d.seen[c.CallKey] = true
 	}
 	d.published = append(d.published, c)
+	if d.Hold != nil && d.Hold(c) {
+		if d.queued == nil {
+			d.queued = map[protocol.CallKey]bool{}
+		}
+		d.queued[c.CallKey] = true
+		return nil
+	}
 	hctx, cancel := context.WithDeadline(context.Background(), c.Deadline)
 	d.running[c.CallKey] = cancel
 	d.wg.Add(1)
@@ -208,6 +232,49 @@ func (d *Dispatcher) Store(run protocol.RunID, res protocol.Result) {
 		d.stored = map[protocol.RunID][]protocol.Result{}
 	}
 	d.stored[run] = append(d.stored[run], res)
+}
+
+// Asked returns the call keys Withdraw was asked about, in order.
+func (d *Dispatcher) Asked() []protocol.CallKey {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]protocol.CallKey(nil), d.asked...)
+}
+
+// Withdrawn returns the call keys Withdraw took back, in order.
+func (d *Dispatcher) Withdrawn() []protocol.CallKey {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]protocol.CallKey(nil), d.withdrawn...)
+}
+
+// withdrawInbox is an inbox of a Dispatcher with Withdrawals.
+type withdrawInbox struct {
+	*inbox
+	d *Dispatcher
+}
+
+var _ loop.WithdrawInbox = (*withdrawInbox)(nil)
+
+// Withdraw implements [loop.WithdrawInbox]: it takes back a call Hold keeps
+// queued; any other was claimed when its handler started.
+func (ib *withdrawInbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, error) {
+	d := ib.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.asked = append(d.asked, key)
+	if d.WithdrawErr != nil {
+		return false, d.WithdrawErr
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if !d.queued[key] {
+		return false, nil
+	}
+	delete(d.queued, key)
+	d.withdrawn = append(d.withdrawn, key)
+	return true, nil
 }
 
 // Published returns the calls published so far.

@@ -1,0 +1,137 @@
+package natsbus_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// withdrawer is the run's inbox as the loop sees it at a deadline.
+func withdrawer(t *testing.T, in loop.Inbox) loop.WithdrawInbox {
+	t.Helper()
+	wi, ok := in.(loop.WithdrawInbox)
+	if !ok {
+		t.Fatalf("%T is not a loop.WithdrawInbox", in)
+	}
+	return wi
+}
+
+// TestWithdrawTakesBackUnclaimedCalls: calls no worker has claimed are
+// withdrawn — a batch's and a lone publish's — and leave the calls
+// stream, so a worker that starts afterwards never runs them; it runs the
+// next call, which nobody withdrew.
+func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
+	f := newFleet(t)
+	d, run, in := f.openRun(t)
+	wi := withdrawer(t, in)
+	a, b, c := newCall(run, "charge", `{}`, 30*time.Second), newCall(run, "charge", `{}`, 30*time.Second), newCall(run, "charge", `{}`, 30*time.Second)
+	for i, err := range d.PublishBatch(ctx(t), []loop.Outgoing{{Ctx: ctx(t), Call: a}, {Ctx: ctx(t), Call: b}}) {
+		if err != nil {
+			t.Fatalf("PublishBatch: call %d: %v", i, err)
+		}
+	}
+	if err := d.Publish(ctx(t), c); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []protocol.Call{a, b, c} {
+		if ok, err := wi.Withdraw(ctx(t), call.CallKey); !ok || err != nil {
+			t.Fatalf("Withdraw(%s) = %v, %v; want true, nil", call.CallKey, ok, err)
+		}
+	}
+	st, err := f.js.Stream(ctx(t), f.subjects.CallsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx(t)); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("calls stream after the withdrawals: %+v, %v; want no message", info.State, err)
+	}
+	if _, err := wi.Withdraw(ctx(t), protocol.NewCallKey()); err == nil {
+		t.Fatal("Withdraw of a call never published: no error, want one (it cannot tell)")
+	}
+
+	var runs atomic.Int64
+	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, 0, false)), natsbus.WorkerConfig{Name: "w1"})
+	next := newCall(run, "charge", `{}`, 30*time.Second)
+	if err := d.Publish(ctx(t), next); err != nil {
+		t.Fatal(err)
+	}
+	if r := nextResult(t, in, next.CallKey, 15*time.Second); r.Outcome != protocol.OutcomeOK {
+		t.Fatalf("next call: %+v, want ok", r)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times, want once: the withdrawn calls must never run", n)
+	}
+	if info := f.consumerInfo(t, "charge"); info.Delivered.Consumer != 1 {
+		t.Fatalf("the worker was delivered %d calls, want only the one not withdrawn", info.Delivered.Consumer)
+	}
+}
+
+// TestWithdrawFindsAClaimedCall: a non-idempotent call a worker claimed
+// and is running cannot be withdrawn: Withdraw says so (it may have run),
+// and the call still runs once and is answered.
+func TestWithdrawFindsAClaimedCall(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, time.Second, false)), natsbus.WorkerConfig{Name: "w1"})
+	d, run, in := f.openRun(t)
+	call := newCall(run, "charge", `{}`, 30*time.Second)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if runs.Load() == 0 {
+			return fmt.Errorf("the call has not started")
+		}
+		return nil
+	})
+	if ok, err := withdrawer(t, in).Withdraw(ctx(t), call.CallKey); ok || err != nil {
+		t.Fatalf("Withdraw of a claimed call = %v, %v; want false, nil", ok, err)
+	}
+	if r := nextResult(t, in, call.CallKey, 15*time.Second); r.Outcome != protocol.OutcomeOK {
+		t.Fatalf("result %+v, want ok", r)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
+	}
+}
+
+// TestExpiredNonIdempotentCallIsAnsweredNotRun: a non-idempotent call
+// delivered past its deadline is claimed, so that it never runs, and
+// answered timeout by the worker: its coordinator learns that it did not
+// start, where it would otherwise find it gone and answer
+// outcome_unknown.
+func TestExpiredNonIdempotentCallIsAnsweredNotRun(t *testing.T) {
+	f := newFleet(t)
+	d, run, in := f.openRun(t)
+	call := newCall(run, "charge", `{}`, 200*time.Millisecond)
+	if err := d.Publish(ctx(t), call); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5*time.Second, func() error {
+		if time.Now().Before(call.Deadline) {
+			return fmt.Errorf("the call's deadline has not passed")
+		}
+		return nil
+	})
+	var runs atomic.Int64
+	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, 0, false)), natsbus.WorkerConfig{Name: "w1"})
+	r := nextResult(t, in, call.CallKey, 15*time.Second)
+	if r.Outcome != protocol.OutcomeTimeout || r.ErrorType != "expired" || r.Worker != "w1" {
+		t.Fatalf("result %+v, want timeout (expired) from w1", r)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the expired call ran %d times, want never", n)
+	}
+	if ok, err := withdrawer(t, in).Withdraw(ctx(t), call.CallKey); ok || err != nil {
+		t.Fatalf("Withdraw after the worker claimed it = %v, %v; want false, nil", ok, err)
+	}
+	f.waitIdle(t, "charge")
+}
