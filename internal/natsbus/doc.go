@@ -111,13 +111,13 @@
 // the tool stops; calls to it then time out at their deadline.
 //
 // Started notices (protocol.Started, on the progress subject) and cancels
-// travel on core NATS. A worker sends a started notice of a non-idempotent
-// call, and of an idempotent one unless the call's
-// protocol.HeaderStartedNotice says only non-idempotent calls' are wanted,
-// as the Dispatcher does unless its context came from
-// loop.WithStartedNotices. A started notice sent while the coordinator is
-// disconnected is lost, and a non-idempotent call that started then and
-// never answered is reported timeout rather than
-// outcome_unknown. A cancel sent while a worker is disconnected is lost; the
-// call still ends at its deadline.
+// travel on core NATS. A worker sends a started notice only when the
+// call's protocol.HeaderStartedNotice asks for it: the Dispatcher asks for
+// none unless its context came from loop.WithStartedNotices, as its
+// inboxes learn whether a non-idempotent call started by withdrawing it at
+// its deadline (Inbox.Withdraw, which fails only when a worker claimed
+// it). A started notice sent while the coordinator is disconnected is
+// lost; nothing but progress shown to a client depends on it. A cancel
+// sent while a worker is disconnected is lost; the call still ends at its
+// deadline.
 package natsbus

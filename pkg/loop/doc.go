@@ -27,8 +27,10 @@
 //     deadline (now + timeout).
 //  6. Results are gathered until every call is answered or its deadline plus
 //     Grace passes; unanswered calls get timeout (or outcome_unknown, when a
-//     worker said it started a non-idempotent call) and a Cancel is
-//     published for them.
+//     worker may have started a non-idempotent call) and a Cancel is
+//     published for them. With a [WithdrawInbox], a non-idempotent call
+//     still unanswered at its deadline is first withdrawn: if no worker
+//     claimed it, it never runs and is answered timeout at once.
 //  7. Every observation is bounded to MaxObservationChars and appended as a
 //     tool message, in request order.
 //
