@@ -297,6 +297,9 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 		// its deadline, which tells whether it started: no notice needed.
 		msg.Header.Set(protocol.HeaderStartedNotice, protocol.StartedNoticeNone)
 	}
+	if loop.AtMostOnce(ctx) {
+		msg.Header.Set(protocol.HeaderAtMostOnce, "1")
+	}
 	// This Dispatcher's inboxes read a worker's batch of results, of up
 	// to the size they decode.
 	msg.Header.Set(protocol.HeaderResultBatch, d.batchHeader)

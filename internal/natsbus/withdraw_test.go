@@ -135,3 +135,34 @@ func TestExpiredNonIdempotentCallIsAnsweredNotRun(t *testing.T) {
 	}
 	f.waitIdle(t, "charge")
 }
+
+// TestWithdrawNeverTakesBackARunningCall: a stale worker whose manifest
+// says a tool is idempotent, while its coordinator's catalog says it is
+// not, still claims the call before running it (the call is marked
+// loop.WithAtMostOnce), so a withdrawal at the deadline finds it claimed
+// and never reports a running call as not run.
+func TestWithdrawNeverTakesBackARunningCall(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, time.Second, true)), natsbus.WorkerConfig{Name: "stale"})
+	d, run, in := f.openRun(t)
+	call := newCall(run, "charge", `{}`, 30*time.Second)
+	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if runs.Load() == 0 {
+			return fmt.Errorf("the call has not started")
+		}
+		return nil
+	})
+	if ok, err := withdrawer(t, in).Withdraw(ctx(t), call.CallKey); ok || err != nil {
+		t.Fatalf("Withdraw of a running call = %v, %v; want false, nil (claimed)", ok, err)
+	}
+	if r := nextResult(t, in, call.CallKey, 15*time.Second); r.Outcome != protocol.OutcomeOK {
+		t.Fatalf("result %+v, want ok", r)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
+	}
+}

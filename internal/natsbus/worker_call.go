@@ -29,6 +29,9 @@ var errExpired = errors.New("natsbus: call deadline passed")
 // says how its message is settled.
 func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Decision {
 	m, attempt, seq := d.Msg, d.Attempt, d.Seq // seq: the call's message in the calls stream
+	// Run at most once when either this worker's manifest or the call's
+	// coordinator says so: the stricter holds.
+	idempotent := tc.idempotent && m.Headers().Get(protocol.HeaderAtMostOnce) == ""
 	tc.meter.onDelivered(attempt)
 	ct := startCallTrace(ctx, tc.name, m)
 	outcome := "not_run"
@@ -37,7 +40,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	call, replyTo, err := w.accept(tc, m)
 	endValidation(traceErr(err))
 	switch {
-	case errors.Is(err, errExpired) && !tc.idempotent:
+	case errors.Is(err, errExpired) && !idempotent:
 		return w.expireClaimed(ctx, tc, call, replyTo, d)
 	case errors.Is(err, errExpired):
 		w.expired.Add(1)
@@ -68,7 +71,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		}
 	}
 
-	if tc.idempotent {
+	if idempotent {
 		// The server redelivers a call whose heartbeats it missed for the
 		// ack wait (a stalled process or link), maybe to this worker. The
 		// attempt running here heartbeats and acknowledges the same stream
@@ -91,7 +94,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		}
 	}
 	ct.call(call, attempt)
-	if wantsStarted(d.Msg.Headers().Get(protocol.HeaderStartedNotice), tc.idempotent) {
+	if wantsStarted(d.Msg.Headers().Get(protocol.HeaderStartedNotice), idempotent) {
 		w.publishStarted(call, attempt)
 	}
 
@@ -99,7 +102,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	defer cancel(nil)
 	unregister := w.register(call.RunID, call.CallKey, cancel)
 	stopHeartbeat := func() {}
-	if tc.idempotent { // a claimed call is settled already and needs none
+	if idempotent { // a claimed call is settled already and needs none
 		stopHeartbeat = d.Heartbeat(w.cfg.Heartbeat)
 	}
 	w.executed.Add(1)
@@ -143,7 +146,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		w.resultErrors.Add(1)
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
-		if tc.idempotent {
+		if idempotent {
 			if tc.spec.RequiresApproval || call.RequiresApproval {
 				w.forgetApproved(call) // its redelivery may run here again
 			}
@@ -156,7 +159,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		ev = ev.Str(logErrorType, res.ErrorType)
 	}
 	ev.Msg("call finished")
-	if tc.idempotent {
+	if idempotent {
 		return Ack
 	}
 	return Settled

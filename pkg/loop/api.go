@@ -118,6 +118,24 @@ func WantsStartedNotices(ctx context.Context) bool {
 
 type startedNoticesKey struct{}
 
+// WithAtMostOnce returns a context under which a [Dispatcher] publishes a
+// call as one to run at most once: the loop marks so every call the
+// catalog says is not idempotent, and a fleet then runs it only after
+// claiming it, whatever a worker's own manifest says. It is what makes a
+// withdrawal ([WithdrawInbox]) true: a call a worker runs unclaimed could
+// be withdrawn while it runs.
+func WithAtMostOnce(ctx context.Context) context.Context {
+	return context.WithValue(ctx, atMostOnceKey{}, true)
+}
+
+// AtMostOnce reports whether ctx came from [WithAtMostOnce].
+func AtMostOnce(ctx context.Context) bool {
+	v, _ := ctx.Value(atMostOnceKey{}).(bool)
+	return v
+}
+
+type atMostOnceKey struct{}
+
 // Outgoing is one call of a batch and the context it is published under
 // (its trace span; the batch's context bounds the wait).
 type Outgoing struct {

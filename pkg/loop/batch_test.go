@@ -1,6 +1,7 @@
 package loop_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"testing"
@@ -59,5 +60,46 @@ func TestRoundPublishedAsOneBatch(t *testing.T) {
 	}
 	if got := toolMessages(res); got["c1"] != "one" || got["c4"] != "alone" || got["c3"] != "3" {
 		t.Fatalf("observations = %v", got)
+	}
+}
+
+// TestNonIdempotentCallsArePublishedAtMostOnce: every call to a tool the
+// catalog says is not idempotent is published under loop.WithAtMostOnce,
+// in a batch and alone, and no call to an idempotent tool is, so that a
+// fleet claims exactly those before running them.
+func TestNonIdempotentCallsArePublishedAtMostOnce(t *testing.T) {
+	safe := looptest.MustSpec("safe", openSchema)
+	safe.Idempotent = true
+	once := looptest.MustSpec("once", openSchema)
+	answer := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) { return looptest.OK("done"), true }
+	for _, batched := range []bool{true, false} {
+		t.Run(map[bool]string{true: "batch", false: "alone"}[batched], func(t *testing.T) {
+			var d loop.Dispatcher
+			plain := looptest.New(answer)
+			d = plain
+			if batched {
+				b := looptest.NewBatcher(answer)
+				d, plain = b, b.Dispatcher
+			}
+			m := looptest.NewModel(looptest.Calls(looptest.Call("c1", "safe", `{}`), looptest.Call("c2", "once", `{}`)), looptest.Answer("ok"))
+			if !batched {
+				m = looptest.NewModel(looptest.Calls(looptest.Call("c1", "safe", `{}`)), looptest.Calls(looptest.Call("c2", "once", `{}`)), looptest.Answer("ok"))
+			}
+			r, err := loop.New(loop.Config{Logger: zerolog.New(io.Discard)}, m, looptest.NewCatalog(safe, once), d, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(plain.Wait)
+			res, err := r.Run(t.Context(), "go")
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			checkInvariants(t, res)
+			for _, c := range res.Calls {
+				if got, want := plain.AtMostOnce(c.CallKey), c.Tool == "once"; got != want {
+					t.Errorf("%s (%s): published at most once %v, want %v", c.CallID, c.Tool, got, want)
+				}
+			}
+		})
 	}
 }

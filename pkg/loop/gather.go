@@ -129,12 +129,12 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 		call.SetCallDeadline(s.deadline)
 		open[i] = true
 		if batcher != nil {
-			batch = append(batch, Outgoing{Ctx: ru.spanContext(ctx, s), Call: call})
+			batch = append(batch, Outgoing{Ctx: publishContext(ru.spanContext(ctx, s), s), Call: call})
 			batchSlots = append(batchSlots, i)
 			continue
 		}
 		go func() {
-			pctx, cancel := context.WithDeadline(ru.spanContext(ctx, s), call.Deadline)
+			pctx, cancel := context.WithDeadline(publishContext(ru.spanContext(ctx, s), s), call.Deadline)
 			defer cancel()
 			ch <- publishResult{i: i, err: ru.r.disp.Publish(pctx, call)}
 		}()
@@ -198,6 +198,15 @@ wait:
 		ru.catchUp(ctx)
 	}
 	ru.gather(ctx, round, pending)
+}
+
+// publishContext is ctx for the publish of s: marked [WithAtMostOnce] when
+// the catalog says the call's tool is not idempotent.
+func publishContext(ctx context.Context, s *callState) context.Context {
+	if s.entry.spec.Idempotent {
+		return ctx
+	}
+	return WithAtMostOnce(ctx)
 }
 
 // maxEarlyResults bounds the results a durable run keeps for calls it has

@@ -31,6 +31,13 @@ const (
 	// worker answer the call in one. On a message of the results stream,
 	// "1" says that the body is a ResultBatch rather than one [Result].
 	HeaderResultBatch = "Fleet-Result-Batch"
+	// HeaderAtMostOnce, "1" on a call, says that its coordinator's catalog
+	// marks the tool not idempotent: a worker then claims the call before
+	// running it even if its own manifest says the tool is idempotent (a
+	// stale or misconfigured worker), so that the stricter of the two
+	// holds and a withdrawal at the deadline never removes a call that is
+	// running.
+	HeaderAtMostOnce = "Fleet-At-Most-Once"
 )
 
 // StartedNoticeNonIdempotent is the [HeaderStartedNotice] value asking a

@@ -69,6 +69,7 @@ type Dispatcher struct {
 	queued    map[protocol.CallKey]bool            // held by Hold, not withdrawn
 	asked     []protocol.CallKey                   // Withdraw's calls, in order
 	withdrawn []protocol.CallKey
+	atMost    map[protocol.CallKey]bool // published under loop.WithAtMostOnce
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -143,6 +144,12 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 		d.seen[c.CallKey] = true
 	}
 	d.published = append(d.published, c)
+	if loop.AtMostOnce(ctx) {
+		if d.atMost == nil {
+			d.atMost = map[protocol.CallKey]bool{}
+		}
+		d.atMost[c.CallKey] = true
+	}
 	if d.Hold != nil && d.Hold(c) {
 		if d.queued == nil {
 			d.queued = map[protocol.CallKey]bool{}
@@ -232,6 +239,14 @@ func (d *Dispatcher) Store(run protocol.RunID, res protocol.Result) {
 		d.stored = map[protocol.RunID][]protocol.Result{}
 	}
 	d.stored[run] = append(d.stored[run], res)
+}
+
+// AtMostOnce reports whether the call of key was published under
+// loop.WithAtMostOnce.
+func (d *Dispatcher) AtMostOnce(key protocol.CallKey) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.atMost[key]
 }
 
 // Asked returns the call keys Withdraw was asked about, in order.
