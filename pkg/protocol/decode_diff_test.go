@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"sync"
 	"testing"
 )
 
@@ -56,20 +57,28 @@ func decodeTargets() []func() message {
 // same value and the same error, for every message type.
 func checkSameDecode(t *testing.T, data []byte, limit int) {
 	t.Helper()
+	if err := sameDecode(data, limit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sameDecode says how decode and decodeReference differ on data, if they do.
+func sameDecode(data []byte, limit int) error {
 	for _, newMsg := range decodeTargets() {
 		got, want := newMsg(), newMsg()
 		gotErr, wantErr := decode(data, limit, got), decodeReference(data, limit, want)
 		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || reflect.TypeOf(gotErr) != reflect.TypeOf(wantErr) {
-			t.Fatalf("%T of %q: error %v, want %v", got, data, gotErr, wantErr)
+			return fmt.Errorf("%T of %q: error %v, want %v", got, data, gotErr, wantErr)
 		}
 		var ge, we *Error
 		if errors.As(gotErr, &ge) != errors.As(wantErr, &we) || (ge != nil && *ge != *we) {
-			t.Fatalf("%T of %q: error %#v, want %#v", got, data, gotErr, wantErr)
+			return fmt.Errorf("%T of %q: error %#v, want %#v", got, data, gotErr, wantErr)
 		}
 		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("%T of %q: decoded %+v, want %+v", got, data, got, want)
+			return fmt.Errorf("%T of %q: decoded %+v, want %+v", got, data, got, want)
 		}
 	}
+	return nil
 }
 
 // diffInputs are messages that each rule of a strict decode refuses, and
@@ -113,6 +122,20 @@ func TestDecodeMatchesReference(t *testing.T) {
 		}
 		checkSameDecode(t, data, 16)
 	}
+	// A decoded message shares nothing with the pooled decoder's buffer.
+	c := validCall()
+	call, _ := Encode(&c)
+	kept, err := DecodeCall(call, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range inputs {
+		checkSameDecode(t, data, 0)
+	}
+	var want Call
+	if err := decodeReference(call, 0, &want); err != nil || !reflect.DeepEqual(kept, want) {
+		t.Fatalf("a call decoded earlier changed to %+v, want %+v (%v)", kept, want, err)
+	}
 	big := []byte(`{"v":1,"run_id":"r","call_key":"k","outcome":"ok","output":"` + string(bytes.Repeat([]byte("x"), maxPooledMessage)) + `","duration_ms":3}`)
 	checkSameDecode(t, big, 0)
 }
@@ -135,4 +158,21 @@ func FuzzDecodeMatchesReference(f *testing.F) {
 		checkSameDecode(t, data, 0)
 		checkSameDecode(t, call, 0)
 	})
+}
+
+// Pooled decoders serve goroutines at once, each its own message.
+func TestDecodeConcurrent(t *testing.T) {
+	inputs := diffInputs()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				if err := sameDecode(inputs[(g+i)%len(inputs)], 0); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

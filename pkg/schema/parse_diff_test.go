@@ -2,8 +2,10 @@ package schema
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -26,11 +28,20 @@ func parseReference(args []byte) (map[string]any, error) {
 // the same object and the same error.
 func checkSameParse(t *testing.T, args []byte) {
 	t.Helper()
+	if err := sameParse(args); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sameParse says how ParseObject and parseReference differ on args, if
+// they do.
+func sameParse(args []byte) error {
 	got, gotErr := ParseObject(args)
 	want, wantErr := parseReference(args)
 	if !reflect.DeepEqual(gotErr, wantErr) || !reflect.DeepEqual(got, want) {
-		t.Fatalf("ParseObject(%q) = %v, %v; want %v, %v", args, got, gotErr, want, wantErr)
+		return fmt.Errorf("ParseObject(%q) = %v, %v; want %v, %v", args, got, gotErr, want, wantErr)
 	}
+	return nil
 }
 
 var parseInputs = []string{
@@ -49,6 +60,18 @@ func TestParseObjectMatchesReference(t *testing.T) {
 			checkSameParse(t, []byte(args))
 		}
 	}
+	// A parsed object shares nothing with the pooled decoder's buffer.
+	first := []byte(`{"text":"hi","n":1.5,"list":["a",{"b":"c"}]}`)
+	kept, err := ParseObject(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range parseInputs {
+		checkSameParse(t, []byte(args))
+	}
+	if want, _ := parseReference(first); !reflect.DeepEqual(kept, want) {
+		t.Fatalf("an object parsed earlier changed to %v, want %v", kept, want)
+	}
 }
 
 // FuzzParseObjectMatchesReference compares pooled parsing with a new
@@ -65,4 +88,20 @@ func FuzzParseObjectMatchesReference(f *testing.F) {
 		checkSameParse(t, args)
 		checkSameParse(t, []byte(`{"text":"hi"}`))
 	})
+}
+
+// Pooled decoders serve goroutines at once, each its own input.
+func TestParseObjectConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				if err := sameParse([]byte(parseInputs[(g+i)%(len(parseInputs)-1)])); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
