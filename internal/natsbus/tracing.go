@@ -3,6 +3,8 @@ package natsbus
 import (
 	"context"
 	"errors"
+	"reflect"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
@@ -26,15 +28,21 @@ type callTrace struct {
 	span trace.Span
 }
 
-// startCallTrace opens the span of a delivery of tool's call.
+// startCallTrace opens the span of a delivery of tool's call. When the
+// span does not record (no SDK provider installed, or the trace not
+// sampled), its children are not started either: a child of an unsampled
+// span is never sampled, so nothing that would be recorded is lost.
 func startCallTrace(ctx context.Context, tool protocol.ToolName, m jetstream.Msg) *callTrace {
 	ctx = tracing.Extract(ctx, m.Headers())
-	tr := otel.GetTracerProvider().Tracer(tracerName)
+	tr := workerTracer()
 	ctx, span := tr.Start(ctx, "execute_tool "+string(tool), trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", string(tool)),
 			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject())))
 	ct := &callTrace{ctx: ctx, span: span}
-	if md, err := m.Metadata(); err == nil && !md.Timestamp.IsZero() && span.IsRecording() {
+	if !span.IsRecording() {
+		return ct
+	}
+	if md, err := m.Metadata(); err == nil && !md.Timestamp.IsZero() {
 		_, q := tr.Start(ctx, "queue wait", trace.WithTimestamp(md.Timestamp))
 		q.SetAttributes(attribute.Int("toolfleet.attempt", max(int(md.NumDelivered), 1)))
 		q.End()
@@ -42,10 +50,40 @@ func startCallTrace(ctx context.Context, tool protocol.ToolName, m jetstream.Msg
 	return ct
 }
 
+// tracerCache is the worker's tracer of one tracer provider.
+type tracerCache struct {
+	tp trace.TracerProvider
+	tr trace.Tracer
+}
+
+// cachedTracer holds the tracer of the provider last seen.
+var cachedTracer atomic.Pointer[tracerCache]
+
+// workerTracer is the global provider's tracer of this package, looked up
+// again only when the global provider changes: a provider returns the same
+// tracer for the same name, and looking it up takes a lock.
+func workerTracer() trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if c := cachedTracer.Load(); c != nil && c.tp == tp {
+		return c.tr
+	}
+	tr := tp.Tracer(tracerName)
+	if reflect.TypeOf(tp).Comparable() { // == on it must not panic
+		cachedTracer.Store(&tracerCache{tp: tp, tr: tr})
+	}
+	return tr
+}
+
+// noSpan ends a child span that was not started.
+func noSpan(string) {}
+
 // child runs a child span named name around the caller's step; the
 // returned func ends it, marking an error (by kind only) when failed.
 func (ct *callTrace) child(name string) func(failed string) {
-	_, span := otel.GetTracerProvider().Tracer(tracerName).Start(ct.ctx, name)
+	if !ct.span.IsRecording() {
+		return noSpan
+	}
+	_, span := workerTracer().Start(ct.ctx, name)
 	return func(failed string) {
 		if failed != "" {
 			span.SetStatus(codes.Error, "")
@@ -57,13 +95,16 @@ func (ct *callTrace) child(name string) func(failed string) {
 
 // call records the accepted call's ids.
 func (ct *callTrace) call(c protocol.Call, attempt int) {
+	if !ct.span.IsRecording() {
+		return
+	}
 	ct.span.SetAttributes(attribute.String("gen_ai.tool.call.id", clipCallID(string(c.CallID))), attribute.String("toolfleet.call_key", string(c.CallKey)),
 		attribute.String("toolfleet.run_id", string(c.RunID)), attribute.Int("toolfleet.attempt", attempt))
 }
 
 // end closes the delivery's span with its outcome (or why it did not run).
 func (ct *callTrace) end(outcome string) {
-	if outcome != "" {
+	if outcome != "" && ct.span.IsRecording() {
 		ct.span.SetAttributes(attribute.String("toolfleet.outcome", outcome))
 		if outcome != string(protocol.OutcomeOK) {
 			ct.span.SetStatus(codes.Error, "")

@@ -2,6 +2,8 @@ package loop
 
 import (
 	"context"
+	"reflect"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -47,7 +49,30 @@ func (ru *run) tracer() trace.Tracer {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return tp.Tracer(TracerName)
+	return cachedTracer(tp)
+}
+
+// tracerCache is the loop's tracer of one tracer provider.
+type tracerCache struct {
+	tp trace.TracerProvider
+	tr trace.Tracer
+}
+
+// lastTracer holds the tracer of the provider last seen.
+var lastTracer atomic.Pointer[tracerCache]
+
+// cachedTracer is tp's tracer of this package, looked up again only when
+// the provider changes: a provider returns the same tracer for the same
+// name, and the global one takes a lock to look it up.
+func cachedTracer(tp trace.TracerProvider) trace.Tracer {
+	if c := lastTracer.Load(); c != nil && c.tp == tp {
+		return c.tr
+	}
+	tr := tp.Tracer(TracerName)
+	if reflect.TypeOf(tp).Comparable() { // == on it must not panic
+		lastTracer.Store(&tracerCache{tp: tp, tr: tr})
+	}
+	return tr
 }
 
 // startRunSpan opens the run's span: "invoke_agent toolfleet".
@@ -142,6 +167,10 @@ func (ru *run) spanContext(ctx context.Context, s *callState) context.Context {
 // observation or error message).
 func (ru *run) endToolSpan(s *callState) {
 	if s.span == nil {
+		return
+	}
+	if !s.span.IsRecording() { // attributes would be dropped
+		s.span.End()
 		return
 	}
 	s.span.SetAttributes(attribute.String(AttrOutcome, string(s.outcome)))

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"sync"
 )
 
 // DefaultMaxMessageBytes is the decode limit used when a caller passes 0:
@@ -20,6 +22,11 @@ type message interface {
 // decode parses data into m strictly: one JSON object, no unknown fields, no
 // trailing data, at most limit bytes (0 means [DefaultMaxMessageBytes]), and
 // then m's own rules.
+//
+// A message is first decoded by a pooled decoder, which spares the
+// allocations of a new one. Should that fail, m is decoded again from
+// scratch by a new decoder, so that a refused message gets exactly the
+// error (and m the partial value) a decoder of its own gives.
 func decode(data []byte, limit int, m message) error {
 	if limit <= 0 {
 		limit = DefaultMaxMessageBytes
@@ -30,6 +37,10 @@ func decode(data []byte, limit int, m message) error {
 	if len(bytes.TrimSpace(data)) == 0 || bytes.TrimSpace(data)[0] != '{' {
 		return &Error{Code: CodeMalformed, Msg: "not a JSON object"}
 	}
+	if decodePooled(data, m) {
+		return m.Validate()
+	}
+	reflect.ValueOf(m).Elem().SetZero()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(m); err != nil {
@@ -39,6 +50,62 @@ func decode(data []byte, limit int, m message) error {
 		return &Error{Code: CodeMalformed, Msg: "trailing data after the JSON object"}
 	}
 	return m.Validate()
+}
+
+// maxPooledMessage is the largest message decoded by a pooled decoder,
+// whose buffer then stays that large while it is pooled.
+const maxPooledMessage = 64 << 10
+
+// pooledDecoder is a strict decoder that reads the messages given to its
+// reader one after another. A json.Decoder reads a stream of values, each
+// decoded as if alone; this one's stream is the messages it decoded, each
+// followed by the end of input that its trailing-data check reads.
+type pooledDecoder struct {
+	in  messageReader
+	dec *json.Decoder
+}
+
+var decoders = sync.Pool{New: func() any {
+	d := new(pooledDecoder)
+	d.dec = json.NewDecoder(&d.in)
+	d.dec.DisallowUnknownFields()
+	return d
+}}
+
+// decodePooled decodes data into m with a pooled decoder: true when data
+// is one JSON value that decodes into m with no unknown field, followed
+// by nothing but JSON whitespace. A decoder that failed is not pooled
+// again.
+func decodePooled(data []byte, m message) bool {
+	if len(data) > maxPooledMessage {
+		return false
+	}
+	d := decoders.Get().(*pooledDecoder)
+	d.in.data = data
+	if err := d.dec.Decode(m); err != nil {
+		return false
+	}
+	if _, err := d.dec.Token(); err != io.EOF {
+		return false
+	}
+	d.in.data = nil
+	decoders.Put(d)
+	return true
+}
+
+// messageReader reads one message, then reports the end of input until
+// it is given the next.
+type messageReader struct {
+	data []byte
+}
+
+func (r *messageReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
 }
 
 // describeJSONError says what is wrong without quoting the input.
