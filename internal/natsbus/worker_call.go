@@ -118,7 +118,11 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	stopHeartbeat()
 	unregister()
 	outcome = string(res.Outcome)
-	endExecution(map[bool]string{true: "", false: string(res.Outcome)}[res.Outcome == protocol.OutcomeOK])
+	if res.Outcome == protocol.OutcomeOK {
+		endExecution("")
+	} else {
+		endExecution(string(res.Outcome))
+	}
 	tc.meter.onFinished(res.Outcome, res.Duration)
 	if res.Outcome == protocol.OutcomeCancelled {
 		w.cancelled.Add(1)
@@ -141,7 +145,11 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	// other results of its run and tool.
 	batchLimit, _ := protocol.ResultBatchLimit(m.Headers().Get(protocol.HeaderResultBatch))
 	err = w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), batchLimit)
-	endPublish(map[bool]string{true: "", false: "publish_failed"}[err == nil])
+	if err == nil {
+		endPublish("")
+	} else {
+		endPublish("publish_failed")
+	}
 	if err != nil {
 		w.resultErrors.Add(1)
 		tc.meter.onResultFailed()
