@@ -76,30 +76,49 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 
 // TestWithdrawFindsAClaimedCall: a non-idempotent call a worker claimed
 // and is running cannot be withdrawn: Withdraw says so (it may have run),
-// and the call still runs once and is answered.
+// and the call still runs once and is answered. That holds for a stale
+// worker too, whose manifest says the tool is idempotent while its
+// coordinator's catalog says it is not: the call is marked
+// loop.WithAtMostOnce, so the worker claims it before it runs, and a
+// withdrawal at the deadline never reports a running call as not run.
 func TestWithdrawFindsAClaimedCall(t *testing.T) {
-	f := newFleet(t)
-	var runs atomic.Int64
-	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, time.Second, false)), natsbus.WorkerConfig{Name: "w1"})
-	d, run, in := f.openRun(t)
-	call := newCall(run, "charge", `{}`, 30*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
-		t.Fatal(err)
-	}
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		if runs.Load() == 0 {
-			return fmt.Errorf("the call has not started")
-		}
-		return nil
-	})
-	if ok, err := withdrawer(t, in).Withdraw(ctx(t), call.CallKey); ok || err != nil {
-		t.Fatalf("Withdraw of a claimed call = %v, %v; want false, nil", ok, err)
-	}
-	if r := nextResult(t, in, call.CallKey, 15*time.Second); r.Outcome != protocol.OutcomeOK {
-		t.Fatalf("result %+v, want ok", r)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("the tool ran %d times, want once", n)
+	for _, tt := range []struct {
+		name              string
+		staleManifest     bool // the worker's manifest says idempotent
+		publishAtMostOnce bool
+	}{
+		{name: "non-idempotent worker"},
+		{name: "stale worker", staleManifest: true, publishAtMostOnce: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFleet(t)
+			var runs atomic.Int64
+			f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, time.Second, tt.staleManifest)), natsbus.WorkerConfig{Name: "w1"})
+			d, run, in := f.openRun(t)
+			call := newCall(run, "charge", `{}`, 30*time.Second)
+			pctx := ctx(t)
+			if tt.publishAtMostOnce {
+				pctx = loop.WithAtMostOnce(pctx)
+			}
+			if err := d.Publish(pctx, call); err != nil {
+				t.Fatal(err)
+			}
+			natstest.WaitFor(t, 10*time.Second, func() error {
+				if runs.Load() == 0 {
+					return fmt.Errorf("the call has not started")
+				}
+				return nil
+			})
+			if ok, err := withdrawer(t, in).Withdraw(ctx(t), call.CallKey); ok || err != nil {
+				t.Fatalf("Withdraw of a running call = %v, %v; want false, nil (claimed)", ok, err)
+			}
+			if r := nextResult(t, in, call.CallKey, 15*time.Second); r.Outcome != protocol.OutcomeOK {
+				t.Fatalf("result %+v, want ok", r)
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("the tool ran %d times, want once", n)
+			}
+		})
 	}
 }
 
@@ -134,35 +153,4 @@ func TestExpiredNonIdempotentCallIsAnsweredNotRun(t *testing.T) {
 		t.Fatalf("Withdraw after the worker claimed it = %v, %v; want false, nil", ok, err)
 	}
 	f.waitIdle(t, "charge")
-}
-
-// TestWithdrawNeverTakesBackARunningCall: a stale worker whose manifest
-// says a tool is idempotent, while its coordinator's catalog says it is
-// not, still claims the call before running it (the call is marked
-// loop.WithAtMostOnce), so a withdrawal at the deadline finds it claimed
-// and never reports a running call as not run.
-func TestWithdrawNeverTakesBackARunningCall(t *testing.T) {
-	f := newFleet(t)
-	var runs atomic.Int64
-	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, time.Second, true)), natsbus.WorkerConfig{Name: "stale"})
-	d, run, in := f.openRun(t)
-	call := newCall(run, "charge", `{}`, 30*time.Second)
-	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
-		t.Fatal(err)
-	}
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		if runs.Load() == 0 {
-			return fmt.Errorf("the call has not started")
-		}
-		return nil
-	})
-	if ok, err := withdrawer(t, in).Withdraw(ctx(t), call.CallKey); ok || err != nil {
-		t.Fatalf("Withdraw of a running call = %v, %v; want false, nil (claimed)", ok, err)
-	}
-	if r := nextResult(t, in, call.CallKey, 15*time.Second); r.Outcome != protocol.OutcomeOK {
-		t.Fatalf("result %+v, want ok", r)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("the tool ran %d times, want once", n)
-	}
 }
