@@ -180,14 +180,15 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	if err != nil {
 		return fmt.Errorf("natsbus: publishing call to %s: %w", msg.Subject, err)
 	}
-	d.stored(call, ack)
+	d.stored(ctx, call, ack)
 	return nil
 }
 
 // stored tells the inbox of call's run where the calls stream stored it,
-// for [Inbox.Withdraw].
-func (d *Dispatcher) stored(call protocol.Call, ack *jetstream.PubAck) {
-	if ack == nil || ack.Sequence == 0 {
+// for [Inbox.Withdraw], when the call is one to withdraw at its deadline:
+// published under loop.WithAtMostOnce.
+func (d *Dispatcher) stored(ctx context.Context, call protocol.Call, ack *jetstream.PubAck) {
+	if ack == nil || ack.Sequence == 0 || !loop.AtMostOnce(ctx) {
 		return
 	}
 	if v, ok := d.inboxes.Load(call.RunID); ok {
@@ -229,7 +230,7 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 		if f != nil && waiting {
 			select {
 			case ack := <-f.Ok():
-				d.stored(calls[i].Call, ack)
+				d.stored(calls[i].Ctx, calls[i].Call, ack)
 				continue
 			case err := <-f.Err():
 				if !transient(err) {
@@ -244,7 +245,7 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 		} else if f != nil {
 			select {
 			case ack := <-f.Ok():
-				d.stored(calls[i].Call, ack)
+				d.stored(calls[i].Ctx, calls[i].Call, ack)
 				continue
 			default:
 			}
@@ -254,7 +255,7 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 			errs[i] = fmt.Errorf("natsbus: publishing call to %s: %w", msgs[i].Subject, err)
 			continue
 		}
-		d.stored(calls[i].Call, ack)
+		d.stored(calls[i].Ctx, calls[i].Call, ack)
 	}
 	return errs
 }
@@ -448,7 +449,8 @@ var _ loop.WithdrawInbox = (*Inbox)(nil)
 // did: no worker will run the call. It reports false when the message was
 // gone — a worker claimed the call (it may have run) or the stream no
 // longer held it — and an error when it cannot tell: the call's PubAck
-// was not seen, or the server did not answer.
+// was not seen, the call was not published under loop.WithAtMostOnce (the
+// loop withdraws only those), or the server did not answer.
 func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, error) {
 	v, ok := in.seqs.LoadAndDelete(key)
 	if !ok || in.callsStream == nil {

@@ -33,12 +33,13 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 	d, run, in := f.openRun(t)
 	wi := withdrawer(t, in)
 	a, b, c := newCall(run, "charge", `{}`, 30*time.Second), newCall(run, "charge", `{}`, 30*time.Second), newCall(run, "charge", `{}`, 30*time.Second)
-	for i, err := range d.PublishBatch(ctx(t), []loop.Outgoing{{Ctx: ctx(t), Call: a}, {Ctx: ctx(t), Call: b}}) {
+	once := loop.WithAtMostOnce(ctx(t)) // as the loop publishes a non-idempotent call
+	for i, err := range d.PublishBatch(ctx(t), []loop.Outgoing{{Ctx: once, Call: a}, {Ctx: once, Call: b}}) {
 		if err != nil {
 			t.Fatalf("PublishBatch: call %d: %v", i, err)
 		}
 	}
-	if err := d.Publish(ctx(t), c); err != nil {
+	if err := d.Publish(once, c); err != nil {
 		t.Fatal(err)
 	}
 	for _, call := range []protocol.Call{a, b, c} {
@@ -55,6 +56,13 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 	}
 	if _, err := wi.Withdraw(ctx(t), protocol.NewCallKey()); err == nil {
 		t.Fatal("Withdraw of a call never published: no error, want one (it cannot tell)")
+	}
+	idem := newCall(run, "other", `{}`, 30*time.Second) // no worker serves it
+	if err := d.Publish(ctx(t), idem); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wi.Withdraw(ctx(t), idem.CallKey); err == nil {
+		t.Fatal("Withdraw of a call not published at most once: no error, want one (the loop never asks)")
 	}
 
 	var runs atomic.Int64
@@ -83,12 +91,11 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 // withdrawal at the deadline never reports a running call as not run.
 func TestWithdrawFindsAClaimedCall(t *testing.T) {
 	for _, tt := range []struct {
-		name              string
-		staleManifest     bool // the worker's manifest says idempotent
-		publishAtMostOnce bool
+		name          string
+		staleManifest bool // the worker's manifest says idempotent
 	}{
 		{name: "non-idempotent worker"},
-		{name: "stale worker", staleManifest: true, publishAtMostOnce: true},
+		{name: "stale worker", staleManifest: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFleet(t)
@@ -96,11 +103,7 @@ func TestWithdrawFindsAClaimedCall(t *testing.T) {
 			f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, time.Second, tt.staleManifest)), natsbus.WorkerConfig{Name: "w1"})
 			d, run, in := f.openRun(t)
 			call := newCall(run, "charge", `{}`, 30*time.Second)
-			pctx := ctx(t)
-			if tt.publishAtMostOnce {
-				pctx = loop.WithAtMostOnce(pctx)
-			}
-			if err := d.Publish(pctx, call); err != nil {
+			if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
 				t.Fatal(err)
 			}
 			natstest.WaitFor(t, 10*time.Second, func() error {
@@ -131,7 +134,7 @@ func TestExpiredNonIdempotentCallIsAnsweredNotRun(t *testing.T) {
 	f := newFleet(t)
 	d, run, in := f.openRun(t)
 	call := newCall(run, "charge", `{}`, 200*time.Millisecond)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 5*time.Second, func() error {
