@@ -12,6 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // The durable floor: the cheapest correct use of JetStream for the fleet's
@@ -21,7 +25,8 @@ import (
 // runs the tool, publishes the result asynchronously into a results stream
 // with a Nats-Msg-Id and acknowledges the call on the result's PubAck; the
 // requester reads every result through one long-lived consumer for the
-// whole process and hands each to its run by subject.
+// whole process and hands each to its run by subject. floor_checks.go
+// adds to it the checks the fleet's guarantees make every call do.
 const (
 	floorCallStream    = "BENCH_FLOOR_CALLS"
 	floorCallSubject   = "bench.floor.call"
@@ -44,14 +49,20 @@ type floorRig struct {
 	js      jetstream.JetStream
 	results jetstream.ConsumeContext
 	seq     atomic.Uint64
+	// checks and log serve the runs and workers with the fleet's checks.
+	checks *floorChecks
+	log    zerolog.Logger
 
 	mu   sync.Mutex
 	runs map[string]chan string // run → the call ids of its results
 }
 
-func (b baselines) openFloor(ctx context.Context) (*floorRig, error) {
-	r := &floorRig{url: b.url, timeout: b.timeout, runs: map[string]chan string{}}
+func (b baselines) openFloor(ctx context.Context, log zerolog.Logger) (*floorRig, error) {
+	r := &floorRig{url: b.url, timeout: b.timeout, runs: map[string]chan string{}, log: log}
 	var err error
+	if r.checks, err = newFloorChecks(); err != nil {
+		return nil, err
+	}
 	if r.nc, err = nats.Connect(b.url, nats.Name("fleetbench-floor-requester")); err != nil {
 		return nil, err
 	}
@@ -94,11 +105,19 @@ func (r *floorRig) close() {
 	}
 }
 
-// onResult hands a result to its run.
+// onResult hands a result to its run: the call's id, or with the checks
+// the call key of a result that decodes and is ok.
 func (r *floorRig) onResult(m jetstream.Msg) {
 	run, ok := strings.CutPrefix(m.Subject(), floorResultPrefix)
 	if !ok {
 		return
+	}
+	id := m.Headers().Get(floorCallHeader)
+	if m.Headers().Get(floorCheckedHeader) != "" {
+		var err error
+		if id, err = r.checks.result(m.Data()); err != nil {
+			return // the round misses it and fails
+		}
 	}
 	r.mu.Lock()
 	ch := r.runs[run]
@@ -107,7 +126,7 @@ func (r *floorRig) onResult(m jetstream.Msg) {
 		return // a run that ended: a late duplicate
 	}
 	select {
-	case ch <- m.Headers().Get(floorCallHeader):
+	case ch <- id:
 	default: // never blocks the consumer; the round then misses it and fails
 	}
 }
@@ -117,11 +136,13 @@ type floorRun struct {
 	r       *floorRig
 	id      string
 	results chan string
+	// checked: the run's calls and results carry the fleet's checks.
+	checked bool
 }
 
-func (r *floorRig) openRun() *floorRun {
+func (r *floorRig) openRun(checked bool) *floorRun {
 	id := "r" + strconv.FormatUint(r.seq.Add(1), 10)
-	fr := &floorRun{r: r, id: id, results: make(chan string, 4*fanout)}
+	fr := &floorRun{r: r, id: id, results: make(chan string, 4*fanout), checked: checked}
 	r.mu.Lock()
 	r.runs[id] = fr.results
 	r.mu.Unlock()
@@ -135,22 +156,34 @@ func (fr *floorRun) close() {
 }
 
 // round publishes calls calls as one asynchronous batch, waits for every
-// PubAck, and waits for every call's result.
+// PubAck, and waits for every call's result. A checked run's calls are
+// the echo tool's calls with echoArgs instead of payload.
 func (fr *floorRun) round(payload []byte, calls int) error {
 	r := fr.r
 	futures := make([]jetstream.PubAckFuture, calls)
 	open := make(map[string]bool, calls)
+	deadline := time.Now().Add(r.timeout)
 	for j := range futures {
 		id := strconv.FormatUint(r.seq.Add(1), 10)
 		m := nats.NewMsg(floorCallSubject)
 		m.Data = payload
 		m.Header.Set(jetstream.MsgIDHeader, id)
 		m.Header.Set(floorRunHeader, fr.id)
+		awaited := id
+		if fr.checked {
+			key := protocol.NewCallKey()
+			data, err := r.checks.call(protocol.RunID(fr.id), key, echoArgs, deadline)
+			if err != nil {
+				return fmt.Errorf("floor call: %w", err)
+			}
+			m.Data, awaited = data, string(key)
+			m.Header.Set(floorCheckedHeader, "1")
+		}
 		f, err := r.js.PublishMsgAsync(m)
 		if err != nil {
 			return fmt.Errorf("floor publish: %w", err)
 		}
-		futures[j], open[id] = f, true
+		futures[j], open[awaited] = f, true
 	}
 	timer := time.NewTimer(r.timeout)
 	defer timer.Stop()
@@ -175,9 +208,9 @@ func (fr *floorRun) round(payload []byte, calls int) error {
 }
 
 // latency is n sequential rounds of calls calls on one run.
-func (r *floorRig) latency(n, calls int) (summary, error) {
+func (r *floorRig) latency(n, calls int, checked bool) (summary, error) {
 	payload := make([]byte, basePayload)
-	fr := r.openRun()
+	fr := r.openRun(checked)
 	defer fr.close()
 	var s samples
 	cpu := startCPU()
@@ -198,11 +231,11 @@ func (r *floorRig) latency(n, calls int) (summary, error) {
 
 // sustained keeps conc runs busy with rounds of fanout calls until the
 // window ends.
-func (r *floorRig) sustained(conc int, warm, d time.Duration) (*window, error) {
+func (r *floorRig) sustained(conc int, warm, d time.Duration, checked bool) (*window, error) {
 	w := newWindow(warm, d)
 	payload := make([]byte, basePayload)
 	wait := goEach(conc, func() error {
-		fr := r.openRun()
+		fr := r.openRun(checked)
 		defer fr.close()
 		return w.repeat(fanout, func() error { return fr.round(payload, fanout) })
 	})
@@ -217,9 +250,10 @@ type floorWorkers struct {
 }
 
 // floorWorker pulls calls into free slots, runs the tool (echo: the result
-// is the call's payload), publishes the result asynchronously and acks the
-// call when its PubAck arrives.
+// is the call's payload; a checked call runs in the harness), publishes the
+// result asynchronously and acks the call when its PubAck arrives.
 type floorWorker struct {
+	h     *harness.Harness
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	cons  jetstream.Consumer
@@ -242,6 +276,10 @@ func (r *floorRig) startWorkers(ctx context.Context, n int) (*floorWorkers, erro
 	for i := range n {
 		w := &floorWorker{freed: make(chan struct{}, 1), acks: make(chan floorPending, floorSlots), closed: make(chan struct{})}
 		var err error
+		if w.h, err = newFloorHarness(r.log); err != nil {
+			fw.stop()
+			return nil, err
+		}
 		if w.nc, err = nats.Connect(r.url, nats.Name(fmt.Sprintf("fleetbench-floor-worker-%d", i+1))); err != nil {
 			fw.stop()
 			return nil, err
@@ -322,6 +360,14 @@ func (w *floorWorker) pull(ctx context.Context) {
 			w.inUse.Add(1)
 			res := nats.NewMsg(floorResultPrefix + m.Headers().Get(floorRunHeader))
 			res.Data = m.Data()
+			if m.Headers().Get(floorCheckedHeader) != "" {
+				if res.Data, err = runChecked(ctx, w.h, m.Data()); err != nil {
+					m.Term()
+					w.release()
+					continue
+				}
+				res.Header.Set(floorCheckedHeader, "1")
+			}
 			id := m.Headers().Get(jetstream.MsgIDHeader)
 			res.Header.Set(jetstream.MsgIDHeader, "r"+id)
 			res.Header.Set(floorCallHeader, id)

@@ -215,6 +215,10 @@ type bench struct {
 	baseJS, baseFan         summary
 	floorSingle, floorRound summary
 	floorSustained          map[int]*window
+	// checkedRound and checkedSustained are the floor with the fleet's
+	// checks (floor_checks.go).
+	checkedRound     summary
+	checkedSustained map[int]*window
 	// bl and floorRig are the baselines' settings and the floor's
 	// requester, open for the whole run once a phase needs it.
 	bl                            baselines
@@ -351,9 +355,12 @@ func (b *bench) floor(ctx context.Context, bl baselines) error {
 	}
 	wn := fmt.Sprintf("%d worker", b.p.latencyWorkers)
 	b.step("durable floor: single calls and rounds")
-	b.floorSingle, err = fr.latency(b.p.single, 1)
+	b.floorSingle, err = fr.latency(b.p.single, 1, false)
 	if err == nil {
-		b.floorRound, err = fr.latency(b.p.round, fanout)
+		b.floorRound, err = fr.latency(b.p.round, fanout, false)
+	}
+	if err == nil {
+		b.checkedRound, err = fr.latency(b.p.round, fanout, true)
 	}
 	ws.stop()
 	if err != nil {
@@ -363,6 +370,8 @@ func (b *bench) floor(ctx context.Context, bl baselines) error {
 		s: b.floorSingle, ratio: ratio(b.floorSingle.p50, b.baseJS.p50) + " JS round trip"})
 	b.add(row{name: fmt.Sprintf("floor: %d calls, 256 B, one async batch, %s", fanout, wn),
 		s: b.floorRound, ratio: ratio(b.floorRound.p50, b.baseFan.p50) + " fan-out"})
+	b.add(row{name: fmt.Sprintf("floor with the fleet's checks: %d echo calls (arguments validated, strict envelopes, run in the harness), %s", fanout, wn),
+		s: b.checkedRound, ratio: ratio(b.checkedRound.p50, b.floorRound.p50) + " floor", floor: vsFloor(b.checkedRound, b.floorRound)})
 	return nil
 }
 
@@ -371,7 +380,7 @@ func (b *bench) openFloor(ctx context.Context, bl baselines) (*floorRig, error) 
 	if b.floorRig != nil {
 		return b.floorRig, nil
 	}
-	fr, err := bl.openFloor(ctx)
+	fr, err := bl.openFloor(ctx, b.log)
 	if err != nil {
 		return nil, err
 	}
@@ -390,14 +399,21 @@ func (b *bench) floorSustainedRow(ctx context.Context, n int) error {
 		return err
 	}
 	b.step("durable floor: sustained calls, %d workers", n)
-	w, err := fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration)
+	w, err := fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration, false)
+	var c *window
+	if err == nil {
+		b.step("durable floor with the fleet's checks: sustained calls, %d workers", n)
+		c, err = fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration, true)
+	}
 	ws.stop()
 	if err != nil {
 		return fmt.Errorf("durable floor: %w", err)
 	}
-	b.floorSustained[n] = w
+	b.floorSustained[n], b.checkedSustained[n] = w, c
 	b.add(row{name: fmt.Sprintf("floor: sustained calls, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
 		rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
+	b.add(row{name: fmt.Sprintf("floor with the fleet's checks: sustained echo calls, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
+		rate: c.rate(), cpu: c.cpuPerCall(), msgs: c.msgsPerCall(), floor: vsFloorRate(c, w), note: fmt.Sprintf("%d calls in %v", c.calls.Load(), b.p.duration)})
 	return nil
 }
 
@@ -487,7 +503,7 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 
 func (b *bench) sustained(ctx context.Context, f *fleet) error {
 	b.sustainedLoop, b.sustainedDispN, b.sustainedLoopW = map[int]string{}, map[int]string{}, map[int]*window{}
-	b.floorSustained = map[int]*window{}
+	b.floorSustained, b.checkedSustained = map[int]*window{}, map[int]*window{}
 	for _, n := range b.p.workers {
 		if err := b.floorSustainedRow(ctx, n); err != nil {
 			return err
@@ -656,6 +672,17 @@ func (b *bench) printTargets(w io.Writer) {
 			r := float64(loop.calls.Load()) / float64(fl.calls.Load())
 			fmt.Fprintf(w, "  sustained echo calls/s with 2 workers ≥ 0.9 × the durable floor: %.2f× (%s full loop against %s): %s\n",
 				r, loop.rate(), fl.rate(), verdict(r >= 0.9))
+		}
+	}
+	if b.loopRound.n > 0 && b.checkedRound.n > 0 && b.checkedRound.cpu > 0 && b.floorRound.cpu > 0 {
+		fmt.Fprintf(w, "  (the floor with the fleet's checks: %.2f× the floor's CPU per call, %s its round p50; the fleet's full loop round against it: %.2f× CPU per call, %s p50)\n",
+			float64(b.checkedRound.cpu)/float64(b.floorRound.cpu), ratio(b.checkedRound.p50, b.floorRound.p50),
+			float64(b.loopRound.cpu)/float64(b.checkedRound.cpu), ratio(b.loopRound.p50, b.checkedRound.p50))
+	}
+	if c := b.checkedSustained[2]; c != nil && c.calls.Load() > 0 {
+		if loop, ok := b.sustainedLoopW[2]; ok {
+			fmt.Fprintf(w, "  (sustained with 2 workers, the fleet's full loop against the floor with the fleet's checks: %.2f×, %s against %s)\n",
+				float64(loop.calls.Load())/float64(c.calls.Load()), loop.rate(), c.rate())
 		}
 	}
 	if b.onceRound.n > 0 && b.loopRound.n > 0 {

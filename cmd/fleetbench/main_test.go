@@ -28,6 +28,8 @@ func TestShortRun(t *testing.T) {
 		"floor: 1 call, 256 B",
 		"floor: 32 calls, 256 B, one async batch",
 		"floor: sustained calls, 8 runs × 32-call rounds, 2 worker(s)",
+		"floor with the fleet's checks: 32 echo calls",
+		"floor with the fleet's checks: sustained echo calls, 8 runs × 32-call rounds, 2 worker(s)",
 		"vs durable floor",
 		"fleet: 1 echo call, dispatch only",
 		"fleet: 1 echo call, full loop round",

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	fastjson "github.com/segmentio/encoding/json"
+
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -68,7 +70,7 @@ func Echo() Tool {
 			var in struct {
 				Text *string `json:"text"`
 			}
-			if err := json.Unmarshal(args, &in); err != nil || in.Text == nil {
+			if err := fastjson.Unmarshal(args, &in); err != nil || in.Text == nil {
 				return "", errEchoArguments
 			}
 			return *in.Text, nil

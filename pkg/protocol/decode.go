@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"sync"
+
+	fastjson "github.com/segmentio/encoding/json"
 )
 
 // DefaultMaxMessageBytes is the decode limit used when a caller passes 0:
@@ -23,10 +24,11 @@ type message interface {
 // trailing data, at most limit bytes (0 means [DefaultMaxMessageBytes]), and
 // then m's own rules.
 //
-// A message is first decoded by a pooled decoder, which spares the
-// allocations of a new one. Should that fail, m is decoded again from
-// scratch by a new decoder, so that a refused message gets exactly the
-// error (and m the partial value) a decoder of its own gives.
+// A message is first decoded by segmentio/encoding/json, which decodes
+// the same values as encoding/json several times faster. Should that
+// fail, m is decoded again from scratch by encoding/json's strict
+// decoder, so that a refused message gets exactly the error (and m the
+// partial value) encoding/json gives.
 func decode(data []byte, limit int, m message) error {
 	if limit <= 0 {
 		limit = DefaultMaxMessageBytes
@@ -37,7 +39,7 @@ func decode(data []byte, limit int, m message) error {
 	if len(bytes.TrimSpace(data)) == 0 || bytes.TrimSpace(data)[0] != '{' {
 		return &Error{Code: CodeMalformed, Msg: "not a JSON object"}
 	}
-	if decodePooled(data, m) {
+	if decodeFast(data, m) {
 		return m.Validate()
 	}
 	reflect.ValueOf(m).Elem().SetZero()
@@ -52,60 +54,13 @@ func decode(data []byte, limit int, m message) error {
 	return m.Validate()
 }
 
-// maxPooledMessage is the largest message decoded by a pooled decoder,
-// whose buffer then stays that large while it is pooled.
-const maxPooledMessage = 64 << 10
-
-// pooledDecoder is a strict decoder that reads the messages given to its
-// reader one after another. A json.Decoder reads a stream of values, each
-// decoded as if alone; this one's stream is the messages it decoded, each
-// followed by the end of input that its trailing-data check reads.
-type pooledDecoder struct {
-	in  messageReader
-	dec *json.Decoder
-}
-
-var decoders = sync.Pool{New: func() any {
-	d := new(pooledDecoder)
-	d.dec = json.NewDecoder(&d.in)
-	d.dec.DisallowUnknownFields()
-	return d
-}}
-
-// decodePooled decodes data into m with a pooled decoder: true when data
-// is one JSON value that decodes into m with no unknown field, followed
-// by nothing but JSON whitespace. A decoder that failed is not pooled
-// again.
-func decodePooled(data []byte, m message) bool {
-	if len(data) > maxPooledMessage {
-		return false
-	}
-	d := decoders.Get().(*pooledDecoder)
-	d.in.data = data
-	if err := d.dec.Decode(m); err != nil {
-		return false
-	}
-	if _, err := d.dec.Token(); err != io.EOF {
-		return false
-	}
-	d.in.data = nil
-	decoders.Put(d)
-	return true
-}
-
-// messageReader reads one message, then reports the end of input until
-// it is given the next.
-type messageReader struct {
-	data []byte
-}
-
-func (r *messageReader) Read(p []byte) (int, error) {
-	if len(r.data) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.data)
-	r.data = r.data[n:]
-	return n, nil
+// decodeFast decodes data into m with segmentio/encoding/json: true when
+// data is one JSON value that decodes into m with no unknown field,
+// followed by nothing but JSON whitespace. Strings, numbers and raw
+// messages are copied, never kept pointing into data.
+func decodeFast(data []byte, m message) bool {
+	rest, err := fastjson.Parse(data, m, fastjson.DisallowUnknownFields)
+	return err == nil && len(rest) == 0
 }
 
 // describeJSONError says what is wrong without quoting the input.
@@ -176,4 +131,15 @@ func DecodeToolSpec(data []byte, limit int) (ToolSpec, error) {
 }
 
 // Encode marshals a message. Messages built by this package always encode.
-func Encode(m message) ([]byte, error) { return json.Marshal(m) }
+//
+// The messages every tool call sends (a call, its result, a started
+// notice, a cancel) are marshalled by segmentio/encoding/json, which
+// gives them the bytes encoding/json gives, faster; the others by
+// encoding/json, whose omitzero the other does not know.
+func Encode(m message) ([]byte, error) {
+	switch m.(type) {
+	case *Call, *Result, *Started, *Cancel:
+		return fastjson.Marshal(m)
+	}
+	return json.Marshal(m)
+}

@@ -11,9 +11,9 @@ import (
 	"testing"
 )
 
-// decodeReference is decode as it was before it pooled its decoders: a
-// new strict decoder for every message. decode must agree with it on
-// every input.
+// decodeReference is decode with encoding/json alone: a new strict
+// decoder for every message. decode, which tries a faster decoder first,
+// must agree with it on every input.
 func decodeReference(data []byte, limit int, m message) error {
 	if limit <= 0 {
 		limit = DefaultMaxMessageBytes
@@ -111,8 +111,8 @@ func diffInputs() [][]byte {
 	}
 }
 
-// Pooled decoding gives every message the value and the error a new
-// decoder gives, whatever the decoder decoded before.
+// Decoding gives every message the value and the error encoding/json's
+// strict decoder gives, whatever was decoded before.
 func TestDecodeMatchesReference(t *testing.T) {
 	inputs := diffInputs()
 	for _, data := range inputs {
@@ -122,27 +122,34 @@ func TestDecodeMatchesReference(t *testing.T) {
 		}
 		checkSameDecode(t, data, 16)
 	}
-	// A decoded message shares nothing with the pooled decoder's buffer.
+	// A decoded message shares nothing with the bytes it was decoded from.
 	c := validCall()
 	call, _ := Encode(&c)
-	kept, err := DecodeCall(call, 0)
+	kept, err := DecodeCall(bytes.Clone(call), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, data := range inputs {
-		checkSameDecode(t, data, 0)
-	}
 	var want Call
 	if err := decodeReference(call, 0, &want); err != nil || !reflect.DeepEqual(kept, want) {
-		t.Fatalf("a call decoded earlier changed to %+v, want %+v (%v)", kept, want, err)
+		t.Fatalf("decoded %+v, want %+v (%v)", kept, want, err)
 	}
-	big := []byte(`{"v":1,"run_id":"r","call_key":"k","outcome":"ok","output":"` + string(bytes.Repeat([]byte("x"), maxPooledMessage)) + `","duration_ms":3}`)
+	reused := bytes.Clone(call)
+	if kept, err = DecodeCall(reused, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range reused {
+		reused[i] = 'x'
+	}
+	if !reflect.DeepEqual(kept, want) {
+		t.Fatalf("a call changed with the buffer it was decoded from: %+v, want %+v", kept, want)
+	}
+	big := []byte(`{"v":1,"run_id":"r","call_key":"k","outcome":"ok","output":"` + string(bytes.Repeat([]byte("x"), 64<<10)) + `","duration_ms":3}`)
 	checkSameDecode(t, big, 0)
 }
 
-// FuzzDecodeMatchesReference compares pooled decoding with a new decoder
-// for every message type, after a message accepted, after one refused and
-// twice in a row.
+// FuzzDecodeMatchesReference compares decode with encoding/json's strict
+// decoder for every message type, after a message accepted, after one
+// refused and twice in a row.
 func FuzzDecodeMatchesReference(f *testing.F) {
 	seedMessages(f)
 	for _, data := range diffInputs() {
@@ -160,7 +167,7 @@ func FuzzDecodeMatchesReference(f *testing.F) {
 	})
 }
 
-// Pooled decoders serve goroutines at once, each its own message.
+// Decoding serves goroutines at once, each its own message.
 func TestDecodeConcurrent(t *testing.T) {
 	inputs := diffInputs()
 	var wg sync.WaitGroup
@@ -175,4 +182,53 @@ func TestDecodeConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// checkSameEncode fails t unless Encode gives m the bytes encoding/json
+// gives it.
+func checkSameEncode(t *testing.T, m message) {
+	t.Helper()
+	got, gotErr := Encode(m)
+	want, wantErr := json.Marshal(m)
+	if !bytes.Equal(got, want) || (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("Encode(%+v) = %q, %v; want %q, %v", m, got, gotErr, want, wantErr)
+	}
+}
+
+// Encoding gives every message the bytes encoding/json gives it: strings
+// that need escaping, invalid UTF-8, raw arguments with spaces, times.
+func TestEncodeMatchesReference(t *testing.T) {
+	odd := "<tag> & \u2028\u2029 \x00\x1f \"q\" \\ \xff\xfe é 😀"
+	c := validCall()
+	c.Arguments = json.RawMessage(` { "text" : "a b" , "n" : [ 1 , 2.50 ] } `)
+	c.CallID = CallID(odd)
+	c.Deadline = c.Deadline.Add(123456789)
+	c.Approval = &ApprovalProof{RequestSeq: 1, DecisionSeq: 2}
+	checkSameEncode(t, &c)
+	r := benchResult()
+	r.Output, r.ErrorType, r.Worker = odd, odd, odd
+	checkSameEncode(t, &r)
+	for _, data := range diffInputs() {
+		for _, newMsg := range decodeTargets() {
+			m := newMsg()
+			_ = decodeReference(data, 0, m) // what it decoded, even in part
+			checkSameEncode(t, m)
+		}
+	}
+}
+
+// FuzzEncodeMatchesReference encodes every message that data decodes to,
+// by the reference decoder, and compares the bytes with encoding/json's.
+func FuzzEncodeMatchesReference(f *testing.F) {
+	seedMessages(f)
+	for _, data := range diffInputs() {
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, newMsg := range decodeTargets() {
+			m := newMsg()
+			_ = decodeReference(data, 0, m) // what it decoded, even in part
+			checkSameEncode(t, m)
+		}
+	})
 }
