@@ -139,9 +139,10 @@ func build(goCmd, dir, bin string, progress io.Writer) error {
 	cmd := exec.CommandContext(ctx, goCmd, "install", "-v", pkg+"@"+Version)
 	cmd.Dir = tmp // outside any module: "go install pkg@version" builds it on its own
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-buildvcs=false", "GOWORK=off")
+	// Both streams go through the pipe: only the scanner below writes out.
 	var out bytes.Buffer
 	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = &out, pw
+	cmd.Stdout, cmd.Stderr = pw, pw
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
