@@ -324,7 +324,10 @@ var errClaimed = errors.New("natsbus: the call was claimed by another delivery")
 // has already acknowledged. It returns errClaimed when the server answers
 // that the message is gone (claimed, or expired), and another error when
 // it does not answer: then the message, if still there, is redelivered
-// after the ack wait and claimed again.
+// after the ack wait and claimed again. Nothing is sent after it: the
+// server settles a pending delivery of a message it removes as it would an
+// ack, so the claimed delivery, and any other of the same message, is
+// settled already.
 func (w *Worker) claim(d *Delivery) error {
 	if d.Seq == 0 {
 		return codedError("no_stream_sequence")
@@ -333,14 +336,10 @@ func (w *Worker) claim(d *Delivery) error {
 	defer cancel()
 	if err := w.calls.DeleteMsg(ctx, d.Seq); err != nil {
 		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
-			d.Settle(Ack) // settles this delivery of a message that is gone
 			return errClaimed
 		}
 		return err
 	}
-	// Removing the message also settled its delivery; the ack is for
-	// whoever reads the consumer's state before the server updates it.
-	d.Settle(Ack)
 	return nil
 }
 

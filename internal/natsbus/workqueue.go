@@ -35,8 +35,9 @@ const (
 var (
 	// Ack: done; the message leaves the work queue.
 	Ack = Decision{kind: decAck}
-	// Settled: the handler settled the message itself, early, with
-	// [Delivery.Settle] (a claim), or the message is gone.
+	// Settled: nothing to send; the message is gone from the stream (the
+	// handler removed it to claim it, or someone else did), which
+	// settled its delivery.
 	Settled = Decision{kind: decSettled}
 	// Leave: do not settle. The message stays with whoever owns it now (a
 	// run another coordinator took over) or is redelivered after the ack
@@ -75,17 +76,7 @@ type Delivery struct {
 	// Seq is the message's stream sequence (0 when unknown).
 	Seq uint64
 	// Stored is when the stream stored the message.
-	Stored  time.Time
-	settled bool
-}
-
-// Settle settles the message now (a claim, before the work starts); the
-// handler then returns [Settled].
-func (d *Delivery) Settle(dec Decision) {
-	if !d.settled {
-		d.settled = true
-		settle(d.Msg, dec)
-	}
+	Stored time.Time
 }
 
 // Heartbeat tells the server, every interval, that the message is still
@@ -314,10 +305,7 @@ func (q *WorkQueue) serve(ctx context.Context, m jetstream.Msg) {
 		d.Seq = md.Sequence.Stream
 		d.Stored = md.Timestamp
 	}
-	dec := q.handler(ctx, d)
-	if !d.settled {
-		settle(m, dec)
-	}
+	settle(m, q.handler(ctx, d))
 }
 
 // pull takes up to slots messages, for which the caller holds slots, and
