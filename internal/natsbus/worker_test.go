@@ -343,7 +343,8 @@ func TestMalformedCallIsTerminated(t *testing.T) {
 
 // TestNonIdempotentCallIsClaimedBeforeItRuns: by the time the tool runs,
 // the call has left the calls stream (claimed) and nothing can redeliver
-// it.
+// it. The claim sends no ack: the server settles the delivery of the
+// message it removed, long before the ack wait (30s here) could.
 func TestNonIdempotentCallIsClaimedBeforeItRuns(t *testing.T) {
 	f := newFleet(t)
 	started := make(chan struct{})
@@ -358,7 +359,7 @@ func TestNonIdempotentCallIsClaimedBeforeItRuns(t *testing.T) {
 				return "", ctx.Err()
 			}
 		}}
-	f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{})
+	f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{AckWait: 30 * time.Second})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "charge", `{}`, 20*time.Second)
 	if err := d.Publish(ctx(t), call); err != nil {
