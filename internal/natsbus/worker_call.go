@@ -321,13 +321,14 @@ var errClaimed = errors.New("natsbus: the call was claimed by another delivery")
 // deliveries of one call (a redelivery after the first worker stalled past
 // the ack wait) exactly one claim succeeds. An acknowledgement cannot
 // decide it: the server confirms an ack of a message that another delivery
-// has already acknowledged. It returns errClaimed when the server answers
-// that the message is gone (claimed, or expired), and another error when
-// it does not answer: then the message, if still there, is redelivered
-// after the ack wait and claimed again. Nothing is sent after it: the
-// server settles a pending delivery of a message it removes as it would an
-// ack, so the claimed delivery, and any other of the same message, is
-// settled already.
+// has already acknowledged. It returns errClaimed when the server refuses
+// the removal — the message is gone (claimed, withdrawn or expired), or,
+// rarely, its store failed — and another error when it does not answer.
+// Nothing is sent after it: the server settles a pending delivery of a
+// message it removes as it would an ack, so a claimed delivery, and any
+// other of the same message, is settled already; a message still there
+// (no answer, or a failed store) is redelivered after the ack wait and
+// claimed again.
 func (w *Worker) claim(d *Delivery) error {
 	if d.Seq == 0 {
 		return codedError("no_stream_sequence")
