@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # The project's test command (see README): formatting, vet, the test suite
-# (race-enabled where cgo is available) and a short run of every fuzz target.
+# (race-enabled where cgo is available) and a short run of a rotating
+# quarter of the fuzz targets (plus every target of a package the last
+# commit changed).
 #
-#   FUZZTIME=30s ./test.sh     fuzz each target longer (default 3s; 0 skips fuzzing)
+#   ./test.sh                  what CI runs
+#   ./test.sh fast [PKG...]    the inner loop: gofmt, vet and go test -short
+#                              -race of the packages you changed (against
+#                              main, or HEAD~1 on main) or of PKG...; no
+#                              e2e, no fuzzing
+#   FUZZTIME=30s ./test.sh     fuzz each chosen target longer (default 5s; 0 skips fuzzing)
 #   FUZZJOBS=1 ./test.sh       fuzz one target at a time (default 2, one worker each)
+#   FUZZALL=1 ./test.sh        fuzz every target, not the rotating quarter
 set -euo pipefail
 cd "$(dirname "$0")"
-FUZZTIME=${FUZZTIME:-3s}
+FUZZTIME=${FUZZTIME:-5s}
 
 # phase NAME [HEADER] starts a phase: it prints how long the previous one
 # took and HEADER (or NAME); at the end, pass or fail, the wall time of
@@ -30,6 +38,33 @@ on_exit() {
   return $code
 }
 trap on_exit EXIT
+
+# changed_packages prints the package directories holding Go files changed
+# against main (or against HEAD~1 when on main), committed or not.
+changed_packages() {
+  local base=main
+  [ "$(git rev-parse --abbrev-ref HEAD 2>/dev/null)" = main ] && base=HEAD~1
+  { git diff --name-only "$base" 2>/dev/null; git ls-files --others --exclude-standard; } |
+    grep '\.go$' | xargs -r -n1 dirname | sort -u | while read -r d; do
+      [ -d "$d" ] && echo "./$d"
+    done
+}
+
+if [ "${1:-}" = fast ]; then
+  shift
+  pkgs=("$@")
+  [ ${#pkgs[@]} -gt 0 ] || mapfile -t pkgs < <(changed_packages)
+  if [ ${#pkgs[@]} -eq 0 ]; then echo "no changed Go package; name some: ./test.sh fast ./pkg/loop"; exit 0; fi
+  phase "gofmt"
+  unformatted=$(gofmt -l "${pkgs[@]}")
+  [ -z "$unformatted" ] || { echo "gofmt would change:"; echo "$unformatted"; exit 1; }
+  phase "go vet" "go vet ${pkgs[*]}"
+  go vet "${pkgs[@]}"
+  phase "go test" "go test -short -race ${pkgs[*]}"
+  go test -short -race -count=1 "${pkgs[@]}"
+  echo "== fast checks passed (CI runs everything: ./test.sh)"
+  exit 0
+fi
 
 phase "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*'))
@@ -90,16 +125,25 @@ fuzz_one() {
 }
 
 if [ "$FUZZTIME" != "0" ]; then
-  # Two targets at a time, one fuzz worker each: both cores stay busy
-  # through the part of a run that is not fuzzing (linking the
-  # instrumented test binary, running the seed corpus).
+  # Which targets: every func FuzzX in a _test.go file, with its package
+  # directory, split into four quarters by position; a run fuzzes the
+  # quarter numbered by the commit count modulo 4, so four landings in a
+  # row fuzz every target, plus every target in a package the last commit
+  # changed (where new bugs are likeliest). Each target's seed corpus runs
+  # in every go test run above. Compiling an instrumented test binary per
+  # target was most of this phase's time, which is why a run fuzzes a
+  # quarter for longer rather than all of them briefly.
   FUZZJOBS=${FUZZJOBS:-2}
-  phase fuzz "fuzz (each target for $FUZZTIME, $FUZZJOBS at a time)"
+  turn=$(( $(git rev-list --count HEAD 2>/dev/null || echo 0) % 4 ))
+  touched=$(git diff --name-only HEAD~1 2>/dev/null | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
+  targets=$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' . | sort | while read -r file; do
+    grep -oE '^func Fuzz[A-Za-z0-9_]*' "$file" | sed "s|^func |$(dirname "$file") |"
+  done | awk -v turn="$turn" -v all="${FUZZALL:-}" -v touched="$touched" '
+    BEGIN { n = split(touched, t, "\n"); for (i = 1; i <= n; i++) changed[t[i]] = 1 }
+    all != "" || (NR - 1) % 4 == turn || ($1 in changed)')
+  phase fuzz "fuzz ($(echo "$targets" | grep -c .) targets: quarter $turn of 4 and the last commit's packages; each for $FUZZTIME, $FUZZJOBS at a time)"
   export -f fuzz_one
   export FUZZTIME
-  # Every func FuzzX in a _test.go file, with its package directory.
-  grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' . | sort | while read -r file; do
-    grep -oE '^func Fuzz[A-Za-z0-9_]*' "$file" | sed "s|^func |$(dirname "$file") |"
-  done | xargs -P "$FUZZJOBS" -L 1 bash -c 'fuzz_one "$@"' fuzz_one
+  echo "$targets" | xargs -P "$FUZZJOBS" -L 1 bash -c 'fuzz_one "$@"' fuzz_one
 fi
 echo "== all tests passed"
