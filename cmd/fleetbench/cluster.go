@@ -60,6 +60,6 @@ func (b *bench) replicated(ctx context.Context, dir string) error {
 		return err
 	}
 	b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d workers, %s", b.p.sustainConc, fanout, workers, label),
-		rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), note: fmt.Sprintf("%d calls in %v; R1: %s", w.calls.Load(), b.p.duration, b.sustainedLoop[workers])})
+		rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), note: fmt.Sprintf("%d calls in %v; R1: %s", w.calls.Load(), b.p.duration, b.sustainedLoop[workers].rate())})
 	return nil
 }
