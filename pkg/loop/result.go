@@ -20,6 +20,12 @@ const (
 	TerminationError TerminationReason = "error"
 )
 
+// TerminationReasons lists every termination reason; docs/result.schema.json
+// names the same (TestResultSchemaEnums).
+var TerminationReasons = []TerminationReason{
+	TerminationNatural, TerminationMaxRounds, TerminationCancelled, TerminationError,
+}
+
 // Result is the outcome of a run. Its JSON form is the coordinator's
 // --output json document.
 type Result struct {
