@@ -128,6 +128,11 @@ func (b *bench) run(ctx context.Context) error {
 			return fmt.Errorf("mcp: %w", err)
 		}
 	}
+	if b.want("sync") {
+		if err := b.synced(ctx, dir); err != nil {
+			return fmt.Errorf("sync always: %w", err)
+		}
+	}
 	if b.p.cluster > 0 {
 		if err := b.replicated(ctx, dir); err != nil {
 			return fmt.Errorf("cluster: %w", err)

@@ -48,7 +48,7 @@ const (
 const fanout = 32
 
 // Phases that --only selects.
-var phases = []string{"baseline", "single", "round", "sustained", "sleep", "runs", "mcp"}
+var phases = []string{"baseline", "single", "round", "sustained", "sleep", "runs", "mcp", "sync"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

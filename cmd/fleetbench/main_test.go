@@ -47,6 +47,9 @@ func TestShortRun(t *testing.T) {
 		"coordinator: 20 concurrent runs, busy",
 		"coordinator: 20 concurrent runs, held",
 		"per run",
+		"fleet: 1 echo call, full loop round, journaled, sync always (an fsync per write)",
+		"fleet: 32 echo calls, full loop round, sync always (an fsync per write)",
+		"floor: 32 calls, 256 B, one async batch, sync always",
 		"targets:",
 	} {
 		if !strings.Contains(got, want) {
