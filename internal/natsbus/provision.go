@@ -128,20 +128,6 @@ func samePlacement(want, got *jetstream.Placement) bool {
 	return want.Cluster == got.Cluster && slices.Equal(norm(want.Tags), norm(got.Tags))
 }
 
-// CreateOrUpdateStream creates the stream of cfg, or updates it when it
-// exists with another configuration; one that already has cfg is left
-// untouched. (jetstream's CreateOrUpdateStream updates first, and an
-// update rewrites the stream's configuration even when nothing changed —
-// which nats-server races against a consumer being created on the same
-// stream, as happens whenever several fleet processes start at once.)
-func CreateOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	s, err := js.CreateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return js.UpdateStream(ctx, cfg)
-	}
-	return s, err
-}
-
 // createTimeout bounds one create of a missing stream at a process's
 // start; a user without the grant gets no answer.
 const createTimeout = 2 * time.Second
