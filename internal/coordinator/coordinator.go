@@ -320,7 +320,11 @@ func (c *Coordinator) waitForWorkers(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("coordinator: %w", context.Cause(ctx))
 		}
-		for _, spec := range iw.w.Harness().Specs() {
+		h := iw.w.Harness()
+		if h == nil {
+			continue // its MCP servers list no tools yet
+		}
+		for _, spec := range h.Specs() {
 			names = append(names, string(spec.Name))
 		}
 	}

@@ -140,6 +140,14 @@ func sameTools(a, b []*toolEntry) bool {
 	})
 }
 
+// ToolCount is the number of the server's tools the fleet serves now (0
+// while it lists none, or none it may serve).
+func (s *Server) ToolCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tools)
+}
+
 // Tools returns the server's current tools as harness tools.
 func (s *Server) Tools() []harness.Tool {
 	s.mu.Lock()
