@@ -123,6 +123,7 @@ func TestMCPConfigErrors(t *testing.T) {
 		c("unknown transport", "--transport must be stdio or http", "--transport", "sse"),
 		c("http without tokens", "needs bearer tokens in env TOOLFLEET_MCP_TOKENS", "--transport", "http"),
 		c("relative path", "--http-path must start with /", "--http-path", "mcp"),
+		c("zero concurrent calls", "--max-concurrent-calls must be 1..10000, got 0", "--max-concurrent-calls", "0"),
 		c("an argument", "coordinator mcp: takes no arguments", "extra"),
 		c("zero tool timeout", "coordinator mcp: --tool-timeout must not be 0", "--tool-timeout", "0s"),
 		c("negative observation bound", "coordinator mcp: --max-observation-chars: must be >= 1", "--max-observation-chars", "-1"),
