@@ -94,11 +94,14 @@ func TestMCPRealNPMServers(t *testing.T) {
 			"command":  []string{node, npmServerScript(npmMCP.dir, "server-everything"), "stdio"},
 			"env_from": map[string]string{"EV_SECRET": "E2E_EV_SECRET"},
 			"allow":    []string{"echo", "get-env", "get-structured-content", "get-tiny-image", "trigger-long-running-operation"},
+			// annotations never lower a gate: the operator does, here
+			"requires_approval": false,
 		},
 		map[string]any{
-			"name":    "fs",
-			"command": []string{node, npmServerScript(npmMCP.dir, "server-filesystem"), root},
-			"allow":   []string{"read_text_file", "list_directory"},
+			"name":              "fs",
+			"command":           []string{node, npmServerScript(npmMCP.dir, "server-filesystem"), root},
+			"allow":             []string{"read_text_file", "list_directory"},
+			"requires_approval": false,
 		},
 	}})
 	worker := startProcEnv(t, "toolworker", []string{"E2E_EV_SECRET=" + mcpCanary}, bins.toolworker,

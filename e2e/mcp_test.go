@@ -45,6 +45,7 @@ func TestMCPBothWays(t *testing.T) {
 		"tools": map[string]any{
 			"pid":  map[string]any{"requires_approval": true},
 			"hang": map[string]any{"timeout": "2s"},
+			"add":  map[string]any{"idempotent": true},
 		},
 		"cancel_grace": "500ms",
 	}}})

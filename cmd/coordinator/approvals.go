@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
 
 	"github.com/nats-io/nats.go"
 
@@ -18,6 +17,7 @@ import (
 // connection flags.
 var envConnFlagOf = cliconfig.Flags{
 	"Conn":             "env " + natsbus.EnvURL,
+	"Conn.URL":         "env " + natsbus.EnvURL,
 	"Conn.CredsFile":   "env " + natsbus.EnvCreds,
 	"Conn.User":        "env " + natsbus.EnvUser,
 	"Conn.NKeyFile":    "env " + natsbus.EnvNKey,
@@ -26,10 +26,12 @@ var envConnFlagOf = cliconfig.Flags{
 }
 
 // envCommand runs an operator command whose connection the environment
-// alone configures: a connection setting that cannot work is a
-// configuration error (exit status 2) before any subcommand runs.
-func envCommand(ctx context.Context, name string, conn natsbus.ConnConfig, args []string, stdout, stderr io.Writer,
+// alone configures (envConn, named connName): a connection setting that
+// cannot work is a configuration error (exit status 2) before any
+// subcommand runs.
+func envCommand(ctx context.Context, name, connName string, args []string, stdout, stderr io.Writer,
 	body func(context.Context, []string, io.Writer, io.Writer, func(context.Context) (*nats.Conn, error)) int) int {
+	conn := envConn(connName)
 	if err := conn.Validate(); err != nil {
 		c := &command{name: name, flags: envConnFlagOf, stderr: stderr}
 		return c.fail(nest("Conn", err))
@@ -38,9 +40,15 @@ func envCommand(ctx context.Context, name string, conn natsbus.ConnConfig, args 
 	return body(ctx, args, stdout, stderr, connect)
 }
 
+// envConn is the connection of a command that takes no connection flags:
+// everything from the environment, read with procsec.Getenv, which sees
+// the secrets (NATS_PASSWORD, NATS_TOKEN) main took out of it.
+func envConn(name string) natsbus.ConnConfig {
+	return natsbus.ConnConfig{Name: name, Getenv: procsec.Getenv}
+}
+
 // approvalsCommand runs "coordinator approvals ...": list pending requests,
 // approve or deny one, over NATS.
 func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	conn := natsbus.ConnConfig{URL: os.Getenv(natsbus.EnvURL), Name: "toolfleet-approvals", Getenv: procsec.Getenv}
-	return envCommand(ctx, "coordinator approvals", conn, args, stdout, stderr, approval.Command)
+	return envCommand(ctx, "coordinator approvals", "toolfleet-approvals", args, stdout, stderr, approval.Command)
 }

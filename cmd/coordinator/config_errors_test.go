@@ -76,6 +76,8 @@ func fleetCases(t *testing.T, cmd string, tail ...string) []configCase {
 		c("unknown model kind", "--model must be scripted:FILE", append([]string{"--model", "gpt:x"}, prompt...)...),
 		c("missing script", "--model", append([]string{"--model", "scripted:/does/not/exist"}, prompt...)...),
 		c("bad model base URL", "--model-base-url:", append([]string{"--model", "openai:gpt-test", "--model-base-url", "ftp://example.com"}, prompt...)...),
+		c("NATS URL of another scheme", "--nats-url: ftp://x: the scheme must be one of nats, tls, ws, wss", "--nats-url", "ftp://x"),
+		c("NATS URL without a host", "--nats-url: nats:// has no host", "--nats-url", "nats://"),
 		c("listen with a NATS URL", "--listen: is for the embedded server", "--nats-url", "nats://127.0.0.1:1", "--listen", "127.0.0.1:0"),
 		{name: "missing nkey file", args: tail, env: map[string]string{"NATS_NKEY": "/does/not/exist.nk"}, want: "coordinator " + cmd + ": env NATS_NKEY:"},
 	}
@@ -121,6 +123,7 @@ func TestMCPConfigErrors(t *testing.T) {
 		c("unknown transport", "--transport must be stdio or http", "--transport", "sse"),
 		c("http without tokens", "needs bearer tokens in env TOOLFLEET_MCP_TOKENS", "--transport", "http"),
 		c("relative path", "--http-path must start with /", "--http-path", "mcp"),
+		c("zero concurrent calls", "--max-concurrent-calls must be 1..10000, got 0", "--max-concurrent-calls", "0"),
 		c("an argument", "coordinator mcp: takes no arguments", "extra"),
 		c("zero tool timeout", "coordinator mcp: --tool-timeout must not be 0", "--tool-timeout", "0s"),
 		c("negative observation bound", "coordinator mcp: --max-observation-chars: must be >= 1", "--max-observation-chars", "-1"),

@@ -31,6 +31,8 @@ type mcpFlags struct {
 	path        string
 	noAuth      bool
 	noLocalhost bool
+	maxCalls    int
+	origins     string
 }
 
 // mcpFleetFlags are the fleet flags "coordinator mcp" uses. The others
@@ -60,6 +62,8 @@ func newMCPFlagSet(f *mcpFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.path, "http-path", "/mcp", "URL path of the MCP endpoint")
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without bearer tokens (for a reverse proxy that authenticates); otherwise env "+envMCPTokens+" must hold at least one token")
 	fs.BoolVar(&f.noLocalhost, "disable-localhost-protection", false, "accept any Host header on a loopback listener (a reverse proxy on the same host)")
+	fs.IntVar(&f.maxCalls, "max-concurrent-calls", mcpserve.DefaultMaxConcurrentCalls, fmt.Sprintf("tools/call requests run at once, over every client; more are refused with an \"overloaded\" error (1..%d)", mcpserve.MaxMaxConcurrentCalls))
+	fs.StringVar(&f.origins, "allowed-origin", "", "browser origins (comma list of scheme://host[:port]) whose HTTP requests are served; a request with any other Origin header is refused (403). Default: none")
 	return fs
 }
 
@@ -112,6 +116,9 @@ Flags:`)
 	case !strings.HasPrefix(f.path, "/"):
 		fmt.Fprintf(stderr, "coordinator mcp: --http-path must start with /, got %q\n", f.path)
 		return exitUsage
+	case f.maxCalls < 1 || f.maxCalls > mcpserve.MaxMaxConcurrentCalls:
+		fmt.Fprintf(stderr, "coordinator mcp: --max-concurrent-calls must be 1..%d, got %d\n", mcpserve.MaxMaxConcurrentCalls, f.maxCalls)
+		return exitUsage
 	}
 	c, log, code, done := f.open(ctx, cmd, args, func() error { return nil }, func(zerolog.Logger) (loop.Model, error) { return noModel{}, nil })
 	if done {
@@ -119,7 +126,7 @@ Flags:`)
 	}
 	defer c.Close()
 	fl := c.Fleet()
-	srv, err := mcpserve.New(mcpserve.Config{Logger: log}, mcpserve.Fleet{
+	srv, err := mcpserve.New(mcpserve.Config{Logger: log, MaxConcurrentCalls: f.maxCalls}, mcpserve.Fleet{
 		Catalog: fl.Catalog, Dispatcher: fl.Dispatcher, Gate: fl.Gate, Loop: fl.Loop,
 	})
 	if err != nil {
@@ -142,7 +149,8 @@ Flags:`)
 		return exitOK
 	}
 	mux := http.NewServeMux()
-	mux.Handle(f.path, srv.Handler(mcpserve.HTTPConfig{Tokens: tokens, DisableLocalhostProtection: f.noLocalhost}))
+	mux.Handle(f.path, srv.Handler(mcpserve.HTTPConfig{Tokens: tokens, DisableLocalhostProtection: f.noLocalhost,
+		AllowedOrigins: splitList(f.origins)}))
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator mcp: --http-addr:", err)

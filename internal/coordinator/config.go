@@ -27,14 +27,21 @@ type Config struct {
 	// temporary directory, removed by Close.
 	StoreDir string
 	// Listen, with the embedded server, opens its TCP client listener on
-	// this HOST:PORT (port 0: a random one) with credentials drawn at
-	// start, written to CredentialsFile for the operator and remote
-	// workers and clients. Default: no listener, in-process connections
-	// only.
+	// this HOST:PORT (port 0: a random one). The server then accepts the
+	// users of embedded.FleetUsers, with the permissions of their roles in
+	// deploy/nats-server.conf: coordinator (this process, in process only,
+	// its password drawn and never written), worker and client (passwords
+	// from TOOLFLEET_WORKER_PASSWORD and TOOLFLEET_CLIENT_PASSWORD, else
+	// drawn at start and written to CredentialsFile and worker.env next to
+	// it) and operator (only with TOOLFLEET_OPERATOR_PASSWORD, never
+	// written: the tools this process runs can read what it writes).
+	// Default: no listener, in-process connections only.
 	Listen string
-	// CredentialsFile is where a listening embedded server's URL, user and
-	// password are written (mode 0600, NATS_URL=, NATS_USER=,
-	// NATS_PASSWORD= lines). Default: nats.env in the store directory.
+	// CredentialsFile is where a listening embedded server's URL and the
+	// client user's drawn password are written (mode 0600, NATS_URL=,
+	// NATS_USER=, NATS_PASSWORD=, NATS_INBOX_PREFIX= lines); the worker's
+	// go to worker.env in the same directory. Default: nats.env in the
+	// store directory.
 	CredentialsFile string
 	// Workers is the number of in-process toolworkers. Default (0): 1 with
 	// the embedded server, none with a remote one.

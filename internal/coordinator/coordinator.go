@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,15 +34,17 @@ type Coordinator struct {
 
 	server    *embedded.Server // nil with a remote server
 	storeDir  string           // removed by Close when Open created it
-	credsFile string           // the listening embedded server's credentials, removed by Close
-	nc        *nats.Conn
-	js        natsbus.JetStream
-	catalog   *natsbus.Catalog
-	obs       *observability           // nil without MetricsAddr
-	monitor   *discovery.SchemaMonitor // reports schema conflicts
-	guard     *natsbus.StreamGuard     // the fleet's streams as expected
-	guardEnd  context.CancelFunc
-	runner    *loop.Runner
+	credsFile string           // the listening embedded server's client credentials
+	// credsFiles are the credentials files written, removed by Close.
+	credsFiles []string
+	nc         *nats.Conn
+	js         natsbus.JetStream
+	catalog    *natsbus.Catalog
+	obs        *observability           // nil without MetricsAddr
+	monitor    *discovery.SchemaMonitor // reports schema conflicts
+	guard      *natsbus.StreamGuard     // the fleet's streams as expected
+	guardEnd   context.CancelFunc
+	runner     *loop.Runner
 	// disp is the runner's, closed with the coordinator (its results
 	// consumer deleted).
 	disp *natsbus.Dispatcher
@@ -192,7 +195,8 @@ func (c *Coordinator) startEmbedded() error {
 		if p == 0 {
 			p = -1
 		}
-		ec.Listen, ec.GenerateCredentials, ec.Host, ec.Port = true, true, host, p
+		ec.Listen, ec.Host, ec.Port = true, host, p
+		ec.Users = embedded.FleetUsers(c.subjects, c.rolePassword)
 	}
 	s, err := embedded.Start(ec)
 	if err != nil {
@@ -207,15 +211,51 @@ func (c *Coordinator) startEmbedded() error {
 	if path == "" {
 		path = filepath.Join(dir, "nats.env")
 	}
-	user, password := s.Credentials()
-	content := fmt.Sprintf("NATS_URL=%s\nNATS_USER=%s\nNATS_PASSWORD=%s\n", s.ClientURL(), user, password)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		return fmt.Errorf("coordinator: writing the embedded server's credentials: %w", err)
+	written := map[string]string{}
+	for _, f := range []struct{ role, path string }{
+		{embedded.RoleClient, path},
+		{embedded.RoleWorker, filepath.Join(filepath.Dir(path), "worker.env")},
+	} {
+		if c.rolePassword(f.role) != "" {
+			continue // the operator chose it, and knows it
+		}
+		content := fmt.Sprintf("NATS_URL=%s\nNATS_USER=%s\nNATS_PASSWORD=%s\nNATS_INBOX_PREFIX=_INBOX_%s\n",
+			s.ClientURL(), f.role, s.Password(f.role), f.role)
+		if err := os.WriteFile(f.path, []byte(content), 0o600); err != nil {
+			return fmt.Errorf("coordinator: writing the embedded server's %s credentials: %w", f.role, err)
+		}
+		c.credsFiles = append(c.credsFiles, f.path)
+		written[f.role] = f.path
 	}
-	c.credsFile = path
-	c.log.Info().Str("url", s.ClientURL()).Str("user", user).Str("credentials_file", path).
-		Msg("embedded NATS server started; its credentials, drawn at start, are in the credentials file")
+	c.credsFile = written[embedded.RoleClient]
+	ev := c.log.Info().Str("url", s.ClientURL()).Str("credentials_file", written[embedded.RoleClient]).
+		Str("worker_credentials_file", written[embedded.RoleWorker])
+	if s.Password(embedded.RoleOperator) == "" {
+		ev = ev.Str("approvals", "off: set "+roleEnv(embedded.RoleOperator)+" to approve calls as user "+embedded.RoleOperator)
+	}
+	ev.Msg("embedded NATS server started; users coordinator (in process only), worker, client and operator (with " +
+		roleEnv(embedded.RoleOperator) + "); drawn passwords are in the credentials files, which carry no approving credential")
 	return nil
+}
+
+// roleEnv is the environment variable that sets a role's password on a
+// listening embedded server: the names of deploy/nats-server.conf.
+func roleEnv(role string) string { return "TOOLFLEET_" + strings.ToUpper(role) + "_PASSWORD" }
+
+// rolePassword is the password the operator chose for a role of the
+// listening embedded server (roleEnv, read through Conn.Getenv, so a
+// password procsec took out of the environment is still found), "" to
+// draw one. The coordinator's own is always drawn: it never leaves the
+// process.
+func (c *Coordinator) rolePassword(role string) string {
+	if role == embedded.RoleCoordinator {
+		return ""
+	}
+	getenv := c.cfg.Conn.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	return getenv(roleEnv(role))
 }
 
 func (c *Coordinator) startWorkers(ctx context.Context) error {
@@ -280,7 +320,11 @@ func (c *Coordinator) waitForWorkers(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("coordinator: %w", context.Cause(ctx))
 		}
-		for _, spec := range iw.w.Harness().Specs() {
+		h := iw.w.Harness()
+		if h == nil {
+			continue // its MCP servers list no tools yet
+		}
+		for _, spec := range h.Specs() {
 			names = append(names, string(spec.Name))
 		}
 	}
@@ -357,8 +401,8 @@ func (c *Coordinator) Close() error {
 		if c.server != nil {
 			c.server.Shutdown()
 		}
-		if c.credsFile != "" {
-			os.Remove(c.credsFile)
+		for _, f := range c.credsFiles {
+			os.Remove(f)
 		}
 		if c.storeDir != "" {
 			os.RemoveAll(c.storeDir)

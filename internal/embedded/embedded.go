@@ -29,11 +29,22 @@ type Config struct {
 	// in-process connections only (nats-server's DontListen): no other
 	// process, and no tool a worker runs, can reach the server.
 	Listen bool
-	// GenerateCredentials makes the server accept only one user, with a
-	// password drawn at start ([Server.Credentials]); [Server.InProcess]
-	// presents it. Use it whenever the server listens for anyone but the
-	// tests. Ignored when ConfigText sets an authorization of its own.
+	// GenerateCredentials makes the server accept only one user,
+	// [GeneratedUser], with a password drawn at start and every permission
+	// ([Server.Credentials]); [Server.InProcess] presents it. Ignored when
+	// Users is set or ConfigText sets an authorization of its own. A fleet
+	// whose server listens uses Users with the roles' permissions
+	// ([FleetUsers]) instead: a superuser's password must not be written
+	// where the tools can read it.
 	GenerateCredentials bool
+	// Users are the only users the server accepts, each with its own
+	// permissions; an empty password is drawn at start ([Server.Password]).
+	// Ignored when ConfigText sets an authorization of its own. Default:
+	// none (see GenerateCredentials).
+	Users []User
+	// InProcessUser names the user of Users that [Server.InProcess]
+	// presents. Default: the first.
+	InProcessUser string
 	// StoreDir is JetStream's directory (the server adds "jetstream/" below
 	// it). Default: a new temporary directory, removed by Shutdown.
 	StoreDir string
@@ -64,8 +75,22 @@ type Server struct {
 	ownsStore bool
 	port      int
 	once      sync.Once
-	// user and password are the generated credentials, "" without.
+	// user and password are what InProcess presents, "" without.
 	user, password string
+	// passwords are every configured user's, by name.
+	passwords map[string]string
+}
+
+// User is a user the server accepts.
+type User struct {
+	// Name is the user name.
+	Name string
+	// Password is the user's password. Default: 32 random bytes drawn at
+	// start.
+	Password string
+	// Permissions bound what the user may publish and subscribe to.
+	// Default (nil): everything.
+	Permissions *server.Permissions
 }
 
 // GeneratedUser is the user name of generated credentials.
@@ -82,10 +107,15 @@ func randomPassword() (string, error) {
 	return "tf-" + hex.EncodeToString(b), nil
 }
 
-// Credentials returns the generated user and password, or "" and "" when
-// the server has none (see Config.GenerateCredentials). Never log the
-// password.
+// Credentials returns the user and password InProcess presents (the
+// generated user, or Config.InProcessUser), or "" and "" when the server
+// has none. Never log the password.
 func (s *Server) Credentials() (user, password string) { return s.user, s.password }
+
+// Password returns the password of one of Config.Users (drawn at start
+// when it was not given), or "" for a user the server does not have.
+// Never log it.
+func (s *Server) Password(user string) string { return s.passwords[user] }
 
 // Listening reports whether the server has a TCP client listener.
 func (s *Server) Listening() bool { return s.cfg.Listen }
@@ -111,14 +141,9 @@ func Start(cfg Config) (*Server, error) {
 		opts.Port = server.RANDOM_PORT
 	}
 	opts.DontListen = !cfg.Listen
-	var user, password string
-	if cfg.GenerateCredentials && opts.Username == "" && len(opts.Users) == 0 && len(opts.Nkeys) == 0 && opts.Authorization == "" {
-		pw, err := randomPassword()
-		if err != nil {
-			return nil, fmt.Errorf("embedded: drawing a password: %w", err)
-		}
-		user, password = GeneratedUser, pw
-		opts.Username, opts.Password = user, password
+	user, password, passwords, err := configureUsers(opts, cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.ServerName != "" {
 		opts.ServerName = cfg.ServerName
@@ -127,7 +152,7 @@ func Start(cfg Config) (*Server, error) {
 	opts.NoSigs = true
 	opts.Trace, opts.TraceVerbose = false, false
 
-	s := &Server{storeDir: cfg.StoreDir, user: user, password: password}
+	s := &Server{storeDir: cfg.StoreDir, user: user, password: password, passwords: passwords}
 	if s.storeDir == "" {
 		dir, err := os.MkdirTemp("", "toolfleet-nats-")
 		if err != nil {
@@ -162,6 +187,47 @@ func Start(cfg Config) (*Server, error) {
 	s.cfg = cfg
 	s.cfg.Host, s.cfg.Port, s.cfg.StoreDir = opts.Host, s.port, s.storeDir
 	return s, nil
+}
+
+// configureUsers sets opts' users from cfg (unless cfg.ConfigText
+// configured authorization) and returns the in-process user, its password
+// and every user's password.
+func configureUsers(opts *server.Options, cfg Config) (user, password string, passwords map[string]string, err error) {
+	if opts.Username != "" || len(opts.Users) > 0 || len(opts.Nkeys) > 0 || opts.Authorization != "" {
+		return "", "", nil, nil
+	}
+	users := cfg.Users
+	if len(users) == 0 {
+		if !cfg.GenerateCredentials {
+			return "", "", nil, nil
+		}
+		users = []User{{Name: GeneratedUser}}
+	}
+	passwords = map[string]string{}
+	for _, u := range users {
+		if u.Name == "" {
+			return "", "", nil, errors.New("embedded: a user without a name")
+		}
+		if _, dup := passwords[u.Name]; dup {
+			return "", "", nil, fmt.Errorf("embedded: user %q twice", u.Name)
+		}
+		pw := u.Password
+		if pw == "" {
+			if pw, err = randomPassword(); err != nil {
+				return "", "", nil, fmt.Errorf("embedded: drawing a password: %w", err)
+			}
+		}
+		passwords[u.Name] = pw
+		opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: pw, Permissions: u.Permissions})
+	}
+	user = cfg.InProcessUser
+	if user == "" {
+		user = users[0].Name
+	}
+	if _, ok := passwords[user]; !ok {
+		return "", "", nil, fmt.Errorf("embedded: in-process user %q is not one of the users", user)
+	}
+	return user, passwords[user], passwords, nil
 }
 
 // Config returns the configuration the server runs with, its port and

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolfleet/toolfleet/internal/tracing"
@@ -37,6 +38,15 @@ func (m *oneCall) Complete(context.Context, loop.Request) (*loop.Response, error
 // of the client's span.
 func (s *Server) handler(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case s.slots <- struct{}{}:
+			defer func() { <-s.slots }()
+		default:
+			return nil, &jsonrpc.Error{Code: CodeOverloaded, Message: fmt.Sprintf(
+				"overloaded: the server already runs %d calls, its limit; try again later", cap(s.slots))}
+		}
+		ctx, release := s.requestContext(ctx, req)
+		defer release()
 		ctx = tracing.ExtractMeta(ctx, req.Params.Meta)
 		args := string(req.Params.Arguments)
 		if args == "" || args == "null" {

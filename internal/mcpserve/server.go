@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -27,7 +28,18 @@ const (
 	// DefaultProgressInterval is the heartbeat of a long call that asked
 	// for progress.
 	DefaultProgressInterval = 5 * time.Second
+	// DefaultMaxConcurrentCalls bounds the tools/call requests the server
+	// runs at once (each holds its arguments, up to a NATS message, for as
+	// long as it waits for a worker or an approval).
+	DefaultMaxConcurrentCalls = 32
+	// MaxMaxConcurrentCalls is the largest MaxConcurrentCalls accepted.
+	MaxMaxConcurrentCalls = 10000
 )
+
+// CodeOverloaded is the JSON-RPC error code of a tools/call refused because
+// the server already runs MaxConcurrentCalls calls (in the range the
+// JSON-RPC specification leaves to servers).
+const CodeOverloaded = -32001
 
 // MetaOutcome is the _meta key of a result's outcome.
 const MetaOutcome = "toolfleet/outcome"
@@ -41,6 +53,11 @@ type Config struct {
 	SyncInterval time.Duration
 	// ProgressInterval: see [DefaultProgressInterval].
 	ProgressInterval time.Duration
+	// MaxConcurrentCalls bounds the tools/call requests run at once, over
+	// every client; one more is refused at once with a JSON-RPC error
+	// ([CodeOverloaded]) and never reaches the fleet. Default:
+	// [DefaultMaxConcurrentCalls]; at most [MaxMaxConcurrentCalls].
+	MaxConcurrentCalls int
 	// Logger receives the server's logs (the calls' own lines come from
 	// the loop's logger). The zero value discards.
 	Logger zerolog.Logger
@@ -62,6 +79,12 @@ type Server struct {
 	fleet Fleet
 	srv   *mcp.Server
 
+	// slots holds one token per call running (MaxConcurrentCalls).
+	slots chan struct{}
+	// requests are the contexts of the HTTP requests in flight, by the id
+	// Handler gives each (see requestContext).
+	requests sync.Map
+
 	mu     sync.Mutex
 	served map[string]protocol.ToolSpec
 }
@@ -80,13 +103,19 @@ func New(cfg Config, fleet Fleet) (*Server, error) {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
 	}
+	if cfg.MaxConcurrentCalls < 0 || cfg.MaxConcurrentCalls > MaxMaxConcurrentCalls {
+		return nil, config.Errorf("MaxConcurrentCalls", "must be 1..%d, got %d", MaxMaxConcurrentCalls, cfg.MaxConcurrentCalls)
+	}
+	if cfg.MaxConcurrentCalls == 0 {
+		cfg.MaxConcurrentCalls = DefaultMaxConcurrentCalls
+	}
 	fleet.Loop.MaxRounds = 1
 	fleet.Loop.MaxToolCallsPerRound = 1
 	// Check the loop settings once, not at every call.
 	if _, err := loop.New(fleet.Loop, &oneCall{}, fleet.Catalog, fleet.Dispatcher, fleet.Gate); err != nil {
 		return nil, fmt.Errorf("mcpserve: %w", err)
 	}
-	s := &Server{cfg: cfg, fleet: fleet, served: map[string]protocol.ToolSpec{}}
+	s := &Server{cfg: cfg, fleet: fleet, served: map[string]protocol.ToolSpec{}, slots: make(chan struct{}, cfg.MaxConcurrentCalls)}
 	s.srv = mcp.NewServer(&cfg.Implementation, &mcp.ServerOptions{
 		Instructions: "Tools served by a toolfleet: calls are validated, may wait for an operator's approval, and are answered exactly once.",
 	})
@@ -203,12 +232,21 @@ type HTTPConfig struct {
 	// protection for servers listening on a loopback address, for a
 	// reverse proxy on the same host that forwards its own Host header.
 	DisableLocalhostProtection bool
+	// AllowedOrigins are the browser origins ("https://app.example.com",
+	// scheme://host[:port], compared without regard to case) whose
+	// requests are served. A request without an Origin header (every
+	// non-browser client) is served; one with any other Origin is refused
+	// with 403, whatever its token. Default: none, so no web page can
+	// call the tools.
+	AllowedOrigins []string
 }
 
 // Handler serves streamable HTTP, stateless: no session lives in this
 // process, so replicas behind a load balancer answer alike. A request body
-// over protocol.DefaultMaxMessageBytes is refused (413); a client that
-// disconnects cancels its call.
+// over protocol.DefaultMaxMessageBytes is refused (413), a request from a
+// browser origin not in AllowedOrigins too (403); a client that
+// disconnects cancels its call, at any protocol version (even while it
+// waits for an approval: it then never runs).
 func (s *Server) Handler(cfg HTTPConfig) http.Handler {
 	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
 		&mcp.StreamableHTTPOptions{
@@ -216,11 +254,13 @@ func (s *Server) Handler(cfg HTTPConfig) http.Handler {
 			DisableLocalhostProtection: cfg.DisableLocalhostProtection,
 			// No call can be larger than a NATS message.
 			MaxRequestBodyBytes: protocol.DefaultMaxMessageBytes,
-			// A client that goes away cancels its call.
+			// A client that goes away cancels its call (protocol
+			// 2026-07-28 on; tieRequest does it for every version).
 			PropagateRequestCancellation: true,
 		}))
-	if len(cfg.Tokens) == 0 {
-		return h
+	h = s.tieRequest(h)
+	if len(cfg.Tokens) > 0 {
+		h = auth.RequireBearerToken(tokenVerifier(cfg.Tokens), &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 	}
-	return auth.RequireBearerToken(tokenVerifier(cfg.Tokens), &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	return checkOrigin(cfg.AllowedOrigins, h)
 }

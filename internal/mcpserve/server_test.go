@@ -41,6 +41,12 @@ type fleet struct {
 
 func newFleet(t *testing.T, toolTimeout time.Duration) *fleet {
 	t.Helper()
+	return newFleetWith(t, toolTimeout, mcpserve.Config{ProgressInterval: time.Hour})
+}
+
+// newFleetWith is newFleet with the MCP server's configuration cfg.
+func newFleetWith(t *testing.T, toolTimeout time.Duration, cfg mcpserve.Config) *fleet {
+	t.Helper()
 	ctx := t.Context()
 	srv := natstest.Start(t)
 	f := &fleet{nc: natstest.Connect(t, srv)}
@@ -75,7 +81,7 @@ func newFleet(t *testing.T, toolTimeout time.Duration) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	ms, err := mcpserve.New(mcpserve.Config{ProgressInterval: time.Hour}, mcpserve.Fleet{
+	ms, err := mcpserve.New(cfg, mcpserve.Fleet{
 		Catalog:    cat,
 		Dispatcher: natsbus.NewDispatcher(f.nc, js, f.s, natsbus.DispatcherConfig{}),
 		Gate:       approval.NewGate(f.nc, js, f.s, approval.GateConfig{}),

@@ -22,6 +22,12 @@ type MCPServer interface {
 	Kills() int64
 }
 
+// MCPToolCounter is what an MCPServer may also implement: the number of
+// tools it lists that are served (toolfleet_mcp_server_tools).
+type MCPToolCounter interface {
+	ToolCount() int
+}
+
 // Values of the result label of toolfleet_mcp_server_cancels_total.
 const (
 	CancelAnswered   = "answered"
@@ -30,8 +36,8 @@ const (
 
 // mcpCollector reads the MCP servers' counters at each scrape.
 type mcpCollector struct {
-	servers                      func() []MCPServer
-	up, restarts, cancels, kills *prometheus.Desc
+	servers                             func() []MCPServer
+	up, restarts, cancels, kills, tools *prometheus.Desc
 }
 
 // RegisterMCPServers registers the metrics of a toolworker's MCP servers
@@ -41,6 +47,7 @@ type mcpCollector struct {
 //	toolfleet_mcp_server_restarts_total{server}   restarts (a crash, a kill, a broken connection)
 //	toolfleet_mcp_server_cancels_total{server,result}  cancelled calls answered within the grace or not
 //	toolfleet_mcp_server_kills_total{server}      kills for a cancelled call left unanswered
+//	toolfleet_mcp_server_tools{server}            tools it lists that are served (0: it lists none; servers implementing MCPToolCounter)
 //
 // The server label is the manifest's name (at most MaxToolLabels of them;
 // a name that is not a token is "_invalid").
@@ -56,6 +63,8 @@ func RegisterMCPServers(reg prometheus.Registerer, servers func() []MCPServer) {
 			"Cancelled calls (deadline or cancel) of a stdio MCP server, by whether it answered them within the grace.", []string{"server", "result"}, nil),
 		kills: prometheus.NewDesc(name("kills_total"),
 			"Kills of the MCP server for a cancelled call left unanswered past the grace.", []string{"server"}, nil),
+		tools: prometheus.NewDesc(name("tools"),
+			"Tools the MCP server lists that the worker serves; 0 while it lists none (the worker waits for tools/list_changed).", []string{"server"}, nil),
 	})
 }
 
@@ -64,6 +73,7 @@ func (c *mcpCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.restarts
 	ch <- c.cancels
 	ch <- c.kills
+	ch <- c.tools
 }
 
 func (c *mcpCollector) Collect(ch chan<- prometheus.Metric) {
@@ -87,5 +97,8 @@ func (c *mcpCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.cancels, prometheus.CounterValue, float64(answered), n, CancelAnswered)
 		ch <- prometheus.MustNewConstMetric(c.cancels, prometheus.CounterValue, float64(unanswered), n, CancelUnanswered)
 		ch <- prometheus.MustNewConstMetric(c.kills, prometheus.CounterValue, float64(s.Kills()), n)
+		if tc, ok := s.(MCPToolCounter); ok {
+			ch <- prometheus.MustNewConstMetric(c.tools, prometheus.GaugeValue, float64(tc.ToolCount()), n)
+		}
 	}
 }

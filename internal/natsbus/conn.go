@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -77,8 +80,19 @@ type ConnConfig struct {
 	JSDomain string
 	// Logger receives connection state changes. The zero value discards.
 	Logger zerolog.Logger
-	// Getenv reads the environment. Default: os.Getenv.
+	// Getenv reads the environment. Default: procsec.Getenv, which also
+	// sees the secrets procsec.Take moved out of the environment (a
+	// command that forgot to set it would otherwise log in without its
+	// password).
 	Getenv func(string) string
+}
+
+// getenv is cfg.Getenv or its default.
+func (cfg ConnConfig) getenv() func(string) string {
+	if cfg.Getenv != nil {
+		return cfg.Getenv
+	}
+	return procsec.Getenv
 }
 
 // Domain returns the JetStream domain: JSDomain, else $NATS_JS_DOMAIN.
@@ -86,11 +100,7 @@ func (cfg ConnConfig) Domain() string {
 	if cfg.JSDomain != "" {
 		return cfg.JSDomain
 	}
-	getenv := cfg.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	return getenv(EnvJSDomain)
+	return cfg.getenv()(EnvJSDomain)
 }
 
 // NewJetStream returns the JetStream context of nc for domain ("" for the
@@ -113,15 +123,15 @@ func (cfg ConnConfig) Validate() error {
 // resolved returns cfg with environment defaults applied, and checks that
 // at most one way to authenticate is configured.
 func (cfg ConnConfig) resolved() (ConnConfig, error) {
-	getenv := cfg.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
+	getenv := cfg.getenv()
 	if cfg.URL == "" {
 		cfg.URL = getenv(EnvURL)
 	}
 	if cfg.URL == "" {
 		cfg.URL = nats.DefaultURL
+	}
+	if err := checkURLs(cfg.URL); err != nil {
+		return cfg, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = DefaultConnName
@@ -255,6 +265,34 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// urlSchemes are the schemes nats.go connects with; a URL without one is
+// nats://.
+var urlSchemes = []string{"nats", "tls", "ws", "wss"}
+
+// checkURLs refuses a server URL nats.go cannot use (another scheme, no
+// host): nats.go would dial it as a NATS server and, failing, retry
+// forever.
+func checkURLs(list string) error {
+	for _, raw := range strings.Split(list, ",") {
+		raw = strings.TrimSpace(raw)
+		u := raw
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
+		}
+		parsed, err := url.Parse(u)
+		if err != nil {
+			return configErr("URL", "%s is not a URL", clip(redactURL(raw)))
+		}
+		if !slices.Contains(urlSchemes, strings.ToLower(parsed.Scheme)) {
+			return configErr("URL", "%s: the scheme must be one of %s, got %q", clip(redactURL(raw)), strings.Join(urlSchemes, ", "), clip(parsed.Scheme))
+		}
+		if parsed.Hostname() == "" {
+			return configErr("URL", "%s has no host", clip(redactURL(raw)))
+		}
+	}
+	return nil
 }
 
 // validInboxPrefix reports whether p is one or more subject tokens of

@@ -79,13 +79,15 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
 			MaxAge:      c.ApprovalsMaxAge,
-			MaxMsgs:     -1,
-			MaxBytes:    -1,
+			MaxMsgs:     c.ApprovalsMaxMsgs,
+			MaxBytes:    c.ApprovalsMaxBytes,
 			MaxMsgSize:  int32(c.MaxMessageBytes),
-			Discard:     jetstream.DiscardOld,
-			Duplicates:  min(DuplicateWindow, c.ApprovalsMaxAge),
-			DenyDelete:  true,
-			DenyPurge:   true,
+			// Full: refuse what is new, never forget what was
+			// recorded; a request that cannot be stored is not approved.
+			Discard:    jetstream.DiscardNew,
+			Duplicates: min(DuplicateWindow, c.ApprovalsMaxAge),
+			DenyDelete: true,
+			DenyPurge:  true,
 			// Workers read a decision back by its sequence (direct get).
 			AllowDirect: true,
 		}},

@@ -19,10 +19,16 @@ const (
 	DefaultResultsMaxAge          = time.Hour
 	DefaultResultsMaxBytes        = 1 << 30
 	DefaultApprovalsMaxAge        = 30 * 24 * time.Hour
-	DefaultMaxQueuedRuns          = 10_000
-	DefaultQueuedRunMaxAge        = 24 * time.Hour
-	DefaultRunResultTTL           = 24 * time.Hour
-	DefaultRunResultsMaxBytes     = 1 << 30
+	// DefaultApprovalsMaxBytes and DefaultApprovalsMaxMsgs bound the
+	// approvals stream (the audit log); when full it refuses new entries
+	// (discard new) rather than forget old ones, and a request that cannot
+	// be stored is never approved.
+	DefaultApprovalsMaxBytes  = 1 << 30
+	DefaultApprovalsMaxMsgs   = 1_000_000
+	DefaultMaxQueuedRuns      = 10_000
+	DefaultQueuedRunMaxAge    = 24 * time.Hour
+	DefaultRunResultTTL       = 24 * time.Hour
+	DefaultRunResultsMaxBytes = 1 << 30
 	// DefaultJournalMaxAge keeps a run's journal past its result's TTL.
 	DefaultJournalMaxAge = 48 * time.Hour
 	// DefaultJournalMaxBytes bounds the journal stream.
@@ -64,6 +70,13 @@ type StreamConfig struct {
 	// ApprovalsMaxAge is how long the approval audit log is kept. Default:
 	// 30 days.
 	ApprovalsMaxAge time.Duration
+	// ApprovalsMaxBytes and ApprovalsMaxMsgs bound the approval audit log.
+	// A full log refuses new requests, decisions and outcomes (discard
+	// new): nothing recorded is lost before ApprovalsMaxAge, and a call
+	// whose request cannot be stored does not run. Default: 1 GiB and
+	// 1,000,000 messages.
+	ApprovalsMaxBytes int64
+	ApprovalsMaxMsgs  int64
 	// MaxQueuedRuns bounds the run requests waiting in the runs stream.
 	// Default: 10,000.
 	MaxQueuedRuns int64
@@ -109,6 +122,12 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	if c.ApprovalsMaxAge <= 0 {
 		c.ApprovalsMaxAge = DefaultApprovalsMaxAge
 	}
+	if c.ApprovalsMaxBytes <= 0 {
+		c.ApprovalsMaxBytes = DefaultApprovalsMaxBytes
+	}
+	if c.ApprovalsMaxMsgs <= 0 {
+		c.ApprovalsMaxMsgs = DefaultApprovalsMaxMsgs
+	}
 	if c.MaxQueuedRuns <= 0 {
 		c.MaxQueuedRuns = DefaultMaxQueuedRuns
 	}
@@ -152,6 +171,10 @@ func (c StreamConfig) Validate() error {
 		return configErr("ResultsMaxAge", "must be >= 0")
 	case c.ApprovalsMaxAge < 0:
 		return configErr("ApprovalsMaxAge", "must be >= 0")
+	case c.ApprovalsMaxBytes < 0:
+		return configErr("ApprovalsMaxBytes", "must be >= 0")
+	case c.ApprovalsMaxMsgs < 0:
+		return configErr("ApprovalsMaxMsgs", "must be >= 0")
 	case c.MaxQueuedRuns < 0:
 		return configErr("MaxQueuedRuns", "must be >= 0")
 	case c.QueuedRunMaxAge < 0:

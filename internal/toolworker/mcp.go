@@ -106,10 +106,27 @@ func (w *Worker) runMCP(ctx context.Context) error {
 		return out
 	}
 	h, nw, err := w.build(tools())
-	if err != nil {
-		return err
-	}
 	for {
+		if errors.Is(err, errNoTools) {
+			// A server may list its tools later (tools/list_changed):
+			// keep running, serve nothing meanwhile.
+			w.cfg.Logger.Warn().Strs("servers", serverNames(servers)).
+				Msg("no tools to serve: the MCP servers list none; serving them once a server lists tools (toolfleet_mcp_server_tools)")
+			st.mu.Lock()
+			st.harness, st.nw = nil, nil
+			st.mu.Unlock()
+			w.markPublished() // nothing to publish
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+				h, nw, err = w.build(tools())
+				continue
+			}
+		}
+		if err != nil {
+			return err
+		}
 		if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, h.Specs(), w.cfg.Logger); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -137,10 +154,10 @@ func (w *Worker) runMCP(ctx context.Context) error {
 				cancel()
 				return <-errc
 			case <-changed:
-				h2, nw2, err := w.build(tools())
-				if err != nil {
+				h2, nw2, err2 := w.build(tools())
+				if err2 != nil && !errors.Is(err2, errNoTools) {
 					// Keep serving the list that works.
-					w.cfg.Logger.Error().Err(err).Msg("the MCP servers' new tool list cannot be served: keeping the previous one")
+					w.cfg.Logger.Error().Err(err2).Msg("the MCP servers' new tool list cannot be served: keeping the previous one")
 					continue
 				}
 				// Re-serving stops the worker, which gives its calls only
@@ -153,12 +170,27 @@ func (w *Worker) runMCP(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				w.cfg.Logger.Info().Msg("an MCP server's tools changed: serving the new list")
-				h, nw = h2, nw2
+				if err2 == nil {
+					w.cfg.Logger.Info().Msg("an MCP server's tools changed: serving the new list")
+				}
+				h, nw, err = h2, nw2, err2
 				break serving
 			}
 		}
 	}
+}
+
+// errNoTools is build's error for an empty tool list: the MCP servers list
+// none (yet).
+var errNoTools = errors.New("no tools to serve (the MCP servers list none)")
+
+// serverNames are the servers' names, for logs.
+func serverNames(servers []*mcptool.Server) []string {
+	out := make([]string, 0, len(servers))
+	for _, s := range servers {
+		out = append(out, s.Name())
+	}
+	return out
 }
 
 // reloadWait bounds how long a change of the MCP servers' tools waits for
@@ -206,7 +238,7 @@ func (o *inflight) waitIdle(ctx context.Context, max time.Duration) {
 // build makes the harness and the natsbus worker of one tool list.
 func (w *Worker) build(tools []harness.Tool) (*harness.Harness, *natsbus.Worker, error) {
 	if len(tools) == 0 {
-		return nil, nil, configErr("ToolsFile", errors.New("no tools to serve (the MCP servers list none)"))
+		return nil, nil, errNoTools
 	}
 	h, err := newHarness(w.cfg, tools...)
 	if err != nil {

@@ -63,8 +63,9 @@ type ServerConfig struct {
 	// Timeout is the default timeout of the server's tools. 0: the
 	// harness default.
 	Timeout time.Duration
-	// Idempotent and RequiresApproval, when set, override the tools'
-	// annotations for every tool of the server.
+	// Idempotent and RequiresApproval, when set, apply to every tool of the
+	// server. Default (nil): non-idempotent and approval-gated, whatever the
+	// server's annotations say (they never lower the caution).
 	Idempotent       *bool
 	RequiresApproval *bool
 	// Tools overrides settings per tool, by MCP name.
@@ -92,7 +93,7 @@ type ServerConfig struct {
 }
 
 // ToolOverride is what a manifest says about one tool of a server; nil
-// fields leave the annotation-derived value.
+// fields leave the server-wide value.
 type ToolOverride struct {
 	Idempotent       *bool
 	RequiresApproval *bool

@@ -6,10 +6,11 @@
 // whole process group killed on stop) or a streamable-HTTP server (a URL,
 // with headers taken from the worker's environment). It lists the server's
 // tools and turns each into a [harness.Tool] named prefix+name: the MCP
-// inputSchema is the tool's parameter schema, and the annotations decide
-// idempotent and requires_approval where the manifest does not (unknown
-// means non-idempotent and approval-gated, as the specification's defaults
-// say). A tool whose schema does not compile refuses the start.
+// inputSchema is the tool's parameter schema. Every tool is non-idempotent
+// and approval-gated unless the manifest says otherwise: the server's
+// annotations (readOnlyHint, idempotentHint, destructiveHint), untrusted by
+// the specification, never lower either. A tool whose schema does not
+// compile refuses the start.
 //
 // A call is one tools/call with the call's deadline. At the deadline or on
 // cancel the request is cancelled; a stdio server that has not answered the

@@ -78,9 +78,13 @@ func TestListsToolsWithAnnotationsAndPrefix(t *testing.T) {
 			t.Fatalf("catalog lacks %s: %v", n, specs)
 		}
 	}
+	// An MCP server's annotations never lower the caution (issue 24, M4):
+	// "echo" says readOnlyHint, "add" idempotentHint and destructiveHint
+	// false; both stay non-idempotent and approval-gated, as "hang" without
+	// annotations is. Only the manifest lowers a gate.
 	for name, w := range map[protocol.ToolName][2]bool{
-		"t_echo": {true, false}, // read-only
-		"t_add":  {true, false}, // idempotent, not destructive
+		"t_echo": {false, true}, // readOnlyHint: ignored
+		"t_add":  {false, true}, // idempotentHint, destructiveHint false: ignored
 		"t_hang": {false, true}, // no annotations: fail safe
 	} {
 		if s := specs[name]; s.Idempotent != w[0] || s.RequiresApproval != w[1] {

@@ -100,17 +100,15 @@ func (s *Server) convert(t *mcp.Tool) (*toolEntry, error) {
 		}
 		e.outRaw = raw
 	}
-	// Annotations: the specification's defaults when absent (not
-	// read-only, destructive, not idempotent).
-	readOnly, idem, destructive := false, false, true
-	if a := t.Annotations; a != nil {
-		readOnly, idem = a.ReadOnlyHint, a.IdempotentHint
-		if a.DestructiveHint != nil {
-			destructive = *a.DestructiveHint
-		}
-	}
-	e.idem = readOnly || idem
-	e.approval = !readOnly && destructive
+	// Annotations come from the MCP server, which the specification calls
+	// untrusted: they may only raise caution, never lower it. A tool is
+	// non-idempotent (claimed before it runs, never run twice) and
+	// approval-gated unless the manifest, written by the operator, says
+	// otherwise; no annotation can make it idempotent or ungated
+	// (readOnlyHint, idempotentHint and destructiveHint: false are
+	// ignored, and destructiveHint: true is what the tool is already
+	// treated as).
+	e.idem, e.approval = false, true
 	if v := s.cfg.Idempotent; v != nil {
 		e.idem = *v
 	}
@@ -140,6 +138,14 @@ func sameTools(a, b []*toolEntry) bool {
 			bytes.Equal(x.params, y.params) && bytes.Equal(x.outRaw, y.outRaw) &&
 			x.idem == y.idem && x.approval == y.approval && x.timeout == y.timeout
 	})
+}
+
+// ToolCount is the number of the server's tools the fleet serves now (0
+// while it lists none, or none it may serve).
+func (s *Server) ToolCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.tools)
 }
 
 // Tools returns the server's current tools as harness tools.

@@ -77,8 +77,24 @@ func args(req *mcp.CallToolRequest) map[string]any {
 	return m
 }
 
-// NewServer returns the test server of mode ("1" or "badschema").
+// EnvToolsFile names the file that the "follow" mode's server reads its
+// tool list from.
+const EnvToolsFile = "MCPTEST_TOOLS_FILE"
+
+// NewServer returns the test server of mode ("1", "badschema", or
+// "follow": a server that lists the tools named, comma-separated, in the
+// file $MCPTEST_TOOLS_FILE — none while it is missing or empty — and
+// follows its changes with tools/list_changed; each tool answers
+// "tool NAME").
 func NewServer(mode string) *mcp.Server {
+	if mode == "follow" {
+		// It has no tools at first: it says it may list some later.
+		s := mcp.NewServer(&mcp.Implementation{Name: "mcptooltest", Version: "1"}, &mcp.ServerOptions{
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+		})
+		go follow(s, os.Getenv(EnvToolsFile))
+		return s
+	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcptooltest", Version: "1"}, nil)
 	if mode == "badschema" {
 		s.AddTool(&mcp.Tool{Name: "broken", InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"minimum":"ten"}}}`)},
@@ -167,4 +183,35 @@ func NewServer(mode string) *mcp.Server {
 			return text("added"), nil
 		})
 	return s
+}
+
+// follow keeps s's tools the names listed in the file at path, read every
+// 50ms (the test server's own polling; a test waits for what it causes).
+func follow(s *mcp.Server, path string) {
+	served := map[string]bool{}
+	for {
+		data, _ := os.ReadFile(path)
+		want := map[string]bool{}
+		for _, n := range strings.Split(strings.TrimSpace(string(data)), ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				want[n] = true
+			}
+		}
+		for n := range served {
+			if !want[n] {
+				s.RemoveTools(n)
+				delete(served, n)
+			}
+		}
+		for n := range want {
+			if !served[n] {
+				s.AddTool(&mcp.Tool{Name: n, InputSchema: object},
+					func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+						return text("tool " + n), nil
+					})
+				served[n] = true
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
