@@ -141,6 +141,9 @@ type run struct {
 	j *journalState
 	// early holds results a durable run read before it reached their call.
 	early map[protocol.CallKey]protocol.Result
+	// resumedCalls are the journaled calls of the round being resumed,
+	// the only ones an early result is kept for.
+	resumedCalls map[protocol.CallKey]JournaledCall
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
