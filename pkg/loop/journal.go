@@ -99,14 +99,14 @@ type JournalEntry struct {
 	// Owner, Note and At are free for the journal's own entries (who took
 	// the run, and when); the loop ignores entries of kinds it does not
 	// know.
-	Owner string          `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty"`
 	// Secret is set for EntryStart: the run's call keys and coordinator-
 	// made call ids are derived from it, so that nobody who does not read
 	// the journal can predict them.
-	Secret string `json:"secret,omitempty"`
-	Note  string          `json:"note,omitempty"`
-	At    time.Time       `json:"at,omitzero"`
-	Data  json.RawMessage `json:"data,omitempty"`
+	Secret string          `json:"secret,omitempty"`
+	Note   string          `json:"note,omitempty"`
+	At     time.Time       `json:"at,omitzero"`
+	Data   json.RawMessage `json:"data,omitempty"`
 }
 
 // JournaledResponse is a model response as journaled.
