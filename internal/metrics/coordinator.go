@@ -45,7 +45,7 @@ var catalogAnomalies = []string{natsbus.AnomalyApprovalConflict, natsbus.Anomaly
 var (
 	terminationReasons = []string{
 		string(loop.TerminationNatural), string(loop.TerminationMaxRounds),
-		string(loop.TerminationCancelled), string(loop.TerminationError),
+		string(loop.TerminationCancelled), string(loop.TerminationError), string(loop.TerminationJournalLost),
 	}
 	approvalResults = []string{
 		string(loop.ApprovalApproved), string(loop.ApprovalDenied), string(loop.ApprovalExpired),

@@ -381,7 +381,10 @@ type Inbox struct {
 	refused   atomic.Int64
 }
 
-var _ loop.CatchUpInbox = (*Inbox)(nil)
+var (
+	_ loop.CatchUpInbox = (*Inbox)(nil)
+	_ loop.ExpectInbox  = (*Inbox)(nil)
+)
 
 // Events delivers the run's events until Close.
 func (in *Inbox) Events() <-chan loop.Event { return in.events }
@@ -434,9 +437,10 @@ func (in *Inbox) stopReading() {
 
 // Expect records that the call key of the run is a call to tool: its
 // result is taken only from the subject of that tool's results, which a
-// deployment lets only that tool's workers publish on. [Dispatcher.Publish]
-// records every call it publishes; a process that resumes a run whose
-// calls another published records them with Expect.
+// deployment lets only that tool's workers publish on, and a result for a
+// key nobody recorded is refused. [Dispatcher.Publish] records every call
+// it publishes; a process that resumes a run whose calls another
+// published records them with Expect ([loop.ExpectInbox]).
 func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
 
 var _ loop.WithdrawInbox = (*Inbox)(nil)
@@ -607,9 +611,15 @@ func (in *Inbox) onResult(m jetstream.Msg) {
 // onOneResult checks one result that came on subject and delivers it.
 func (in *Inbox) onOneResult(subject string, r protocol.Result) {
 	var err error
-	if r.RunID != in.run {
+	want, known := in.tools.Load(r.CallKey)
+	switch {
+	case r.RunID != in.run:
 		err = codedError("run_mismatch")
-	} else if want, ok := in.tools.Load(r.CallKey); ok && subject != in.prefix+string(want.(protocol.ToolName)) {
+	case !known:
+		// Not a call published for the run (nor one of a resumed round):
+		// a forger predicting a call to come.
+		err = codedError("unknown_call")
+	case subject != in.prefix+string(want.(protocol.ToolName)):
 		// A worker answering a call of another tool (or a forger).
 		err = codedError("tool_mismatch")
 	}

@@ -111,10 +111,14 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			c.Replicas, c.RunResultTTL, c.RunResultsMaxBytes, int32(c.MaxRunResultBytes)),
 		// Every coordinator journals its runs (serve, and run against a
 		// remote server), appending under Nats-Expected-Last-Subject-Sequence.
+		// Only runs' journals: nothing but a run's coordinator writes here.
+		// Full, it refuses new entries (the run that cannot append stops)
+		// rather than evict a live run's first ones: a run is never
+		// resumed from a journal that lost entries.
 		{Roles: RoleCoordinator, Config: jetstream.StreamConfig{
 			Name:        s.JournalStream(),
 			Description: "toolfleet run journals: every step of a run, appended before it takes effect",
-			Subjects:    []string{s.JournalSubjects()},
+			Subjects:    []string{s.Journals()},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
@@ -122,10 +126,52 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			MaxMsgs:     -1,
 			MaxBytes:    c.JournalMaxBytes,
 			MaxMsgSize:  protocol.DefaultMaxMessageBytes,
-			Discard:     jetstream.DiscardOld,
+			Discard:     jetstream.DiscardNew,
 			Duplicates:  min(DuplicateWindow, c.JournalMaxAge),
 			AllowDirect: true,
 			DenyDelete:  true,
+		}},
+		// Cancel requests ("coordinator runs cancel"), one kept per run,
+		// apart from the journals they must never crowd out.
+		{Roles: RoleCoordinator, Config: jetstream.StreamConfig{
+			Name:              s.CancelsStream(),
+			Description:       "toolfleet run cancel requests: run id -> the last request",
+			Subjects:          []string{s.JournalCancels()},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          c.Replicas,
+			MaxAge:            c.JournalMaxAge,
+			MaxMsgs:           MaxCancelRequests,
+			MaxBytes:          -1,
+			MaxMsgsPerSubject: 1,
+			MaxMsgSize:        MaxCancelRequestBytes,
+			Discard:           jetstream.DiscardOld,
+			Duplicates:        min(DuplicateWindow, c.JournalMaxAge),
+			AllowDirect:       true,
+		}},
+		// The execution records of approved calls: the first worker to
+		// write a call's record runs it, and the server refuses every
+		// later record of it (one per subject, never replaced, never
+		// evicted before the approval it guards has expired).
+		// Coordinators use it for their in-process workers.
+		{Roles: RoleCoordinator | RoleWorker, Config: jetstream.StreamConfig{
+			Name:                 s.ClaimsStream(),
+			Description:          "toolfleet execution records of approved calls: one per call, written before it runs",
+			Subjects:             []string{s.Claims()},
+			Retention:            jetstream.LimitsPolicy,
+			Storage:              jetstream.FileStorage,
+			Replicas:             c.Replicas,
+			MaxAge:               ClaimsMaxAge,
+			MaxMsgs:              MaxClaims,
+			MaxBytes:             -1,
+			MaxMsgsPerSubject:    1,
+			MaxMsgSize:           MaxClaimBytes,
+			Discard:              jetstream.DiscardNew,
+			DiscardNewPerSubject: true,
+			Duplicates:           DuplicateWindow,
+			AllowDirect:          true,
+			DenyDelete:           true,
+			DenyPurge:            true,
 		}},
 	}
 	for i := range list {
@@ -133,6 +179,25 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 	}
 	return list
 }
+
+// Bounds of the cancels and claims streams.
+const (
+	// MaxCancelRequests bounds the cancel requests kept, one per run; the
+	// oldest go first.
+	MaxCancelRequests = 100_000
+	// MaxCancelRequestBytes bounds one stored cancel request.
+	MaxCancelRequestBytes = 4 << 10
+	// ClaimsMaxAge is how long an approved call's execution record is
+	// kept: longer, by an hour for clocks that disagree, than the longest
+	// a worker accepts an approval (MaxApprovalMaxAge), so no copy of
+	// the call can run after its record expired.
+	ClaimsMaxAge = MaxApprovalMaxAge + time.Hour
+	// MaxClaims bounds the execution records kept; once full, approved
+	// calls are refused (not run) until records expire.
+	MaxClaims = 1_000_000
+	// MaxClaimBytes bounds one stored execution record.
+	MaxClaimBytes = 4 << 10
+)
 
 // bucket is the stream backing a key-value bucket of history 1, as
 // nats.go's CreateKeyValue configures it.

@@ -293,8 +293,10 @@ func ListJournals(ctx context.Context, js jetstream.JetStream, subjects protocol
 	return out, nil
 }
 
-// RequestCancel stores a cancel request for run: the coordinator running
-// it cancels it at once, and one that takes it later cancels it too.
+// RequestCancel stores a cancel request for run, in the cancels stream
+// (never in the journal stream, which only runs' coordinators write): the
+// coordinator running it cancels it at once, and one that takes it later
+// cancels it too.
 func RequestCancel(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, req protocol.RunCancelRequest) error {
 	subject, err := subjects.JournalCancel(run)
 	if err != nil {
@@ -305,7 +307,10 @@ func RequestCancel(ctx context.Context, js jetstream.JetStream, subjects protoco
 	if err != nil {
 		return err
 	}
-	if _, err := js.Publish(ctx, subject, data, jetstream.WithExpectStream(subjects.JournalStream())); err != nil {
+	if len(data) > MaxCancelRequestBytes-512 {
+		return fmt.Errorf("natsbus: the cancel request of %s is %d bytes: %w", run, len(data), protocol.ErrTooLarge)
+	}
+	if _, err := js.Publish(ctx, subject, data, jetstream.WithExpectStream(subjects.CancelsStream())); err != nil {
 		return fmt.Errorf("natsbus: storing the cancel request of %s: %w", run, err)
 	}
 	return nil
@@ -317,7 +322,7 @@ func CancelRequested(ctx context.Context, js jetstream.JetStream, subjects proto
 	if err != nil {
 		return false, err
 	}
-	s, err := js.Stream(ctx, subjects.JournalStream())
+	s, err := js.Stream(ctx, subjects.CancelsStream())
 	if err != nil {
 		return false, err
 	}

@@ -106,11 +106,6 @@ type Worker struct {
 
 	approvalsMu sync.Mutex
 	approvals   jetstream.Stream // the approvals stream, looked up when first needed
-	// ranApproved remembers the last maxRememberedApprovals approved calls
-	// this worker ran (run.key), in order, so that a republished copy of
-	// one is refused here.
-	ranApproved     map[string]struct{}
-	ranApprovedRing []string
 }
 
 // toolConsumer is one tool this worker serves and its shared consumer.

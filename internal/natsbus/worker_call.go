@@ -62,9 +62,13 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	// manifest or the call marks. Whoever published the call, a missing
 	// or forged approval never runs.
 	if tc.spec.RequiresApproval || call.RequiresApproval {
+		// One approval, one execution fleet-wide: the first stored copy
+		// of the call to write its execution record runs it; every other
+		// copy, whoever published it and whichever worker takes it, is
+		// refused.
 		err := w.verifyApproval(ctx, call)
-		if err == nil && !w.firstRunOfApproved(call) {
-			err = errReplayed
+		if err == nil {
+			err = w.recordExecution(ctx, call, seq)
 		}
 		if err != nil {
 			return w.refuseUnapproved(ctx, tc, call, replyTo, attempt, err, log)
@@ -155,10 +159,9 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		tc.meter.onResultFailed()
 		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
 		if idempotent {
-			if tc.spec.RequiresApproval || call.RequiresApproval {
-				w.forgetApproved(call) // its redelivery may run here again
-			}
-			return Nak(time.Second) // run again elsewhere, if the deadline allows
+			// Run again elsewhere, if the deadline allows: the same stored
+			// call, whose execution record (if approved) it holds.
+			return Nak(time.Second)
 		}
 		return Settled
 	}
@@ -241,45 +244,7 @@ func (w *Worker) verifyApproval(ctx context.Context, call protocol.Call) error {
 		w.approvals = st
 		w.approvalsMu.Unlock()
 	}
-	return approvalproof.Verify(ctx, st, w.subjects, call, w.cfg.ApprovalMaxAge)
-}
-
-// maxRememberedApprovals bounds the approved calls a worker remembers
-// having run.
-const maxRememberedApprovals = 4096
-
-// errReplayed refuses an approved call this worker has already run: a
-// republished copy (an approval is good for one run).
-var errReplayed = &approvalproof.Error{Code: "replayed"}
-
-// firstRunOfApproved records an approved call about to run and reports
-// whether this worker had not run it before.
-func (w *Worker) firstRunOfApproved(call protocol.Call) bool {
-	ref := runKey(call.RunID, call.CallKey)
-	w.approvalsMu.Lock()
-	defer w.approvalsMu.Unlock()
-	if w.ranApproved == nil {
-		w.ranApproved = make(map[string]struct{})
-	}
-	if _, ran := w.ranApproved[ref]; ran {
-		return false
-	}
-	if len(w.ranApprovedRing) >= maxRememberedApprovals {
-		delete(w.ranApproved, w.ranApprovedRing[0])
-		w.ranApprovedRing = w.ranApprovedRing[1:]
-	}
-	w.ranApproved[ref] = struct{}{}
-	w.ranApprovedRing = append(w.ranApprovedRing, ref)
-	return true
-}
-
-// forgetApproved undoes firstRunOfApproved for a call that is handed back
-// to be run again.
-func (w *Worker) forgetApproved(call protocol.Call) {
-	ref := runKey(call.RunID, call.CallKey)
-	w.approvalsMu.Lock()
-	defer w.approvalsMu.Unlock()
-	delete(w.ranApproved, ref) // its ring slot ages out harmlessly
+	return approvalproof.Verify(ctx, st, w.subjects, call, min(w.cfg.ApprovalMaxAge, MaxApprovalMaxAge))
 }
 
 // refuseUnapproved answers a call that needs approval and has no valid

@@ -83,7 +83,8 @@ type WorkerConfig struct {
 	Now func() time.Time
 	// ApprovalMaxAge bounds how long after the operator's decision an
 	// approved call's deadline may be: a proof of approval is good for one
-	// prompt run of the call. Default: 1h.
+	// prompt run of the call. Default: 1h; at most MaxApprovalMaxAge
+	// (24h), which the claims stream's records outlive.
 	ApprovalMaxAge time.Duration
 }
 
@@ -155,8 +156,8 @@ func (c WorkerConfig) validate() error {
 		return configErr("PollWait", "must be >= 10ms")
 	case c.MaxFetchBatch < 1:
 		return configErr("MaxFetchBatch", "must be >= 1")
-	case c.ApprovalMaxAge < 0:
-		return configErr("ApprovalMaxAge", "must be >= 0")
+	case c.ApprovalMaxAge < 0 || c.ApprovalMaxAge > MaxApprovalMaxAge:
+		return configErr("ApprovalMaxAge", "must be 0..%v", MaxApprovalMaxAge)
 	case len(c.Version) > 64 || !semverRE.MatchString(c.Version):
 		return configErr("Version", "must be a semantic version such as 1.2.3")
 	}

@@ -37,7 +37,7 @@ commands:
 The same with the nats CLI (prefix "fleet"):
   nats stream subjects FLEET_JOURNAL 'fleet.journal.run.*'    runs with a journal
   nats stream view FLEET_JOURNAL --subject fleet.journal.run.RUN
-  nats pub fleet.journal.cancel.RUN '{"v":1,"reason":"..."}'  cancel (stored in FLEET_JOURNAL)
+  nats pub fleet.journal.cancel.RUN '{"v":1,"reason":"..."}'  cancel (stored in FLEET_CANCELS)
   nats kv get fleet_runs RUN                                  the result, once stored
 `
 

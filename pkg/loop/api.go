@@ -172,6 +172,15 @@ type WithdrawInbox interface {
 	Withdraw(ctx context.Context, key protocol.CallKey) (bool, error)
 }
 
+// ExpectInbox is an [Inbox] that delivers a result only for a call it
+// knows: one its Dispatcher published, or one the loop tells it of with
+// Expect — a call of a resumed round, which the run's previous owner
+// published. It takes that result only from the call's own tool.
+type ExpectInbox interface {
+	Inbox
+	Expect(key protocol.CallKey, tool protocol.ToolName)
+}
+
 // Inbox delivers what workers send back for one run. Events may be
 // duplicated, late, for unknown call keys or forged; the loop copes. A
 // full inbox drops new events (see [Dispatcher]).

@@ -90,6 +90,18 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 		return
 	}
 
+	if resumed {
+		// The round's calls, as journaled, are the only ones a result
+		// read before they are reached is kept for, and the inbox takes
+		// each only from its own tool.
+		ru.resumedCalls = journaled
+		defer func() { ru.resumedCalls = nil }()
+		if ex, ok := ru.inbox.(ExpectInbox); ok {
+			for _, c := range journaled {
+				ex.Expect(c.CallKey, protocol.ToolName(c.Tool))
+			}
+		}
+	}
 	if resumed && !published {
 		// Some calls may have been published and answered before the
 		// crash: their results are read first and they are not published
@@ -207,6 +219,13 @@ func publishContext(ctx context.Context, s *callState) context.Context {
 		return ctx
 	}
 	return WithAtMostOnce(ctx)
+}
+
+// resumedCall reports whether key is a call of the round being resumed,
+// as the journal has it.
+func (ru *run) resumedCall(key protocol.CallKey) bool {
+	_, ok := ru.resumedCalls[key]
+	return ok
 }
 
 // maxEarlyResults bounds the results a durable run keeps for calls it has
@@ -471,9 +490,11 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*callSta
 					// The first stored is taken, as the first to arrive
 					// is for a pending call.
 					drop(res.CallKey, dropDuplicate)
-				case !known && ru.j != nil && len(ru.early) < maxEarlyResults:
-					// A resumed run reads every result stored for it,
-					// those of later rounds' calls too.
+				case !known && ru.resumedCall(res.CallKey) && len(ru.early) < maxEarlyResults:
+					// A resumed round reads the results stored for its
+					// calls before it reaches them. A result for any
+					// other call nobody published is not kept: it
+					// would answer that call without running it.
 					ru.early[res.CallKey] = res
 				case !known:
 					drop(res.CallKey, dropUnknownKey)

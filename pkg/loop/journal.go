@@ -2,6 +2,8 @@ package loop
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/json"
@@ -15,6 +17,9 @@ import (
 
 // Journal entry kinds, in the order a round appends them.
 const (
+	// EntryStart: the run started; its first entry, before any other of
+	// the loop's. Secret seeds the run's call keys.
+	EntryStart = "start"
 	// EntryTools: the tool specs the catalog offered for Round.
 	EntryTools = "tools"
 	// EntryModel: the model's Response in Round.
@@ -51,6 +56,14 @@ var ErrFenced = errors.New("loop: the run has another owner")
 // journal holds everything another owner needs to resume it.
 var ErrHandedOff = errors.New("loop: the run was handed off")
 
+// IncompleteJournal is a [Journal] that can tell it lost entries: the run
+// was started before, and what its journal holds does not begin at the
+// run's start (its first entries were removed, or all of them).
+type IncompleteJournal interface {
+	Journal
+	Incomplete() bool
+}
+
 // Journal is where a durable run records every step that decides what
 // happens next, before it takes effect. The loop never reads it after the
 // run started: a resumed run gets what was journaled before from Entries.
@@ -86,10 +99,14 @@ type JournalEntry struct {
 	// Owner, Note and At are free for the journal's own entries (who took
 	// the run, and when); the loop ignores entries of kinds it does not
 	// know.
-	Owner string          `json:"owner,omitempty"`
-	Note  string          `json:"note,omitempty"`
-	At    time.Time       `json:"at,omitzero"`
-	Data  json.RawMessage `json:"data,omitempty"`
+	Owner string `json:"owner,omitempty"`
+	// Secret is set for EntryStart: the run's call keys and coordinator-
+	// made call ids are derived from it, so that nobody who does not read
+	// the journal can predict them.
+	Secret string          `json:"secret,omitempty"`
+	Note   string          `json:"note,omitempty"`
+	At     time.Time       `json:"at,omitzero"`
+	Data   json.RawMessage `json:"data,omitempty"`
 }
 
 // JournaledResponse is a model response as journaled.
@@ -139,8 +156,10 @@ type Durable struct {
 	// Prompt or Messages is the run's input, as for Run and RunMessages.
 	Prompt   string
 	Messages []Message
-	// RunID is the run's id; it also seeds the call keys, so a resumed run
-	// addresses the same calls. Required: a valid subject token.
+	// RunID is the run's id. Required: a valid subject token. The call
+	// keys are derived from it and a random secret journaled in the run's
+	// first entry (EntryStart), so a resumed run addresses the same calls
+	// and nobody else can predict them.
 	RunID protocol.RunID
 	// Journal is required.
 	Journal Journal
@@ -162,6 +181,12 @@ type Durable struct {
 // A run stopped by a journal error or a hand-off returns a nil Result and
 // an error wrapping ErrJournal or ErrHandedOff; otherwise RunDurable is
 // RunMessages.
+//
+// A run is never resumed from a journal that lost entries: when the
+// journal says so ([IncompleteJournal]) or its entries do not begin with
+// the run's start, the run ends at once with TerminationJournalLost —
+// nothing asked, published or run again; the calls it had open are not
+// known here, and their results are not awaited.
 func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 	if d.Journal == nil || !d.RunID.Valid() {
 		return nil, &ConfigError{Field: "journal", Value: string(d.RunID), Rule: "needs a journal and a valid run id"}
@@ -183,9 +208,24 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 		msgs = fixed
 	}
 	ru := r.newRun(cloneMessages(msgs), d.RunID)
-	ru.j = &journalState{j: d.Journal, handoff: d.Handoff, rp: indexEntries(d.Journal.Entries())}
+	entries := d.Journal.Entries()
+	ru.j = &journalState{j: d.Journal, handoff: d.Handoff, rp: indexEntries(entries)}
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
+	secret, lost := runSecret(d.Journal, entries)
+	switch {
+	case lost:
+		// Nothing of it is appended: the journal is not the run's.
+		ru.j.lost = true
+		ru.log.Error().Str(logKeyEvent, evJournalLost).Int(logKeyCount, len(entries)).Send()
+		return ru.finish(TerminationJournalLost, "", nil)
+	case secret == "":
+		secret = newSecret()
+		if !ru.appendEntry(ctx, JournalEntry{Kind: EntryStart, Secret: secret}) {
+			return nil, ru.j.err
+		}
+	}
+	ru.j.secret = secret
 	res, err := ru.execute(ctx)
 	if ru.j.err != nil {
 		return nil, ru.j.err
@@ -200,6 +240,38 @@ type journalState struct {
 	rp      replay
 	err     error // the first append failure or hand-off: the run stops
 	lost    bool  // a cancelled run's append failed: it ends unjournaled
+	secret  string
+}
+
+// minSecretLen bounds a journaled secret from below.
+const minSecretLen = 26
+
+// newSecret returns a fresh random secret of 160 bits.
+func newSecret() string {
+	var b [20]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return keyEncoding.EncodeToString(b[:])
+}
+
+// runSecret returns the run's secret from its journal ("" for a run not
+// started yet), and whether the journal lost entries: it says so, or it
+// holds entries of the loop that do not begin with the run's start.
+func runSecret(j Journal, entries []JournalEntry) (secret string, lost bool) {
+	if ij, ok := j.(IncompleteJournal); ok && ij.Incomplete() {
+		return "", true
+	}
+	for _, e := range entries {
+		switch e.Kind {
+		case EntryStart:
+			return e.Secret, len(e.Secret) < minSecretLen
+		case EntryTools, EntryModel, EntryApprovalRequested, EntryApprovalDecided, EntryDispatched,
+			EntryPublished, EntryObserved, EntryFinished:
+			return "", true // a step of the run, and no start before it
+		}
+	}
+	return "", false
 }
 
 // cancelledAppendTimeout bounds an append of a run being cancelled.
@@ -315,12 +387,14 @@ func (ru *run) handoffC() <-chan struct{} {
 
 var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
-// derivedToken is a token derived from the run id, a purpose, the round and
-// the call's index, so a resumed run derives the same call keys and
-// replacement ids as the run it resumes.
-func derivedToken(run protocol.RunID, purpose string, round, i int) string {
-	sum := sha256.Sum256([]byte(string(run) + "\x00" + purpose + "\x00" + strconv.Itoa(round) + "\x00" + strconv.Itoa(i)))
-	return keyEncoding.EncodeToString(sum[:16])
+// derivedToken is a token derived from the run's secret, its id, a
+// purpose, the round and the call's index (HMAC-SHA256), so a resumed run
+// derives the same call keys and replacement ids as the run it resumes,
+// and whoever knows only the run id cannot.
+func derivedToken(secret string, run protocol.RunID, purpose string, round, i int) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(string(run) + "\x00" + purpose + "\x00" + strconv.Itoa(round) + "\x00" + strconv.Itoa(i)))
+	return keyEncoding.EncodeToString(mac.Sum(nil)[:16])
 }
 
 // dispatchedCalls is the journal form of the calls about to be published.

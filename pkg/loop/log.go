@@ -65,6 +65,7 @@ const (
 	evClaimed             = "call_claimed"
 	evRunEnd              = "run_end"
 	evJournalFailed       = "journal_append_failed"
+	evJournalLost         = "journal_lost"
 	evCatchUpSlow         = "resume_catch_up_slow"
 )
 

@@ -18,6 +18,10 @@ const (
 	// TerminationError: the model or the catalog failed; Run also returns the
 	// error.
 	TerminationError TerminationReason = "error"
+	// TerminationJournalLost: a journaled run's journal lost entries (see
+	// RunDurable); it ended without asking, publishing or running
+	// anything again.
+	TerminationJournalLost TerminationReason = "journal_lost"
 )
 
 // TerminationReasons lists every termination reason; docs/result.schema.json

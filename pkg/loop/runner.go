@@ -141,6 +141,9 @@ type run struct {
 	j *journalState
 	// early holds results a durable run read before it reached their call.
 	early map[protocol.CallKey]protocol.Result
+	// resumedCalls are the journaled calls of the round being resumed,
+	// the only ones an early result is kept for.
+	resumedCalls map[protocol.CallKey]JournaledCall
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -387,13 +390,13 @@ func token[T ~string](newID func() string, used func(T) bool) T {
 	}
 }
 
-// newKey returns a call key unused in this run: derived from the run id,
-// round and index in a durable run, so a resumed run addresses the same
-// calls.
+// newKey returns a call key unused in this run: derived from the run's
+// secret, id, round and index in a durable run, so a resumed run
+// addresses the same calls.
 func (ru *run) newKey(round, i int) protocol.CallKey {
 	if ru.j != nil {
 		for n := 0; ; n++ {
-			k := protocol.CallKey(derivedToken(ru.id, "key"+strconv.Itoa(n), round, i))
+			k := protocol.CallKey(derivedToken(ru.j.secret, ru.id, "key"+strconv.Itoa(n), round, i))
 			if _, used := ru.keys[k]; !used {
 				return k
 			}
@@ -407,7 +410,7 @@ func (ru *run) newKey(round, i int) protocol.CallKey {
 func (ru *run) freshCallID(round, i int) string {
 	if ru.j != nil {
 		for n := 0; ; n++ {
-			id := "call_" + derivedToken(ru.id, "id"+strconv.Itoa(n), round, i)
+			id := "call_" + derivedToken(ru.j.secret, ru.id, "id"+strconv.Itoa(n), round, i)
 			if _, used := ru.ids[id]; !used {
 				return id
 			}

@@ -3,7 +3,7 @@ package protocol
 import "time"
 
 // RunCancelRequest is an operator's request to cancel a run, stored on
-// [Subjects.JournalCancel] in the journal stream. Its presence is what
+// [Subjects.JournalCancel] in the cancels stream. Its presence is what
 // counts: the coordinator running the run cancels it at once, and one that
 // takes it later cancels it too. The fields are for the audit trail; no
 // process decodes them.

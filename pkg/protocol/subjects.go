@@ -246,7 +246,8 @@ func (s Subjects) Journal(run RunID) (string, error) { return s.join("journal.ru
 func (s Subjects) Journals() string { return s.p() + ".journal.run.*" }
 
 // JournalCancel is the subject an operator's request to cancel a run is
-// stored on, in the journal stream: <prefix>.journal.cancel.<run>.
+// stored on, in the cancels stream (not the journal stream, which only a
+// run's coordinator writes): <prefix>.journal.cancel.<run>.
 func (s Subjects) JournalCancel(run RunID) (string, error) {
 	return s.join("journal.cancel", string(run))
 }
@@ -254,8 +255,25 @@ func (s Subjects) JournalCancel(run RunID) (string, error) {
 // JournalCancels is the wildcard covering every cancel request.
 func (s Subjects) JournalCancels() string { return s.p() + ".journal.cancel.*" }
 
-// JournalSubjects is the wildcard of the journal stream.
+// JournalSubjects is the wildcard of every journal subject: the journals
+// (the journal stream) and the cancel requests (the cancels stream).
 func (s Subjects) JournalSubjects() string { return s.p() + ".journal.>" }
+
+// CancelsStream names the stream of cancel requests (FLEET_CANCELS).
+func (s Subjects) CancelsStream() string { return s.upper() + "_CANCELS" }
+
+// Claim is the subject of the execution record of an approved call,
+// <prefix>.claim.<tool>.<run>.<key>: written once, by the worker about to
+// run the call, in the claims stream.
+func (s Subjects) Claim(tool ToolName, run RunID, key CallKey) (string, error) {
+	return s.join("claim", string(tool), string(run), string(key))
+}
+
+// Claims is the wildcard of the claims stream.
+func (s Subjects) Claims() string { return s.p() + ".claim.>" }
+
+// ClaimsStream names the stream of execution records (FLEET_CLAIMS).
+func (s Subjects) ClaimsStream() string { return s.upper() + "_CLAIMS" }
 
 // JournalStream names the stream of run journals (FLEET_JOURNAL).
 func (s Subjects) JournalStream() string { return s.upper() + "_JOURNAL" }
