@@ -24,7 +24,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
-	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/internal/tracing/tracingsdk"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
@@ -53,7 +53,7 @@ func main() {
 	// of the same uid.
 	procsec.Take()
 	hardenErr := procsec.Harden()
-	code := tracing.Main("toolfleet-toolworker", os.Stderr, func() int { return run(ctx, os.Args[1:], os.Stderr, procsec.Getenv) })
+	code := tracingsdk.Main("toolfleet-toolworker", os.Stderr, func() int { return run(ctx, os.Args[1:], os.Stderr, procsec.Getenv) })
 	stop()
 	if hardenErr != nil {
 		fmt.Fprintln(os.Stderr, "toolworker: could not make the process non-dumpable:", hardenErr)
