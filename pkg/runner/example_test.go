@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/runner"
@@ -98,4 +99,28 @@ func ExampleRunner_RunDurable() {
 	// Output:
 	// 6 * 7 = 42
 	// 6 * 7 = 42
+}
+
+func ExampleRunner_RunMessages() {
+	nc, stop := connect()
+	defer stop()
+	ctx := context.Background()
+	model, _ := scripted.Parse([]byte(`{"turns": [
+		{"tool_calls": [{"id": "c1", "name": "calculator", "arguments": {"expression": "2 ** 10"}}]},
+		{"content": "{{result \"c1\"}}"}]}`))
+	r, err := runner.New(ctx, nc, runner.Config{Model: model})
+	if err != nil {
+		panic(err)
+	}
+	defer r.Close()
+	// A conversation so far, continued by the loop.
+	res, err := r.RunMessages(ctx, []loop.Message{
+		{Role: "system", Content: "You are a calculator."},
+		{Role: "user", Content: "What is 2 ** 10?"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Answer, len(res.Messages))
+	// Output: 1024 5
 }

@@ -20,9 +20,6 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// DefaultStreamCheckInterval is the default of Config.StreamCheckInterval.
-const DefaultStreamCheckInterval = natsbus.DefaultStreamCheckInterval
-
 // Config configures a [Runner]. Model is required; the zero value of every
 // other field means its default.
 type Config struct {
@@ -145,11 +142,6 @@ func (r *Runner) WaitForTools(ctx context.Context, names ...string) error {
 	return r.catalog.WaitFor(ctx, names...)
 }
 
-// Tools returns the tools the fleet's catalog lists now.
-func (r *Runner) Tools(ctx context.Context) ([]protocol.ToolSpec, error) {
-	return r.catalog.Tools(ctx)
-}
-
 // Run runs the loop for one prompt (see loop.Runner.Run). It is not
 // journaled: if this process dies, the run is lost (its calls are still
 // answered by the workers).
@@ -218,10 +210,6 @@ func (r *Runner) Resume(ctx context.Context, id protocol.RunID) (*loop.Result, e
 	r.cfg.Logger.Info().Str(logkey.RunID, string(id)).Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
 	return r.loop.RunDurable(ctx, loop.Durable{Prompt: in.Prompt, RunID: id, Journal: j})
 }
-
-// StreamsErr is nil while the fleet's streams have their expected
-// configuration, the drift of the last check otherwise.
-func (r *Runner) StreamsErr() error { return r.guard.Err() }
 
 // Close stops the stream checks and the catalog and deletes the runner's
 // results consumer. It does not close the connection. It is idempotent.

@@ -19,7 +19,6 @@ import (
 const (
 	DefaultConcurrency         = natsbus.DefaultConcurrency
 	DefaultAckWait             = natsbus.DefaultAckWait
-	DefaultShutdownGrace       = natsbus.DefaultShutdownGrace
 	DefaultStreamCheckInterval = natsbus.DefaultStreamCheckInterval
 	DefaultVersion             = natsbus.DefaultServiceVersion
 )
