@@ -29,7 +29,8 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w, err := toolworker.New(nc, toolworker.Config{
-		Conn:                natsbus.ConnConfig{JSDomain: cfg.JSDomain},
+		// The domain is cfg's alone: a library reads no environment.
+		Conn:                natsbus.ConnConfig{JSDomain: cfg.JSDomain, Getenv: noEnv},
 		Prefix:              cfg.Prefix,
 		Tools:               cfg.Tools,
 		MCPServers:          cfg.MCPServers,
@@ -85,3 +86,6 @@ func unprefixed(err error) error {
 	}
 	return fmt.Errorf("worker: %w", err)
 }
+
+// noEnv is an empty environment.
+func noEnv(string) string { return "" }
