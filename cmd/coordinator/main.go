@@ -19,7 +19,7 @@ import (
 	"syscall"
 
 	"github.com/rs/zerolog"
-	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/internal/tracing/tracingsdk"
 
 	"github.com/toolfleet/toolfleet/internal/procsec"
 )
@@ -39,7 +39,7 @@ func main() {
 	// closed to processes of the same uid.
 	procsec.Take()
 	hardenErr := procsec.Harden()
-	code := tracing.Main("toolfleet-coordinator", os.Stderr, func() int { return run(os.Args[1:], os.Stdout, os.Stderr) })
+	code := tracingsdk.Main("toolfleet-coordinator", os.Stderr, func() int { return run(os.Args[1:], os.Stdout, os.Stderr) })
 	if hardenErr != nil {
 		fmt.Fprintln(os.Stderr, "coordinator: could not make the process non-dumpable:", hardenErr)
 	}

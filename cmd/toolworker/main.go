@@ -12,22 +12,30 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/cliconfig"
 	"github.com/toolfleet/toolfleet/internal/logging"
+	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
-	"github.com/toolfleet/toolfleet/internal/toolworker"
-	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/internal/tracing/tracingsdk"
 	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/mcptool"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
 // version is the version the worker's discovery service announces (a
 // semantic version); release builds set it with
 // -ldflags "-X main.version=1.2.3".
-var version = natsbus.DefaultServiceVersion
+var version = worker.DefaultVersion
 
 // Exit statuses.
 const (
@@ -45,7 +53,7 @@ func main() {
 	// of the same uid.
 	procsec.Take()
 	hardenErr := procsec.Harden()
-	code := tracing.Main("toolfleet-toolworker", os.Stderr, func() int { return run(ctx, os.Args[1:], os.Stderr, procsec.Getenv) })
+	code := tracingsdk.Main("toolfleet-toolworker", os.Stderr, func() int { return run(ctx, os.Args[1:], os.Stderr, procsec.Getenv) })
 	stop()
 	if hardenErr != nil {
 		fmt.Fprintln(os.Stderr, "toolworker: could not make the process non-dumpable:", hardenErr)
@@ -65,14 +73,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		password    = fs.String("password", "", "NATS password; prefer env NATS_PASSWORD, flags are visible to other users")
 		tools       = fs.String("tools", "", "tool manifest `FILE` (JSON)")
 		builtin     = fs.String("builtin", "", "comma-separated built-in tools to serve: calculator, echo (default \"calculator,echo\" when --tools is not given)")
-		concurrency = fs.Int("concurrency", natsbus.DefaultConcurrency, "calls run at once, all tools together")
+		concurrency = fs.Int("concurrency", worker.DefaultConcurrency, "calls run at once, all tools together")
 		name        = fs.String("name", "", "worker `ID` in results and logs (default <hostname>-<pid>)")
 		prefix      = fs.String("prefix", protocol.DefaultPrefix, "first token of every subject")
 		logStderr   = fs.Bool("log-stderr", false, "log exec tools' stderr (it may hold secrets)")
 		logLevel    = fs.String("log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 		metricsAddr = fs.String("metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
-		checkEvery  = fs.Duration("stream-check-interval", natsbus.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the worker takes no calls while it differs (> 0)")
-		ackWait     = fs.Duration("ack-wait", natsbus.DefaultAckWait, "how long the server waits for a call's ack or heartbeat before redelivering it to another worker; running idempotent calls heartbeat every third of it (fleet-wide: the last worker to start sets it)")
+		checkEvery  = fs.Duration("stream-check-interval", worker.DefaultStreamCheckInterval, "how often the fleet's stream configuration is checked; the worker takes no calls while it differs (> 0)")
+		ackWait     = fs.Duration("ack-wait", worker.DefaultAckWait, "how long the server waits for a call's ack or heartbeat before redelivering it to another worker; running idempotent calls heartbeat every third of it (fleet-wide: the last worker to start sets it)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: toolworker [flags]\n\nServes tools to a toolfleet over NATS JetStream.\n\nFlags:\n")
@@ -109,25 +117,26 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		builtins = []string{"calculator", "echo"}
 	}
 
-	cfg := toolworker.Config{
-		Conn: natsbus.ConnConfig{
-			URL:       *url,
-			CredsFile: *creds,
-			User:      *user,
-			Password:  *password,
-			JSDomain:  *jsDomain,
-			Getenv:    getenv,
-		},
-		Prefix:              *prefix,
-		ToolsFile:           *tools,
-		Builtins:            builtins,
-		LogStderr:           *logStderr,
-		MetricsAddr:         *metricsAddr,
-		StreamCheckInterval: *checkEvery,
-		Worker:              natsbus.WorkerConfig{Name: *name, Concurrency: *concurrency, AckWait: *ackWait, Version: version},
-		Logger:              log,
+	conn := natsbus.ConnConfig{
+		URL:       *url,
+		CredsFile: *creds,
+		User:      *user,
+		Password:  *password,
+		JSDomain:  *jsDomain,
+		Getenv:    getenv,
 	}
-	err = toolworker.Run(ctx, cfg)
+	cfg, err := workerConfig(conn, *tools, builtins, log)
+	if err != nil {
+		return configExit(stderr, err)
+	}
+	cfg.Prefix = *prefix
+	cfg.Name = *name
+	cfg.Version = version
+	cfg.Concurrency = *concurrency
+	cfg.AckWait = *ackWait
+	cfg.LogStderr = *logStderr
+	cfg.StreamCheckInterval = *checkEvery
+	err = serve(ctx, conn, cfg, *metricsAddr)
 	if config.Errors(err) != nil {
 		return configExit(stderr, err)
 	}
@@ -142,28 +151,155 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	}
 }
 
+// workerConfig is the worker configuration of the tools a manifest (path,
+// when set) and builtins describe, on the fleet conn reaches.
+func workerConfig(conn natsbus.ConnConfig, path string, builtins []string, log zerolog.Logger) (worker.Config, error) {
+	cfg := worker.Config{JSDomain: conn.Domain(), Logger: log}
+	if path != "" {
+		t, err := harness.LoadManifest(path)
+		if err != nil {
+			return cfg, &config.FieldError{Field: "ToolsFile", Err: err}
+		}
+		servers, err := mcptool.LoadManifest(path, conn.Getenv)
+		if err != nil {
+			return cfg, &config.FieldError{Field: "ToolsFile", Err: err}
+		}
+		cfg.Tools, cfg.MCPServers = t, servers
+	}
+	if len(builtins) > 0 {
+		t, err := harness.Builtins(builtins)
+		if err != nil {
+			return cfg, &config.FieldError{Field: "Builtins", Err: err}
+		}
+		cfg.Tools = append(cfg.Tools, t...)
+	}
+	return cfg, nil
+}
+
+// serve checks cfg and the connection settings (configuration errors come
+// before any connection attempt), serves the metrics when metricsAddr is
+// set, connects and runs the worker (pkg/worker) until ctx ends.
+func serve(ctx context.Context, conn natsbus.ConnConfig, cfg worker.Config, metricsAddr string) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := conn.Validate(); err != nil {
+		return asConfigError("Conn", err)
+	}
+	var (
+		connected atomic.Pointer[nats.Conn]
+		serving   atomic.Pointer[worker.Worker]
+	)
+	if metricsAddr != "" {
+		reg := metrics.NewRegistry()
+		cfg.Metrics = reg
+		metrics.RegisterConn(reg, func() bool {
+			nc := connected.Load()
+			return nc != nil && nc.IsConnected()
+		})
+		srv, err := metrics.Listen(metrics.ServerConfig{
+			Addr:     metricsAddr,
+			Gatherer: reg,
+			Healthy: func(ctx context.Context) error {
+				if w := serving.Load(); w != nil {
+					return w.Healthy(ctx)
+				}
+				return errConnecting
+			},
+			Ready: func(ctx context.Context) error {
+				if w := serving.Load(); w != nil {
+					return w.Ready(ctx)
+				}
+				return errConnecting
+			},
+			Logger: cfg.Logger,
+		})
+		if err != nil {
+			return &config.FieldError{Field: "MetricsAddr", Err: err}
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+			defer cancel()
+			srv.Close(sctx)
+		}()
+	}
+	conn.Name = "toolfleet-toolworker"
+	if cfg.Name != "" {
+		conn.Name += "-" + cfg.Name
+	}
+	conn.Logger = cfg.Logger
+	nc, err := natsbus.Connect(ctx, conn)
+	if err != nil {
+		if ce := asConfigError("Conn", err); ce != err {
+			return ce
+		}
+		return fmt.Errorf("toolworker: %w", err)
+	}
+	defer nc.Close()
+	connected.Store(nc)
+	w, err := worker.New(nc, cfg)
+	if err != nil {
+		return err
+	}
+	serving.Store(w)
+	err = w.Run(ctx)
+	// Acks are buffered core publishes: send them before closing, but do
+	// not hold the shutdown for a server that cannot be reached (Flush
+	// alone waits 10s for it).
+	if nc.IsConnected() {
+		nc.FlushTimeout(closeTimeout)
+	}
+	return err
+}
+
+// closeTimeout bounds the flush of the last acks and the metrics server's
+// shutdown.
+const closeTimeout = 2 * time.Second
+
+// errConnecting is the health of a worker that has no connection yet.
+var errConnecting = errors.New("connecting to NATS")
+
+// asConfigError turns a configuration error of the settings at field path
+// prefix into a [config.Error] naming the field; other errors are returned
+// as they are.
+func asConfigError(prefix string, err error) error {
+	var ce config.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return config.Prefix(prefix, ce)
+}
+
 // configExit prints each configuration error of err with the flag that
 // sets its field and returns exit status 2.
 func configExit(stderr io.Writer, err error) int {
-	for _, m := range flagOf.Describe(err) {
-		fmt.Fprintf(stderr, "toolworker: %s\n", m)
+	for _, ce := range config.Errors(err) {
+		field := ce.ConfigField()
+		if strings.HasPrefix(field, "Tools[") {
+			field = "Tools" // a tool of --tools or --builtin
+		}
+		fmt.Fprintf(stderr, "toolworker: %s: %s\n", flagOf.Flag(field), ce.ConfigProblem())
 	}
 	return exitConfig
 }
 
-// flagOf maps the fields of toolworker.Config to the flags (or environment
-// variables) that set them.
+// flagOf maps the fields of worker.Config (and ToolsFile, Builtins,
+// MetricsAddr: this command's own) to the flags (or environment variables)
+// that set them.
 var flagOf = cliconfig.Conn.With(cliconfig.Flags{
 	"ToolsFile":           "--tools",
 	"Builtins":            "--builtin",
+	"Tools":               "--tools/--builtin",
+	"MCPServers":          "--tools",
+	"JSDomain":            "--js-domain",
 	"LogStderr":           "--log-stderr",
 	"MetricsAddr":         "--metrics-addr",
 	"StreamCheckInterval": "--stream-check-interval",
-	"Worker.Name":         "--name",
-	"Worker.Concurrency":  "--concurrency",
-	"Worker.AckWait":      "--ack-wait",
-	"Worker.Heartbeat":    "--ack-wait",
-	"Worker.Version":      "-ldflags -X main.version",
+	"Name":                "--name",
+	"Concurrency":         "--concurrency",
+	"AckWait":             "--ack-wait",
+	"Heartbeat":           "--ack-wait",
+	"Version":             "-ldflags -X main.version",
 })
 
 // splitList splits a comma-separated flag value, dropping empty items.

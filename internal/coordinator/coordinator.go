@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -23,6 +22,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/runner"
 )
 
 // Coordinator holds one coordinator's connections and components. Open
@@ -44,10 +44,9 @@ type Coordinator struct {
 	monitor    *discovery.SchemaMonitor // reports schema conflicts
 	guard      *natsbus.StreamGuard     // the fleet's streams as expected
 	guardEnd   context.CancelFunc
-	runner     *loop.Runner
-	// disp is the runner's, closed with the coordinator (its results
-	// consumer deleted).
-	disp *natsbus.Dispatcher
+	// runner runs the loop (pkg/runner, as any Go program would); closed
+	// with the coordinator.
+	runner *runner.Runner
 	// fleetDisps are the dispatchers Fleet handed out, closed with the
 	// coordinator too.
 	fleetMu    sync.Mutex
@@ -131,11 +130,15 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 		return nil, err
 	}
 
-	c.disp = natsbus.NewDispatcher(c.nc, c.js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger, Guard: c.guard})
-	gate := approval.NewGate(c.nc, c.js, subjects, approval.GateConfig{Logger: cfg.Logger})
-	lc := c.cfg.Loop
-	lc.Logger = cfg.Logger
-	c.runner, err = loop.New(lc, cfg.Model, c.catalog, c.disp, gate)
+	c.runner, err = runner.New(ctx, c.nc, runner.Config{
+		Model:               cfg.Model,
+		Loop:                c.cfg.Loop,
+		Prefix:              cfg.Prefix,
+		JSDomain:            cfg.Conn.Domain(),
+		StreamCheckInterval: cfg.StreamCheckInterval,
+		Owner:               owner(),
+		Logger:              cfg.Logger,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -383,8 +386,8 @@ func (c *Coordinator) Close() error {
 			c.workersDone.Wait()
 		}
 		c.closeObservability()
-		if c.disp != nil {
-			c.disp.Close()
+		if c.runner != nil {
+			c.runner.Close()
 		}
 		c.fleetMu.Lock()
 		for _, d := range c.fleetDisps {

@@ -3,14 +3,17 @@ package toolworker
 import (
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/mcptool"
 )
 
-// Config configures a toolworker. Tools come from ToolsFile and Builtins
-// together; at least one tool is required.
+// Config configures a toolworker. Tools come from Tools, MCPServers,
+// ToolsFile and Builtins together; at least one tool is required.
 type Config struct {
 	// Conn says how to reach NATS (Run only; New takes a connection).
 	Conn natsbus.ConnConfig
@@ -22,6 +25,17 @@ type Config struct {
 	// Builtins names built-in tools to serve ("calculator", "echo").
 	// Default: none.
 	Builtins []string
+	// Tools are tools given as values (Go tools, exec tools already
+	// loaded), served before those of ToolsFile and Builtins. Default: none.
+	Tools []harness.Tool
+	// MCPServers are MCP servers whose tools are served, with those the
+	// manifest lists. Their Logger and LogStderr are this Config's.
+	// Default: none.
+	MCPServers []mcptool.ServerConfig
+	// Metrics, when set (and MetricsAddr is not), receives the worker's
+	// metrics: New registers them, so one registry serves one worker.
+	// Default: none.
+	Metrics prometheus.Registerer
 	// LogStderr logs exec tools' stderr, which may hold secrets. Default:
 	// false.
 	LogStderr bool

@@ -138,6 +138,7 @@ func (w *Worker) runMCP(ctx context.Context) error {
 		st.harness, st.nw = h, nw
 		onWorker := st.onWorker
 		st.mu.Unlock()
+		w.probe.Store(natsbus.NewProbe(w.nc, w.js, nw.ProbeConfig()))
 		if onWorker != nil {
 			onWorker(nw)
 		}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -36,6 +39,31 @@ type Worker struct {
 	// (an in-process worker may share its coordinator's).
 	guard    *natsbus.StreamGuard
 	ownGuard bool
+	// probe answers Healthy and Ready: of the current natsbus worker.
+	probe atomic.Pointer[natsbus.Probe]
+}
+
+// errNotServing is the health of a worker whose MCP servers have not
+// listed their tools yet.
+var errNotServing = errors.New("not serving yet")
+
+// Healthy reports whether the worker's connection is up (see
+// natsbus.Probe.Healthy).
+func (w *Worker) Healthy(ctx context.Context) error {
+	if p := w.probe.Load(); p != nil {
+		return p.Healthy(ctx)
+	}
+	return errNotServing
+}
+
+// Ready reports whether the worker can take calls: its connection, streams
+// and consumers are there and the streams are as expected (see
+// natsbus.Probe.Ready).
+func (w *Worker) Ready(ctx context.Context) error {
+	if p := w.probe.Load(); p != nil {
+		return p.Ready(ctx)
+	}
+	return errNotServing
 }
 
 // New validates cfg, builds the harness and the worker. It does no I/O
@@ -69,17 +97,23 @@ func prepare(cfg Config) (*prepared, error) {
 	if err != nil {
 		return nil, configErr("Prefix", err)
 	}
-	var tools []harness.Tool
+	tools := slices.Clone(cfg.Tools)
 	var servers []mcptool.ServerConfig
+	for _, sc := range cfg.MCPServers {
+		sc.Logger, sc.LogStderr = cfg.Logger, cfg.LogStderr
+		servers = append(servers, sc)
+	}
 	if cfg.ToolsFile != "" {
 		t, err := harness.LoadManifest(cfg.ToolsFile)
 		if err != nil {
 			return nil, configErr("ToolsFile", err)
 		}
 		tools = append(tools, t...)
-		if servers, err = loadMCPServers(cfg); err != nil {
+		more, err := loadMCPServers(cfg)
+		if err != nil {
 			return nil, configErr("ToolsFile", err)
 		}
+		servers = append(servers, more...)
 	}
 	if len(cfg.Builtins) > 0 {
 		t, err := harness.Builtins(cfg.Builtins)
@@ -103,7 +137,12 @@ func prepare(cfg Config) (*prepared, error) {
 	if err := cfg.Streams.Validate(); err != nil {
 		return nil, asConfigError("Streams", err)
 	}
-	return &prepared{cfg: cfg, subjects: subjects, harness: h, worker: wc, tools: tools, servers: servers}, nil
+	p := &prepared{cfg: cfg, subjects: subjects, harness: h, worker: wc, tools: tools, servers: servers}
+	if cfg.Metrics != nil && cfg.MetricsAddr == "" {
+		p.worker.Observer = metrics.NewWorker(cfg.Metrics)
+		p.streamsObserver = metrics.NewStreams(cfg.Metrics)
+	}
+	return p, nil
 }
 
 // newHarness builds the harness of tools with the worker's settings.
@@ -132,6 +171,18 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 	}
 	w := &Worker{cfg: p.cfg, nc: nc, js: js, subjects: p.subjects, harness: p.harness,
 		guard: wc.Guard, ownGuard: own, published: make(chan struct{})}
+	if reg := p.cfg.Metrics; reg != nil && p.cfg.MetricsAddr == "" {
+		metrics.RegisterMCPServers(reg, func() []metrics.MCPServer {
+			var out []metrics.MCPServer
+			for _, s := range w.Servers() {
+				out = append(out, s)
+			}
+			return out
+		})
+		if len(p.servers) == 0 {
+			metrics.RegisterExecEscapes(reg, p.harness.Escaped)
+		}
+	}
 	if len(p.servers) > 0 {
 		w.mcp = &mcpState{tools: p.tools, servers: p.servers, worker: wc}
 		return w, nil
@@ -139,6 +190,7 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 	if w.worker, err = natsbus.NewWorker(nc, js, p.subjects, p.harness, wc); err != nil {
 		return nil, asConfigError("Worker", err)
 	}
+	w.probe.Store(natsbus.NewProbe(nc, js, w.worker.ProbeConfig()))
 	return w, nil
 }
 

@@ -3,48 +3,22 @@ package tracing
 import (
 	"context"
 
-	"go.opentelemetry.io/otel"
+	"github.com/toolfleet/toolfleet/internal/tracing/tracemeta"
 )
 
-// metaCarrier adapts an MCP request's _meta object to the propagator, as the
-// MCP ecosystem carries the W3C trace context: params._meta.traceparent,
-// params._meta.tracestate (and baggage). Values that are not strings, or are
-// over MaxHeaderBytes, are ignored: a peer's _meta is untrusted.
-type metaCarrier map[string]any
-
-func (m metaCarrier) Get(key string) string {
-	v, _ := m[key].(string)
-	if len(v) > MaxHeaderBytes {
-		return ""
-	}
-	return v
-}
-
-func (m metaCarrier) Set(key, value string) { m[key] = value }
-
-func (m metaCarrier) Keys() []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	return keys
-}
+// The _meta carrier lives in tracemeta, which pkg/mcptool imports without
+// this package's NATS and SDK dependencies; its bound is this package's.
+var _ [MaxHeaderBytes - tracemeta.MaxValueBytes]struct{}
+var _ [tracemeta.MaxValueBytes - MaxHeaderBytes]struct{}
 
 // InjectMeta writes ctx's trace context into an MCP request's _meta
 // (nothing when ctx has no span or tracing is off). meta must not be nil.
-func InjectMeta(ctx context.Context, meta map[string]any) {
-	if meta == nil {
-		return
-	}
-	otel.GetTextMapPropagator().Inject(ctx, metaCarrier(meta))
-}
+// See [tracemeta.Inject].
+func InjectMeta(ctx context.Context, meta map[string]any) { tracemeta.Inject(ctx, meta) }
 
 // ExtractMeta returns ctx with the remote trace context found in an MCP
 // request's _meta, if any. A malformed, oversized or non-string value is
-// ignored.
+// ignored. See [tracemeta.Extract].
 func ExtractMeta(ctx context.Context, meta map[string]any) context.Context {
-	if len(meta) == 0 {
-		return ctx
-	}
-	return otel.GetTextMapPropagator().Extract(ctx, metaCarrier(meta))
+	return tracemeta.Extract(ctx, meta)
 }

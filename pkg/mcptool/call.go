@@ -11,7 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/internal/tracing/tracemeta"
 )
 
 func msDur(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
@@ -33,7 +33,7 @@ func (s *Server) call(ctx context.Context, e *toolEntry, args json.RawMessage) (
 	ctx, end := s.startCallSpan(ctx, e)
 	meta := mcp.Meta{"progressToken": fmt.Sprintf("%s-%d", s.cfg.Name, s.calls.Add(1))}
 	// The server's own spans join the fleet's trace.
-	tracing.InjectMeta(ctx, meta)
+	tracemeta.Inject(ctx, meta)
 	ch := make(chan callAnswer, 1)
 	go func() {
 		r, err := sess.cs.CallTool(ctx, &mcp.CallToolParams{Name: e.mcpName, Arguments: json.RawMessage(args), Meta: meta})

@@ -50,6 +50,23 @@
 // [MaxScriptBytes], with at most [MaxTurns] turns of at most [MaxCallsPerTurn]
 // calls each; rendered content is at most [MaxContentBytes].
 //
+// # In tests
+//
+// It is the model for testing an agent end to end: with pkg/fleettest,
+// one call starts a fleet serving the agent's tools, and a script states
+// the exact calls the model makes, so the test asserts on a transcript that
+// never changes (see docs/sdk.md, "Test your agent"):
+//
+//	fleet := fleettest.Start(t, fleettest.Config{Tools: tools})
+//	model, _ := scripted.Parse([]byte(`{"turns": [
+//		{"tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}]},
+//		{"content": "2 + 3 = {{result \"c1\"}}"}]}`))
+//	res, err := fleet.Runner(runner.Config{Model: model}).Run(t.Context(), "2 + 3?")
+//
+// A script can be as hostile as a real model (bad arguments, unknown or
+// malformed tool names, more calls than a round allows) to test what the
+// fleet answers them.
+//
 // # Demo
 //
 // [Demo] returns the bundled script (demo.json): a two-round calculator run

@@ -1,5 +1,7 @@
-// Package tracing sets up OpenTelemetry tracing for toolfleet's processes
-// and carries the W3C trace context in NATS message headers.
+// Package tracingsdk sets up OpenTelemetry tracing for toolfleet's
+// processes: the SDK and its OTLP exporter, which only the commands import
+// (the libraries use the OpenTelemetry API alone, through package tracing,
+// and record spans when a program installs a provider).
 //
 // Tracing is off unless the standard OpenTelemetry environment configures
 // an OTLP endpoint: OTEL_EXPORTER_OTLP_ENDPOINT or
@@ -12,7 +14,7 @@
 // Spans carry ids, tool names, outcomes, counts and token usage — never
 // argument values, outputs or error messages, unless the operator opted in
 // (--trace-args adds argument values).
-package tracing
+package tracingsdk
 
 import (
 	"context"

@@ -1,0 +1,27 @@
+// Package fleettest starts a whole toolfleet inside a test: an embedded
+// JetStream server (its store in a temporary directory, no TCP listener
+// unless asked), the fleet's streams, and workers serving the given tools.
+// Everything stops when the test ends (t.Cleanup).
+//
+//	func TestAgent(t *testing.T) {
+//		fleet := fleettest.Start(t, fleettest.Config{Tools: []harness.Tool{add}})
+//		model, _ := scripted.Parse([]byte(`{"turns": [
+//			{"tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}]},
+//			{"content": "The sum is {{result \"c1\"}}."}]}`))
+//		res, err := fleet.Runner(runner.Config{Model: model}).Run(t.Context(), "2 + 3?")
+//		...
+//	}
+//
+// # A deterministic model
+//
+// The scripted model (pkg/model/scripted) is the model for such tests: a
+// script of turns, each with the tool calls the model makes, and a final
+// answer that may quote the observations ({{result "c1"}}). The same script
+// gives the same run every time, so a test asserts on the exact transcript;
+// a script can also send what a hostile model would (bad arguments, unknown
+// tools, a thousand calls) to test the guarantees.
+//
+// For a client of the fleet (pkg/client) or any NATS program, [Fleet.Conn]
+// is a connection to the server and [Fleet.Prefix] the fleet's subject
+// prefix; Config.Listen gives a URL for programs in other processes.
+package fleettest

@@ -1,0 +1,229 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/logkey"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Config configures a [Runner]. Model is required; the zero value of every
+// other field means its default.
+type Config struct {
+	// Model answers the loop. Required.
+	Model loop.Model
+	// Loop holds the loop's limits (rounds, calls per round, observation
+	// size, run duration), its approval settings, its observer and tracer
+	// provider. Its Logger is this Config's. Default: loop's defaults.
+	Loop loop.Config
+	// Prefix is the first token of every subject: the fleet's. Default:
+	// "fleet".
+	Prefix string
+	// JSDomain is the JetStream domain of the fleet's streams. Default: the
+	// server's own JetStream.
+	JSDomain string
+	// StreamCheckInterval is the pause between checks of the fleet's
+	// stream configuration. Default: 30s.
+	StreamCheckInterval time.Duration
+	// Owner names this process in the journals of its durable runs.
+	// Default: run@<hostname>-<pid>.
+	Owner string
+	// Logger receives the runner's and the loop's logs. The zero value
+	// discards.
+	Logger zerolog.Logger
+}
+
+// Validate checks c without connecting to anything. Each error is a
+// [config.Error] naming the field ("Model", "Loop.MaxRounds"); New calls it
+// first.
+func (c Config) Validate() error {
+	if c.Model == nil {
+		return config.Errorf("Model", "required")
+	}
+	if _, err := protocol.NewSubjects(c.Prefix); err != nil {
+		return config.Errorf("Prefix", "must match %s, got %q", protocol.TokenPattern, c.Prefix)
+	}
+	if c.StreamCheckInterval < 0 {
+		return config.Errorf("StreamCheckInterval", "must be > 0, got %v", c.StreamCheckInterval)
+	}
+	if err := c.Loop.Validate(); err != nil {
+		var ce config.Error
+		if errors.As(err, &ce) {
+			return config.Prefix("Loop", ce)
+		}
+		return err
+	}
+	return nil
+}
+
+// ErrNoJournal is returned by [Runner.Resume] for a run without a journal,
+// or one that was not started by [Runner.RunDurable].
+var ErrNoJournal = errors.New("runner: the run has no journal to resume from")
+
+// Runner runs the loop over the fleet on a connection its caller owns. It
+// is safe for concurrent use: runs are independent.
+type Runner struct {
+	cfg      Config
+	subjects protocol.Subjects
+	js       natsbus.JetStream
+	guard    *natsbus.StreamGuard
+	catalog  *natsbus.Catalog
+	disp     *natsbus.Dispatcher
+	loop     *loop.Runner
+	stop     context.CancelFunc
+	once     sync.Once
+}
+
+// New validates cfg, checks the fleet's streams (creating a missing one
+// when the server lets it, changing none), starts reading the tool catalog
+// and returns a runner. A nil nc and a bad cfg are [config.Error]s (the nil
+// connection's field is "Conn"), returned before any I/O. Close releases
+// what New started; the connection stays the caller's.
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err error) {
+	if nc == nil {
+		return nil, config.Errorf("Conn", "a connection is required, got nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	subjects, _ := protocol.NewSubjects(cfg.Prefix)
+	if cfg.Owner == "" {
+		host, _ := os.Hostname()
+		cfg.Owner = fmt.Sprintf("run@%s-%d", host, os.Getpid())
+	}
+	js, err := natsbus.NewJetStream(nc, cfg.JSDomain)
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	r := &Runner{cfg: cfg, subjects: subjects, js: js}
+	defer func() {
+		if err != nil {
+			r.Close()
+		}
+	}()
+	list := natsbus.StreamsOf(natsbus.FleetStreams(subjects, natsbus.StreamConfig{}), natsbus.RoleCoordinator)
+	natsbus.CreateMissingStreams(ctx, js, list, cfg.Logger)
+	r.guard = natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{Streams: list, Interval: cfg.StreamCheckInterval, Logger: cfg.Logger})
+	if err := r.guard.CheckAtStart(ctx); err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.stop = cancel
+	go r.guard.Run(gctx)
+	if r.catalog, err = natsbus.NewCatalogWith(ctx, js, subjects, natsbus.CatalogConfig{Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("runner: reading the tool catalog: %w", err)
+	}
+	r.disp = natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger, Guard: r.guard})
+	gate := approval.NewGate(nc, js, subjects, approval.GateConfig{Logger: cfg.Logger})
+	lc := cfg.Loop
+	lc.Logger = cfg.Logger
+	if r.loop, err = loop.New(lc, cfg.Model, r.catalog, r.disp, gate); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// WaitForTools returns once the fleet's catalog lists every named tool, or
+// with ctx's error: a worker started with the runner serves them.
+func (r *Runner) WaitForTools(ctx context.Context, names ...string) error {
+	return r.catalog.WaitFor(ctx, names...)
+}
+
+// Run runs the loop for one prompt (see loop.Runner.Run). It is not
+// journaled: if this process dies, the run is lost (its calls are still
+// answered by the workers).
+func (r *Runner) Run(ctx context.Context, prompt string) (*loop.Result, error) {
+	return r.loop.Run(ctx, prompt)
+}
+
+// RunMessages runs the loop on a transcript (see loop.Runner.RunMessages).
+func (r *Runner) RunMessages(ctx context.Context, msgs []loop.Message) (*loop.Result, error) {
+	return r.loop.RunMessages(ctx, msgs)
+}
+
+// journaledInput is the request entry of a durable run: what Resume needs
+// to continue it (the same as "coordinator run" journals).
+type journaledInput struct {
+	Prompt string `json:"prompt"`
+}
+
+// RunDurable runs prompt as the durable run id (protocol.NewRunID makes
+// one): every step is journaled in the fleet's journal stream before it
+// takes effect, so that [Runner.Resume] of id, in this process or another,
+// continues it if this one stops. A finished run's journal gives its
+// result again.
+func (r *Runner) RunDurable(ctx context.Context, id protocol.RunID, prompt string) (*loop.Result, error) {
+	if !id.Valid() {
+		return nil, fmt.Errorf("runner: %q is not a run id", id)
+	}
+	j, err := natsbus.OpenJournal(ctx, r.js, r.subjects, id, r.cfg.Owner, "start")
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	data, err := json.Marshal(journaledInput{Prompt: prompt})
+	if err != nil {
+		return nil, err
+	}
+	if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	return r.loop.RunDurable(ctx, loop.Durable{Prompt: prompt, RunID: id, Journal: j})
+}
+
+// Resume continues the durable run id from its journal: journaled model
+// responses are not asked again and answered calls are not run again; a
+// finished run gives its result again. A run without a journal of
+// RunDurable is [ErrNoJournal].
+func (r *Runner) Resume(ctx context.Context, id protocol.RunID) (*loop.Result, error) {
+	if !id.Valid() {
+		return nil, fmt.Errorf("runner: %q is not a run id", id)
+	}
+	j, err := natsbus.OpenJournal(ctx, r.js, r.subjects, id, r.cfg.Owner, "resume")
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	var in *journaledInput
+	for _, e := range j.Entries() {
+		if e.Kind == natsbus.EntryRequest {
+			var v journaledInput
+			if json.Unmarshal(e.Data, &v) == nil && v.Prompt != "" {
+				in = &v
+			}
+		}
+	}
+	if in == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoJournal, id)
+	}
+	r.cfg.Logger.Info().Str(logkey.RunID, string(id)).Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
+	return r.loop.RunDurable(ctx, loop.Durable{Prompt: in.Prompt, RunID: id, Journal: j})
+}
+
+// Close stops the stream checks and the catalog and deletes the runner's
+// results consumer. It does not close the connection. It is idempotent.
+func (r *Runner) Close() error {
+	r.once.Do(func() {
+		if r.stop != nil {
+			r.stop()
+		}
+		if r.disp != nil {
+			r.disp.Close()
+		}
+		if r.catalog != nil {
+			r.catalog.Close()
+		}
+	})
+	return nil
+}
