@@ -50,7 +50,9 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.STREAM.PURGE." + approvals,
 				"$JS.API.STREAM.MSG.DELETE." + approvals,
 			}},
-			Subscribe: &server.SubjectPermission{Allow: []string{">"}},
+			// No interest on the audit log's subjects: a push consumer
+			// delivering there would copy messages into it.
+			Subscribe: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{s.Approvals()}},
 		}},
 		{Name: RoleWorker, Password: password(RoleWorker), Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{
