@@ -97,6 +97,10 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if conn.Name == "" {
 		conn.Name = "toolfleet-coordinator"
 	}
+	if useEmbedded && conn.InboxPrefix == "" {
+		// its user's inbox: remote workers answer discovery there only
+		conn.InboxPrefix = "_INBOX_" + embedded.RoleCoordinator
+	}
 	conn.Logger = cfg.Logger
 	c.nc, err = natsbus.Connect(ctx, conn, opts...)
 	if err != nil {
