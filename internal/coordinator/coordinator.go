@@ -19,6 +19,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -257,7 +258,7 @@ func (c *Coordinator) rolePassword(role string) string {
 	}
 	getenv := c.cfg.Conn.Getenv
 	if getenv == nil {
-		getenv = os.Getenv
+		getenv = procsec.Getenv
 	}
 	return getenv(roleEnv(role))
 }
