@@ -108,7 +108,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	f.fleetFlags.register(fs, false)
 	fs.StringVar(&f.output, "output", "text", "text | json")
-	fs.StringVar(&f.listen, "listen", "", "with the embedded server, also listen on this `HOST:PORT` (port 0: random) with credentials drawn at start, written to a credentials file whose path is logged (default: in-process connections only)")
+	fs.StringVar(&f.listen, "listen", "", "with the embedded server, also listen on this `HOST:PORT` (port 0: random) with the users of deploy/nats-server.conf: client and worker (passwords from TOOLFLEET_CLIENT_PASSWORD, TOOLFLEET_WORKER_PASSWORD, else drawn and written to nats.env and worker.env, paths logged) and operator (only with TOOLFLEET_OPERATOR_PASSWORD) (default: in-process connections only)")
 	return fs
 }
 

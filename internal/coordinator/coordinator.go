@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -95,6 +96,10 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	conn := cfg.Conn
 	if conn.Name == "" {
 		conn.Name = "toolfleet-coordinator"
+	}
+	if useEmbedded && conn.InboxPrefix == "" {
+		// its user's inbox: remote workers answer discovery there only
+		conn.InboxPrefix = "_INBOX_" + embedded.RoleCoordinator
 	}
 	conn.Logger = cfg.Logger
 	c.nc, err = natsbus.Connect(ctx, conn, opts...)
@@ -256,7 +261,7 @@ func (c *Coordinator) rolePassword(role string) string {
 	}
 	getenv := c.cfg.Conn.Getenv
 	if getenv == nil {
-		getenv = os.Getenv
+		getenv = procsec.Getenv
 	}
 	return getenv(roleEnv(role))
 }

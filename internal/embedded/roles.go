@@ -29,7 +29,9 @@ const (
 // FleetUsers returns the users of a fleet's listening embedded server for
 // subjects s, each with the permissions of its role in
 // deploy/nats-server.conf; [RoleCoordinator] comes first (the in-process
-// user). password gives a role's password, "" to draw one at start. The
+// user, which must ask with the inbox prefix _INBOX_coordinator: workers
+// answer discovery requests on the coordinator's and the operator's inboxes
+// only). password gives a role's password, "" to draw one at start. The
 // operator is included only when password gives it one: its password must
 // reach the operator from outside the fleet (an environment variable the
 // process takes out of its environment), since anything the fleet writes
@@ -41,7 +43,6 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 	p := strings.TrimSuffix(s.Calls(), ".call.>")
 	calls, approvals := s.CallsStream(), s.ApprovalsStream()
 	tools, runs := s.CatalogBucket(), s.RunsBucket()
-	responses := &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS, Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
 	users := []User{
 		{Name: RoleCoordinator, Password: password(RoleCoordinator), Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{
@@ -50,7 +51,9 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.STREAM.PURGE." + approvals,
 				"$JS.API.STREAM.MSG.DELETE." + approvals,
 			}},
-			Subscribe: &server.SubjectPermission{Allow: []string{">"}},
+			// No interest on the audit log's subjects: a push consumer
+			// delivering there would copy messages into it.
+			Subscribe: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{s.Approvals()}},
 		}},
 		{Name: RoleWorker, Password: password(RoleWorker), Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{
@@ -70,6 +73,9 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.DIRECT.GET.KV_" + tools + ".>",
 				"$JS.API.DIRECT.GET." + approvals,
 				"$JS.API.STREAM.MSG.GET." + approvals,
+				// discovery answers, on the requesters' own inboxes only
+				"_INBOX_" + RoleCoordinator + ".>",
+				"_INBOX_" + RoleOperator + ".>",
 			}, Deny: []string{s.Approvals()}},
 			Subscribe: &server.SubjectPermission{Allow: []string{
 				s.Cancels(),
@@ -77,7 +83,6 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*.toolworker", "$SRV.*.toolworker.*",
 				s.ToolInfos(),
 			}, Deny: []string{s.Approvals()}},
-			Response: responses,
 		}},
 		{Name: RoleClient, Password: password(RoleClient), Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{
