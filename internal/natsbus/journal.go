@@ -52,6 +52,9 @@ type Journal struct {
 	// process under the same owner name.
 	token string
 
+	// incomplete: what was read does not begin at the run's start.
+	incomplete bool
+
 	mu      sync.Mutex
 	entries []loop.JournalEntry
 	last    uint64 // stream sequence of the run's last entry; 0: none
@@ -60,10 +63,23 @@ type Journal struct {
 
 var _ loop.Journal = (*Journal)(nil)
 
+// Notes of the owner entries OpenJournal appends.
+const (
+	// NoteStart: the run starts here; its journal must be empty.
+	NoteStart = "start"
+	// NoteResume: the run was taken before; its journal must begin with
+	// the owner entry of its start.
+	NoteResume = "resume"
+)
+
 // OpenJournal reads run's journal and takes the run over for owner: it
-// appends an owner entry (with note saying why: "start", "resume"), fenced
-// on the last entry read. Entries returns what was read, owner entries
-// included.
+// appends an owner entry (with note saying why: NoteStart, NoteResume),
+// fenced on the last entry read. Entries returns what was read, owner
+// entries included. The Journal is Incomplete when what was read does not
+// begin with the owner entry of the run's start, or is empty for a run
+// taken before (note other than NoteStart): entries were lost, and the
+// loop ends the run (loop.TerminationJournalLost) rather than start it
+// over.
 func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, owner, note string) (*Journal, error) {
 	subject, err := subjects.Journal(run)
 	if err != nil {
@@ -78,11 +94,23 @@ func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.
 		j.entries = append(j.entries, r.Entry)
 	}
 	j.last = last
+	switch {
+	case len(j.entries) == 0:
+		j.incomplete = note != NoteStart
+	default:
+		first := j.entries[0]
+		j.incomplete = first.Kind != EntryOwner || first.Note != NoteStart
+	}
 	if err := j.Append(ctx, loop.JournalEntry{Kind: EntryOwner, Owner: owner, Note: note, At: time.Now().UTC()}); err != nil {
 		return nil, err
 	}
 	return j, nil
 }
+
+var _ loop.IncompleteJournal = (*Journal)(nil)
+
+// Incomplete implements [loop.IncompleteJournal].
+func (j *Journal) Incomplete() bool { return j.incomplete }
 
 // Entries implements [loop.Journal]: the entries read by OpenJournal.
 func (j *Journal) Entries() []loop.JournalEntry {

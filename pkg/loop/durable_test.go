@@ -94,7 +94,9 @@ func TestDurableResumeAtEveryEntry(t *testing.T) {
 	}
 	kinds := full.Kinds()
 	t.Logf("journal: %v", kinds)
-	for n := 0; n <= len(kinds); n++ {
+	// From entry 1: with nothing journaled, not even its start, a run has
+	// done nothing and starts afresh (with new call keys).
+	for n := 1; n <= len(kinds); n++ {
 		prefix := full.Resume(n)
 		journaledRounds := 0
 		for _, e := range prefix.Entries() {
@@ -130,9 +132,8 @@ func TestDurableResumeAtEveryEntry(t *testing.T) {
 	}
 }
 
-// TestDurableResumeTakesTheFirstStoredResult: a resumed run reads every
-// result stored for it, those of later rounds' calls too, and takes the
-// first stored for each call, as a live run takes the first to arrive: a
+// TestDurableResumeTakesTheFirstStoredResult: a resumed run reads the
+// results stored for its calls and takes the first stored for each call, as a live run takes the first to arrive: a
 // stale attempt's result stored after it (a second worker's run of a
 // redelivered call, stored apart because it went in another batch) does
 // not replace it.
@@ -152,7 +153,7 @@ func TestDurableResumeTakesTheFirstStoredResult(t *testing.T) {
 		disp.Store(run, protocol.Result{V: protocol.Version, RunID: run, CallKey: c.CallKey,
 			Outcome: protocol.OutcomeOK, Output: "stale", Worker: "stale-worker", Attempt: 2})
 	}
-	for _, n := range []int{0, 2} { // nothing journaled; round 1's tools and model entries
+	for _, n := range []int{1, 3} { // the start; and round 1's tools and model entries
 		got, err := durableRunner(t, durableModel(new(atomic.Int64)), disp, looptest.AllowAll()).
 			RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: run, Journal: full.Resume(n)})
 		disp.Wait()
@@ -260,7 +261,7 @@ func TestDurableResumedCallsWithoutResults(t *testing.T) {
 	d := looptest.New(never)
 	d.Durable = true
 	j := looptest.NewJournal()
-	j.FailAt = 5 // tools, model, dispatched, published, then fenced
+	j.FailAt = 6 // start, tools, model, dispatched, published, then fenced
 	r, err := loop.New(cfg, model, cat, d, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +269,7 @@ func TestDurableResumedCallsWithoutResults(t *testing.T) {
 	if _, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "resume-open", Journal: j}); !errors.Is(err, loop.ErrFenced) {
 		t.Fatalf("first owner: %v", err)
 	}
-	if k := j.Kinds(); len(k) != 4 || k[3] != loop.EntryPublished {
+	if k := j.Kinds(); len(k) != 5 || k[4] != loop.EntryPublished {
 		t.Fatalf("journal %v", k)
 	}
 	d2 := looptest.New(never)
@@ -355,7 +356,7 @@ func TestDurableResumePastTheDedupWindow(t *testing.T) {
 			d := looptest.New(never)
 			d.Durable = true
 			j := looptest.NewJournal()
-			j.FailAt = 4 // tools, model, dispatched, then fenced at published
+			j.FailAt = 5 // start, tools, model, dispatched, then fenced at published
 			r, err := loop.New(cfg, model, cat, d, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -363,7 +364,7 @@ func TestDurableResumePastTheDedupWindow(t *testing.T) {
 			if _, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: protocol.RunID("dedup-" + fmt.Sprint(tt.window)), Journal: j}); !errors.Is(err, loop.ErrFenced) {
 				t.Fatalf("first owner: %v", err)
 			}
-			if k := j.Kinds(); len(k) != 3 || k[2] != loop.EntryDispatched {
+			if k := j.Kinds(); len(k) != 4 || k[3] != loop.EntryDispatched {
 				t.Fatalf("journal %v, want it to end at the dispatch", k)
 			}
 			d2 := looptest.New(answerRetry)

@@ -37,7 +37,8 @@ type Dispatcher struct {
 	// Durable makes the dispatcher keep what a JetStream fleet keeps for a
 	// resumed run: a run may be opened again once its inbox is closed, the
 	// new inbox first delivers every result stored for the run (and then
-	// says it caught up), and a call key published twice runs once.
+	// says it caught up), and a call key published twice runs once (the
+	// second publish delivers the call's first stored result again).
 	Durable bool
 	// InboxSize is how many undelivered events each inbox holds; when the
 	// reader falls that far behind, further events are dropped and counted
@@ -133,7 +134,16 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 	}
 	if d.Durable {
 		if d.seen[c.CallKey] {
-			return nil // deduplicated, as by Nats-Msg-Id
+			// Deduplicated, as by Nats-Msg-Id; its first stored result,
+			// if any, is delivered again, as a resumed coordinator reads
+			// back the result of a call it publishes again.
+			for _, r := range d.stored[c.RunID] {
+				if r.CallKey == c.CallKey {
+					ib.send(loop.Event{Result: &r})
+					break
+				}
+			}
+			return nil
 		}
 		if d.seen == nil {
 			d.seen = map[protocol.CallKey]bool{}
