@@ -80,6 +80,9 @@ type Config struct {
 	// "*" for all of them. Tools whose spec says RequiresApproval always
 	// need it.
 	RequireApproval []string
+	// Budget bounds the run's tokens, cost and tool calls (budget.go).
+	// Default: unlimited.
+	Budget Budget
 	// TraceArgs logs argument values in tool-call trace lines. Default:
 	// off, only argument keys and a digest are logged.
 	TraceArgs bool
@@ -229,6 +232,9 @@ func (c Config) Validate() error {
 		if r.v < 0 || (r.v == 0 && r.field != "ToolTimeout") {
 			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be > 0"}
 		}
+	}
+	if err := c.Budget.validate(); err != nil {
+		return err
 	}
 	for _, name := range c.RequireApproval {
 		if name != "*" && !validToolName(name) {

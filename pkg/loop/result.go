@@ -33,6 +33,9 @@ type Result struct {
 	// Messages is the whole transcript, input included. Every tool call in
 	// it is answered by exactly one tool message, in request order.
 	Messages []Message `json:"messages"`
+	// Budget is what the run spent against Config.Budget, and the bound
+	// that ended it; nil when the run had no budget.
+	Budget *BudgetReport `json:"budget,omitempty"`
 }
 
 // Metadata counts what a run did.

@@ -141,6 +141,8 @@ type run struct {
 	j *journalState
 	// early holds results a durable run read before it reached their call.
 	early map[protocol.CallKey]protocol.Result
+	// b is the run's spending against Config.Budget (budget.go).
+	b budgetState
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -237,6 +239,9 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: reading the tool catalog: %w", err))
 		}
+		if rep := ru.budgetBeforeModel(round, defs); rep != nil {
+			return ru.finishBudget(rep)
+		}
 		resp, err := ru.roundResponse(ctx, round, defs)
 		if ru.stopped() {
 			return nil, ru.j.err
@@ -248,6 +253,7 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
 		}
 		ru.res.Metadata.Rounds = round
+		ru.spend(resp.Usage)
 		// Calls past the ceiling are never copied, stored or answered.
 		calls, dropped := resp.Message.ToolCalls, 0
 		if len(calls) > ru.cfg.MaxToolCallsKept {
@@ -265,6 +271,9 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 		}
 		if ctx.Err() != nil {
 			return ru.ended(ctx)
+		}
+		if ru.b.cut {
+			return ru.finishBudget(ru.report(BudgetToolCalls, float64(ru.cfg.Budget.ToolCalls)))
 		}
 	}
 	return ru.finish(TerminationMaxRounds, "", nil)
@@ -348,6 +357,9 @@ func (ru *run) finish(reason TerminationReason, answer string, err error) (*Resu
 		if !ru.appendEntry(context.Background(), JournalEntry{Kind: EntryFinished, Termination: reason, Answer: answer}) {
 			return nil, ru.j.err
 		}
+	}
+	if ru.res.Budget == nil && ru.cfg.Budget.limited() {
+		ru.res.Budget = ru.report("", 0)
 	}
 	ru.res.TerminationReason = reason
 	ru.res.Answer = answer
