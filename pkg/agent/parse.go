@@ -271,7 +271,7 @@ func validatePatterns(field string, list []string, prefixes bool) error {
 
 func (l *Limits) validate() error {
 	ints := []struct {
-		field string
+		field  string
 		v, max int
 	}{
 		{"limits.max_rounds", l.MaxRounds, MaxRounds},
