@@ -120,7 +120,7 @@ func TestParseRefusesHostileDefinitions(t *testing.T) {
 
 // TestParseRefusesDocuments: what is not one JSON definition.
 func TestParseRefusesDocuments(t *testing.T) {
-	for _, doc := range []string{"", "null x", "{", `{"name":"a"} {"name":"b"}`, "[]", "\xff", strings.Repeat(" ", agent.MaxDocumentBytes+1)} {
+	for _, doc := range []string{"", "null x", "{", `{"name":"a"} {"name":"b"}`, "[]", "\xff", strings.Repeat(" ", agent.MaxInputBytes+1), `{"name":"a","model":{"provider":"anthropic","name":"m"}}` + strings.Repeat(" ", agent.MaxDocumentBytes)} {
 		if _, err := agent.Parse([]byte(doc)); err == nil {
 			t.Fatalf("%.20q parsed", doc)
 		}

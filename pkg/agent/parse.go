@@ -20,8 +20,14 @@ import (
 
 // Bounds on a definition. A document past one is refused whole.
 const (
-	// MaxDocumentBytes bounds a definition's JSON.
+	// MaxDocumentBytes bounds a definition's JSON. A larger document that
+	// still decodes is refused naming the field that makes it too large
+	// (most are bounded one by one); past MaxInputBytes it is not read.
 	MaxDocumentBytes = 256 << 10
+	// MaxInputBytes is the most Parse reads.
+	MaxInputBytes = 16 << 20
+	// MaxScriptBytes bounds Model.Script.
+	MaxScriptBytes = 128 << 10
 	// MaxInstructionsBytes bounds Instructions.
 	MaxInstructionsBytes = 64 << 10
 	// MaxDescriptionBytes bounds Description.
@@ -67,7 +73,7 @@ var (
 // ("model.temperature", "tools[3]").
 func Parse(data []byte) (Definition, error) {
 	var d Definition
-	if len(data) > MaxDocumentBytes {
+	if len(data) > MaxInputBytes {
 		return d, config.Errorf("", "the document is %d bytes, more than %d", len(data), MaxDocumentBytes)
 	}
 	if !utf8.Valid(data) {
@@ -83,6 +89,9 @@ func Parse(data []byte) (Definition, error) {
 	}
 	if err := d.Validate(); err != nil {
 		return Definition{}, err
+	}
+	if len(data) > MaxDocumentBytes {
+		return Definition{}, config.Errorf("", "the document is %d bytes, more than %d", len(data), MaxDocumentBytes)
 	}
 	return d, nil
 }
@@ -180,6 +189,9 @@ func (m *Model) validate() error {
 	if m.Provider == "scripted" {
 		if len(m.Script) == 0 {
 			return config.Errorf("model.script", "required by the scripted provider")
+		}
+		if len(m.Script) > MaxScriptBytes {
+			return config.Errorf("model.script", "must be at most %d bytes, got %d", MaxScriptBytes, len(m.Script))
 		}
 		if _, err := scripted.Parse(m.Script); err != nil {
 			return config.Errorf("model.script", "not a valid script")
