@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -132,7 +133,11 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	gate := approval.NewGate(c.nc, c.js, subjects, approval.GateConfig{Logger: cfg.Logger})
 	lc := c.cfg.Loop
 	lc.Logger = cfg.Logger
-	c.runner, err = loop.New(lc, cfg.Model, c.catalog, c.disp, gate)
+	var catalog loop.Catalog = c.catalog
+	if a := cfg.Agent; a != nil {
+		lc, catalog = a.LoopConfig(lc), a.Catalog(catalog)
+	}
+	c.runner, err = loop.New(lc, cfg.Model, catalog, c.disp, gate)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +313,20 @@ func (c *Coordinator) waitForCatalog(ctx context.Context) {
 
 // Run runs the loop for one prompt. See loop.Runner.Run.
 func (c *Coordinator) Run(ctx context.Context, prompt string) (*loop.Result, error) {
+	if msgs := c.agentMessages(prompt); msgs != nil {
+		return c.runner.RunMessages(ctx, msgs)
+	}
 	return c.runner.Run(ctx, prompt)
+}
+
+// agentMessages is a run's transcript under Config.Agent: its
+// instructions, then prompt; nil without an agent or for an empty prompt
+// (which the loop refuses).
+func (c *Coordinator) agentMessages(prompt string) []loop.Message {
+	if c.cfg.Agent == nil || strings.TrimSpace(prompt) == "" {
+		return nil
+	}
+	return c.cfg.Agent.Messages([]loop.Message{{Role: "user", Content: prompt}})
 }
 
 // Conn returns the coordinator's NATS connection.

@@ -43,7 +43,7 @@ func (c *Coordinator) RunJournaled(ctx context.Context, prompt string) (*loop.Re
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	c.log.Info().Str(logRun, string(run)).Str("resume", "coordinator resume "+string(run)).Msg("run journaled")
-	return c.runner.RunDurable(ctx, loop.Durable{Prompt: prompt, RunID: run, Journal: j})
+	return c.runner.RunDurable(ctx, loop.Durable{Prompt: prompt, Messages: c.agentMessages(prompt), RunID: run, Journal: j})
 }
 
 // Resume continues run from its journal: a run of RunJournaled whose
@@ -70,7 +70,7 @@ func (c *Coordinator) Resume(ctx context.Context, run protocol.RunID) (*loop.Res
 		return nil, fmt.Errorf("%w: %s (runs of \"coordinator serve\" are resumed by the serving coordinators)", ErrNoJournal, run)
 	}
 	c.log.Info().Str(logRun, string(run)).Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
-	return c.runner.RunDurable(ctx, loop.Durable{Prompt: in.Prompt, RunID: run, Journal: j})
+	return c.runner.RunDurable(ctx, loop.Durable{Prompt: in.Prompt, Messages: c.agentMessages(in.Prompt), RunID: run, Journal: j})
 }
 
 // owner names this process as a journal's owner.
