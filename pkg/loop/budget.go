@@ -37,6 +37,9 @@ type Budget struct {
 	// InputPrice and OutputPrice are the model's price, in USD per million
 	// tokens.
 	InputPrice, OutputPrice float64
+	// SummarizerInputPrice and SummarizerOutputPrice are the price of
+	// Config.Summarizer, whose tokens count against the token bounds too.
+	SummarizerInputPrice, SummarizerOutputPrice float64
 	// MaxTokens is the most an answer can cost in completion tokens (the
 	// model's max_tokens): a request is made only if that much still fits.
 	// 0 reserves nothing: the request is then made while anything is left,
@@ -60,6 +63,8 @@ func (b Budget) validate() error {
 		{"Budget.ToolCalls", float64(b.ToolCalls)},
 		{"Budget.InputPrice", b.InputPrice},
 		{"Budget.OutputPrice", b.OutputPrice},
+		{"Budget.SummarizerInputPrice", b.SummarizerInputPrice},
+		{"Budget.SummarizerOutputPrice", b.SummarizerOutputPrice},
 		{"Budget.MaxTokens", float64(b.MaxTokens)},
 	} {
 		if math.IsNaN(r.v) || math.IsInf(r.v, 0) || r.v < 0 {
@@ -86,7 +91,11 @@ type BudgetReport struct {
 
 // budgetState is a run's spending so far.
 type budgetState struct {
+	// in and out are the tokens of the model and the summarizer; sumCost
+	// is the summarizer's cost.
 	in, out int64
+	sumIn   int64
+	sumOut  int64
 	// lastBytes and lastPrompt calibrate the estimate of the next
 	// request's input: the prompt tokens the last request cost for the
 	// bytes it sent.
@@ -97,9 +106,39 @@ type budgetState struct {
 	cut bool
 }
 
+// cost is the run's cost if the model's tokens were in and out (the
+// summarizer's are priced at its own price).
 func (ru *run) cost(in, out int64) float64 {
-	b := ru.cfg.Budget
-	return (float64(in)*b.InputPrice + float64(out)*b.OutputPrice) / 1e6
+	b, s := ru.cfg.Budget, &ru.b
+	model := float64(in-s.sumIn)*b.InputPrice + float64(out-s.sumOut)*b.OutputPrice
+	return (model + float64(s.sumIn)*b.SummarizerInputPrice + float64(s.sumOut)*b.SummarizerOutputPrice) / 1e6
+}
+
+// summaryOverBudget reports whether a summarizer request of in estimated
+// input tokens (and an answer of Budget.MaxTokens), with the model request
+// it is made for, would pass a bound; the window is then sent without a
+// summary.
+func (ru *run) summaryOverBudget(in int64) bool {
+	// The model request this window is for was checked alone: the summary
+	// must leave room for it too.
+	b, s := &ru.cfg.Budget, &ru.b
+	out := int64(b.MaxTokens)
+	cost := ru.cost(s.in+s.estimate, s.out+out) + (float64(in)*b.SummarizerInputPrice+float64(out)*b.SummarizerOutputPrice)/1e6
+	return (b.InputTokens > 0 && s.in+s.estimate+in > b.InputTokens) ||
+		(b.OutputTokens > 0 && s.out+2*out > b.OutputTokens) ||
+		(b.CostUSD > 0 && cost > b.CostUSD)
+}
+
+// spendSummary records a summarizer answer's usage (estimated where it
+// reported none).
+func (ru *run) spendSummary(u Usage, est int64) {
+	in, out := int64(max(u.PromptTokens, 0)), int64(max(u.CompletionTokens, 0))
+	if in == 0 {
+		in, out = est, max(out, int64(ru.cfg.Budget.MaxTokens))
+	}
+	s := &ru.b
+	s.in, s.out, s.sumIn, s.sumOut = s.in+in, s.out+out, s.sumIn+in, s.sumOut+out
+	ru.res.Metadata.SummarizerTokens += int(in + out)
 }
 
 // requestBytes is what a model request sends: the transcript and the tool
@@ -140,6 +179,20 @@ func (ru *run) budgetBeforeModel(round int, defs []ToolDef) *BudgetReport {
 	}
 	return nil
 }
+
+// afterResponse counts a model response (live or replayed): its usage
+// against the budget, and a truncated answer.
+func (ru *run) afterResponse(resp *Response) {
+	if resp.FinishReason == "length" {
+		ru.res.Metadata.TruncatedResponses++
+		ru.log.Warn().Str(logKeyEvent, evTruncatedResponse).Send()
+	}
+	ru.spend(resp.Usage)
+}
+
+// evTruncatedResponse is logged for a model answer cut at its output
+// limit (finish_reason "length").
+const evTruncatedResponse = "truncated_response"
 
 // spend records a model response's usage; a usage the model did not
 // report is counted as estimated (input) or as the reserve (output), so a

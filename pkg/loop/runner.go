@@ -143,6 +143,8 @@ type run struct {
 	early map[protocol.CallKey]protocol.Result
 	// b is the run's spending against Config.Budget (budget.go).
 	b budgetState
+	// sum is the last summary of the run's window (window.go).
+	sum summaryState
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -253,7 +255,7 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
 		}
 		ru.res.Metadata.Rounds = round
-		ru.spend(resp.Usage)
+		ru.afterResponse(resp)
 		// Calls past the ceiling are never copied, stored or answered.
 		calls, dropped := resp.Message.ToolCalls, 0
 		if len(calls) > ru.cfg.MaxToolCallsKept {
@@ -281,7 +283,7 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 
 // complete makes one model call and traces it (never its content).
 func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Response, error) {
-	req := Request{Messages: cloneMessages(ru.msgs), Tools: defs}
+	req := Request{Messages: ru.window(ctx), Tools: defs}
 	ru.log.Info().Str(logKeyEvent, evModelCallStart).Int(logKeyRound, round).
 		Int(logKeyMessages, len(req.Messages)).Int(logKeyTools, len(defs)).Send()
 	start := ru.cfg.Now()
