@@ -28,6 +28,9 @@ type Definition struct {
 	Instructions string `json:"instructions,omitempty"`
 	// Model is the provider and model the agent's runs use.
 	Model Model `json:"model"`
+	// Summarizer, with limits.max_history_messages, summarizes what a
+	// request's window leaves out (its cost counts against the budget).
+	Summarizer *Model `json:"summarizer,omitempty"`
 	// Tools are the tools offered to the model: exact tool names, prefix
 	// patterns ("fs_*") or "*" for every tool. Empty offers none.
 	Tools []string `json:"tools,omitempty"`
@@ -75,6 +78,9 @@ type Limits struct {
 	ToolTimeout          Duration `json:"tool_timeout,omitzero"`
 	MaxObservationChars  int      `json:"max_observation_chars,omitempty"`
 	MaxRunDuration       Duration `json:"max_run_duration,omitzero"`
+	// MaxHistoryMessages bounds the messages of each model request (the
+	// first ones and the newest whole blocks); 0 sends the whole transcript.
+	MaxHistoryMessages int `json:"max_history_messages,omitempty"`
 }
 
 // Budget bounds what one run may spend. Zero means unlimited. A run that

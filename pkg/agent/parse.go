@@ -50,6 +50,8 @@ const (
 	MaxToolCallsPerRound = 1024
 	// MaxObservationChars bounds Limits.MaxObservationChars.
 	MaxObservationChars = 1 << 20
+	// MaxHistoryMessages bounds Limits.MaxHistoryMessages.
+	MaxHistoryMessages = 100_000
 	// MaxToolCalls bounds Budget.ToolCalls.
 	MaxToolCalls = 1_000_000
 	// MaxDuration bounds a duration of Limits.
@@ -163,8 +165,16 @@ func (d *Definition) Validate() error {
 	case len(d.Instructions) > MaxInstructionsBytes:
 		return config.Errorf("instructions", "must be at most %d bytes, got %d", MaxInstructionsBytes, len(d.Instructions))
 	}
-	if err := d.Model.validate(); err != nil {
+	if err := d.Model.validate("model"); err != nil {
 		return err
+	}
+	if d.Summarizer != nil {
+		if err := d.Summarizer.validate("summarizer"); err != nil {
+			return err
+		}
+		if d.Limits.MaxHistoryMessages == 0 {
+			return config.Errorf("summarizer", "needs limits.max_history_messages")
+		}
 	}
 	if err := validatePatterns("tools", d.Tools, true); err != nil {
 		return err
@@ -175,58 +185,58 @@ func (d *Definition) Validate() error {
 	if err := d.Limits.validate(); err != nil {
 		return err
 	}
-	return d.Budget.validate(d.Model)
+	return d.Budget.validate(d.Model, d.Summarizer)
 }
 
-func (m *Model) validate() error {
+func (m *Model) validate(f string) error {
 	known := false
 	for _, p := range Providers {
 		known = known || m.Provider == p
 	}
 	if !known {
-		return config.Errorf("model.provider", "must be one of %s, got %q", strings.Join(Providers, ", "), clip(m.Provider))
+		return config.Errorf(f+".provider", "must be one of %s, got %q", strings.Join(Providers, ", "), clip(m.Provider))
 	}
 	if m.Provider == "scripted" {
 		if len(m.Script) == 0 {
-			return config.Errorf("model.script", "required by the scripted provider")
+			return config.Errorf(f+".script", "required by the scripted provider")
 		}
 		if len(m.Script) > MaxScriptBytes {
-			return config.Errorf("model.script", "must be at most %d bytes, got %d", MaxScriptBytes, len(m.Script))
+			return config.Errorf(f+".script", "must be at most %d bytes, got %d", MaxScriptBytes, len(m.Script))
 		}
 		if _, err := scripted.Parse(m.Script); err != nil {
-			return config.Errorf("model.script", "not a valid script")
+			return config.Errorf(f+".script", "not a valid script")
 		}
 		if m.Name != "" && !modelPattern.MatchString(m.Name) {
-			return config.Errorf("model.name", "must match %s", modelPattern)
+			return config.Errorf(f+".name", "must match %s", modelPattern)
 		}
 	} else {
 		switch {
 		case len(m.Script) > 0:
-			return config.Errorf("model.script", "only for the scripted provider")
+			return config.Errorf(f+".script", "only for the scripted provider")
 		case m.Name == "":
-			return config.Errorf("model.name", "required")
+			return config.Errorf(f+".name", "required")
 		case !modelPattern.MatchString(m.Name):
-			return config.Errorf("model.name", "must match %s, got %q", modelPattern, clip(m.Name))
+			return config.Errorf(f+".name", "must match %s, got %q", modelPattern, clip(m.Name))
 		}
 	}
 	if m.BaseURL != "" {
 		if err := validateBaseURL(m.BaseURL); err != nil {
-			return config.Errorf("model.base_url", "%v", err)
+			return config.Errorf(f+".base_url", "%v", err)
 		}
 	}
 	if m.APIKeyEnv != "" {
 		switch {
 		case !envPattern.MatchString(m.APIKeyEnv):
-			return config.Errorf("model.api_key_env", "must match %s, got %q", envPattern, clip(m.APIKeyEnv))
+			return config.Errorf(f+".api_key_env", "must match %s, got %q", envPattern, clip(m.APIKeyEnv))
 		case strings.HasPrefix(m.APIKeyEnv, "NATS_") || strings.HasPrefix(m.APIKeyEnv, "TOOLFLEET_"):
-			return config.Errorf("model.api_key_env", "must not name one of the fleet's own credentials, got %q", m.APIKeyEnv)
+			return config.Errorf(f+".api_key_env", "must not name one of the fleet's own credentials, got %q", m.APIKeyEnv)
 		}
 	}
 	if t := m.Temperature; t != nil && (math.IsNaN(*t) || *t < 0 || *t > 2) {
-		return config.Errorf("model.temperature", "must be a number in [0, 2]")
+		return config.Errorf(f+".temperature", "must be a number in [0, 2]")
 	}
 	if m.MaxTokens < 0 || m.MaxTokens > MaxTokensPerAnswer {
-		return config.Errorf("model.max_tokens", "must be in [0, %d], got %d", MaxTokensPerAnswer, m.MaxTokens)
+		return config.Errorf(f+".max_tokens", "must be in [0, %d], got %d", MaxTokensPerAnswer, m.MaxTokens)
 	}
 	return nil
 }
@@ -289,6 +299,7 @@ func (l *Limits) validate() error {
 		{"limits.max_rounds", l.MaxRounds, MaxRounds},
 		{"limits.max_tool_calls_per_round", l.MaxToolCallsPerRound, MaxToolCallsPerRound},
 		{"limits.max_observation_chars", l.MaxObservationChars, MaxObservationChars},
+		{"limits.max_history_messages", l.MaxHistoryMessages, MaxHistoryMessages},
 	}
 	for _, r := range ints {
 		if r.v < 0 || r.v > r.max {
@@ -310,7 +321,7 @@ func (l *Limits) validate() error {
 	return nil
 }
 
-func (b *Budget) validate(m Model) error {
+func (b *Budget) validate(m Model, sum *Model) error {
 	switch {
 	case b.InputTokens < 0 || b.InputTokens > MaxBudgetTokens:
 		return config.Errorf("budget.input_tokens", "must be in [1, %d] (or absent), got %d", int64(MaxBudgetTokens), b.InputTokens)
@@ -342,6 +353,11 @@ func (b *Budget) validate(m Model) error {
 			return config.Errorf("budget.prices", "must price the agent's model %q: budget.cost_usd needs it", clip(m.Name))
 		}
 	}
+	if sum != nil && b.CostUSD > 0 {
+		if _, ok := b.Prices[sum.Name]; !ok {
+			return config.Errorf("budget.prices", "must price the summarizer's model %q: budget.cost_usd needs it", clip(sum.Name))
+		}
+	}
 	if (b.CostUSD > 0 || b.OutputTokens > 0) && m.MaxTokens == 0 {
 		return config.Errorf("model.max_tokens", "required by budget.cost_usd and budget.output_tokens: an answer's cost must be bounded before it is asked for")
 	}
@@ -349,27 +365,40 @@ func (b *Budget) validate(m Model) error {
 }
 
 // CheckEnv checks what only the process that runs the agent can: that the
-// variable holding the model's key is set (lookup is os.LookupEnv, or the
-// secrets store's). The error is a [config.Error] for model.api_key_env;
-// it never holds the value.
+// variables holding the keys of its model and summarizer are set (lookup
+// is os.LookupEnv, or the secrets store's). The error is a [config.Error]
+// for model.api_key_env (or summarizer.api_key_env); it never holds the
+// value.
 func (d *Definition) CheckEnv(lookup func(string) (string, bool)) error {
-	name := d.KeyEnv()
-	if name == "" || lookup == nil {
+	if lookup == nil {
 		return nil
 	}
-	if v, ok := lookup(name); !ok || v == "" {
-		return config.Errorf("model.api_key_env", "the environment variable %s is not set", name)
+	check := func(field string, m *Model) error {
+		name := m.KeyEnv()
+		if name == "" {
+			return nil
+		}
+		if v, ok := lookup(name); !ok || v == "" {
+			return config.Errorf(field+".api_key_env", "the environment variable %s is not set", name)
+		}
+		return nil
+	}
+	if err := check("model", &d.Model); err != nil {
+		return err
+	}
+	if d.Summarizer != nil {
+		return check("summarizer", d.Summarizer)
 	}
 	return nil
 }
 
-// KeyEnv is the environment variable that holds the agent's model key:
-// Model.APIKeyEnv, or the provider's usual one ("" for scripted).
-func (d *Definition) KeyEnv() string {
-	if d.Model.APIKeyEnv != "" {
-		return d.Model.APIKeyEnv
+// KeyEnv is the environment variable that holds the model's key:
+// APIKeyEnv, or the provider's usual one ("" for scripted).
+func (m *Model) KeyEnv() string {
+	if m.APIKeyEnv != "" {
+		return m.APIKeyEnv
 	}
-	switch d.Model.Provider {
+	switch m.Provider {
 	case "openai", "openai-responses":
 		return "OPENAI_API_KEY"
 	case "anthropic":

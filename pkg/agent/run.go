@@ -46,7 +46,8 @@ func FromJournal(entries []loop.JournalEntry) (Ref, bool) {
 
 // LoopConfig returns base with the agent's limits (each one the agent
 // sets replaces base's), its approvals added to base's and its budget.
-// The caller applies its own ceilings afterwards, if any.
+// The caller applies its own ceilings afterwards, if any, and sets
+// Summarizer to the model of d.Summarizer when there is one.
 func (d *Definition) LoopConfig(base loop.Config) loop.Config {
 	c := base
 	l := d.Limits
@@ -68,6 +69,9 @@ func (d *Definition) LoopConfig(base loop.Config) loop.Config {
 	if l.MaxRunDuration > 0 {
 		c.MaxRunDuration = time.Duration(l.MaxRunDuration)
 	}
+	if l.MaxHistoryMessages > 0 {
+		c.MaxHistoryMessages = l.MaxHistoryMessages
+	}
 	if len(d.RequireApproval) > 0 {
 		c.RequireApproval = append(append([]string(nil), base.RequireApproval...), d.RequireApproval...)
 	}
@@ -76,6 +80,10 @@ func (d *Definition) LoopConfig(base loop.Config) loop.Config {
 	c.Budget = loop.Budget{
 		InputTokens: b.InputTokens, OutputTokens: b.OutputTokens, CostUSD: b.CostUSD, ToolCalls: b.ToolCalls,
 		InputPrice: price.Input, OutputPrice: price.Output, MaxTokens: d.Model.MaxTokens,
+	}
+	if d.Summarizer != nil {
+		sp := b.Prices[d.Summarizer.Name]
+		c.Budget.SummarizerInputPrice, c.Budget.SummarizerOutputPrice = sp.Input, sp.Output
 	}
 	return c
 }
