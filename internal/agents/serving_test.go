@@ -1,6 +1,8 @@
 package agents_test
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 
@@ -110,5 +112,84 @@ func TestServingTwoAgentsDisjointScopes(t *testing.T) {
 		if err := f.Want("toolfleet_agent_runs_total", metricstest.L("agent", name, "reason", "natural"), 1); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// handOffAfterRound closes handoff once a round's observations are
+// journaled: the run stops there, as when its coordinator is stopped.
+type handOffAfterRound struct {
+	loop.Journal
+	handoff chan struct{}
+}
+
+func (h *handOffAfterRound) Append(ctx context.Context, e loop.JournalEntry) error {
+	err := h.Journal.Append(ctx, e)
+	if e.Kind == loop.EntryObserved {
+		close(h.handoff)
+	}
+	return err
+}
+
+// TestServingResumeKeepsTheRevision: a run of rev 1 is handed off after
+// its first round; the agent is updated; another coordinator (its own
+// Serving) resumes the run from its journal and finishes it on rev 1.
+func TestServingResumeKeepsTheRevision(t *testing.T) {
+	ctx := t.Context()
+	c, err := coordinator.Open(ctx, coordinator.Config{Model: scripted.Demo(), StoreDir: t.TempDir(), Builtins: []string{"echo"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	js, _ := jetstream.New(c.Conn())
+	if _, err := natsbus.Provision(ctx, js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	store, _ := natsbus.OpenAgents(ctx, js, protocol.Subjects{})
+	reg := &agents.Registry{Store: store}
+	version := func(v string) string {
+		return `{"name":"pinned","model":{"provider":"scripted","script":{"turns":[
+			{"content":"","tool_calls":[{"id":"c1","name":"echo","arguments":{"text":"` + v + `"}}]},
+			{"content":"answer ` + v + `: {{result \"c1\"}}"}]}},"tools":["echo"]}`
+	}
+	if _, _, err := reg.Put(ctx, []byte(version("v1"))); err != nil {
+		t.Fatal(err)
+	}
+	serving := func() *agents.Serving {
+		f := c.Fleet()
+		return &agents.Serving{Registry: reg, Models: &agents.Models{}, Base: f.Loop, Catalog: f.Catalog, Dispatcher: f.Dispatcher, Gate: f.Gate}
+	}
+	input := []loop.Message{{Role: "user", Content: "go"}}
+	run := protocol.NewRunID()
+	j, err := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-a", "start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &handOffAfterRound{Journal: j, handoff: make(chan struct{})}
+	r, msgs, ref, err := serving().ForRun(ctx, "pinned", h, input)
+	if err != nil || ref.Revision != 1 {
+		t.Fatalf("%+v %v", ref, err)
+	}
+	if _, err := r.RunDurable(ctx, loop.Durable{Messages: msgs, RunID: run, Journal: h, Handoff: h.handoff}); !errors.Is(err, loop.ErrHandedOff) {
+		t.Fatalf("first owner: %v, want a hand-off", err)
+	}
+	if _, rev, err := reg.Put(ctx, []byte(version("v2"))); err != nil || rev != 2 {
+		t.Fatalf("update: %d %v", rev, err)
+	}
+	j2, err := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-b", "resume")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, msgs2, ref2, err := serving().ForRun(ctx, "pinned", j2, input)
+	if err != nil || ref2 != ref {
+		t.Fatalf("resumed on %+v (%v), want %+v", ref2, err, ref)
+	}
+	res, err := r2.RunDurable(ctx, loop.Durable{Messages: msgs2, RunID: run, Journal: j2})
+	if err != nil || res.Answer != "answer v1: v1" {
+		t.Fatalf("resumed run: %q %v", res.Answer, err)
+	}
+	// A new run gets the new revision.
+	j3, _ := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, protocol.NewRunID(), "coordinator-b", "start")
+	if _, _, ref3, err := serving().ForRun(ctx, "pinned", j3, input); err != nil || ref3.Revision != 2 {
+		t.Fatalf("a new run: %+v %v", ref3, err)
 	}
 }
