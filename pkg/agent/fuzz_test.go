@@ -8,6 +8,8 @@ import (
 
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // FuzzParse: any input is a definition that validates and round-trips, or
@@ -36,6 +38,19 @@ func FuzzParse(f *testing.F) {
 		}
 		if _, err := agent.Parse(b); err != nil {
 			t.Fatalf("the stored form is refused: %v\n%s", err, b)
+		}
+	})
+}
+
+// FuzzFromJournal: any journaled data is read as a valid agent name and
+// revision, or not at all.
+func FuzzFromJournal(f *testing.F) {
+	f.Add([]byte(`{"name":"support","revision":7}`))
+	f.Add([]byte(`{"name":"../x","revision":-1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, ok := agent.FromJournal([]loop.JournalEntry{{Kind: agent.EntryAgent, Data: data}})
+		if ok && !protocol.ValidToken(r.Name) {
+			t.Fatalf("read the name %q", r.Name)
 		}
 	})
 }
