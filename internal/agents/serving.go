@@ -63,21 +63,58 @@ func (s *Serving) ForRun(ctx context.Context, name string, j loop.Journal, msgs 
 	return r, d.Messages(msgs), ref, nil
 }
 
-// runner is the runner of one agent revision, made on first use.
-func (s *Serving) runner(d agent.Definition, ref agent.Ref) (*loop.Runner, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r := s.runners[ref]; r != nil {
-		return r, nil
-	}
-	m, err := s.Models.Model(d.Model)
+// Prepared is one run's agent, resolved and pinned: what loop.New and
+// Runner.RunDurable need to run it.
+type Prepared struct {
+	// Ref is the agent and revision the run runs on.
+	Ref agent.Ref
+	// Definition is that revision's definition.
+	Definition agent.Definition
+	// Config is base with the agent's limits, approvals, budget, window,
+	// summarizer and per-agent metrics.
+	Config loop.Config
+	// Model is the agent's model client (shared with every run of the
+	// same configuration).
+	Model loop.Model
+	// Catalog is the catalog scoped to the agent's tools.
+	Catalog loop.Catalog
+	// Messages is the run's transcript, opening with the instructions.
+	Messages []loop.Message
+}
+
+// Prepare resolves the agent of one durable run as [Serving.ForRun] does,
+// pinning a new run's revision in j, and returns what a caller that makes
+// its own runner per run needs: base (the run's loop configuration, with
+// the coordinator's ceilings and the request's lowered limits already
+// applied, or to be applied to Prepared.Config) turned into the agent's,
+// catalog scoped, msgs opened with the instructions.
+func (s *Serving) Prepare(ctx context.Context, name string, j loop.Journal, base loop.Config, catalog loop.Catalog, msgs []loop.Message) (*Prepared, error) {
+	d, ref, pin, err := s.Registry.ForRun(ctx, name, j.Entries())
 	if err != nil {
 		return nil, err
 	}
-	cfg := d.LoopConfig(s.Base)
+	if pin {
+		if err := j.Append(ctx, agent.JournalEntry(ref)); err != nil {
+			return nil, fmt.Errorf("agents: journaling the agent: %w", err)
+		}
+	}
+	cfg, m, err := s.config(d, base)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{Ref: ref, Definition: d, Config: cfg, Model: m, Catalog: d.Catalog(catalog), Messages: d.Messages(msgs)}, nil
+}
+
+// config is base turned into d's loop configuration, and d's model.
+func (s *Serving) config(d agent.Definition, base loop.Config) (loop.Config, loop.Model, error) {
+	m, err := s.Models.Model(d.Model)
+	if err != nil {
+		return loop.Config{}, nil, err
+	}
+	cfg := d.LoopConfig(base)
 	if d.Summarizer != nil {
 		if cfg.Summarizer, err = s.Models.Model(*d.Summarizer); err != nil {
-			return nil, err
+			return loop.Config{}, nil, err
 		}
 	}
 	if s.Metrics != nil {
@@ -85,6 +122,20 @@ func (s *Serving) runner(d agent.Definition, ref agent.Ref) (*loop.Runner, error
 	}
 	if s.Limit != nil {
 		cfg = s.Limit(cfg)
+	}
+	return cfg, m, nil
+}
+
+// runner is the runner of one agent revision, made on first use.
+func (s *Serving) runner(d agent.Definition, ref agent.Ref) (*loop.Runner, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.runners[ref]; r != nil {
+		return r, nil
+	}
+	cfg, m, err := s.config(d, s.Base)
+	if err != nil {
+		return nil, err
 	}
 	r, err := loop.New(cfg, m, d.Catalog(s.Catalog), s.Dispatcher, s.Gate)
 	if err != nil {

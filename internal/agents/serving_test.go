@@ -3,6 +3,7 @@ package agents_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -14,7 +15,9 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -191,5 +194,32 @@ func TestServingResumeKeepsTheRevision(t *testing.T) {
 	j3, _ := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, protocol.NewRunID(), "coordinator-b", "start")
 	if _, _, ref3, err := serving().ForRun(ctx, "pinned", j3, input); err != nil || ref3.Revision != 2 {
 		t.Fatalf("a new run: %+v %v", ref3, err)
+	}
+}
+
+// TestServingPrepare: a caller that makes its own runner per run gets the
+// agent's config, model, scoped catalog and transcript, and the revision
+// pinned in the journal.
+func TestServingPrepare(t *testing.T) {
+	reg, js, _ := fleet(t)
+	ctx := t.Context()
+	if _, _, err := reg.Put(ctx, []byte(strings.Replace(doc, `"tools"`, `"instructions":"hello","limits":{"max_rounds":3},"tools"`, 1))); err != nil {
+		t.Fatal(err)
+	}
+	run := protocol.NewRunID()
+	j, _ := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "a", "start")
+	s := &agents.Serving{Registry: reg, Models: &agents.Models{Getenv: func(string) string { return "k" }}}
+	p, err := s.Prepare(ctx, "support", j, loop.Config{MaxRounds: 8}, looptest.NewCatalog(looptest.MustSpec("kb_find", `{"type":"object"}`), looptest.MustSpec("deploy", `{"type":"object"}`)),
+		[]loop.Message{{Role: "user", Content: "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, _ := p.Catalog.Tools(ctx)
+	if p.Config.MaxRounds != 3 || p.Model == nil || len(specs) != 1 || specs[0].Name != "kb_find" || p.Messages[0].Content != "hello" || p.Ref.Revision != 1 {
+		t.Fatalf("%+v %v", p, specs)
+	}
+	j2, _ := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "b", "resume")
+	if ref, ok := agent.FromJournal(j2.Entries()); !ok || ref != p.Ref {
+		t.Fatalf("journal pins %+v %v", ref, ok)
 	}
 }
