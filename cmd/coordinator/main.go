@@ -79,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return resumeCommand(ctx, args[1:], stdout, stderr)
 	case "runs":
 		return runsCommand(ctx, args[1:], stdout, stderr)
+	case "agents":
+		return agentsCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -98,6 +100,7 @@ func usage(w io.Writer) {
   coordinator mcp [--transport stdio|http]        serve the fleet's tools to MCP clients
   coordinator provision [flags]                   create or update the fleet's streams (admin)
   coordinator runs list|show RUN|cancel RUN       see and steer durable runs (journals)
+  coordinator agents put FILE|get NAME|ls|rm NAME  the fleet's agents (admin, operator)
   coordinator resume [flags] RUN                  continue a killed "coordinator run --nats-url"
 
 "coordinator run --help" (or serve, submit) lists the flags.

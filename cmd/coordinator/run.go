@@ -16,6 +16,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
+	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -66,6 +67,9 @@ type fleetFlags struct {
 	streamCheckInterval              time.Duration
 	listen                           string
 	storeDir                         string // serve only
+	// agent and summarizer are set by agentModel (run --agent FILE).
+	agent      *agent.Definition
+	summarizer loop.Model
 }
 
 // register defines the flags on fs. With ceilings, the loop limits are
@@ -100,7 +104,8 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 // runFlags are the flags of "coordinator run".
 type runFlags struct {
 	fleetFlags
-	output string
+	output    string
+	agentFile string
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
@@ -108,6 +113,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	f.fleetFlags.register(fs, false)
 	fs.StringVar(&f.output, "output", "text", "text | json")
+	fs.StringVar(&f.agentFile, "agent", "", "run as the agent this definition `FILE` describes (docs/agents.md): its instructions, model, tools, limits and budget")
 	fs.StringVar(&f.listen, "listen", "", "with the embedded server, also listen on this `HOST:PORT` (port 0: random) with the users of deploy/nats-server.conf: client and worker (passwords from TOOLFLEET_CLIENT_PASSWORD, TOOLFLEET_WORKER_PASSWORD, else drawn and written to nats.env and worker.env, paths logged) and operator (only with TOOLFLEET_OPERATOR_PASSWORD) (default: in-process connections only)")
 	return fs
 }
@@ -199,7 +205,11 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if noPrompt {
 		prompt = demoPrompt
 	}
-	c, _, code, done := f.open(ctx, cmd, args, validate, f.newModel)
+	newModel := f.newModel
+	if f.agentFile != "" {
+		newModel = f.agentModel(f.agentFile)
+	}
+	c, _, code, done := f.open(ctx, cmd, args, validate, newModel)
 	if done {
 		return code
 	}
@@ -240,7 +250,7 @@ func finishRun(stdout, stderr io.Writer, cmd, output string, res *loop.Result, r
 
 // config is the coordinator configuration the flags describe.
 func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Config {
-	return coordinator.Config{
+	c := coordinator.Config{
 		Conn:      f.conn(),
 		Prefix:    f.prefix,
 		Workers:   f.workers,
@@ -264,7 +274,12 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 		Listen:              f.listen,
 		StoreDir:            f.storeDir,
 		Logger:              log,
+		Agent:               f.agent,
 	}
+	if f.summarizer != nil {
+		c.Loop.Summarizer = f.summarizer
+	}
+	return c
 }
 
 // open checks the flags with validate, makes the logger and the model (with

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -58,6 +59,11 @@ type Config struct {
 	Model loop.Model
 	// Loop configures the ReAct loop; its zero value means the defaults.
 	Loop loop.Config
+	// Agent, when set, is the one agent every run of this coordinator runs
+	// as (coordinator run --agent FILE): its instructions open each run,
+	// the model is offered only its tools, and its limits, approvals and
+	// budget apply over Loop. Model must be the agent's. Default: none.
+	Agent *agent.Definition
 	// MetricsAddr, when set, serves Prometheus /metrics, /healthz and
 	// /readyz on this address (e.g. ":9090") from Open to Close: the
 	// coordinator's and its in-process workers' metrics. Default: none.

@@ -138,6 +138,7 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	c.runner, err = runner.New(ctx, c.nc, runner.Config{
 		Model:               cfg.Model,
 		Loop:                c.cfg.Loop,
+		Agent:               cfg.Agent,
 		Prefix:              cfg.Prefix,
 		JSDomain:            cfg.Conn.Domain(),
 		StreamCheckInterval: cfg.StreamCheckInterval,

@@ -46,6 +46,7 @@ var (
 	terminationReasons = []string{
 		string(loop.TerminationNatural), string(loop.TerminationMaxRounds),
 		string(loop.TerminationCancelled), string(loop.TerminationError), string(loop.TerminationJournalLost),
+		string(loop.TerminationBudgetExhausted),
 	}
 	approvalResults = []string{
 		string(loop.ApprovalApproved), string(loop.ApprovalDenied), string(loop.ApprovalExpired),

@@ -109,6 +109,10 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 		}},
 		bucket(RoleServe, s.RunsBucket(), "toolfleet run results: run id -> result",
 			c.Replicas, c.RunResultTTL, c.RunResultsMaxBytes, int32(c.MaxRunResultBytes)),
+		// Agent definitions: written by admin or operator only, read by
+		// serving coordinators; a key keeps AgentHistory revisions so a
+		// resumed run reads the one it started on.
+		agentsBucket(s.AgentsBucket(), c.Replicas, int32(c.MaxMessageBytes)),
 		// Every coordinator journals its runs (serve, and run against a
 		// remote server), appending under Nats-Expected-Last-Subject-Sequence.
 		// Only runs' journals: nothing but a run's coordinator writes here.
@@ -225,6 +229,20 @@ func bucket(roles Role, name, description string, replicas int, ttl time.Duratio
 		DenyDelete:        true,
 		AllowDirect:       true,
 	}}
+}
+
+// AgentHistory is how many revisions of each agent the agents bucket keeps
+// (the most a key-value bucket can): a run resumed after its agent was
+// changed this many times more can no longer read the revision it started
+// on, and fails rather than run on another.
+const AgentHistory = 64
+
+// agentsBucket is the bucket of agent definitions: a bucket of history
+// AgentHistory, as nats.go's CreateKeyValue configures it.
+func agentsBucket(name string, replicas int, maxValue int32) FleetStream {
+	fs := bucket(RoleServe, name, "toolfleet agents: agent name -> definition (revision = version)", replicas, 0, -1, maxValue)
+	fs.Config.MaxMsgsPerSubject = AgentHistory
+	return fs
 }
 
 // StreamsOf returns the streams of list that role uses.

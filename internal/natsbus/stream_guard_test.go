@@ -50,7 +50,7 @@ func TestProvisionIsIdempotentAndMatchesTheCheck(t *testing.T) {
 		t.Fatalf("check of a provisioned fleet: %v", err)
 	}
 	// The buckets are usable as buckets.
-	for _, b := range []string{s.CatalogBucket(), s.RunsBucket()} {
+	for _, b := range []string{s.CatalogBucket(), s.RunsBucket(), s.AgentsBucket()} {
 		kv, err := js.KeyValue(ctx(t), b)
 		if err != nil {
 			t.Fatalf("bucket %s: %v", b, err)

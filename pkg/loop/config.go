@@ -80,6 +80,19 @@ type Config struct {
 	// "*" for all of them. Tools whose spec says RequiresApproval always
 	// need it.
 	RequireApproval []string
+	// MaxHistoryMessages bounds the messages of each model request: the
+	// first messages and the newest blocks that fit, an assistant message
+	// never separated from its tool messages (window.go). The stored
+	// transcript and the journal keep everything. Default (0): the whole
+	// transcript.
+	MaxHistoryMessages int
+	// Summarizer, when set with MaxHistoryMessages, summarizes what a
+	// window leaves out into a system message after the first messages;
+	// its tokens and cost count against Budget. Default: none.
+	Summarizer Model
+	// Budget bounds the run's tokens, cost and tool calls (budget.go).
+	// Default: unlimited.
+	Budget Budget
 	// TraceArgs logs argument values in tool-call trace lines. Default:
 	// off, only argument keys and a digest are logged.
 	TraceArgs bool
@@ -229,6 +242,12 @@ func (c Config) Validate() error {
 		if r.v < 0 || (r.v == 0 && r.field != "ToolTimeout") {
 			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be > 0"}
 		}
+	}
+	if c.MaxHistoryMessages < 0 {
+		return &ConfigError{Field: "MaxHistoryMessages", Value: c.MaxHistoryMessages, Rule: "must be >= 0 (0: the whole transcript)"}
+	}
+	if err := c.Budget.validate(); err != nil {
+		return err
 	}
 	for _, name := range c.RequireApproval {
 		if name != "*" && !validToolName(name) {

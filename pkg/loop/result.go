@@ -43,6 +43,9 @@ type Result struct {
 	// Messages is the whole transcript, input included. Every tool call in
 	// it is answered by exactly one tool message, in request order.
 	Messages []Message `json:"messages"`
+	// Budget is what the run spent against Config.Budget, and the bound
+	// that ended it; nil when the run had no budget.
+	Budget *BudgetReport `json:"budget,omitempty"`
 }
 
 // Metadata counts what a run did.
@@ -68,6 +71,16 @@ type Metadata struct {
 	CompletionTokens int                      `json:"completion_tokens"`
 	// ModelCalls counts calls of Model.Complete, failed ones included.
 	ModelCalls int `json:"model_calls"`
+	// TruncatedResponses counts model answers cut at their output limit
+	// (finish_reason "length").
+	TruncatedResponses int `json:"truncated_responses"`
+	// MessagesTrimmed counts the messages model requests left out of their
+	// window (Config.MaxHistoryMessages), summed over the requests.
+	MessagesTrimmed int `json:"messages_trimmed,omitempty"`
+	// Summarized counts the summaries Config.Summarizer wrote, and
+	// SummarizerTokens the tokens they cost.
+	Summarized       int `json:"summarized,omitempty"`
+	SummarizerTokens int `json:"summarizer_tokens,omitempty"`
 }
 
 // CallRecord is what happened to one tool call id.

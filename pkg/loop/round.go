@@ -62,7 +62,8 @@ type callState struct {
 // observation says so, once.
 func (ru *run) round(ctx context.Context, round int, msg Message, tools map[protocol.ToolName]*toolEntry, dropped int) {
 	calls := msg.ToolCalls
-	n, limit := len(calls), ru.cfg.MaxToolCallsPerRound
+	n := len(calls)
+	limit := ru.callLimit(n)
 	within := min(n, limit)
 
 	// Ids first: the stored assistant message must carry unique, bounded,
@@ -165,10 +166,10 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[prot
 		ru.observe(s, tools)
 	}
 	if n > within {
-		text, cut := bound(obsCapRejected(n+dropped, limit), ru.cfg.MaxObservationChars)
+		text, cut := bound(ru.capRejected(n+dropped, limit), ru.cfg.MaxObservationChars)
 		for i := within; i < n; i++ {
 			if i == n-1 && dropped > 0 {
-				text, cut = bound(obsCapRejected(n+dropped, limit)+obsDropped(dropped), ru.cfg.MaxObservationChars)
+				text, cut = bound(ru.capRejected(n+dropped, limit)+obsDropped(dropped), ru.cfg.MaxObservationChars)
 			}
 			if cut {
 				ru.res.Metadata.TruncatedObservations++

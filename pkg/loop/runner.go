@@ -144,6 +144,10 @@ type run struct {
 	// resumedCalls are the journaled calls of the round being resumed,
 	// the only ones an early result is kept for.
 	resumedCalls map[protocol.CallKey]JournaledCall
+	// b is the run's spending against Config.Budget (budget.go).
+	b budgetState
+	// sum is the last summary of the run's window (window.go).
+	sum summaryState
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -240,6 +244,9 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: reading the tool catalog: %w", err))
 		}
+		if rep := ru.budgetBeforeModel(round, defs); rep != nil {
+			return ru.finishBudget(rep)
+		}
 		resp, err := ru.roundResponse(ctx, round, defs)
 		if ru.stopped() {
 			return nil, ru.j.err
@@ -251,6 +258,7 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
 		}
 		ru.res.Metadata.Rounds = round
+		ru.afterResponse(resp)
 		// Calls past the ceiling are never copied, stored or answered.
 		calls, dropped := resp.Message.ToolCalls, 0
 		if len(calls) > ru.cfg.MaxToolCallsKept {
@@ -269,13 +277,16 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 		if ctx.Err() != nil {
 			return ru.ended(ctx)
 		}
+		if ru.b.cut {
+			return ru.finishBudget(ru.report(BudgetToolCalls, float64(ru.cfg.Budget.ToolCalls)))
+		}
 	}
 	return ru.finish(TerminationMaxRounds, "", nil)
 }
 
 // complete makes one model call and traces it (never its content).
 func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Response, error) {
-	req := Request{Messages: cloneMessages(ru.msgs), Tools: defs}
+	req := Request{Messages: ru.window(ctx), Tools: defs}
 	ru.log.Info().Str(logKeyEvent, evModelCallStart).Int(logKeyRound, round).
 		Int(logKeyMessages, len(req.Messages)).Int(logKeyTools, len(defs)).Send()
 	start := ru.cfg.Now()
@@ -351,6 +362,9 @@ func (ru *run) finish(reason TerminationReason, answer string, err error) (*Resu
 		if !ru.appendEntry(context.Background(), JournalEntry{Kind: EntryFinished, Termination: reason, Answer: answer}) {
 			return nil, ru.j.err
 		}
+	}
+	if ru.res.Budget == nil && ru.cfg.Budget.limited() {
+		ru.res.Budget = ru.report("", 0)
 	}
 	ru.res.TerminationReason = reason
 	ru.res.Answer = answer

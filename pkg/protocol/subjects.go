@@ -218,6 +218,10 @@ func (s Subjects) RunsMaxDeliveries() string {
 // (fleet_runs).
 func (s Subjects) RunsBucket() string { return strings.ReplaceAll(s.p(), "-", "_") + "_runs" }
 
+// AgentsBucket names the KV bucket of agent definitions, keyed by agent
+// name (fleet_agents); a key's revision is the agent's version.
+func (s Subjects) AgentsBucket() string { return strings.ReplaceAll(s.p(), "-", "_") + "_agents" }
+
 // RunKey is the key of a run's result in the runs bucket: <client>.<run>,
 // or the run id alone without a client. A deployment lets each client
 // read the keys under its own name only.

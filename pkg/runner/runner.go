@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -41,6 +43,12 @@ type Config struct {
 	// Owner names this process in the journals of its durable runs.
 	// Default: run@<hostname>-<pid>.
 	Owner string
+	// Agent, when set, is the agent every run of this runner runs as
+	// (pkg/agent, docs/agents.md): its instructions open each run, the
+	// model is offered only its tools (a call to another is unknown_tool
+	// and never published), and its limits, approvals and budget apply
+	// over Loop. Model must be the agent's. Default: none.
+	Agent *agent.Definition
 	// Logger receives the runner's and the loop's logs. The zero value
 	// discards.
 	Logger zerolog.Logger
@@ -58,6 +66,15 @@ func (c Config) Validate() error {
 	}
 	if c.StreamCheckInterval < 0 {
 		return config.Errorf("StreamCheckInterval", "must be > 0, got %v", c.StreamCheckInterval)
+	}
+	if c.Agent != nil {
+		if err := c.Agent.Validate(); err != nil {
+			var ce config.Error
+			if errors.As(err, &ce) {
+				return config.Prefix("Agent", ce)
+			}
+			return err
+		}
 	}
 	if err := c.Loop.Validate(); err != nil {
 		var ce config.Error
@@ -130,7 +147,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err error) 
 	gate := approval.NewGate(nc, js, subjects, approval.GateConfig{Logger: cfg.Logger})
 	lc := cfg.Loop
 	lc.Logger = cfg.Logger
-	if r.loop, err = loop.New(lc, cfg.Model, r.catalog, r.disp, gate); err != nil {
+	var catalog loop.Catalog = r.catalog
+	if a := cfg.Agent; a != nil {
+		lc, catalog = a.LoopConfig(lc), a.Catalog(catalog)
+	}
+	if r.loop, err = loop.New(lc, cfg.Model, catalog, r.disp, gate); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -146,7 +167,20 @@ func (r *Runner) WaitForTools(ctx context.Context, names ...string) error {
 // journaled: if this process dies, the run is lost (its calls are still
 // answered by the workers).
 func (r *Runner) Run(ctx context.Context, prompt string) (*loop.Result, error) {
+	if msgs := r.agentMessages(prompt); msgs != nil {
+		return r.loop.RunMessages(ctx, msgs)
+	}
 	return r.loop.Run(ctx, prompt)
+}
+
+// agentMessages is a run's transcript under Config.Agent: its
+// instructions, then prompt; nil without an agent or for an empty prompt
+// (which the loop refuses).
+func (r *Runner) agentMessages(prompt string) []loop.Message {
+	if r.cfg.Agent == nil || strings.TrimSpace(prompt) == "" {
+		return nil
+	}
+	return r.cfg.Agent.Messages([]loop.Message{{Role: "user", Content: prompt}})
 }
 
 // RunMessages runs the loop on a transcript (see loop.Runner.RunMessages).
@@ -180,7 +214,7 @@ func (r *Runner) RunDurable(ctx context.Context, id protocol.RunID, prompt strin
 	if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
-	return r.loop.RunDurable(ctx, loop.Durable{Prompt: prompt, RunID: id, Journal: j})
+	return r.loop.RunDurable(ctx, loop.Durable{Prompt: prompt, Messages: r.agentMessages(prompt), RunID: id, Journal: j})
 }
 
 // Resume continues the durable run id from its journal: journaled model
@@ -208,7 +242,7 @@ func (r *Runner) Resume(ctx context.Context, id protocol.RunID) (*loop.Result, e
 		return nil, fmt.Errorf("%w: %s", ErrNoJournal, id)
 	}
 	r.cfg.Logger.Info().Str(logkey.RunID, string(id)).Int("journal_entries", len(j.Entries())).Msg("resuming the run from its journal")
-	return r.loop.RunDurable(ctx, loop.Durable{Prompt: in.Prompt, RunID: id, Journal: j})
+	return r.loop.RunDurable(ctx, loop.Durable{Prompt: in.Prompt, Messages: r.agentMessages(in.Prompt), RunID: id, Journal: j})
 }
 
 // Close stops the stream checks and the catalog and deletes the runner's

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -34,7 +35,12 @@ func New(cfg Config) (*Model, error) {
 		return nil, err
 	}
 	p := cfg.provider()
-	return &Model{cfg: cfg, policy: p.Policy, svc: sdk.NewMessageService(p.AnthropicOptions()...), warned: map[string]bool{}}, nil
+	opts := p.AnthropicOptions()
+	if cfg.Temperature != nil {
+		// The SDK's params carry no temperature: it is set in the body.
+		opts = append(opts, option.WithJSONSet("temperature", *cfg.Temperature))
+	}
+	return &Model{cfg: cfg, policy: p.Policy, svc: sdk.NewMessageService(opts...), warned: map[string]bool{}}, nil
 }
 
 // Complete sends one Messages request with the whole transcript and maps the

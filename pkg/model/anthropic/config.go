@@ -41,6 +41,10 @@ type Config struct {
 	// MaxTokens is max_tokens, which the API requires. Default: 4096.
 	MaxTokens int
 
+	// Temperature is sent when set (the API takes 0 to 1). Default: unset
+	// (the server's default).
+	Temperature *float64
+
 	// DisableParallelToolUse sends tool_choice {"type":"auto",
 	// "disable_parallel_tool_use":true}: at most one tool call per turn.
 	// Default: false (parallel tool use, as the API defaults to).
@@ -108,6 +112,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxTokens < 0 {
 		return p.ConfigError("MaxTokens", errors.New("must be > 0"))
+	}
+	if err := modelhttp.ValidateTemperature(c.Temperature); err != nil {
+		return p.ConfigError("Temperature", err)
 	}
 	return nil
 }

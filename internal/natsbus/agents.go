@@ -1,0 +1,88 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// ErrAgentNotFound is returned for an agent (or a revision of one) the
+// agents bucket does not hold.
+var ErrAgentNotFound = errors.New("natsbus: no such agent")
+
+// AgentStore is the agents bucket: one definition per agent name, whose
+// KV revision is the agent's version. It stores bytes; what they mean is
+// pkg/agent's.
+type AgentStore struct {
+	kv jetstream.KeyValue
+}
+
+// OpenAgents returns the agents bucket of subjects, which must exist
+// ([Provision] creates it).
+func OpenAgents(ctx context.Context, js JetStream, subjects protocol.Subjects) (*AgentStore, error) {
+	kv, err := js.KeyValue(ctx, subjects.AgentsBucket())
+	if err != nil {
+		return nil, err
+	}
+	return &AgentStore{kv: kv}, nil
+}
+
+// Put stores data as agent name's newest revision and returns it.
+func (a *AgentStore) Put(ctx context.Context, name string, data []byte) (uint64, error) {
+	return a.kv.Put(ctx, name, data)
+}
+
+// Get returns agent name's newest definition and its revision.
+func (a *AgentStore) Get(ctx context.Context, name string) ([]byte, uint64, error) {
+	e, err := a.kv.Get(ctx, name)
+	return entry(e, err)
+}
+
+// GetRevision returns agent name's definition at revision rev, also when
+// a newer one replaced it or it was removed since (within
+// [AgentHistory] revisions).
+func (a *AgentStore) GetRevision(ctx context.Context, name string, rev uint64) ([]byte, error) {
+	e, err := a.kv.GetRevision(ctx, name, rev)
+	data, _, err := entry(e, err)
+	return data, err
+}
+
+// Names lists the stored agents, sorted.
+func (a *AgentStore) Names(ctx context.Context) ([]string, error) {
+	l, err := a.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for k := range l.Keys() {
+		names = append(names, k)
+	}
+	_ = l.Stop() // the listing is done: its watch may be gone already
+	slices.Sort(names)
+	return names, nil
+}
+
+// Delete removes agent name: runs can no longer start on it, and runs
+// that started on one of its revisions still resume on it.
+func (a *AgentStore) Delete(ctx context.Context, name string) error {
+	if _, _, err := a.Get(ctx, name); err != nil {
+		return err
+	}
+	return a.kv.Delete(ctx, name)
+}
+
+func entry(e jetstream.KeyValueEntry, err error) ([]byte, uint64, error) {
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return nil, 0, ErrAgentNotFound
+	case err != nil:
+		return nil, 0, err
+	case e.Operation() != jetstream.KeyValuePut:
+		return nil, 0, ErrAgentNotFound
+	}
+	return e.Value(), e.Revision(), nil
+}

@@ -1,0 +1,253 @@
+package loop
+
+import (
+	"fmt"
+	"math"
+)
+
+// TerminationBudgetExhausted: the run's next model request or dispatch
+// would have gone past one of Config.Budget's bounds; Result.Budget says
+// which and what was spent. Every call of the run is answered.
+const TerminationBudgetExhausted TerminationReason = "budget_exhausted"
+
+// The budgets a run can exhaust (BudgetReport.Exhausted).
+const (
+	BudgetInputTokens  = "input_tokens"
+	BudgetOutputTokens = "output_tokens"
+	BudgetCost         = "cost_usd"
+	BudgetToolCalls    = "tool_calls"
+)
+
+// Budget bounds what one run may spend. A zero bound is unlimited, and the
+// zero Budget checks nothing. Bounds are checked before each model request
+// and before each round's dispatch, so a run never starts work it cannot
+// pay for: a model request is made only when its input (estimated) and
+// its largest answer (MaxTokens) still fit, and a round dispatches only the
+// calls that fit in ToolCalls (the rest are answered rejected).
+type Budget struct {
+	// InputTokens bounds the prompt tokens of the run's model requests.
+	InputTokens int64
+	// OutputTokens bounds the completion tokens of the run's answers.
+	OutputTokens int64
+	// CostUSD bounds the run's model cost, priced by InputPrice and
+	// OutputPrice.
+	CostUSD float64
+	// ToolCalls bounds the tool calls the run attempts (Metadata.ToolCallsMade).
+	ToolCalls int
+	// InputPrice and OutputPrice are the model's price, in USD per million
+	// tokens.
+	InputPrice, OutputPrice float64
+	// SummarizerInputPrice and SummarizerOutputPrice are the price of
+	// Config.Summarizer, whose tokens count against the token bounds too.
+	SummarizerInputPrice, SummarizerOutputPrice float64
+	// MaxTokens is the most an answer can cost in completion tokens (the
+	// model's max_tokens): a request is made only if that much still fits.
+	// 0 reserves nothing: the request is then made while anything is left,
+	// and its answer may overshoot by one answer.
+	MaxTokens int
+}
+
+// limited reports whether any bound is set.
+func (b Budget) limited() bool {
+	return b.InputTokens > 0 || b.OutputTokens > 0 || b.CostUSD > 0 || b.ToolCalls > 0
+}
+
+func (b Budget) validate() error {
+	for _, r := range []struct {
+		field string
+		v     float64
+	}{
+		{"Budget.InputTokens", float64(b.InputTokens)},
+		{"Budget.OutputTokens", float64(b.OutputTokens)},
+		{"Budget.CostUSD", b.CostUSD},
+		{"Budget.ToolCalls", float64(b.ToolCalls)},
+		{"Budget.InputPrice", b.InputPrice},
+		{"Budget.OutputPrice", b.OutputPrice},
+		{"Budget.SummarizerInputPrice", b.SummarizerInputPrice},
+		{"Budget.SummarizerOutputPrice", b.SummarizerOutputPrice},
+		{"Budget.MaxTokens", float64(b.MaxTokens)},
+	} {
+		if math.IsNaN(r.v) || math.IsInf(r.v, 0) || r.v < 0 {
+			return &ConfigError{Field: r.field, Value: r.v, Rule: "must be a finite number >= 0"}
+		}
+	}
+	return nil
+}
+
+// BudgetReport is what a run with a budget spent, and which bound ended it.
+type BudgetReport struct {
+	// Exhausted names the bound that ended the run (input_tokens,
+	// output_tokens, cost_usd, tool_calls); empty when none did.
+	Exhausted string `json:"exhausted,omitempty"`
+	// Limit is that bound's value.
+	Limit float64 `json:"limit,omitempty"`
+	// Spent: tokens (as reported, or estimated where the model reported
+	// none), cost in USD and tool calls.
+	InputTokens  int64   `json:"input_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
+	CostUSD      float64 `json:"cost_usd"`
+	ToolCalls    int     `json:"tool_calls"`
+}
+
+// budgetState is a run's spending so far.
+type budgetState struct {
+	// in and out are the tokens of the model and the summarizer; sumCost
+	// is the summarizer's cost.
+	in, out int64
+	sumIn   int64
+	sumOut  int64
+	// lastBytes and lastPrompt calibrate the estimate of the next
+	// request's input: the prompt tokens the last request cost for the
+	// bytes it sent.
+	lastBytes, lastPrompt int64
+	// estimate is the input estimate of the request being made.
+	estimate, reqBytes int64
+	// cut is set when a round's calls were cut to the tool-call budget.
+	cut bool
+}
+
+// cost is the run's cost if the model's tokens were in and out (the
+// summarizer's are priced at its own price).
+func (ru *run) cost(in, out int64) float64 {
+	b, s := ru.cfg.Budget, &ru.b
+	model := float64(in-s.sumIn)*b.InputPrice + float64(out-s.sumOut)*b.OutputPrice
+	return (model + float64(s.sumIn)*b.SummarizerInputPrice + float64(s.sumOut)*b.SummarizerOutputPrice) / 1e6
+}
+
+// summaryOverBudget reports whether a summarizer request of in estimated
+// input tokens (and an answer of Budget.MaxTokens), with the model request
+// it is made for, would pass a bound; the window is then sent without a
+// summary.
+func (ru *run) summaryOverBudget(in int64) bool {
+	// The model request this window is for was checked alone: the summary
+	// must leave room for it too.
+	b, s := &ru.cfg.Budget, &ru.b
+	out := int64(b.MaxTokens)
+	cost := ru.cost(s.in+s.estimate, s.out+out) + (float64(in)*b.SummarizerInputPrice+float64(out)*b.SummarizerOutputPrice)/1e6
+	return (b.InputTokens > 0 && s.in+s.estimate+in > b.InputTokens) ||
+		(b.OutputTokens > 0 && s.out+2*out > b.OutputTokens) ||
+		(b.CostUSD > 0 && cost > b.CostUSD)
+}
+
+// spendSummary records a summarizer answer's usage (estimated where it
+// reported none).
+func (ru *run) spendSummary(u Usage, est int64) {
+	in, out := int64(max(u.PromptTokens, 0)), int64(max(u.CompletionTokens, 0))
+	if in == 0 {
+		in, out = est, max(out, int64(ru.cfg.Budget.MaxTokens))
+	}
+	s := &ru.b
+	s.in, s.out, s.sumIn, s.sumOut = s.in+in, s.out+out, s.sumIn+in, s.sumOut+out
+	ru.res.Metadata.SummarizerTokens += int(in + out)
+}
+
+// requestBytes is what a model request sends: the transcript and the tool
+// definitions.
+func (ru *run) requestBytes(defs []ToolDef) int64 {
+	n := int64(ru.transcriptBytes())
+	for i := range defs {
+		n += int64(len(defs[i].Name) + len(defs[i].Description) + len(defs[i].Parameters))
+	}
+	return n
+}
+
+// budgetBeforeModel is checked before a model request: nil when the
+// request and its largest answer fit, else the report of the bound it
+// would pass. A journaled response is not asked again, and not checked.
+func (ru *run) budgetBeforeModel(round int, defs []ToolDef) *BudgetReport {
+	b := &ru.cfg.Budget
+	if !b.limited() || (ru.j != nil && ru.j.rp.model[round] != nil) {
+		return nil
+	}
+	s := &ru.b
+	s.reqBytes = ru.requestBytes(defs)
+	// A first request is estimated at a token per 3 bytes (more than most
+	// text costs); later ones at the last request's reported tokens plus
+	// a token per 3 bytes added since.
+	s.estimate = (s.reqBytes + 2) / 3
+	if s.lastPrompt > 0 {
+		s.estimate = s.lastPrompt + max(s.reqBytes-s.lastBytes+2, 0)/3
+	}
+	reserve := int64(b.MaxTokens)
+	switch {
+	case b.InputTokens > 0 && s.in+s.estimate > b.InputTokens:
+		return ru.report(BudgetInputTokens, float64(b.InputTokens))
+	case b.OutputTokens > 0 && (s.out+reserve > b.OutputTokens || s.out >= b.OutputTokens):
+		return ru.report(BudgetOutputTokens, float64(b.OutputTokens))
+	case b.CostUSD > 0 && ru.cost(s.in+s.estimate, s.out+reserve) > b.CostUSD:
+		return ru.report(BudgetCost, b.CostUSD)
+	}
+	return nil
+}
+
+// afterResponse counts a model response (live or replayed): its usage
+// against the budget, and a truncated answer.
+func (ru *run) afterResponse(resp *Response) {
+	if resp.FinishReason == "length" {
+		ru.res.Metadata.TruncatedResponses++
+		ru.log.Warn().Str(logKeyEvent, evTruncatedResponse).Send()
+	}
+	ru.spend(resp.Usage)
+}
+
+// evTruncatedResponse is logged for a model answer cut at its output
+// limit (finish_reason "length").
+const evTruncatedResponse = "truncated_response"
+
+// spend records a model response's usage; a usage the model did not
+// report is counted as estimated (input) or as the reserve (output), so a
+// model that reports nothing cannot spend past its budget.
+func (ru *run) spend(u Usage) {
+	s := &ru.b
+	in, out := int64(max(u.PromptTokens, 0)), int64(max(u.CompletionTokens, 0))
+	if in == 0 {
+		in = s.estimate
+	} else {
+		s.lastPrompt, s.lastBytes = in, s.reqBytes
+	}
+	if out == 0 && u.PromptTokens == 0 {
+		out = int64(ru.cfg.Budget.MaxTokens)
+	}
+	s.in += in
+	s.out += out
+	s.estimate = 0
+}
+
+// callLimit is the number of a round's calls that may be attempted: the
+// per-round cap, or what is left of the tool-call budget if less.
+func (ru *run) callLimit(n int) int {
+	limit := ru.cfg.MaxToolCallsPerRound
+	if b := ru.cfg.Budget.ToolCalls; b > 0 {
+		left := max(b-ru.res.Metadata.ToolCallsMade, 0)
+		if left < limit && n > left {
+			ru.b.cut = true
+			return left
+		}
+	}
+	return limit
+}
+
+// capRejected is the observation of a call past the round's limit.
+func (ru *run) capRejected(requested, limit int) string {
+	if ru.b.cut {
+		return fmt.Sprintf("Tool call rejected: the run's tool-call budget allows %d more calls; this round requested %d. The run ends here.", limit, requested)
+	}
+	return obsCapRejected(requested, limit)
+}
+
+// report is the run's spending, with the bound that ended it (if any).
+func (ru *run) report(exhausted string, limit float64) *BudgetReport {
+	s := &ru.b
+	return &BudgetReport{Exhausted: exhausted, Limit: limit, InputTokens: s.in, OutputTokens: s.out,
+		CostUSD: ru.cost(s.in, s.out), ToolCalls: ru.res.Metadata.ToolCallsMade}
+}
+
+// finishBudget ends a run on an exhausted budget.
+func (ru *run) finishBudget(rep *BudgetReport) (*Result, error) {
+	ru.res.Budget = rep
+	ru.log.Warn().Str(logKeyEvent, evBudgetExhausted).Str(logKeyDropReason, rep.Exhausted).Send()
+	return ru.finish(TerminationBudgetExhausted, "", nil)
+}
+
+// evBudgetExhausted is logged when a budget ends a run.
+const evBudgetExhausted = "budget_exhausted"
