@@ -28,6 +28,7 @@ const (
 // names the same (TestResultSchemaEnums).
 var TerminationReasons = []TerminationReason{
 	TerminationNatural, TerminationMaxRounds, TerminationCancelled, TerminationError,
+	TerminationJournalLost, TerminationBudgetExhausted,
 }
 
 // Result is the outcome of a run. Its JSON form is the coordinator's
