@@ -20,7 +20,8 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// demoPrompt is the prompt of the bundled demo script.
+// demoPrompt is the prompt of a run without one: the demo model evaluates
+// two expressions in parallel, then their sum.
 const demoPrompt = "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?"
 
 // connFlags say how to reach the fleet: shared by every subcommand that
