@@ -65,6 +65,7 @@ type fleetFlags struct {
 	logLevel                         string
 	metricsAddr                      string
 	streamCheckInterval              time.Duration
+	observer                         loop.Observer // the terminal's display, if any
 	listen                           string
 	storeDir                         string // serve only
 }
@@ -200,7 +201,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if noPrompt {
 		prompt = demoPrompt
 	}
-	c, _, code, done := f.open(ctx, cmd, args, validate, f.newModel)
+	var c *coordinator.Coordinator
+	display := f.terminal(stdout, set, func() *coordinator.Coordinator { return c })
+	if display != nil {
+		defer display.Close()
+		ctx = loop.WithStartedNotices(ctx)
+	}
+	c, _, code, done = f.open(ctx, cmd, args, validate, f.newModel)
 	if done {
 		return code
 	}
@@ -212,6 +219,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		res, runErr = c.RunJournaled(ctx, prompt)
 	} else {
 		res, runErr = c.Run(ctx, prompt)
+	}
+	if display != nil {
+		display.Close()
 	}
 	return finishRun(stdout, stderr, "coordinator run", f.output, res, runErr)
 }
@@ -259,6 +269,7 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 			ApprovalTimeout:      f.approvalTimeout,
 			RequireApproval:      splitList(f.requireApproval),
 			TraceArgs:            f.traceArgs,
+			Observer:             f.observer,
 		},
 		MetricsAddr:         f.metricsAddr,
 		StreamCheckInterval: f.streamCheckInterval,
