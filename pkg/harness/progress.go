@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // Progress of a running call. A tool reports what it is doing while it
@@ -19,7 +21,7 @@ import (
 const (
 	// MaxProgressBytes bounds one progress report; a longer one is cut
 	// (at a rune boundary).
-	MaxProgressBytes = 512
+	MaxProgressBytes = protocol.MaxProgressBytes
 	// EnvProgressFD names the variable that tells an exec tool which file
 	// descriptor takes its progress reports, one line each. It is set only
 	// when the call's progress goes somewhere.

@@ -46,7 +46,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 		return
 	}
 	if ru.inbox == nil {
-		inbox, err := ru.r.disp.Open(ctx, ru.id)
+		inbox, err := ru.r.disp.Open(ru.progressContext(ctx), ru.id)
 		if err != nil || inbox == nil {
 			ru.log.Warn().Str(logKeyEvent, evDispatchFailed).Str(logKeyDropReason, "open_failed").
 				Str(logKeyErrorType, errType(err)).Int(logKeyRound, round).Send()
@@ -129,6 +129,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 		call.SetCallDeadline(s.deadline)
 		open[i] = true
 		ru.callEvent(round, s, CallQueued)
+		ru.trackProgress(s)
 		if batcher != nil {
 			batch = append(batch, Outgoing{Ctx: publishContext(ru.spanContext(ctx, s), s), Call: call})
 			batchSlots = append(batchSlots, i)
