@@ -205,7 +205,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	display := f.terminal(stdout, set, func() *coordinator.Coordinator { return c })
 	if display != nil {
 		defer display.Close()
-		ctx = loop.WithStartedNotices(ctx)
+		ctx = loop.WithProgress(loop.WithStartedNotices(ctx), display.Progress)
 	}
 	c, _, code, done = f.open(ctx, cmd, args, validate, f.newModel)
 	if done {

@@ -131,6 +131,14 @@ func (o *Observer) CallEvent(ev loop.CallEvent) {
 		Worker: ev.Worker, Outcome: ev.Outcome, Duration: ev.Duration})
 }
 
+// Progress shows a progress report of a call: on its status line, which
+// it starts (as a started call) when the display has not seen the call
+// yet. It never blocks for long: it is a [loop.ProgressFunc].
+func (d *Display) Progress(p protocol.Progress) {
+	d.Update(Event{Run: p.RunID, CallID: string(p.CallID), CallKey: p.CallKey, Tool: string(p.Tool),
+		Worker: p.Worker, Progress: p.Message})
+}
+
 // Update applies one event and redraws.
 func (d *Display) Update(ev Event) {
 	d.mu.Lock()
@@ -141,8 +149,11 @@ func (d *Display) Update(ev Event) {
 	c := d.calls[ev.CallKey]
 	isNew := c == nil
 	if isNew {
-		if ev.Phase == "" || len(d.calls) >= MaxCalls {
-			return // progress of a call not seen, or too many calls
+		if len(d.calls) >= MaxCalls {
+			return
+		}
+		if ev.Phase == "" {
+			ev.Phase = loop.CallStartedPhase // a call that reports progress has started
 		}
 		c = &call{ev: ev, since: d.cfg.Now()}
 		d.calls[ev.CallKey] = c

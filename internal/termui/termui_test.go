@@ -79,3 +79,18 @@ func TestBounds(t *testing.T) {
 		t.Errorf("redraw: %q", redraw)
 	}
 }
+
+// TestProgressStartsALine: a waiter that sees only progress reports
+// (submit --wait) gets a status line for the call.
+func TestProgressStartsALine(t *testing.T) {
+	var out testsync.Buffer
+	d := termui.New(&out, termui.Config{})
+	d.Progress(protocol.Progress{RunID: "r", CallKey: "k", CallID: "c1", Tool: "slow", Worker: "w1", Seq: 1, Message: "10%"})
+	d.Progress(protocol.Progress{RunID: "r", CallKey: "k", Seq: 2, Message: "20%"})
+	d.Update(termui.Event{CallKey: "k", Phase: loop.CallDone, Outcome: protocol.OutcomeOK, Duration: time.Second})
+	d.Close()
+	want := "  ▸ slow c1: started on worker w1 — 10%\n  ✓ slow c1: ok in 1000 ms on w1\n"
+	if got := out.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
