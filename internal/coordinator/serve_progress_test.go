@@ -107,3 +107,38 @@ func TestServeProgressFlood(t *testing.T) {
 		t.Errorf("heap grew by %d KiB over a second flood", (second-first)/1024)
 	}
 }
+
+// TestFollowProgress: a submitter following its run gets the run's valid
+// reports and nothing else.
+func TestFollowProgress(t *testing.T) {
+	f := newServeFleet(t)
+	got := make(chan protocol.Progress, 8)
+	stop, err := coordinator.FollowProgress(f.nc, protocol.Subjects{}, "alice", "run1", func(p protocol.Progress) { got <- p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{
+		`garbage`,
+		`{"v":1,"run_id":"run2","call_key":"k","seq":1,"message":"another run's"}`,
+		`{"v":1,"run_id":"run1","call_key":"k","call_id":"c1","tool":"slow","seq":1,"message":"half way"}`,
+	} {
+		if err := f.nc.Publish("fleet.run.progress.alice.run1", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case p := <-got:
+		if p.Message != "half way" || p.CallID != "c1" {
+			t.Errorf("report %+v", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report")
+	}
+	if len(got) != 0 {
+		t.Errorf("%d more reports", len(got))
+	}
+}
