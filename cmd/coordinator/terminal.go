@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/logging"
@@ -24,7 +25,11 @@ func (f *runFlags) terminal(stdout io.Writer, set map[string]bool, coord func() 
 	if !set["log-level"] {
 		f.logLevel = "warn"
 	}
-	d := termui.New(stdout, termui.Config{Live: true, ApproveCommand: func(run protocol.RunID, key protocol.CallKey) string {
+	width := 0
+	if file, ok := stdout.(*os.File); ok {
+		width = termui.Width(file)
+	}
+	d := termui.New(stdout, termui.Config{Live: true, Width: width, ApproveCommand: func(run protocol.RunID, key protocol.CallKey) string {
 		return approveCommand(coord(), f.natsURL, run, key)
 	}})
 	f.observer = d.Observer()

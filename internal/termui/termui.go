@@ -47,6 +47,10 @@ type Config struct {
 	// ApproveCommand returns the command that approves a call. Default:
 	// "coordinator approvals approve RUN KEY".
 	ApproveCommand func(run protocol.RunID, key protocol.CallKey) string
+	// Width is the terminal's width in columns: a live display cuts the
+	// lines it redraws to it, so that none wraps (a wrapped line would
+	// not be erased). 0: 80.
+	Width int
 	// Tick is how often a live display redraws elapsed times. Default: 1s.
 	Tick time.Duration
 	// Now is the clock. Default: time.Now.
@@ -105,6 +109,9 @@ func New(w io.Writer, cfg Config) *Display {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Width <= 0 {
+		cfg.Width = 80
 	}
 	d := &Display{cfg: cfg, w: w, calls: map[protocol.CallKey]*call{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.Live {
@@ -208,9 +215,13 @@ func (d *Display) redraw(changed *call, phaseChanged bool) {
 	if d.drawn > 0 {
 		fmt.Fprintf(&b, "\x1b[%dF\x1b[J", d.drawn) // to the block's first line, and clear below
 	}
-	if changed != nil && changed.ev.Phase == loop.CallDone {
+	switch {
+	case changed != nil && changed.ev.Phase == loop.CallDone:
 		b.WriteString(d.line(changed) + "\n")
 		d.remove(changed)
+	case changed != nil && phaseChanged && changed.ev.Phase == loop.CallAwaitingApproval:
+		// The command stays on screen above the block, whole.
+		b.WriteString(d.line(changed) + "\n")
 	}
 	d.drawn = 0
 	for i, c := range d.live {
@@ -219,7 +230,7 @@ func (d *Display) redraw(changed *call, phaseChanged bool) {
 			d.drawn++
 			break
 		}
-		b.WriteString(d.line(c) + "\n")
+		b.WriteString(termsafe.Line(d.liveLine(c), d.cfg.Width-1) + "\n")
 		d.drawn++
 	}
 	io.WriteString(d.w, b.String())
@@ -234,6 +245,19 @@ func (d *Display) remove(c *call) {
 	}
 }
 
+// liveLine is a call's line in a live block: the approval command is
+// above it, whole.
+func (d *Display) liveLine(c *call) string {
+	if c.ev.Phase != loop.CallAwaitingApproval {
+		return d.line(c)
+	}
+	s := fmt.Sprintf("  ? %s %s: waiting for approval", field(c.ev.Tool), field(c.ev.CallID))
+	if el := d.cfg.Now().Sub(c.since); el >= time.Second {
+		s += fmt.Sprintf(" (%s)", el.Truncate(time.Second))
+	}
+	return s
+}
+
 // line is a call's status line.
 func (d *Display) line(c *call) string {
 	ev := c.ev
@@ -245,8 +269,7 @@ func (d *Display) line(c *call) string {
 	var mark, status string
 	switch ev.Phase {
 	case loop.CallAwaitingApproval:
-		mark = "?"
-		status = "waiting for approval: " + termsafe.Line(d.cfg.ApproveCommand(ev.Run, ev.CallKey), 0)
+		return fmt.Sprintf("  ? %s: waiting for approval: %s", head, termsafe.Line(d.cfg.ApproveCommand(ev.Run, ev.CallKey), 0))
 	case loop.CallQueued:
 		mark, status = "…", "queued"
 	case loop.CallStartedPhase:
