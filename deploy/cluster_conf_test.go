@@ -216,7 +216,7 @@ func runDemo(t *testing.T, bins, urls, worker string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	c := exec.CommandContext(ctx, filepath.Join(bins, "coordinator"), "run", "--tool-timeout", "60s", "What is (17 + 25) * 3?")
+	c := exec.CommandContext(ctx, filepath.Join(bins, "coordinator"), "run", "--tool-timeout", "60s", "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?")
 	c.Env = procEnv("coordinator", urls)
 	out, err := c.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "1150") {

@@ -299,7 +299,7 @@ func TestComposeServesARun(t *testing.T) {
 	})
 
 	// The docs' submission, as the client user.
-	reply, err := cli("client", "req", "--raw", "fleet.run.submit.client", `{"prompt": "What is (17 + 25) * 3?"}`)
+	reply, err := cli("client", "req", "--raw", "fleet.run.submit.client", `{"prompt": "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?"}`)
 	if err != nil {
 		t.Fatalf("nats req fleet.run.submit.client: %v\n%s", err, reply)
 	}
@@ -337,7 +337,7 @@ func TestComposeServesARun(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
-		c := exec.CommandContext(ctx, filepath.Join(bins, submit.binary), append(submit.args, "--wait", "What is (17 + 25) * 3?")...)
+		c := exec.CommandContext(ctx, filepath.Join(bins, submit.binary), append(submit.args, "--wait", "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?")...)
 		c.Env = env
 		out, err := c.Output()
 		if err != nil || !strings.Contains(string(out), "1150") {

@@ -89,7 +89,7 @@ func TestStreamDriftStopsAServingFleet(t *testing.T) {
 			return nil
 		})
 	}
-	code, out = runSubmit(t, url, "--wait", "--wait-timeout", "60s", "demo")
+	code, out = runSubmit(t, url, "--wait", "--wait-timeout", "60s", "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?")
 	if code != 0 || !strings.Contains(out, "1150") {
 		t.Fatalf("submission after provision: exit %d\n%s", code, out)
 	}

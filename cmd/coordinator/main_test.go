@@ -48,6 +48,20 @@ func TestRunDemoWithNoFlags(t *testing.T) {
 	}
 }
 
+// TestRunAnswersThePrompt runs the default demo model on prompts: it
+// answers the arithmetic it reads, and says what it can do when it reads
+// none.
+func TestRunAnswersThePrompt(t *testing.T) {
+	code, out, stderr := runCLI(t, "run", "What is 7 times 6? And 2 to the power of 10?")
+	if code != exitOK || !strings.Contains(out, "answer: 7 * 6 = 42 and 2 ** 10 = 1024.") {
+		t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI(t, "run", "Write a haiku about queues")
+	if code != exitOK || !strings.Contains(out, "not a language model") || !strings.Contains(out, "termination: natural") {
+		t.Errorf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+}
+
 func TestRunJSONMatchesSchema(t *testing.T) {
 	code, out, stderr := runCLI(t, "run", "--output", "json")
 	if code != exitOK {

@@ -40,7 +40,7 @@ func TestServeServesMetrics(t *testing.T) {
 	ln.Close()
 	startServe(t, "--nats-url", url, "--workers", "1", "--name", "metered", "--metrics-addr", addr)
 	for range 2 {
-		if code, _, stderr := submit(t, "--nats-url", url, "--wait", "demo"); code != exitOK {
+		if code, _, stderr := submit(t, "--nats-url", url, "--wait", demoPrompt); code != exitOK {
 			t.Fatalf("submit exit %d; stderr:\n%s", code, stderr)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/anthropic"
+	"github.com/toolfleet/toolfleet/pkg/model/demo"
 	"github.com/toolfleet/toolfleet/pkg/model/openai"
 	"github.com/toolfleet/toolfleet/pkg/model/responses"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
@@ -32,7 +33,7 @@ type modelFlags struct {
 }
 
 func (f *modelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.model, "model", "", "scripted:FILE | openai:MODEL | openai-responses:MODEL | anthropic:MODEL (default: the bundled demo script)")
+	fs.StringVar(&f.model, "model", "", "scripted:FILE | openai:MODEL | openai-responses:MODEL | anthropic:MODEL (default: the bundled demo model, which answers arithmetic with the calculator)")
 	fs.StringVar(&f.modelBaseURL, "model-base-url", "", "the provider's API base URL (default: env OPENAI_BASE_URL for openai and openai-responses, ANTHROPIC_BASE_URL for anthropic; keys from OPENAI_API_KEY, ANTHROPIC_API_KEY)")
 	fs.Func("temperature", "sampling temperature sent to the model (openai, openai-responses, anthropic; default: the provider's)", func(v string) error {
 		t, err := strconv.ParseFloat(v, 64)
@@ -61,7 +62,7 @@ func (f *modelFlags) newModel(log zerolog.Logger) (loop.Model, error) {
 	}
 	switch kind {
 	case "":
-		return scripted.Demo(), nil
+		return demo.New(), nil
 	case "scripted":
 		if arg == "" {
 			return nil, &usageError{"--model scripted:FILE needs a file"}

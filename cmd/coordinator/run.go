@@ -21,7 +21,8 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// demoPrompt is the prompt of the bundled demo script.
+// demoPrompt is the prompt of a run without one: the demo model evaluates
+// two expressions in parallel, then their sum.
 const demoPrompt = "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?"
 
 // connFlags say how to reach the fleet: shared by every subcommand that
@@ -65,6 +66,7 @@ type fleetFlags struct {
 	logLevel                         string
 	metricsAddr                      string
 	streamCheckInterval              time.Duration
+	observer                         loop.Observer // the terminal's display, if any
 	listen                           string
 	storeDir                         string // serve only
 	// agent and summarizer are set by agentModel (run --agent FILE).
@@ -209,7 +211,13 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if f.agentFile != "" {
 		newModel = f.agentModel(f.agentFile)
 	}
-	c, _, code, done := f.open(ctx, cmd, args, validate, newModel)
+	var c *coordinator.Coordinator
+	display := f.terminal(stdout, set, func() *coordinator.Coordinator { return c })
+	if display != nil {
+		defer display.Close()
+		ctx = loop.WithProgress(loop.WithStartedNotices(ctx), display.Progress)
+	}
+	c, _, code, done = f.open(ctx, cmd, args, validate, newModel)
 	if done {
 		return code
 	}
@@ -221,6 +229,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		res, runErr = c.RunJournaled(ctx, prompt)
 	} else {
 		res, runErr = c.Run(ctx, prompt)
+	}
+	if display != nil {
+		display.Close()
 	}
 	return finishRun(stdout, stderr, "coordinator run", f.output, res, runErr)
 }
@@ -268,6 +279,7 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 			ApprovalTimeout:      f.approvalTimeout,
 			RequireApproval:      splitList(f.requireApproval),
 			TraceArgs:            f.traceArgs,
+			Observer:             f.observer,
 		},
 		MetricsAddr:         f.metricsAddr,
 		StreamCheckInterval: f.streamCheckInterval,

@@ -88,12 +88,12 @@ func TestServeAndSubmit(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			t.Fatalf("stdout is not a run result: %v\n%s", err, out)
 		}
-		if res.Coordinator != "cmd-c1" || res.TerminationReason != "natural" || !strings.Contains(res.Answer, "1150") {
+		if res.Coordinator != "cmd-c1" || res.TerminationReason != "natural" || !strings.Contains(res.Answer, "6 * 7 = 42") {
 			t.Fatalf("result = %+v", res)
 		}
 	})
 	t.Run("a request above the ceiling is clamped", func(t *testing.T) {
-		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--max-rounds", "1000000", "go")
+		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--max-rounds", "1000000", demoPrompt)
 		if code != exitOK {
 			t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 		}
@@ -105,7 +105,7 @@ func TestServeAndSubmit(t *testing.T) {
 		}
 	})
 	t.Run("a request may lower a limit", func(t *testing.T) {
-		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--max-rounds", "2", "go")
+		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--max-rounds", "2", demoPrompt)
 		if code != exitMaxRounds || !strings.Contains(out, "termination: max_rounds; rounds 2") {
 			t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, exitMaxRounds, out, stderr)
 		}
@@ -190,7 +190,7 @@ func TestServeEmbeddedLogsItsURL(t *testing.T) {
 	if strings.Contains(logs.String(), creds["NATS_PASSWORD"]) {
 		t.Fatal("serve logged the generated password")
 	}
-	code, out, stderr := submit(t, "--nats-url", m[1], "--user", creds["NATS_USER"], "--password", creds["NATS_PASSWORD"], "--wait", "demo")
+	code, out, stderr := submit(t, "--nats-url", m[1], "--user", creds["NATS_USER"], "--password", creds["NATS_PASSWORD"], "--wait", demoPrompt)
 	if code != exitOK || !strings.Contains(out, "served by embedded-c") || !strings.Contains(out, "1150") {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}

@@ -380,6 +380,7 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	if s.cfg.AfterAppend != nil {
 		lj = hookedJournal{j, s.cfg.AfterAppend}
 	}
+	rctx = s.withClientProgress(rctx, client, run)
 	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff})
 	if errors.Is(runErr, loop.ErrJournal) && errors.Is(runErr, protocol.ErrTooLarge) {
 		// Retrying cannot help: a step is larger than a journal entry may be.

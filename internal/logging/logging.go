@@ -49,3 +49,7 @@ func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && isatty.IsTerminal(f.Fd())
 }
+
+// IsTerminal reports whether w is a terminal: what the commands ask to
+// choose between output for people and output for programs.
+func IsTerminal(w io.Writer) bool { return isTerminal(w) }

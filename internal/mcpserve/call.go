@@ -54,6 +54,7 @@ func (s *Server) handler(name string) mcp.ToolHandler {
 		}
 		p := s.progress(ctx, req)
 		defer p.stop()
+		ctx = p.withToolProgress(ctx)
 		d, g := loop.Dispatcher(&progressDispatcher{Dispatcher: s.fleet.Dispatcher, p: p}), s.fleet.Gate
 		if g != nil {
 			g = &progressGate{Gate: g, p: p}

@@ -60,7 +60,11 @@ func newFleetWith(t *testing.T, toolTimeout time.Duration, cfg mcpserve.Config) 
 	gated := harness.Tool{Name: "deploy", RequiresApproval: true, Parameters: json.RawMessage(`{"type":"object"}`),
 		Run: func(context.Context, json.RawMessage) (string, error) { return "deployed", nil }}
 	slow := harness.Tool{Name: "slow", Idempotent: true, Parameters: json.RawMessage(`{"type":"object"}`),
-		Run: func(ctx context.Context, _ json.RawMessage) (string, error) { <-ctx.Done(); return "", ctx.Err() }}
+		Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			harness.ReportProgress(ctx, "slowly working")
+			<-ctx.Done()
+			return "", ctx.Err()
+		}}
 	h, err := harness.New(harness.Config{}, harness.Echo(), gated, slow)
 	if err != nil {
 		t.Fatal(err)

@@ -153,6 +153,10 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		return nil, fmt.Errorf("natsbus: subscribing to %s: %w", progressSubj, err)
 	}
 	in.subs = append(in.subs, sub)
+	if err := in.followProgress(ctx, d.nc, d.subjects); err != nil {
+		in.Close()
+		return nil, err
+	}
 	fctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	if in.openSeq, err = d.results.register(fctx, in); err != nil {

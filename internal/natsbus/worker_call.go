@@ -112,13 +112,15 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	w.executed.Add(1)
 	tc.meter.onStarted()
 	endExecution := ct.child("execution")
-	res := w.h.Execute(cctx, harness.Call{
+	pctx, endProgress := w.withProgress(cctx, call)
+	res := w.h.Execute(pctx, harness.Call{
 		Tool:           call.Tool,
 		Arguments:      call.Arguments,
 		Deadline:       call.Deadline,
 		MaxOutputChars: call.MaxOutputChars,
 		CallKey:        call.CallKey,
 	})
+	endProgress()
 	stopHeartbeat()
 	unregister()
 	outcome = string(res.Outcome)

@@ -83,6 +83,12 @@ func (c *command) exec(ctx context.Context, args []byte, limitRunes int) execRun
 	cmd.WaitDelay = execWaitDelay
 
 	var r execRun
+	prog, err := progressPipe(ctx, cmd)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer prog.close()
 	sup, err := c.supervised(cmd)
 	if err != nil {
 		r.err = err
@@ -98,6 +104,7 @@ func (c *command) exec(ctx context.Context, args []byte, limitRunes int) execRun
 	if sup != nil {
 		sup.started()
 	}
+	prog.started()
 	r.started = true
 	r.pid = cmd.Process.Pid
 	r.err = cmd.Wait()

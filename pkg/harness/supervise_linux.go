@@ -91,7 +91,9 @@ func (c *command) supervised(cmd *exec.Cmd) (*supervision, error) {
 	}
 	cmd.Path = "/proc/self/exe"
 	cmd.Args = []string{supervisorArg0, string(spec)}
-	cmd.ExtraFiles = []*os.File{w}
+	// The status pipe is the supervisor's fd 3; a progress pipe
+	// (progressPipe), its fd 4, becomes the tool's fd 3.
+	cmd.ExtraFiles = append([]*os.File{w}, cmd.ExtraFiles...)
 	// Its own group; SIGTERM when the worker dies, so that it cleans up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -176,9 +178,15 @@ func supervise(specJSON string) int {
 	if spec.DropEnv != "" {
 		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, spec.DropEnv+"=") })
 	}
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, EnvProgressFD+"=") }) {
+		progress := os.NewFile(4, "progress")
+		defer progress.Close() // the tool holds it; its reader sees the end when the tool's tree exits
+		files = append(files, progress)
+	}
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Env:   env,
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {

@@ -46,7 +46,7 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 		return
 	}
 	if ru.inbox == nil {
-		inbox, err := ru.r.disp.Open(ctx, ru.id)
+		inbox, err := ru.r.disp.Open(ru.progressContext(ctx), ru.id)
 		if err != nil || inbox == nil {
 			ru.log.Warn().Str(logKeyEvent, evDispatchFailed).Str(logKeyDropReason, "open_failed").
 				Str(logKeyErrorType, errType(err)).Int(logKeyRound, round).Send()
@@ -140,6 +140,8 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 		}
 		call.SetCallDeadline(s.deadline)
 		open[i] = true
+		ru.callEvent(round, s, CallQueued)
+		ru.trackProgress(s)
 		if batcher != nil {
 			batch = append(batch, Outgoing{Ctx: publishContext(ru.spanContext(ctx, s), s), Call: call})
 			batchSlots = append(batchSlots, i)
@@ -518,8 +520,12 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*callSta
 			drop(p.CallKey, dropOtherRun)
 		default:
 			if s := pending[p.CallKey]; s != nil {
+				first := !s.started
 				s.started = true
 				s.worker, s.attempt = clipName(p.Worker), p.Attempt
+				if first {
+					ru.callEvent(round, s, CallStartedPhase)
+				}
 				ru.log.Debug().Str(logKeyEvent, evProgress).Int(logKeyRound, round).
 					Str(logKeyCallKey, string(p.CallKey)).Str(logKeyWorker, s.worker).Send()
 			} else if _, known := ru.keys[p.CallKey]; !known {

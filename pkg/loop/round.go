@@ -30,6 +30,7 @@ type callState struct {
 	entry    *toolEntry
 	args     []byte // canonical arguments, once valid
 	key      protocol.CallKey
+	round    int // for a CallObserver's events
 	start    time.Time
 	approval bool                    // needs the gate
 	proof    *protocol.ApprovalProof // the gate's proof of an approval
@@ -109,7 +110,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[prot
 	start := ru.now()
 	for i := range slots {
 		s := &slots[i]
-		s.start = start
+		s.start, s.round = start, round
 		if s.repeat {
 			ru.answer(s, protocol.OutcomeRejected, obsRepeatRejected(s.origID))
 			continue
@@ -180,6 +181,7 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[prot
 			ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: calls[i].ID,
 				Tool: clipName(calls[i].Function.Name), Outcome: protocol.OutcomeRejected})
 			ru.cfg.Observer.CallEnded(catalogName(calls[i].Function.Name, tools), protocol.OutcomeRejected, 0)
+			ru.callEvent(round, &callState{id: calls[i].ID, outcome: protocol.OutcomeRejected}, CallDone)
 			ru.rejectedSpan(ctx, round, calls[i], tools)
 		}
 	}
@@ -227,7 +229,11 @@ func (ru *run) validate(s *callState, raw string, tools map[protocol.ToolName]*t
 
 // answer closes a call with its outcome and observation.
 func (ru *run) answer(s *callState, o protocol.Outcome, obs string) {
+	first := !s.done
 	s.done, s.outcome, s.obs, s.end = true, o, obs, ru.now()
+	if first {
+		ru.callEvent(s.round, s, CallDone)
+	}
 }
 
 // record appends a call's tool message and its record.
@@ -404,6 +410,7 @@ func (ru *run) approve(ctx context.Context, round int, slots []callState) {
 			Tool: s.entry.spec.Name, Arguments: bytes.Clone(s.args), Digest: digest, Deadline: deadline,
 		}
 		open[i] = true
+		ru.callEvent(round, s, CallAwaitingApproval)
 		go func() {
 			actx, cancel := context.WithDeadline(gctx, deadline.Add(ru.cfg.Grace))
 			defer cancel()

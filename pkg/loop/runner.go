@@ -131,6 +131,8 @@ type run struct {
 	res   *Result
 	msgs  []Message
 	inbox Inbox
+	// progress names the calls of the run's progress reports.
+	progress progressCalls
 	// ids holds every call id of the transcript, so ids stay unique.
 	ids map[string]struct{}
 	// keys holds every call key this run published.

@@ -31,7 +31,9 @@ func (s *Server) call(ctx context.Context, e *toolEntry, args json.RawMessage) (
 		return "", err
 	}
 	ctx, end := s.startCallSpan(ctx, e)
-	meta := mcp.Meta{"progressToken": fmt.Sprintf("%s-%d", s.cfg.Name, s.calls.Add(1))}
+	token := fmt.Sprintf("%s-%d", s.cfg.Name, s.calls.Add(1))
+	meta := mcp.Meta{"progressToken": token}
+	defer s.sinks.follow(ctx, token)()
 	// The server's own spans join the fleet's trace.
 	tracemeta.Inject(ctx, meta)
 	ch := make(chan callAnswer, 1)

@@ -39,6 +39,7 @@ type Server struct {
 
 	calls    atomic.Int64 // numbers the calls' progress tokens
 	progress atomic.Int64 // progress notifications received
+	sinks    progressSinks
 
 	cancelsAnswered, cancelsUnanswered atomic.Int64
 	kills                              atomic.Int64 // for a cancelled call left unanswered
@@ -80,6 +81,7 @@ func Start(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			// The message is the server's text: not logged.
 			s.log.Debug().Float64("progress", req.Params.Progress).Float64("total", req.Params.Total).
 				Msg("mcp server progress")
+			s.onProgress(req)
 		},
 	})
 	sctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)

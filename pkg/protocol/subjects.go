@@ -281,3 +281,31 @@ func (s Subjects) ClaimsStream() string { return s.upper() + "_CLAIMS" }
 
 // JournalStream names the stream of run journals (FLEET_JOURNAL).
 func (s Subjects) JournalStream() string { return s.upper() + "_JOURNAL" }
+
+// Progress is the core-NATS subject of one call's progress reports
+// ([Progress]): <prefix>.progress.<run>.<key>, under the run's started
+// subject, so the permissions that let workers publish started notices
+// cover it.
+func (s Subjects) Progress(run RunID, key CallKey) (string, error) {
+	return s.join("progress", string(run), string(key))
+}
+
+// ProgressOf is the wildcard of every call's progress subject of a run:
+// <prefix>.progress.<run>.*.
+func (s Subjects) ProgressOf(run RunID) (string, error) {
+	subj, err := s.join("progress", string(run))
+	if err != nil {
+		return "", err
+	}
+	return subj + ".*", nil
+}
+
+// ClientRunProgress is the subject a serving coordinator passes a run's
+// progress on to its client: <prefix>.run.progress.<client>.<run>. A
+// deployment lets each client subscribe to its own only.
+func (s Subjects) ClientRunProgress(client string, run RunID) (string, error) {
+	if client == "" {
+		return s.join("run.progress", string(run))
+	}
+	return s.join("run.progress", client, string(run))
+}

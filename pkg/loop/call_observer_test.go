@@ -1,0 +1,65 @@
+package loop_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
+)
+
+type callLog struct {
+	loop.NopObserver
+	mu     sync.Mutex
+	phases map[string][]string
+}
+
+func (c *callLog) CallEvent(ev loop.CallEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := string(ev.Phase)
+	if ev.Phase == loop.CallDone {
+		s += ":" + string(ev.Outcome)
+	}
+	if ev.Phase == loop.CallStartedPhase {
+		s += ":" + ev.Worker
+	}
+	c.phases[ev.CallID] = append(c.phases[ev.CallID], s)
+}
+
+// TestCallObserverFollowsEachCall shows the phases of each call, approval
+// and rejected ones included, reach a CallObserver through Observers.
+func TestCallObserverFollowsEachCall(t *testing.T) {
+	log := &callLog{phases: map[string][]string{}}
+	cfg := fastConfig()
+	cfg.MaxToolCallsPerRound = 3
+	cfg.RequireApproval = []string{"add"}
+	cfg.Observer = loop.Observers(looptest.NewObserver(), log)
+	m := looptest.NewModel(
+		looptest.Calls(
+			looptest.Call("a", "echo", `{"text":"hi"}`),
+			looptest.Call("b", "add", `{"a":1,"b":2}`),
+			looptest.Call("c", "no-such-tool", `{}`),
+			looptest.Call("d", "echo", `{"text":"over the cap"}`),
+		),
+		looptest.Answer("done"),
+	)
+	e := newEnv(t, cfg, m, nil, looptest.AllowAll())
+	e.disp.Started = true
+	if _, err := e.run(t, "go"); err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(log.phases)
+	for id, want := range map[string]string{
+		"a": "queued started:looptest done:ok",
+		"b": "awaiting_approval queued started:looptest done:ok",
+		"c": "done:unknown_tool",
+		"d": "done:rejected",
+	} {
+		if strings.Join(log.phases[id], " ") != want {
+			t.Errorf("call %s: %q, want %q (all: %s)", id, strings.Join(log.phases[id], " "), want, got)
+		}
+	}
+}
