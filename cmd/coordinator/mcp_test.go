@@ -30,7 +30,8 @@ func TestMCPTakesOnlyTheFlagsItUses(t *testing.T) {
 			listed = append(listed, name)
 		}
 	}
-	want := append(append([]string{}, mcpFleetFlags...), "transport", "http-addr", "http-path", "no-auth", "disable-localhost-protection")
+	want := append(append([]string{}, mcpFleetFlags...), "transport", "http-addr", "http-path", "no-auth", "disable-localhost-protection",
+		"max-concurrent-calls", "allowed-origin")
 	slices.Sort(want)
 	if !slices.Equal(listed, want) {
 		t.Fatalf("--help lists %v, want %v", listed, want)
