@@ -81,8 +81,18 @@ func TestListeningEmbeddedServerServesRemoteWorkers(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = kv.Get(t.Context(), "calculator")
-		return err
+		if _, err = kv.Get(t.Context(), "calculator"); err != nil {
+			return err
+		}
+		// and the coordinator's catalog, which the run sees, has it
+		specs, err := c.Fleet().Catalog.Tools(t.Context())
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(specs, func(s protocol.ToolSpec) bool { return s.Name == "calculator" }) {
+			return fmt.Errorf("the coordinator's catalog lacks calculator")
+		}
+		return nil
 	})
 	res, err := c.Run(t.Context(), "compute")
 	if err != nil {
