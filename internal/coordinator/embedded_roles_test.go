@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
@@ -48,6 +49,23 @@ func TestListeningEmbeddedServerServesRemoteWorkers(t *testing.T) {
 	worker := readEnv(t, filepath.Join(filepath.Dir(c.CredentialsFile()), "worker.env"))
 	if client["NATS_USER"] != "client" || worker["NATS_USER"] != "worker" || client["NATS_URL"] != c.ClientURL() {
 		t.Fatalf("credentials files: client %v, worker %v", client["NATS_USER"], worker["NATS_USER"])
+	}
+
+	// Neither file holds a credential that may decide an approval.
+	for _, env := range []map[string]string{client, worker} {
+		nc, err := nats.Connect(env["NATS_URL"], nats.UserInfo(env["NATS_USER"], env["NATS_PASSWORD"]),
+			nats.CustomInboxPrefix(env["NATS_INBOX_PREFIX"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		njs, _ := jetstream.New(nc)
+		pctx, pcancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err = njs.Publish(pctx, "fleet.approval.decision.run1.key1", []byte(`{"approved":true}`))
+		pcancel()
+		nc.Close()
+		if err == nil {
+			t.Fatalf("user %s (a credentials file) published an approval decision", env["NATS_USER"])
+		}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
