@@ -31,7 +31,7 @@ func TestMCPTakesOnlyTheFlagsItUses(t *testing.T) {
 		}
 	}
 	want := append(append([]string{}, mcpFleetFlags...), "transport", "http-addr", "http-path", "no-auth", "disable-localhost-protection",
-		"allowed-origin", "max-concurrent-calls")
+		"max-concurrent-calls", "allowed-origin")
 	slices.Sort(want)
 	if !slices.Equal(listed, want) {
 		t.Fatalf("--help lists %v, want %v", listed, want)

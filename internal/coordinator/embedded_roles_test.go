@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
@@ -50,6 +51,23 @@ func TestListeningEmbeddedServerServesRemoteWorkers(t *testing.T) {
 		t.Fatalf("credentials files: client %v, worker %v", client["NATS_USER"], worker["NATS_USER"])
 	}
 
+	// Neither file holds a credential that may decide an approval.
+	for _, env := range []map[string]string{client, worker} {
+		nc, err := nats.Connect(env["NATS_URL"], nats.UserInfo(env["NATS_USER"], env["NATS_PASSWORD"]),
+			nats.CustomInboxPrefix(env["NATS_INBOX_PREFIX"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		njs, _ := jetstream.New(nc)
+		pctx, pcancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err = njs.Publish(pctx, "fleet.approval.decision.run1.key1", []byte(`{"approved":true}`))
+		pcancel()
+		nc.Close()
+		if err == nil {
+			t.Fatalf("user %s (a credentials file) published an approval decision", env["NATS_USER"])
+		}
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -81,8 +99,18 @@ func TestListeningEmbeddedServerServesRemoteWorkers(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = kv.Get(t.Context(), "calculator")
-		return err
+		if _, err = kv.Get(t.Context(), "calculator"); err != nil {
+			return err
+		}
+		// and the coordinator's catalog, which the run sees, has it
+		specs, err := c.Fleet().Catalog.Tools(t.Context())
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(specs, func(s protocol.ToolSpec) bool { return s.Name == "calculator" }) {
+			return fmt.Errorf("the coordinator's catalog lacks calculator")
+		}
+		return nil
 	})
 	res, err := c.Run(t.Context(), "compute")
 	if err != nil {
