@@ -94,7 +94,7 @@ func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerC
 	return jetstream.ConsumerConfig{
 		Durable:       s.RunsConsumer(),
 		Description:   "toolfleet coordinators serving runs",
-		FilterSubject: s.RunQueues(),
+		FilterSubject: s.RunSubmissions(),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,

@@ -259,3 +259,36 @@ func (s Subjects) JournalSubjects() string { return s.p() + ".journal.>" }
 
 // JournalStream names the stream of run journals (FLEET_JOURNAL).
 func (s Subjects) JournalStream() string { return s.upper() + "_JOURNAL" }
+
+// DefaultAgent is the agent token of a submission that names none.
+const DefaultAgent = "default"
+
+// RunSubmission is the subject a client submits a run on, in the runs
+// stream: <prefix>.run.submit.<client>.<agent>.<submission>. The client
+// publishes it with [SubmissionMsgID] as Nats-Msg-Id, and the server's
+// acknowledgement of the stored message is the run's acceptance. A
+// deployment lets each client publish under its own <client> token only,
+// so the coordinator learns the submitter (and the agent) from the subject,
+// never from the body, and keeps the result where only that client may
+// read it ([Subjects.ClientRunResult], [RunKey] of [SubmissionRunID]).
+func (s Subjects) RunSubmission(client, agent, submission string) (string, error) {
+	return s.join("run.submit", client, agent, submission)
+}
+
+// RunSubmissions is the wildcard covering every submission:
+// <prefix>.run.submit.*.*.*, the runs stream's subjects.
+func (s Subjects) RunSubmissions() string { return s.p() + ".run.submit.*.*.*" }
+
+// ParseRunSubmission splits a submission subject ([Subjects.RunSubmission])
+// into its client, agent and submission id tokens.
+func (s Subjects) ParseRunSubmission(subject string) (client, agent, submission string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, s.p()+".run.submit.")
+	if !ok {
+		return "", "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || !ValidToken(parts[0]) || !ValidToken(parts[1]) || !ValidToken(parts[2]) {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
+}

@@ -1,0 +1,62 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// maxResultBytes bounds a stored result this client decodes.
+const maxResultBytes = 64 << 20
+
+// Wait waits until run's result is stored and returns it, however long
+// before the call it was stored. A run that was refused or failed returns
+// its result with a [*RefusedError] or [*FailedError]. It waits until ctx
+// ends, across coordinator restarts.
+func (c *Client) Wait(ctx context.Context, run Run) (*protocol.RunResult, error) {
+	results, err := natsbus.OpenRunResults(ctx, c.js, c.subjects)
+	if err != nil {
+		return nil, fmt.Errorf("client: bucket %s: %w", c.subjects.RunsBucket(), err)
+	}
+	for {
+		data, err := results.Wait(ctx, run.Key)
+		switch {
+		case err == nil:
+			return decodeResult(run, data)
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("client: waiting for the result of run %s: %w", run.ID, ctx.Err())
+		}
+		// The watch ended (a server restart): watch again.
+	}
+}
+
+// Result returns run's stored result, or [ErrNotFound] when none is
+// stored (yet, or any more). A refused or failed run returns its result
+// with a [*RefusedError] or [*FailedError].
+func (c *Client) Result(ctx context.Context, run Run) (*protocol.RunResult, error) {
+	kv, err := c.js.KeyValue(ctx, c.subjects.RunsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("client: bucket %s: %w", c.subjects.RunsBucket(), err)
+	}
+	e, err := kv.Get(ctx, run.Key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, fmt.Errorf("client: run %s: %w", run.ID, ErrNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("client: reading the result of run %s: %w", run.ID, err)
+	}
+	return decodeResult(run, e.Value())
+}
+
+func decodeResult(run Run, data []byte) (*protocol.RunResult, error) {
+	res, err := protocol.DecodeRunResult(data, maxResultBytes)
+	if err != nil {
+		return nil, fmt.Errorf("client: the stored result of run %s: %w", run.ID, err)
+	}
+	return &res, resultError(&res)
+}
