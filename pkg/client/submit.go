@@ -124,4 +124,3 @@ func (c *Client) SubmitRaw(ctx context.Context, agent, id string, data []byte) (
 		}
 	}
 }
-

@@ -3,10 +3,10 @@ package protocol
 import (
 	"bytes"
 	"crypto/sha256"
-	"math/big"
-	"strconv"
 	"encoding/json"
 	"errors"
+	"math/big"
+	"strconv"
 	"strings"
 	"time"
 )
