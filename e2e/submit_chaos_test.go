@@ -19,9 +19,9 @@ import (
 
 // TestSubmitChaos is the acceptance test of submission under churn: 200
 // runs submitted by "coordinator submit --wait" processes, 24 at a time,
-// through three serving coordinators of which a random one is SIGKILLed
-// every 0.5-1.5s and started again, with one period of 5s with no
-// coordinator at all. Each run charges once (a non-idempotent exec tool
+// through three serving coordinators of which a random live one is
+// SIGKILLed every 0.5-1.5s and started again, with one period of 5s with
+// no coordinator at all. Each run charges once (a non-idempotent exec tool
 // that records its call key) and answers. Every submit returns its run's
 // result, every run completes exactly once (natural, its charge ok, one
 // stored result, no coordinator finding it stored by another), and every
@@ -58,21 +58,25 @@ func TestSubmitChaos(t *testing.T) {
 	}
 	waitServePulling(t, f, len(names))
 
-	// The kill loop: a random coordinator every 0.5-1.5s; at the third
-	// kill, all of them for 5s.
+	// The kill loop: a random live coordinator every 0.5-1.5s, started
+	// again in the background (so more than one may be down at once); at
+	// the third kill, all of them for 5s.
 	stop := make(chan struct{})
 	var kills int
 	var outage bool
-	var wg sync.WaitGroup
+	var wg, restarts sync.WaitGroup
+	down := map[string]bool{}
 	wg.Go(func() {
 		rng := rand.New(rand.NewPCG(24, 2))
 		for i := 1; ; i++ {
 			select {
 			case <-stop:
+				restarts.Wait()
 				return
 			case <-time.After(time.Duration(500+rng.IntN(1000)) * time.Millisecond):
 			}
 			if i == 3 {
+				restarts.Wait()
 				for _, name := range names {
 					mu.Lock()
 					p := procs[name]
@@ -89,11 +93,20 @@ func TestSubmitChaos(t *testing.T) {
 			}
 			name := names[rng.IntN(len(names))]
 			mu.Lock()
-			p := procs[name]
+			p, isDown := procs[name], down[name]
+			down[name] = true
 			mu.Unlock()
+			if isDown {
+				continue
+			}
 			p.kill()
 			kills++
-			start(name)
+			restarts.Go(func() {
+				start(name)
+				mu.Lock()
+				down[name] = false
+				mu.Unlock()
+			})
 		}
 	})
 

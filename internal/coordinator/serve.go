@@ -252,10 +252,14 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 		return natsbus.Nak(time.Second)
 	}
 	if len(j.Entries()) == 0 {
+		// The client names the result's key (<client>.<run>) for
+		// "coordinator runs".
 		data, _ := encodeJSON(struct {
 			Limits  protocol.RunLimits `json:"limits"`
 			Clamped []string           `json:"clamped,omitempty"`
-		}{lim.record, lim.clamped})
+			Client  string             `json:"client,omitempty"`
+			Agent   string             `json:"agent,omitempty"`
+		}{lim.record, lim.clamped, client, agent})
 		if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
 			stop()
 			return s.released(log, j, err)
