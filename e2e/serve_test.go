@@ -31,9 +31,9 @@ const serveMaxRequestBytes = 64 << 10
 // nats-server, take 40 submitted runs — by the Go client, by "nats req" and
 // by "coordinator submit". Every run gets exactly one result (stored once,
 // announced once), both coordinators run some of them, a request for
-// max_rounds 1000000 is clamped to the ceiling, and malformed or oversized
-// requests get a clear refusal and never reach (or never stay in) the runs
-// stream.
+// max_rounds 1000000 is clamped to the ceiling, "nats req" sent twice with
+// one Nats-Msg-Id is stored once, and malformed or oversized requests get a
+// stored result saying why and never stay in the runs stream.
 func TestServeFleet(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
@@ -103,13 +103,19 @@ func TestServeFleet(t *testing.T) {
 	// One from the nats CLI, asking for a million rounds.
 	// The reply is the server's acknowledgement; the result's key is
 	// derived from the client and the submission id.
-	out := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`)
+	clampID := "Nats-Msg-Id:" + protocol.SubmissionMsgID("default", "clamp1")
+	out := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`, clampID)
 	var ack struct {
 		Stream string
 		Seq    uint64
 	}
 	if err := json.Unmarshal([]byte(out), &ack); err != nil || ack.Stream != "FLEET_RUNS" || ack.Seq == 0 {
 		t.Fatalf("nats req reply = %s (%v), want the FLEET_RUNS acknowledgement", out, err)
+	}
+	// The same request again, as a client that saw no reply would send it:
+	// the server keeps one.
+	if again := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`, clampID); !strings.Contains(again, `"duplicate":true`) {
+		t.Fatalf("nats req again = %s, want a duplicate", again)
 	}
 	clampedRun := protocol.RunKey("default", protocol.SubmissionRunID("default", "clamp1"))
 	runs = append(runs, clampedRun)
@@ -270,11 +276,15 @@ func waitServePulling(t *testing.T, f *fleet, n int) {
 }
 
 // serveNatsReq runs "nats req SUBJECT BODY" and returns the reply.
-func serveNatsReq(t *testing.T, natsBin, url, subject, body string) string {
+func serveNatsReq(t *testing.T, natsBin, url, subject, body string, headers ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, natsBin, "--server", url, "req", "--raw", subject, body)
+	args := []string{"--server", url, "req", "--raw", subject, body}
+	for _, h := range headers {
+		args = append(args, "-H", h)
+	}
+	cmd := exec.CommandContext(ctx, natsBin, args...)
 	cmd.Env = natscli.Env(t)
 	out, err := cmd.Output()
 	if err != nil {

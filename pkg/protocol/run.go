@@ -324,9 +324,10 @@ func DecodeRunResult(data []byte, limit int) (RunResult, error) {
 
 // SubmissionMsgID is the Nats-Msg-Id of client's submission: scoped by
 // the client, so two clients choosing the same submission id never
-// collide in the runs stream's duplicate window.
+// collide in the runs stream's duplicate window:
+// submit-<len(client)>-<client>-<submission>.
 func SubmissionMsgID(client, submission string) string {
-	return "submit-" + client + "-" + strconv.Itoa(len(client)) + "-" + submission
+	return "submit-" + strconv.Itoa(len(client)) + "-" + client + "-" + submission
 }
 
 // SubmissionRunID is the run id of client's submission: a 22-character
