@@ -199,6 +199,19 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	rec.RunID, rec.Submission, rec.Agent = run, submission, agent
 	log := s.log.With().Str(logRun, string(run)).Int(logAttempt, rec.Attempt).Str(logClient, client).
 		Str(logAgent, agent).Str(logSubmission, submission).Logger()
+	// A submission taken while a stream differs from its expected
+	// configuration (by a pull made before the check found it) waits here,
+	// kept in progress, until the streams are right again: submissions are
+	// stored whatever the streams' state, and only run on good ones.
+	if s.c.guard.Err() != nil || s.guard.Err() != nil {
+		log.Warn().Msg("a stream is not configured as expected: the run waits until it is")
+		stop := d.Heartbeat(s.cfg.AckWait / 3)
+		err := s.waitStreams(ctx)
+		stop()
+		if err != nil {
+			return natsbus.Nak(0)
+		}
+	}
 	// A retry of a submission past the stream's duplicate window is a new
 	// message on the same subject, so the same run: it never runs twice.
 	if s.stored(protocol.RunKey(client, run)) {
@@ -314,6 +327,24 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 		}
 	}
 	return s.finish(log, client, rec, false)
+}
+
+// waitStreams waits until every stream the service uses is as expected,
+// or ctx ends, or the service hands its runs off.
+func (s *service) waitStreams(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.handoff:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := s.c.guard.Wait(ctx); err != nil {
+		return err
+	}
+	return s.guard.Wait(ctx)
 }
 
 // released leaves a run that stopped at a step boundary to whoever takes
