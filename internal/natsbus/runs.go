@@ -133,3 +133,29 @@ func JournalStreamConfig(s protocol.Subjects) jetstream.StreamConfig {
 	}
 	panic("natsbus.FleetStreams lists no journal stream")
 }
+
+// ErrNoResult is returned by [RunResults.Get] when key has no result.
+var ErrNoResult = errors.New("no result stored")
+
+// Get returns the result under key as stored, or [ErrNoResult].
+func (r *RunResults) Get(ctx context.Context, key string) ([]byte, error) {
+	e, err := r.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, ErrNoResult
+	case err != nil:
+		return nil, err
+	}
+	return e.Value(), nil
+}
+
+// SubmitRun stores msg, a submission on its subject
+// ([protocol.Subjects.RunSubmission]) with its dedup id, in the runs
+// stream, and reports whether the server already held it (a duplicate).
+func SubmitRun(ctx context.Context, js JetStream, msg *nats.Msg) (duplicate bool, err error) {
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		return false, err
+	}
+	return ack.Duplicate, nil
+}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
@@ -41,7 +40,7 @@ type ConfigError = config.FieldError
 // safe for concurrent use.
 type Client struct {
 	nc       *nats.Conn
-	js       jetstream.JetStream
+	js       natsbus.JetStream
 	subjects protocol.Subjects
 	name     string
 	attempt  time.Duration

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -39,18 +37,18 @@ func (c *Client) Wait(ctx context.Context, run Run) (*protocol.RunResult, error)
 // stored (yet, or any more). A refused or failed run returns its result
 // with a [*RefusedError] or [*FailedError].
 func (c *Client) Result(ctx context.Context, run Run) (*protocol.RunResult, error) {
-	kv, err := c.js.KeyValue(ctx, c.subjects.RunsBucket())
+	results, err := natsbus.OpenRunResults(ctx, c.js, c.subjects)
 	if err != nil {
 		return nil, fmt.Errorf("client: bucket %s: %w", c.subjects.RunsBucket(), err)
 	}
-	e, err := kv.Get(ctx, run.Key)
+	data, err := results.Get(ctx, run.Key)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, natsbus.ErrNoResult):
 		return nil, fmt.Errorf("client: run %s: %w", run.ID, ErrNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("client: reading the result of run %s: %w", run.ID, err)
 	}
-	return decodeResult(run, e.Value())
+	return decodeResult(run, data)
 }
 
 func decodeResult(run Run, data []byte) (*protocol.RunResult, error) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -105,11 +106,11 @@ func (c *Client) SubmitRaw(ctx context.Context, agent, id string, data []byte) (
 		msg.Data = data
 		msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID(c.name, id))
 		actx, cancel := context.WithTimeout(ctx, c.attempt)
-		ack, err := c.js.PublishMsg(actx, msg)
+		dup, err := natsbus.SubmitRun(actx, c.js, msg)
 		cancel()
 		switch {
 		case err == nil:
-			run.Duplicate = ack.Duplicate
+			run.Duplicate = dup
 			return run, nil
 		case errors.Is(err, nats.ErrMaxPayload):
 			return Run{}, &protocol.Error{Code: protocol.CodeTooLarge, Field: "request", Msg: "over the server's max_payload"}
