@@ -28,6 +28,9 @@ type RunResults struct {
 // creates it).
 func OpenRunResults(ctx context.Context, js JetStream, subjects protocol.Subjects) (*RunResults, error) {
 	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: %w", ErrNoRunsBucket, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +136,11 @@ func JournalStreamConfig(s protocol.Subjects) jetstream.StreamConfig {
 	}
 	panic("natsbus.FleetStreams lists no journal stream")
 }
+
+// ErrNoRunsBucket is returned by [OpenRunResults] when the runs bucket
+// does not exist (yet: no serving coordinator has started, and nobody
+// provisioned the fleet).
+var ErrNoRunsBucket = errors.New("the runs bucket does not exist")
 
 // ErrNoResult is returned by [RunResults.Get] when key has no result.
 var ErrNoResult = errors.New("no result stored")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -17,19 +18,21 @@ const maxResultBytes = 64 << 20
 // its result with a [*RefusedError] or [*FailedError]. It waits until ctx
 // ends, across coordinator restarts.
 func (c *Client) Wait(ctx context.Context, run Run) (*protocol.RunResult, error) {
-	results, err := natsbus.OpenRunResults(ctx, c.js, c.subjects)
-	if err != nil {
-		return nil, fmt.Errorf("client: bucket %s: %w", c.subjects.RunsBucket(), err)
-	}
-	for {
-		data, err := results.Wait(ctx, run.Key)
-		switch {
-		case err == nil:
-			return decodeResult(run, data)
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("client: waiting for the result of run %s: %w", run.ID, ctx.Err())
+	for attempt := 1; ; attempt++ {
+		// The bucket may not exist yet (no coordinator has started), and a
+		// watch ends when the server restarts: both are waited out.
+		results, err := natsbus.OpenRunResults(ctx, c.js, c.subjects)
+		if err == nil {
+			var data []byte
+			if data, err = results.Wait(ctx, run.Key); err == nil {
+				return decodeResult(run, data)
+			}
 		}
-		// The watch ended (a server restart): watch again.
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("client: waiting for the result of run %s: %w (last: %v)", run.ID, ctx.Err(), err)
+		case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
+		}
 	}
 }
 
@@ -38,6 +41,9 @@ func (c *Client) Wait(ctx context.Context, run Run) (*protocol.RunResult, error)
 // with a [*RefusedError] or [*FailedError].
 func (c *Client) Result(ctx context.Context, run Run) (*protocol.RunResult, error) {
 	results, err := natsbus.OpenRunResults(ctx, c.js, c.subjects)
+	if errors.Is(err, natsbus.ErrNoRunsBucket) {
+		return nil, fmt.Errorf("client: run %s: %w (no runs bucket)", run.ID, ErrNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("client: bucket %s: %w", c.subjects.RunsBucket(), err)
 	}
