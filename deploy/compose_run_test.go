@@ -299,14 +299,11 @@ func TestComposeServesARun(t *testing.T) {
 	})
 
 	// The docs' submission, as the client user.
-	reply, err := cli("client", "req", "--raw", "fleet.run.submit.client", `{"prompt": "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?"}`)
-	if err != nil {
-		t.Fatalf("nats req fleet.run.submit.client: %v\n%s", err, reply)
+	reply, err := cli("client", "req", "--raw", "fleet.run.submit.client.default.compose1", `{"prompt": "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?"}`)
+	if err != nil || !strings.Contains(reply, `"stream":"FLEET_RUNS"`) {
+		t.Fatalf("nats req fleet.run.submit.client.default.compose1: %v\n%s", err, reply)
 	}
-	resp, err := protocol.DecodeRunResponse(bytes.TrimSpace([]byte(reply)), 0)
-	if err != nil || resp.Status != protocol.RunAccepted {
-		t.Fatalf("submission reply %q: %+v %v", reply, resp, err)
-	}
+	resp := protocol.RunResponse{ResultBucket: "fleet_runs", ResultKey: protocol.RunKey("client", protocol.SubmissionRunID("client", "compose1"))}
 	var stored string
 	if err := eventually(30*time.Second, func() error {
 		out, err := cli("client", "kv", "get", resp.ResultBucket, resp.ResultKey, "--raw")

@@ -78,7 +78,7 @@ func (f *fleet) runResult(run protocol.RunID, timeout time.Duration) (protocol.R
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(f.t.Context(), timeout)
 	defer cancel()
-	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, string(run))
+	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, protocol.RunKey("default", run))
 	if err != nil {
 		f.t.Fatalf("run %s: %v", run, err)
 	}

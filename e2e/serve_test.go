@@ -31,9 +31,9 @@ const serveMaxRequestBytes = 64 << 10
 // nats-server, take 40 submitted runs — by the Go client, by "nats req" and
 // by "coordinator submit". Every run gets exactly one result (stored once,
 // announced once), both coordinators run some of them, a request for
-// max_rounds 1000000 is clamped to the ceiling, and malformed or oversized
-// requests get a clear refusal and never reach (or never stay in) the runs
-// stream.
+// max_rounds 1000000 is clamped to the ceiling, "nats req" sent twice with
+// one Nats-Msg-Id is stored once, and malformed or oversized requests get a
+// stored result saying why and never stay in the runs stream.
 func TestServeFleet(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t)
@@ -91,7 +91,7 @@ func TestServeFleet(t *testing.T) {
 				t.Errorf("submit %d: %+v, %v", i, resp, err)
 				return
 			}
-			ids[i] = string(resp.RunID)
+			ids[i] = resp.ResultKey
 		})
 	}
 	wg.Wait()
@@ -101,13 +101,23 @@ func TestServeFleet(t *testing.T) {
 	runs = append(runs, ids...)
 
 	// One from the nats CLI, asking for a million rounds.
-	out := serveNatsReq(t, natsBin, f.url(), `{"prompt": "as long as you like", "max_rounds": 1000000}`)
-	var accepted protocol.RunResponse
-	if err := json.Unmarshal([]byte(out), &accepted); err != nil || accepted.Status != protocol.RunAccepted ||
-		accepted.ResultSubject != "fleet.run.result."+string(accepted.RunID) || accepted.ResultBucket != "fleet_runs" {
-		t.Fatalf("nats req reply = %s (%v), want accepted with its run id, result subject and bucket", out, err)
+	// The reply is the server's acknowledgement; the result's key is
+	// derived from the client and the submission id.
+	clampID := "Nats-Msg-Id:" + protocol.SubmissionMsgID("default", "clamp1")
+	out := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`, clampID)
+	var ack struct {
+		Stream string
+		Seq    uint64
 	}
-	clampedRun := string(accepted.RunID)
+	if err := json.Unmarshal([]byte(out), &ack); err != nil || ack.Stream != "FLEET_RUNS" || ack.Seq == 0 {
+		t.Fatalf("nats req reply = %s (%v), want the FLEET_RUNS acknowledgement", out, err)
+	}
+	// The same request again, as a client that saw no reply would send it:
+	// the server keeps one.
+	if again := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`, clampID); !strings.Contains(strings.ReplaceAll(again, " ", ""), `"duplicate":true`) {
+		t.Fatalf("nats req again = %s, want a duplicate", again)
+	}
+	clampedRun := protocol.RunKey("default", protocol.SubmissionRunID("default", "clamp1"))
 	runs = append(runs, clampedRun)
 
 	// One from "coordinator submit --wait", which prints the result.
@@ -119,7 +129,7 @@ func TestServeFleet(t *testing.T) {
 	if code := exitCode(err); code != 3 || json.Unmarshal(stdout, &viaCLI) != nil || viaCLI.RunID == "" {
 		t.Fatalf("coordinator submit --wait: exit %d (want 3, max rounds), stdout:\n%s", code, stdout)
 	}
-	runs = append(runs, string(viaCLI.RunID))
+	runs = append(runs, protocol.RunKey("default", viaCLI.RunID))
 
 	// Every run has exactly one result, stored under its id.
 	byCoordinator := map[string]int{}
@@ -130,7 +140,7 @@ func TestServeFleet(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run %s: %v", run, err)
 		}
-		if string(res.RunID) != run || res.Error != nil || res.TerminationReason != "max_rounds" || res.Attempt != 1 ||
+		if protocol.RunKey("default", res.RunID) != run || res.Error != nil || res.TerminationReason != "max_rounds" || res.Attempt != 1 ||
 			res.Limits == nil || res.Limits.MaxRounds != serveCeilingRounds {
 			t.Fatalf("run %s: result %+v, want max_rounds at the ceiling on the first attempt", run, res)
 		}
@@ -171,8 +181,8 @@ func TestServeFleet(t *testing.T) {
 		t.Errorf("the work tool ran %d times, want %d", n, total*serveCeilingRounds)
 	}
 
-	// Refused requests: a clear error reply, and nothing queued.
-	for _, tt := range []struct {
+	// Refused requests: stored, then a clear error result.
+	for i, tt := range []struct {
 		name, body, code string
 	}{
 		{"malformed", `this is not JSON`, protocol.CodeMalformed},
@@ -180,20 +190,23 @@ func TestServeFleet(t *testing.T) {
 		{"oversized", `{"prompt": "` + strings.Repeat("x", serveMaxRequestBytes) + `"}`, protocol.CodeTooLarge},
 		{"negative limit", `{"prompt": "hi", "max_tool_calls_per_round": -1}`, protocol.CodeInvalidField},
 	} {
-		out := serveNatsReq(t, natsBin, f.url(), tt.body)
-		var refused protocol.RunResponse
-		if err := json.Unmarshal([]byte(out), &refused); err != nil || refused.Status != protocol.RunRefused ||
-			refused.RunID != "" || refused.Error == nil || refused.Error.Code != tt.code || refused.Error.Message == "" {
-			t.Errorf("%s: nats req reply = %s (%v), want refused with code %s and a message", tt.name, out, err, tt.code)
+		id := fmt.Sprintf("refused%d", i)
+		serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default."+id, tt.body)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		refused, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, protocol.RunKey("default", protocol.SubmissionRunID("default", id)))
+		cancel()
+		if err != nil || refused.TerminationReason != "" || refused.Error == nil || refused.Error.Code != tt.code || refused.Error.Message == "" {
+			t.Errorf("%s: result %+v (%v), want refused with code %s and a message", tt.name, refused, err, tt.code)
 		}
 	}
+	const refusedN = 4
 	// A malformed request put straight into the stream, past the checks,
 	// gets an error result and is terminated: never delivered again.
-	if _, err := f.js.Publish(t.Context(), "fleet.run.queue.forged1", []byte(`{"prompt": 42}`)); err != nil {
+	if _, err := f.js.Publish(t.Context(), "fleet.run.submit.default.default.forged1", []byte(`{"prompt": 42}`)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	forged, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, "forged1")
+	forged, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, protocol.RunKey("default", protocol.SubmissionRunID("default", "forged1")))
 	cancel()
 	if err != nil || forged.Error == nil || forged.Error.Code != protocol.CodeMalformed || forged.TerminationReason != "" {
 		t.Fatalf("forged request: result %+v, %v; want a malformed error result", forged, err)
@@ -209,9 +222,9 @@ func TestServeFleet(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if info.State.LastSeq != total+1 || info.State.Msgs != 0 {
-			return fmt.Errorf("runs stream: %d stored in all, %d left; want the %d accepted and the forged one, none left",
-				info.State.LastSeq, info.State.Msgs, total)
+		if info.State.LastSeq != total+refusedN+1 || info.State.Msgs != 0 {
+			return fmt.Errorf("runs stream: %d stored in all, %d left; want the %d accepted, %d refused and the forged one, none left",
+				info.State.LastSeq, info.State.Msgs, total, refusedN)
 		}
 		return nil
 	})
@@ -224,7 +237,7 @@ func TestServeFleet(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if ci.NumPending != 0 || ci.NumAckPending != 0 || ci.NumRedelivered != 0 || ci.Delivered.Consumer != total+1 {
+		if ci.NumPending != 0 || ci.NumAckPending != 0 || ci.NumRedelivered != 0 || ci.Delivered.Consumer != total+refusedN+1 {
 			return fmt.Errorf("runs consumer: %d waiting, %d unacknowledged, %d redelivered, %d delivered; want each request delivered once",
 				ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.Delivered.Consumer)
 		}
@@ -262,12 +275,16 @@ func waitServePulling(t *testing.T, f *fleet, n int) {
 	})
 }
 
-// serveNatsReq runs "nats req fleet.run.submit BODY" and returns the reply.
-func serveNatsReq(t *testing.T, natsBin, url, body string) string {
+// serveNatsReq runs "nats req SUBJECT BODY" and returns the reply.
+func serveNatsReq(t *testing.T, natsBin, url, subject, body string, headers ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, natsBin, "--server", url, "req", "--raw", "fleet.run.submit", body)
+	args := []string{"--server", url, "req", "--raw", subject, body}
+	for _, h := range headers {
+		args = append(args, "-H", h)
+	}
+	cmd := exec.CommandContext(ctx, natsBin, args...)
 	cmd.Env = natscli.Env(t)
 	out, err := cmd.Output()
 	if err != nil {
@@ -318,7 +335,7 @@ func TestServeSurvivesACoordinatorKill(t *testing.T) {
 		if err != nil || resp.Status != protocol.RunAccepted {
 			t.Fatalf("submit: %+v, %v", resp, err)
 		}
-		runs[i] = string(resp.RunID)
+		runs[i] = resp.ResultKey
 	}
 	natstest.WaitFor(t, 20*time.Second, func() error {
 		if got := len(victim.logLines(func(m map[string]any) bool { return m["message"] == "run started" })); got < n {

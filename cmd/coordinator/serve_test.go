@@ -133,17 +133,22 @@ func TestServeAndSubmit(t *testing.T) {
 		}
 	})
 	t.Run("a refused request exits 2", func(t *testing.T) {
-		code, out, stderr := submit(t, "--nats-url", url, "--output", "json", "--messages", writeFile(t, "[]"))
-		if code != exitUsage || !strings.Contains(stderr, `refused: invalid_field: field "messages"`) || !strings.Contains(out, `"status": "refused"`) {
+		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--output", "json", "--messages", writeFile(t, "[]"))
+		if code != exitUsage || !strings.Contains(stderr, `invalid_field: field "messages"`) || !strings.Contains(out, `"code": "invalid_field"`) {
 			t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, out, stderr)
 		}
 	})
 	if code := stop(); code != exitOK {
 		t.Fatalf("serve exited %d after SIGTERM, want 0", code)
 	}
-	code, _, stderr := submit(t, "--nats-url", url, "--timeout", "2s", "hello")
-	if code != exitError || !strings.Contains(stderr, "no coordinator is serving runs") {
+	// With no coordinator serving, a run is still accepted (stored), and
+	// a retry with the same submission id names the same run.
+	code, out1, stderr := submit(t, "--nats-url", url, "--timeout", "10s", "--id", "again1", "hello")
+	if code != exitOK {
 		t.Fatalf("submit after shutdown: exit %d, stderr:\n%s", code, stderr)
+	}
+	if code, out2, stderr := submit(t, "--nats-url", url, "--id", "again1", "hello"); code != exitOK || out2 != out1 {
+		t.Fatalf("resubmitting: exit %d, run %q, want %q; stderr:\n%s", code, out2, out1, stderr)
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/transcript"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -28,7 +28,7 @@ type submitFlags struct {
 	maxRounds, maxCalls, maxObsChars int
 	toolTimeout                      time.Duration
 	requireApproval                  string
-	client                           string
+	client, agent, id                string
 }
 
 func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
@@ -36,7 +36,7 @@ func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	f.connFlags.register(fs, false)
 	fs.BoolVar(&f.wait, "wait", false, "wait for the run's result and print it (default: print the run id once it is queued)")
-	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for NATS and for a coordinator to accept the run")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to keep trying to connect and to have the run stored (retries reuse the submission id: never a second run)")
 	fs.DurationVar(&f.waitTimeout, "wait-timeout", 0, "with --wait, how long to wait for the result (default: until interrupted)")
 	fs.StringVar(&f.output, "output", "text", "text | json")
 	fs.StringVar(&f.messagesFile, "messages", "", "a JSON `FILE` holding a transcript to continue, instead of a PROMPT: chat-completions messages, an Anthropic Messages transcript or Responses input items (calls left unanswered are answered outcome_unknown)")
@@ -45,7 +45,9 @@ func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.maxObsChars, "max-observation-chars", 0, "lower the coordinators' observation bound (default: theirs)")
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, "lower every call's timeout (default: the coordinators' or each tool's own)")
 	fs.StringVar(&f.requireApproval, "require-approval", "", "more tools whose calls need a human's approval: comma list, or *")
-	fs.StringVar(&f.client, "client", "", "submit on this client's own subject (fleet.run.submit.NAME), whose results only it may read; \"-\" for the shared fleet.run.submit (default: the NATS user, else shared)")
+	fs.StringVar(&f.client, "client", "", "submit as this client (fleet.run.submit.NAME.AGENT.ID), whose results only it may read (default: the NATS user, else \"default\")")
+	fs.StringVar(&f.agent, "agent", "", "the agent `NAME` to run (default: \"default\")")
+	fs.StringVar(&f.id, "id", "", "the submission `ID`: submitting the same ID again never runs a second time (default: a random one)")
 	return fs
 }
 
@@ -105,10 +107,11 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator submit [flags] PROMPT
 
-Submits a run to the coordinators serving the fleet ("coordinator serve"),
-as "nats req fleet.run.submit '{\"prompt\": \"...\"}'" does, and prints its
-run id; with --wait, prints its result. Limits may only lower the
-coordinators' own.
+Stores a run in the fleet's runs stream for the coordinators serving it
+("coordinator serve"), as "nats req fleet.run.submit.CLIENT.AGENT.ID
+'{\"prompt\": \"...\"}'" does, retrying until --timeout (with the same
+submission id: never a second run), and prints its run id; with --wait,
+prints its result. Limits may only lower the coordinators' own.
 
 Flags:`)
 		fs.PrintDefaults()
@@ -131,18 +134,10 @@ Flags:`)
 		return cmd.fail(nest("Conn", err))
 	}
 
-	client := f.client
-	switch {
-	case client == "-":
-		client = ""
-	case client == "":
-		if user := f.user; user != "" && protocol.ValidToken(user) {
-			client = user
-		} else if user := os.Getenv(natsbus.EnvUser); f.user == "" && user != "" && protocol.ValidToken(user) {
-			client = user
+	for _, c := range []struct{ flag, v string }{{"client", f.client}, {"agent", f.agent}, {"id", f.id}} {
+		if c.v != "" && !protocol.ValidToken(c.v) {
+			return cmd.fail(&usageError{fmt.Sprintf("--%s must match %s, got %q", c.flag, protocol.TokenPattern, c.v)})
 		}
-	case !protocol.ValidToken(client):
-		return cmd.fail(&usageError{fmt.Sprintf("--client must match %s, got %q", protocol.TokenPattern, client)})
 	}
 	cctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
@@ -153,23 +148,28 @@ Flags:`)
 		return cmd.fail(nest("Conn", err))
 	}
 	defer nc.Close()
+	name := f.client
+	if name == "" {
+		if user := os.Getenv(natsbus.EnvUser); f.user == "" && protocol.ValidToken(user) {
+			name = user
+		}
+	}
+	cl, err := client.New(nc, client.Config{Prefix: subjects.Prefix, Client: name, Domain: f.conn().Domain()})
+	if err != nil {
+		return cmd.fail(err)
+	}
 	data, err := protocol.Encode(&req)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError
 	}
-	resp, err := coordinator.SubmitRawAs(cctx, nc, subjects, client, data)
+	run, err := cl.SubmitRaw(cctx, f.agent, f.id, data)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError
 	}
-	if resp.Status != protocol.RunAccepted {
-		if f.output == "json" {
-			writeJSON(stdout, resp)
-		}
-		fmt.Fprintf(stderr, "coordinator submit: refused: %s\n", describeRunError(resp.Error))
-		return exitForRunError(resp.Error)
-	}
+	resp := protocol.RunResponse{V: protocol.Version, Status: protocol.RunAccepted, RunID: run.ID,
+		ResultSubject: run.Subject, ResultBucket: subjects.RunsBucket(), ResultKey: run.Key}
 	if !f.wait {
 		if f.output == "json" {
 			writeJSON(stdout, resp)
@@ -186,18 +186,15 @@ Flags:`)
 		wctx, cancel = context.WithTimeout(ctx, f.waitTimeout)
 		defer cancel()
 	}
-	js, err := natsbus.NewJetStream(nc, f.conn().Domain())
-	if err != nil {
-		fmt.Fprintln(stderr, "coordinator submit:", err)
+	resPtr, err := cl.Wait(wctx, run)
+	if resPtr == nil {
+		fmt.Fprintf(stderr, "coordinator submit: %v (the result will be in bucket %s under key %s)\n", err, resp.ResultBucket, run.Key)
 		return exitError
 	}
-	key := resp.ResultKey
-	if key == "" {
-		key = string(resp.RunID)
-	}
-	res, raw, err := coordinator.WaitResult(wctx, js, subjects, key)
+	res := *resPtr
+	raw, err := protocol.Encode(&res)
 	if err != nil {
-		fmt.Fprintf(stderr, "coordinator submit: %v (the result will be in bucket %s under key %s)\n", err, resp.ResultBucket, key)
+		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError
 	}
 	if err := printRunResult(stdout, f.output, res, raw); err != nil {

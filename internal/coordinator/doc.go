@@ -12,13 +12,14 @@
 // submitted by others, sharing the work with every other serving
 // coordinator:
 //
-//   - Submitters send a [protocol.RunRequest] as a NATS request on
-//     <prefix>.run.submit ([Submit], or "nats req"). One coordinator of the
-//     queue group checks it and answers at once: refused with a coded error,
-//     or accepted with a new run id once the request is stored in the runs
-//     stream (work queue, <prefix>.run.queue.<run_id>). The stream does not
-//     keep a request's reply subject, which is why submission is core
-//     request-reply in front of the stream rather than a publish into it.
+//   - Submitters store a [protocol.RunRequest] in the runs stream (work
+//     queue) on <prefix>.run.submit.<client>.<agent>.<submission_id>
+//     (pkg/client, [Submit], or "nats req"), with a per-client
+//     Nats-Msg-Id: the server's acknowledgement is the acceptance, whether
+//     or not a coordinator runs. The run id is derived from the client and
+//     the submission id ([protocol.SubmissionRunID]), so a retry names the
+//     same run. No coordinator answers a submission; the one that takes it
+//     checks it, and a refused request gets a result saying why.
 //   - Coordinators take stored requests from the stream's one durable pull
 //     consumer, each only when it has a free run slot, and heartbeat while a
 //     run lasts. A request whose coordinator dies is taken again after
@@ -27,8 +28,10 @@
 //     pkg/loop and natsbus.Journal). On shutdown runs are handed off at
 //     their next step boundary, not cancelled.
 //   - Each result, a [protocol.RunResult], is created once in the runs
-//     bucket under its run id (a second coordinator's result for the same
-//     run is dropped) and then announced on <prefix>.run.result.<run_id>.
+//     bucket under <client>.<run_id> (a second coordinator's result for the
+//     same run is dropped; a submission whose run has a result is
+//     acknowledged without running) and then announced on
+//     <prefix>.run.result.<client>.<run_id>.
 //     [WaitResult] reads it, whenever it was stored.
 //
 // # Limits

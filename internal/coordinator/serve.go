@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/semaphore"
 
@@ -40,6 +37,8 @@ const (
 	logField       = "field"
 	logBytes       = "bytes"
 	logClient      = "client"
+	logAgent       = "agent"
+	logSubmission  = "submission"
 )
 
 // errShutdown is the cause of a run cancelled because the shutdown grace
@@ -60,8 +59,6 @@ type service struct {
 	gate     *approval.Gate
 	slots    *semaphore.Weighted
 	inflight sync.WaitGroup
-	// queuePrefix is the runs stream's subject without the run id token.
-	queuePrefix string
 	// handoff is closed when shutting down: runs in flight stop at their
 	// next step boundary and go back to the stream.
 	handoff chan struct{}
@@ -70,14 +67,15 @@ type service struct {
 	owned map[protocol.RunID]context.CancelCauseFunc
 }
 
-// Serve serves runs until ctx ends: it answers run requests on the submit
-// subject (in a queue group shared with every other serving coordinator),
-// queues the accepted ones in the runs stream, takes requests from the
+// Serve serves runs until ctx ends: it takes the submissions clients
+// stored in the runs stream ([protocol.Subjects.RunSubmission]) from the
 // stream's shared consumer whenever it has a free slot (at most
-// MaxConcurrentRuns at once), and stores each run's result in the runs
-// bucket and announces it on the run's result subject.
+// MaxConcurrentRuns at once), checks each, runs it, and stores each run's
+// result (or why it was refused) in the runs bucket and announces it on the
+// run's result subject. It answers no request: a submission is accepted by
+// the server's acknowledgement of the stored message.
 //
-// When ctx ends Serve stops answering submissions and taking requests,
+// When ctx ends Serve stops taking submissions,
 // lets the runs in flight finish for up to ShutdownGrace, then cancels the
 // rest (their results, with termination reason "cancelled", are stored like
 // any other) and returns nil. It returns an error only when it cannot start.
@@ -98,7 +96,6 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 		owned:   map[protocol.RunID]context.CancelCauseFunc{},
 	}
 	s.limited = s.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
-	s.queuePrefix = strings.TrimSuffix(c.subjects.RunQueues(), "*")
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var err error
@@ -135,33 +132,20 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 }
 
 func (s *service) serve(ctx context.Context) error {
-	sub, err := s.c.nc.QueueSubscribe(s.subjects.RunSubmit(), s.subjects.RunSubmitGroup(), s.onSubmit)
-	if err != nil {
-		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunSubmit(), err)
-	}
-	// Each client's own submit subject.
-	clients, err := s.c.nc.QueueSubscribe(s.subjects.RunSubmits(), s.subjects.RunSubmitGroup(), s.onSubmit)
-	if err != nil {
-		sub.Unsubscribe()
-		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunSubmits(), err)
-	}
+	// Submissions are stored by the server, not answered by a coordinator:
+	// nothing here publishes on a subject a peer chose.
 	abandoned, err := s.c.nc.QueueSubscribe(s.subjects.RunsMaxDeliveries(), s.subjects.RunSubmitGroup(), s.onMaxDeliveries)
 	if err != nil {
-		sub.Unsubscribe()
-		clients.Unsubscribe()
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunsMaxDeliveries(), err)
 	}
 	defer abandoned.Unsubscribe()
 	cancels, err := s.c.nc.Subscribe(s.subjects.JournalCancels(), s.onCancelRequest)
 	if err != nil {
-		sub.Unsubscribe()
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.JournalCancels(), err)
 	}
 	defer cancels.Unsubscribe()
 	if err := s.c.nc.FlushTimeout(opTimeout); err != nil {
-		sub.Unsubscribe()
-		clients.Unsubscribe()
-		return fmt.Errorf("coordinator: registering the submit subscription: %w", err)
+		return fmt.Errorf("coordinator: registering the subscriptions: %w", err)
 	}
 
 	go s.guard.Run(ctx)
@@ -174,7 +158,7 @@ func (s *service) serve(ctx context.Context) error {
 		defer close(pulled)
 		s.queue.Run(ctx, execCtx)
 	}()
-	ev := s.log.Info().Str("submit", s.subjects.RunSubmit()).Str("stream", s.subjects.RunsStream()).
+	ev := s.log.Info().Str("submit", s.subjects.RunSubmissions()).Str("stream", s.subjects.RunsStream()).
 		Str("bucket", s.subjects.RunsBucket()).Int("max_concurrent_runs", s.cfg.MaxConcurrentRuns)
 	if url := s.c.ClientURL(); url != "" {
 		ev = ev.Str("nats_url", url).Str("credentials_file", s.c.CredentialsFile())
@@ -183,11 +167,6 @@ func (s *service) serve(ctx context.Context) error {
 
 	<-ctx.Done()
 	s.log.Info().Msg("shutting down: no new runs are taken")
-	for _, sb := range []*nats.Subscription{sub, clients} {
-		if err := sb.Drain(); err != nil {
-			sb.Unsubscribe()
-		}
-	}
 	<-pulled
 
 	// Hand the runs in flight off: each stops at its next step boundary
@@ -198,89 +177,8 @@ func (s *service) serve(ctx context.Context) error {
 		s.log.Warn().Dur("grace", s.cfg.ShutdownGrace).Msg("shutdown grace over: cancelling the runs still in flight")
 		cancelExec(errShutdown)
 	})
-	// The drained subscription answers what it had already received.
-	deadline := time.Now().Add(opTimeout)
-	for (sub.IsValid() || clients.IsValid()) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
 	s.log.Info().Msg("stopped serving runs")
 	return nil
-}
-
-// onSubmit answers one run request: refused with the reason, or queued in
-// the runs stream and accepted with its run id.
-func (s *service) onSubmit(m *nats.Msg) {
-	if s.c.guard.Err() != nil || s.guard.Err() != nil {
-		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
-			Code: protocol.CodeUnavailable, Message: "the fleet's streams are not configured as expected; retry later",
-		}})
-		return
-	}
-	client, ok := submitter(s.subjects, m.Subject)
-	if !ok {
-		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
-			Code: protocol.CodeInvalidField, Field: "subject", Message: "not a submit subject",
-		}})
-		return
-	}
-	if _, _, err := decodeRunRequest(m.Data, s.cfg.MaxRequestBytes); err != nil {
-		re := protocol.RunErrorFrom(err)
-		s.limited.Warn().Str(logCode, re.Code).Str(logField, re.Field).Int(logBytes, len(m.Data)).Msg("run request refused")
-		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: re})
-		return
-	}
-	run := protocol.NewRunID()
-	subject, _ := s.subjects.RunQueue(run) // NewRunID is always a valid token
-	msg := nats.NewMsg(subject)
-	msg.Data = m.Data
-	msg.Header.Set(protocol.HeaderMsgID, protocol.RunMsgID(run))
-	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
-	if client != "" {
-		msg.Header.Set(protocol.HeaderClient, client)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	err := natsbus.QueueRunRequest(ctx, s.c.js, msg)
-	cancel()
-	if err != nil {
-		s.limited.Warn().Err(err).Str(logRun, string(run)).Msg("could not queue a run request")
-		s.reply(m, &protocol.RunResponse{V: protocol.Version, Status: protocol.RunRefused, Error: &protocol.RunError{
-			Code: protocol.CodeUnavailable, Message: "the run queue cannot take the request now; retry later",
-		}})
-		return
-	}
-	resultSubject, _ := s.subjects.ClientRunResult(client, run)
-	ev := s.log.Info().Str(logRun, string(run)).Int(logBytes, len(m.Data))
-	if client != "" {
-		ev = ev.Str(logClient, client)
-	}
-	ev.Msg("run accepted")
-	s.reply(m, &protocol.RunResponse{
-		V: protocol.Version, Status: protocol.RunAccepted, RunID: run,
-		ResultSubject: resultSubject, ResultBucket: s.subjects.RunsBucket(), ResultKey: protocol.RunKey(client, run),
-	})
-}
-
-// submitter returns the client a submission came from: "" on the shared
-// submit subject, the last token on a client's own ([Subjects.RunSubmitAs]).
-func submitter(subjects protocol.Subjects, subject string) (string, bool) {
-	if subject == subjects.RunSubmit() {
-		return "", true
-	}
-	client, ok := strings.CutPrefix(subject, subjects.RunSubmit()+".")
-	return client, ok && protocol.ValidToken(client)
-}
-
-func (s *service) reply(m *nats.Msg, resp *protocol.RunResponse) {
-	if m.Reply == "" {
-		return
-	}
-	data, err := encodeJSON(resp)
-	if err == nil {
-		err = m.Respond(data)
-	}
-	if err != nil {
-		s.limited.Warn().Err(err).Msg("could not answer a run request")
-	}
 }
 
 // handle runs one request taken from the stream, stores its result and
@@ -292,27 +190,36 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	if !d.Stored.IsZero() {
 		rec.SubmittedAt = d.Stored.UTC()
 	}
-	token, ok := strings.CutPrefix(m.Subject(), s.queuePrefix)
-	run, err := protocol.ParseRunID(token)
-	if !ok || err != nil {
-		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a queued run request without a valid run id")
+	client, agent, submission, ok := s.subjects.ParseRunSubmission(m.Subject())
+	if !ok {
+		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a submission whose subject names no valid client, agent and submission id")
 		return natsbus.Term(termMalformed)
 	}
-	rec.RunID = run
-	client := m.Headers().Get(protocol.HeaderClient)
-	if client != "" && !protocol.ValidToken(client) {
-		s.limited.Warn().Str(logRun, string(run)).Msg("terminated a queued run request with an invalid client")
-		return natsbus.Term(termMalformed)
+	run := protocol.SubmissionRunID(client, submission)
+	rec.RunID, rec.Submission, rec.Agent = run, submission, agent
+	log := s.log.With().Str(logRun, string(run)).Int(logAttempt, rec.Attempt).Str(logClient, client).
+		Str(logAgent, agent).Str(logSubmission, submission).Logger()
+	// A submission taken while a stream differs from its expected
+	// configuration (by a pull made before the check found it) waits here,
+	// kept in progress, until the streams are right again: submissions are
+	// stored whatever the streams' state, and only run on good ones.
+	if s.c.guard.Err() != nil || s.guard.Err() != nil {
+		log.Warn().Msg("a stream is not configured as expected: the run waits until it is")
+		stop := d.Heartbeat(s.cfg.AckWait / 3)
+		err := s.waitStreams(ctx)
+		stop()
+		if err != nil {
+			return natsbus.Nak(0)
+		}
 	}
-	log := s.log.With().Str(logRun, string(run)).Int(logAttempt, rec.Attempt).Logger()
-	if client != "" {
-		log = log.With().Str(logClient, client).Logger()
-	}
+	// A retry of a submission past the stream's duplicate window is a new
+	// message on the same subject, so the same run: it never runs twice.
 	if s.stored(protocol.RunKey(client, run)) {
-		log.Info().Msg("the run already has a result: its request is acknowledged, not run again")
+		log.Info().Msg("the run already has a result: its submission is acknowledged, not run again")
 		return natsbus.Ack
 	}
 	req, msgs, err := decodeRunRequest(m.Data(), s.cfg.MaxRequestBytes)
+	req.Agent = agent
 	if err != nil {
 		rec.Error = protocol.RunErrorFrom(err)
 		log.Warn().Str(logCode, rec.Error.Code).Str(logField, rec.Error.Field).Msg("queued run request refused")
@@ -358,10 +265,14 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 		return natsbus.Nak(time.Second)
 	}
 	if len(j.Entries()) == 0 {
+		// The client names the result's key (<client>.<run>) for
+		// "coordinator runs".
 		data, _ := encodeJSON(struct {
 			Limits  protocol.RunLimits `json:"limits"`
 			Clamped []string           `json:"clamped,omitempty"`
-		}{lim.record, lim.clamped})
+			Client  string             `json:"client,omitempty"`
+			Agent   string             `json:"agent,omitempty"`
+		}{lim.record, lim.clamped, client, agent})
 		if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
 			stop()
 			return s.released(log, j, err)
@@ -417,6 +328,24 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 		}
 	}
 	return s.finish(log, client, rec, false)
+}
+
+// waitStreams waits until every stream the service uses is as expected,
+// or ctx ends, or the service hands its runs off.
+func (s *service) waitStreams(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.handoff:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := s.c.guard.Wait(ctx); err != nil {
+		return err
+	}
+	return s.guard.Wait(ctx)
 }
 
 // released leaves a run that stopped at a step boundary to whoever takes

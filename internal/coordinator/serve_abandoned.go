@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -49,13 +48,11 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 		s.log.Debug().Err(err).Uint64("seq", adv.StreamSeq).Msg("abandoned run request not found")
 		return
 	}
-	token, ok := strings.CutPrefix(raw.Subject, s.queuePrefix)
-	run, err := protocol.ParseRunID(token)
-	client := raw.Header.Get(protocol.HeaderClient)
-	ok = ok && err == nil && (client == "" || protocol.ValidToken(client))
+	client, agent, submission, ok := s.subjects.ParseRunSubmission(raw.Subject)
+	run := protocol.SubmissionRunID(client, submission)
 	if ok && !s.stored(protocol.RunKey(client, run)) {
 		rec := &protocol.RunResult{
-			V: protocol.Version, RunID: run, Coordinator: s.cfg.Name, Attempt: int(adv.Deliveries),
+			V: protocol.Version, RunID: run, Submission: submission, Agent: agent, Coordinator: s.cfg.Name, Attempt: int(adv.Deliveries),
 			SubmittedAt: raw.Time.UTC(),
 			Error: &protocol.RunError{Code: protocol.CodeAbandoned, Message: fmt.Sprintf(
 				"the run was taken %d times and never finished: each coordinator that took it stopped mid-run", adv.Deliveries)},

@@ -3,7 +3,6 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -134,8 +133,8 @@ func (f *serveFleet) start(o serveOpts) *server {
 	return s
 }
 
-// submit sends body as "nats req" would, retrying while no coordinator
-// serves yet.
+// submit stores body as a submission of the default client, as "nats
+// req" would: the server's acknowledgement accepts it.
 func (f *serveFleet) submit(body string) protocol.RunResponse {
 	f.t.Helper()
 	var resp protocol.RunResponse
@@ -154,8 +153,8 @@ func (f *serveFleet) accepted(body string) protocol.RunID {
 	if resp.Status != protocol.RunAccepted || !resp.RunID.Valid() {
 		f.t.Fatalf("reply to %s = %+v, want accepted with a run id", body, resp)
 	}
-	if resp.ResultSubject != "fleet.run.result."+string(resp.RunID) || resp.ResultBucket != "fleet_runs" {
-		f.t.Fatalf("reply names %q and %q, want fleet.run.result.<run> and fleet_runs", resp.ResultSubject, resp.ResultBucket)
+	if resp.ResultSubject != "fleet.run.result.default."+string(resp.RunID) || resp.ResultBucket != "fleet_runs" || resp.ResultKey != "default."+string(resp.RunID) {
+		f.t.Fatalf("reply names %q, %q and %q, want fleet.run.result.default.<run>, fleet_runs and default.<run>", resp.ResultSubject, resp.ResultBucket, resp.ResultKey)
 	}
 	return resp.RunID
 }
@@ -165,7 +164,7 @@ func (f *serveFleet) result(run protocol.RunID) protocol.RunResult {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(f.t.Context(), 20*time.Second)
 	defer cancel()
-	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, string(run))
+	res, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, protocol.RunKey("default", run))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -173,6 +172,29 @@ func (f *serveFleet) result(run protocol.RunID) protocol.RunResult {
 		f.t.Fatalf("result under key %s has run_id %s", run, res.RunID)
 	}
 	return res
+}
+
+// refused submits body and returns the error its stored result gives:
+// the coordinator that took it refused it.
+func (f *serveFleet) refused(body string) (*protocol.RunError, []byte) {
+	f.t.Helper()
+	run := f.accepted(body)
+	res := f.result(run)
+	if res.Error == nil || res.TerminationReason != "" {
+		f.t.Fatalf("result of %s = %+v, want refused", body, res)
+	}
+	_, raw, _ := coordinator.WaitResult(f.t.Context(), f.js, protocol.Subjects{}, protocol.RunKey("default", run))
+	return res.Error, raw
+}
+
+// queued stores body on the submission subject of submission id, past
+// every client-side check, and returns its run id.
+func (f *serveFleet) queued(id, body string) protocol.RunID {
+	f.t.Helper()
+	if _, err := f.js.Publish(f.t.Context(), "fleet.run.submit.default.default."+id, []byte(body)); err != nil {
+		f.t.Fatal(err)
+	}
+	return protocol.SubmissionRunID("default", id)
 }
 
 // consumerIdle waits until the runs consumer holds nothing: no request is
@@ -242,7 +264,7 @@ func TestServeRunsASubmittedPrompt(t *testing.T) {
 	// The stored result is the run's --output json object plus the serving
 	// fields.
 	var lr loop.Result
-	_, raw, _ := coordinator.WaitResult(t.Context(), f.js, protocol.Subjects{}, string(run))
+	_, raw, _ := coordinator.WaitResult(t.Context(), f.js, protocol.Subjects{}, protocol.RunKey("default", run))
 	if err := json.Unmarshal(raw, &lr); err != nil || lr.RunID != run || len(lr.Calls) != 1 || len(lr.Messages) != 4 ||
 		lr.Calls[0].Outcome != protocol.OutcomeOK || lr.Metadata.Rounds != 2 {
 		t.Fatalf("stored result as loop.Result = %+v, %v", lr, err)
@@ -250,8 +272,8 @@ func TestServeRunsASubmittedPrompt(t *testing.T) {
 
 	select {
 	case m := <-announced:
-		if m.Subject != "fleet.run.result."+string(run) || string(m.Data) != string(raw) {
-			t.Fatalf("announced on %s: %s; want the stored result on fleet.run.result.%s", m.Subject, m.Data, run)
+		if m.Subject != "fleet.run.result.default."+string(run) || string(m.Data) != string(raw) {
+			t.Fatalf("announced on %s: %s; want the stored result on fleet.run.result.default.%s", m.Subject, m.Data, run)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the result was not announced")
@@ -341,55 +363,39 @@ func TestServeRefusesBadRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := f.submit(tt.body)
-			if resp.Status != protocol.RunRefused || resp.RunID != "" || resp.Error == nil {
-				t.Fatalf("reply = %+v, want refused without a run id", resp)
-			}
-			if resp.Error.Code != tt.code || resp.Error.Field != tt.field || resp.Error.Message == "" {
-				t.Fatalf("error = %+v, want code %s field %q and a message", resp.Error, tt.code, tt.field)
+			re, _ := f.refused(tt.body)
+			if re.Code != tt.code || re.Field != tt.field || re.Message == "" {
+				t.Fatalf("error = %+v, want code %s field %q and a message", re, tt.code, tt.field)
 			}
 		})
 	}
-	// Replies read as typed: no HTML escapes.
-	msg, err := f.nc.Request("fleet.run.submit", []byte(`{"prompt": "hi", "max_rounds": -1}`), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	// Stored results read as typed: no HTML escapes.
+	if _, raw := f.refused(`{"prompt": "hi", "max_rounds": -1}`); !strings.Contains(string(raw), `"message":"must be >= 0`) {
+		t.Fatalf("raw result = %s, want the message unescaped", raw)
 	}
-	if !strings.Contains(string(msg.Data), `"message":"must be >= 0`) {
-		t.Fatalf("raw reply = %s, want the message unescaped", msg.Data)
-	}
-	// Nothing refused reached the stream.
-	st, err := f.js.Stream(t.Context(), "FLEET_RUNS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(t.Context())
-	if err != nil || info.State.Msgs != 0 || info.State.LastSeq != 0 {
-		t.Fatalf("runs stream state = %+v, %v; want nothing ever stored", info.State, err)
-	}
+	f.consumerIdle()
 }
 
 // TestServeTerminatesMalformedQueuedRequests publishes straight into the
-// runs stream, past the submit subject's checks: each malformed request gets
+// runs stream, past every client-side check: each malformed request gets
 // one error result and is never delivered again.
 func TestServeTerminatesMalformedQueuedRequests(t *testing.T) {
 	f := newServeFleet(t)
 	f.start(serveOpts{script: echoThenAnswer})
 	f.accepted(`{"prompt": "warm up"}`) // the stream exists and is served
 
-	runs := map[protocol.RunID]string{
+	runs := map[string]string{
 		"badjson":   `{"prompt": `,
 		"unknown":   `{"prompt": "hi", "evil": true}`,
 		"toolarge":  `{"prompt": "` + strings.Repeat("x", protocol.DefaultMaxRunRequestBytes) + `"}`,
 		"negatives": `{"prompt": "hi", "max_tool_calls_per_round": -3}`,
 	}
-	for run, body := range runs {
-		if _, err := f.js.Publish(t.Context(), "fleet.run.queue."+string(run), []byte(body)); err != nil {
-			t.Fatal(err)
-		}
+	ids := map[string]protocol.RunID{}
+	for id, body := range runs {
+		ids[id] = f.queued(id, body)
 	}
-	for run := range runs {
-		res := f.result(run)
+	for run, id := range ids {
+		res := f.result(id)
 		if res.Error == nil || res.TerminationReason != "" || res.Coordinator == "" {
 			t.Fatalf("%s: result %+v, want an error result", run, res)
 		}
@@ -495,12 +501,12 @@ func TestServeShutdown(t *testing.T) {
 	if info, err := rs.Info(t.Context()); err != nil || info.State.Consumers != 0 {
 		t.Fatalf("results stream after shutdown: %+v (%v), want no consumer", info.State, err)
 	}
-	if _, err := coordinator.SubmitRaw(t.Context(), f.nc, protocol.Subjects{}, []byte(`{"prompt": "x"}`)); !errors.Is(err, coordinator.ErrNoCoordinator) {
-		t.Fatalf("submit after shutdown: %v, want no coordinator", err)
-	}
+	// With no coordinator at all, a submission is still accepted: the
+	// server stores it.
+	later := f.accepted(`{"prompt": "slow"}`)
 	if _, err := f.js.KeyValue(t.Context(), "fleet_runs"); err == nil {
 		kv, _ := f.js.KeyValue(t.Context(), "fleet_runs")
-		if _, err := kv.Get(t.Context(), string(run)); err == nil {
+		if _, err := kv.Get(t.Context(), protocol.RunKey("default", run)); err == nil {
 			t.Fatal("the handed-off run has a result before any coordinator resumed it")
 		}
 	}
@@ -510,14 +516,17 @@ func TestServeShutdown(t *testing.T) {
 	if res.TerminationReason != "natural" || res.Answer != "slow said " || res.Coordinator != "c2" || res.Attempt != 2 {
 		t.Fatalf("result %+v, want natural on c2 at attempt 2", res)
 	}
+	if res := f.result(later); res.TerminationReason != "natural" || res.Attempt != 1 {
+		t.Fatalf("run submitted while no coordinator served: %+v, want natural at attempt 1", res)
+	}
 	f.consumerIdle()
 	cons, err := f.js.Consumer(t.Context(), "FLEET_CALLS", "tool_slow")
 	if err != nil {
 		t.Fatal(err)
 	}
 	info, err := cons.Info(t.Context())
-	if err != nil || info.Delivered.Consumer != 1 {
-		t.Fatalf("slow delivered %+v (%v) times, want once", info.Delivered, err)
+	if err != nil || info.Delivered.Consumer != 2 {
+		t.Fatalf("slow delivered %+v (%v) times, want once per run", info.Delivered, err)
 	}
 }
 
@@ -556,21 +565,19 @@ func TestServeGivesAbandonedRunsAResult(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := f.js.Publish(t.Context(), "fleet.run.queue.dead1", []byte(`{"prompt": "never finished"}`)); err != nil {
-		t.Fatal(err)
-	}
+	dead := f.queued("dead1", `{"prompt": "never finished"}`)
 	cons, err := f.js.Consumer(t.Context(), "FLEET_RUNS", "coordinators")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-	if err != nil || m.Subject() != "fleet.run.queue.dead1" {
+	if err != nil || m.Subject() != "fleet.run.submit.default.default.dead1" {
 		t.Fatalf("taking the request: %v, %v", m, err)
 	}
 	// The taker dies: no ack, no heartbeat.
 
 	f.start(serveOpts{script: echoThenAnswer, serve: sc})
-	res := f.result("dead1")
+	res := f.result(dead)
 	if res.Error == nil || res.Error.Code != protocol.CodeAbandoned || res.TerminationReason != "" || res.Attempt != 1 {
 		t.Fatalf("result = %+v, want an abandoned error after 1 delivery", res)
 	}
@@ -603,22 +610,18 @@ func TestServeNeverLogsRequests(t *testing.T) {
 		`{"prompt": ` + canary + `}`,
 		`{"prompt": "` + canary + `", "extra": 1}`,
 	} {
-		resp := f.submit(bad)
-		if resp.Status != protocol.RunRefused || strings.Contains(resp.Error.Message, canary) {
-			t.Errorf("reply = %+v: want refused without the canary", resp)
+		if re, raw := f.refused(bad); strings.Contains(re.Message, canary) || strings.Contains(string(raw), canary) {
+			t.Errorf("result = %s: want refused without the canary", raw)
 		}
 	}
-	if _, err := f.js.Publish(t.Context(), "fleet.run.queue.bad1", []byte(`{"prompt": `+canary+`}`)); err != nil {
-		t.Fatal(err)
-	}
-	if res := f.result("bad1"); res.Error == nil || strings.Contains(res.Error.Message, canary) {
+	if res := f.result(f.queued("bad1", `{"prompt": `+canary+`}`)); res.Error == nil || strings.Contains(res.Error.Message, canary) {
 		t.Errorf("queued bad request result = %+v: want an error without the canary", res.Error)
 	}
 	s.stop()
 	if strings.Contains(logs.String(), canary) {
 		t.Fatalf("the canary reached the log:\n%s", logs.String())
 	}
-	if !strings.Contains(logs.String(), "run accepted") {
+	if !strings.Contains(logs.String(), "run started") {
 		t.Fatalf("the log was not captured:\n%s", logs.String())
 	}
 }

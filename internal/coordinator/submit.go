@@ -9,16 +9,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// ErrNoCoordinator is returned by [Submit] when no coordinator serves the
-// submit subject.
-var ErrNoCoordinator = errors.New("no coordinator is serving runs")
-
-// Submit sends req on the submit subject of the fleet named by subjects and
-// returns the serving coordinator's reply, accepted or refused. Without a
-// deadline on ctx it waits up to 5s.
+// Submit stores req in the runs stream as a submission of the default
+// client ([client.DefaultClient]) and returns where its result will be. It
+// retries until the server stores it; without a deadline on ctx it tries
+// for up to 30s.
 func Submit(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, req protocol.RunRequest) (protocol.RunResponse, error) {
 	data, err := protocol.Encode(&req)
 	if err != nil {
@@ -33,35 +31,26 @@ func SubmitRaw(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, d
 	return SubmitRawAs(ctx, nc, subjects, "", data)
 }
 
-// SubmitRawAs is SubmitRaw on client's own submit subject
-// ([protocol.Subjects.RunSubmitAs]); "" means the shared one. The result
-// is then kept under the response's ResultKey, which only that client
-// may read in a deployment that gives each client its own subjects.
-func SubmitRawAs(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, client string, data []byte) (protocol.RunResponse, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, opTimeout)
-		defer cancel()
+// SubmitRawAs is SubmitRaw as client ("": [client.DefaultClient]) on the
+// default agent, with a fresh submission id. The response is built from the
+// server's acknowledgement: it is always "accepted", and a request the
+// coordinator refuses gets a stored result saying why.
+func SubmitRawAs(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, name string, data []byte) (protocol.RunResponse, error) {
+	if name == "" {
+		name = client.DefaultClient
 	}
-	subject := subjects.RunSubmit()
-	if client != "" {
-		var err error
-		if subject, err = subjects.RunSubmitAs(client); err != nil {
-			return protocol.RunResponse{}, fmt.Errorf("coordinator: client: %w", err)
-		}
-	}
-	msg, err := nc.RequestWithContext(ctx, subject, data)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return protocol.RunResponse{}, fmt.Errorf("coordinator: %s: %w", subject, ErrNoCoordinator)
-	}
+	c, err := client.New(nc, client.Config{Prefix: subjects.Prefix, Client: name})
 	if err != nil {
-		return protocol.RunResponse{}, fmt.Errorf("coordinator: submitting the run: %w", err)
+		return protocol.RunResponse{}, fmt.Errorf("coordinator: %w", err)
 	}
-	resp, err := protocol.DecodeRunResponse(msg.Data, 0)
+	run, err := c.SubmitRaw(ctx, "", "", data)
 	if err != nil {
-		return protocol.RunResponse{}, fmt.Errorf("coordinator: the reply to the run request: %w", err)
+		return protocol.RunResponse{}, fmt.Errorf("coordinator: %w", err)
 	}
-	return resp, nil
+	return protocol.RunResponse{
+		V: protocol.Version, Status: protocol.RunAccepted, RunID: run.ID,
+		ResultSubject: run.Subject, ResultBucket: subjects.RunsBucket(), ResultKey: run.Key,
+	}, nil
 }
 
 // WaitResult waits until the result under key (a run id, or

@@ -86,7 +86,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 		}},
 		{Name: RoleClient, Password: password(RoleClient), Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{
-				s.RunSubmit() + "." + RoleClient,
+				p + ".run.submit." + RoleClient + ".>",
 				"$JS.API.INFO",
 				"$JS.API.STREAM.INFO.KV_" + runs,
 				"$JS.API.DIRECT.GET.KV_" + runs + ".$KV." + runs + "." + RoleClient + ".>",
@@ -96,6 +96,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 			}},
 			Subscribe: &server.SubjectPermission{Allow: []string{
 				p + ".run.result." + RoleClient + ".>",
+				p + ".run.progress." + RoleClient + ".>",
 				"_INBOX_" + RoleClient + ".>",
 			}},
 		}},

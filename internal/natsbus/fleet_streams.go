@@ -93,10 +93,15 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 		}},
 		bucket(RoleCoordinator|RoleWorker, s.CatalogBucket(), "toolfleet tool catalog: tool name -> spec",
 			c.Replicas, 0, -1, int32(c.MaxMessageBytes)),
+		// Clients store their submissions here themselves
+		// (<prefix>.run.submit.<client>.<agent>.<submission>, deduplicated
+		// by Nats-Msg-Id): a run is accepted once stored, whether or not a
+		// coordinator runs. DiscardNew refuses a submission, rather than
+		// dropping a queued one, when the stream is full.
 		{Roles: RoleServe, Config: jetstream.StreamConfig{
 			Name:        s.RunsStream(),
-			Description: "toolfleet run requests waiting for a coordinator",
-			Subjects:    []string{s.RunQueues()},
+			Description: "toolfleet run submissions waiting for a coordinator",
+			Subjects:    []string{s.RunSubmissions()},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,

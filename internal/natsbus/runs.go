@@ -28,6 +28,9 @@ type RunResults struct {
 // creates it).
 func OpenRunResults(ctx context.Context, js JetStream, subjects protocol.Subjects) (*RunResults, error) {
 	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: %w", ErrNoRunsBucket, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +97,7 @@ func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerC
 	return jetstream.ConsumerConfig{
 		Durable:       s.RunsConsumer(),
 		Description:   "toolfleet coordinators serving runs",
-		FilterSubject: s.RunQueues(),
+		FilterSubject: s.RunSubmissions(),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,
@@ -132,4 +135,35 @@ func JournalStreamConfig(s protocol.Subjects) jetstream.StreamConfig {
 		}
 	}
 	panic("natsbus.FleetStreams lists no journal stream")
+}
+
+// ErrNoRunsBucket is returned by [OpenRunResults] when the runs bucket
+// does not exist (yet: no serving coordinator has started, and nobody
+// provisioned the fleet).
+var ErrNoRunsBucket = errors.New("the runs bucket does not exist")
+
+// ErrNoResult is returned by [RunResults.Get] when key has no result.
+var ErrNoResult = errors.New("no result stored")
+
+// Get returns the result under key as stored, or [ErrNoResult].
+func (r *RunResults) Get(ctx context.Context, key string) ([]byte, error) {
+	e, err := r.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, ErrNoResult
+	case err != nil:
+		return nil, err
+	}
+	return e.Value(), nil
+}
+
+// SubmitRun stores msg, a submission on its subject
+// ([protocol.Subjects.RunSubmission]) with its dedup id, in the runs
+// stream, and reports whether the server already held it (a duplicate).
+func SubmitRun(ctx context.Context, js JetStream, msg *nats.Msg) (duplicate bool, err error) {
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		return false, err
+	}
+	return ack.Duplicate, nil
 }

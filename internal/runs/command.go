@@ -130,6 +130,24 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	return exitOK
 }
 
+// resultKey is run's key in the runs bucket: <client>.<run> for a served
+// run, whose journal's request entry names the client, else the run id.
+func resultKey(run protocol.RunID, recs []natsbus.JournalRecord) string {
+	for _, r := range recs {
+		if r.Entry.Kind != natsbus.EntryRequest {
+			continue
+		}
+		var req struct {
+			Client string `json:"client"`
+		}
+		if json.Unmarshal(r.Entry.Data, &req) == nil && protocol.ValidToken(req.Client) {
+			return protocol.RunKey(req.Client, run)
+		}
+		break
+	}
+	return string(run)
+}
+
 // state reads one run's state.
 func state(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID) (State, error) {
 	recs, err := natsbus.ReadJournal(ctx, js, subjects, run)
@@ -138,7 +156,7 @@ func state(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects
 	}
 	st := Summarize(run, recs)
 	if results, err := natsbus.OpenRunResults(ctx, js, subjects); err == nil {
-		st.HasResult = results.Has(ctx, string(run))
+		st.HasResult = results.Has(ctx, resultKey(run, recs))
 	}
 	if st.Status != "finished" {
 		if ok, _ := natsbus.CancelRequested(ctx, js, subjects, run); ok {

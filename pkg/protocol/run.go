@@ -2,8 +2,11 @@ package protocol
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"math/big"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -49,6 +52,10 @@ type RunRequest struct {
 	// approval in this run, on top of those the operator and the tools
 	// themselves require.
 	RequireApproval []string `json:"require_approval,omitempty"`
+	// Agent names the agent the run is for: the <agent> token of the
+	// submission subject ([Subjects.RunSubmission]) the coordinator read
+	// it from, never the body ([DefaultAgent] when the client named none).
+	Agent string `json:"-"`
 }
 
 // HasMessages reports whether the request carries a transcript.
@@ -231,6 +238,10 @@ type RunLimits struct {
 type RunResult struct {
 	V     int   `json:"v"`
 	RunID RunID `json:"run_id"`
+	// Submission and Agent are the submission id and agent tokens of the
+	// subject the run was submitted on ([Subjects.RunSubmission]).
+	Submission string `json:"submission_id,omitempty"`
+	Agent      string `json:"agent,omitempty"`
 	// Answer, TerminationReason, Metadata, Calls and Messages are the
 	// loop's result, unchanged.
 	Answer            string          `json:"answer"`
@@ -309,4 +320,29 @@ func DecodeRunResult(data []byte, limit int) (RunResult, error) {
 	var m RunResult
 	err := decode(data, limit, &m)
 	return m, err
+}
+
+// SubmissionMsgID is the Nats-Msg-Id of client's submission: scoped by
+// the client, so two clients choosing the same submission id never
+// collide in the runs stream's duplicate window:
+// submit-<len(client)>-<client>-<submission>.
+func SubmissionMsgID(client, submission string) string {
+	return "submit-" + strconv.Itoa(len(client)) + "-" + client + "-" + submission
+}
+
+// SubmissionRunID is the run id of client's submission: a 22-character
+// token derived (SHA-256) from both, so a client knows where its result
+// will be ([RunKey]) before any coordinator runs it, a retry of the same
+// submission names the same run, and two clients never share a run.
+func SubmissionRunID(client, submission string) RunID {
+	sum := sha256.Sum256([]byte("toolfleet-run\x00" + client + "\x00" + submission))
+	var b [22]byte
+	n := new(big.Int).SetBytes(sum[:])
+	base := big.NewInt(int64(len(idAlphabet)))
+	var m big.Int
+	for i := range b {
+		n.DivMod(n, base, &m)
+		b[i] = idAlphabet[m.Int64()]
+	}
+	return RunID(b[:])
 }

@@ -159,6 +159,9 @@ func (s Subjects) Consumer(tool ToolName) (string, error) {
 // RunSubmit is the core-NATS subject on which run requests are submitted
 // (request-reply): <prefix>.run.submit. Coordinators serve it in the
 // [Subjects.RunSubmitGroup] queue group.
+//
+// Deprecated: no coordinator serves it any more; clients store their
+// runs on [Subjects.RunSubmission].
 func (s Subjects) RunSubmit() string { return s.p() + ".run.submit" }
 
 // RunSubmitAs is the subject on which client submits its runs:
@@ -166,9 +169,15 @@ func (s Subjects) RunSubmit() string { return s.p() + ".run.submit" }
 // its own only, so the coordinator learns the submitter from the subject
 // and keeps the result where only that client may read it
 // ([Subjects.ClientRunResult], [RunKey]).
+//
+// Deprecated: no coordinator serves it any more; use
+// [Subjects.RunSubmission].
 func (s Subjects) RunSubmitAs(client string) (string, error) { return s.join("run.submit", client) }
 
 // RunSubmits is the wildcard of every client's submit subject.
+//
+// Deprecated: see [Subjects.RunSubmitAs]; [Subjects.RunSubmissions] is
+// the runs stream's.
 func (s Subjects) RunSubmits() string { return s.p() + ".run.submit.*" }
 
 // ClientRunResult is the subject a client's run result is announced on:
@@ -182,14 +191,20 @@ func (s Subjects) ClientRunResult(client string, run RunID) (string, error) {
 }
 
 // RunSubmitGroup is the queue group in which coordinators serve
-// [Subjects.RunSubmit], so each request is answered by one of them.
+// [Subjects.RunSubmit], so each request is answered by one of them, and
+// handle the runs stream's max-deliveries advisories.
 func (s Subjects) RunSubmitGroup() string { return "coordinators" }
 
 // RunQueue is the subject an accepted run request is stored on, in the runs
 // stream: <prefix>.run.queue.<run>.
+//
+// Deprecated: the runs stream holds submissions
+// ([Subjects.RunSubmission]) now.
 func (s Subjects) RunQueue(run RunID) (string, error) { return s.join("run.queue", string(run)) }
 
 // RunQueues is the wildcard covering every queued run request.
+//
+// Deprecated: see [Subjects.RunQueue].
 func (s Subjects) RunQueues() string { return s.p() + ".run.queue.*" }
 
 // RunResult is the core-NATS subject a run's result is announced on:
@@ -308,4 +323,37 @@ func (s Subjects) ClientRunProgress(client string, run RunID) (string, error) {
 		return s.join("run.progress", string(run))
 	}
 	return s.join("run.progress", client, string(run))
+}
+
+// DefaultAgent is the agent token of a submission that names none.
+const DefaultAgent = "default"
+
+// RunSubmission is the subject a client submits a run on, in the runs
+// stream: <prefix>.run.submit.<client>.<agent>.<submission>. The client
+// publishes it with [SubmissionMsgID] as Nats-Msg-Id, and the server's
+// acknowledgement of the stored message is the run's acceptance. A
+// deployment lets each client publish under its own <client> token only,
+// so the coordinator learns the submitter (and the agent) from the subject,
+// never from the body, and keeps the result where only that client may
+// read it ([Subjects.ClientRunResult], [RunKey] of [SubmissionRunID]).
+func (s Subjects) RunSubmission(client, agent, submission string) (string, error) {
+	return s.join("run.submit", client, agent, submission)
+}
+
+// RunSubmissions is the wildcard covering every submission:
+// <prefix>.run.submit.*.*.*, the runs stream's subjects.
+func (s Subjects) RunSubmissions() string { return s.p() + ".run.submit.*.*.*" }
+
+// ParseRunSubmission splits a submission subject ([Subjects.RunSubmission])
+// into its client, agent and submission id tokens.
+func (s Subjects) ParseRunSubmission(subject string) (client, agent, submission string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, s.p()+".run.submit.")
+	if !ok {
+		return "", "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || !ValidToken(parts[0]) || !ValidToken(parts[1]) || !ValidToken(parts[2]) {
+		return "", "", "", false
+	}
+	return parts[0], parts[1], parts[2], true
 }

@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Errors of [Client.Approve] and [Client.Deny].
+var (
+	// ErrNoApprovalRequest: no request for the call is stored.
+	ErrNoApprovalRequest = approval.ErrNoRequest
+	// ErrApprovalExpired: the request's deadline passed; the call did
+	// not run.
+	ErrApprovalExpired = approval.ErrExpired
+	// ErrApprovalSettled: the request was already approved or denied.
+	ErrApprovalSettled = approval.ErrSettled
+	// ErrNoOutcome: the decision is stored, but no coordinator recorded
+	// acting on it within the wait (is the run still waiting?).
+	ErrNoOutcome = approval.ErrNoOutcome
+)
+
+// ApprovalRequest is an open request for a human's approval of one call:
+// its run, call key, tool, arguments, digest and deadline, and its
+// sequence in the approvals stream.
+type ApprovalRequest = approval.PendingRequest
+
+// Decision is how an operator answers an [ApprovalRequest].
+type Decision struct {
+	// Approver names who decides; it is kept in the audit log.
+	Approver string
+	// Reason says why; it reaches the model. Required to deny.
+	Reason string
+	// Wait bounds how long to wait for the coordinator to record the
+	// outcome; 0 means 3s, a negative value not at all.
+	Wait time.Duration
+}
+
+// Approvals lists the pending approval requests stored within since (0:
+// the whole approvals stream), earliest deadline first. It needs the
+// operator's permissions.
+func (c *Client) Approvals(ctx context.Context, since time.Duration) ([]ApprovalRequest, error) {
+	var from time.Time
+	if since > 0 {
+		from = time.Now().Add(-since)
+	}
+	reqs, err := approval.Pending(ctx, c.js, c.subjects, from)
+	if err != nil {
+		return nil, fmt.Errorf("client: listing approvals: %w", err)
+	}
+	return reqs, nil
+}
+
+// Approve approves req's call and returns the outcome the coordinator
+// recorded ("approved"), or an error wrapping one of the errors above.
+func (c *Client) Approve(ctx context.Context, req ApprovalRequest, d Decision) (string, error) {
+	return c.decide(ctx, req.RunID, req.CallKey, true, d)
+}
+
+// Deny denies req's call (d.Reason is required) and returns the outcome
+// the coordinator recorded ("denied").
+func (c *Client) Deny(ctx context.Context, req ApprovalRequest, d Decision) (string, error) {
+	return c.decide(ctx, req.RunID, req.CallKey, false, d)
+}
+
+func (c *Client) decide(ctx context.Context, run protocol.RunID, key protocol.CallKey, approve bool, d Decision) (string, error) {
+	wait := d.Wait
+	switch {
+	case wait == 0:
+		wait = 3 * time.Second
+	case wait < 0:
+		wait = 0
+	}
+	outcome, err := approval.Decide(ctx, c.js, c.subjects, run, key, approve, d.Approver, d.Reason, wait)
+	if err != nil {
+		return "", fmt.Errorf("client: %w", err)
+	}
+	return outcome, nil
+}

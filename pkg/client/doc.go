@@ -1,0 +1,12 @@
+// Package client talks to a serving fleet ("coordinator serve") from a Go
+// program: it submits runs and waits for their results.
+//
+// A run is submitted by storing it in the fleet's runs stream on the
+// client's own subject, <prefix>.run.submit.<client>.<agent>.<submission>,
+// with a submission id as its dedup id: the server's acknowledgement is the
+// acceptance, whether or not a coordinator runs at that moment. Submitting
+// the same submission id again never creates a second run, so [Client.Submit]
+// retries by itself until its context ends. The result is kept in the runs
+// bucket under <client>.<run> ([Run.Key]), where [Client.Wait] and
+// [Client.Result] read it.
+package client
