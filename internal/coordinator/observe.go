@@ -27,6 +27,7 @@ type observability struct {
 	coord   *metrics.Coordinator
 	worker  *metrics.Worker
 	streams *metrics.Streams
+	agents  *metrics.Agents
 	srv     *metrics.Server
 	nc      atomic.Pointer[nats.Conn]
 	probe   atomic.Pointer[natsbus.Probe]
@@ -41,7 +42,7 @@ func (c *Coordinator) startMetrics() error {
 		return nil
 	}
 	reg := metrics.NewRegistry()
-	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg)}
+	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg), agents: metrics.NewAgents(reg)}
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()
@@ -147,4 +148,12 @@ func (c *Coordinator) closeObservability() {
 		defer cancel()
 		c.obs.srv.Close(ctx)
 	}
+}
+
+// agentMetrics is the per-agent spend's metrics, nil without MetricsAddr.
+func (c *Coordinator) agentMetrics() *metrics.Agents {
+	if c.obs == nil {
+		return nil
+	}
+	return c.obs.agents
 }

@@ -11,8 +11,10 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -57,6 +59,9 @@ type service struct {
 	guard    *natsbus.StreamGuard // the runs stream and bucket
 	disp     *natsbus.Dispatcher
 	gate     *approval.Gate
+	// agents resolves each run's agent (docs/agents.md): its revision,
+	// pinned in the run's journal, its model, tools, limits and budget.
+	agents   *agents.Serving
 	slots    *semaphore.Weighted
 	inflight sync.WaitGroup
 	// handoff is closed when shutting down: runs in flight stop at their
@@ -128,6 +133,15 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard})
 	defer s.disp.Close() // once every run handed off or ended: its results consumer goes
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
+	store, err := natsbus.OpenAgents(octx, c.js, c.subjects)
+	if err != nil {
+		return fmt.Errorf("coordinator: the agents bucket %s (coordinator provision creates it): %w", c.subjects.AgentsBucket(), err)
+	}
+	s.agents = &agents.Serving{
+		Registry: &agents.Registry{Store: store},
+		Models:   &agents.Models{Getenv: procsec.Getenv, Logger: c.cfg.Logger},
+		Metrics:  c.agentMetrics(),
+	}
 	return s.serve(ctx)
 }
 
@@ -228,20 +242,6 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 
 	lim := applyLimits(s.c.cfg.Loop, req)
 	rec.Limits, rec.Clamped = &lim.record, lim.clamped
-	runner, err := s.runner(run, lim)
-	if err != nil {
-		// The operator's own limits were refused at start-up; a request can
-		// only add valid tool names to them.
-		log.Error().Err(err).Msg("could not configure the run")
-		rec.Error = protocol.RunErrorFrom(err)
-		return s.finish(log, client, rec, true)
-	}
-	ev := log.Info().Int("max_rounds", lim.record.MaxRounds).Int("max_tool_calls_per_round", lim.record.MaxToolCallsPerRound).
-		Int("max_observation_chars", lim.record.MaxObservationChars).Int64("tool_timeout_ms", lim.record.ToolTimeoutMS)
-	if len(lim.clamped) > 0 {
-		ev = ev.Strs("clamped", lim.clamped)
-	}
-	ev.Msg("run started")
 
 	stop := d.Heartbeat(s.cfg.AckWait / 3)
 	defer stop()
@@ -291,6 +291,23 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	if s.cfg.AfterAppend != nil {
 		lj = hookedJournal{j, s.cfg.AfterAppend}
 	}
+	runner, msgs, lim, err := s.runner(ctx, run, req, msgs, lj)
+	if err != nil {
+		stop()
+		if errors.Is(err, loop.ErrJournal) || errors.Is(err, loop.ErrFenced) {
+			return s.released(log, j, err)
+		}
+		log.Warn().Err(err).Msg("could not configure the run")
+		rec.Error = protocol.RunErrorFrom(err)
+		return s.finish(log, client, rec, true)
+	}
+	rec.Limits, rec.Clamped = &lim.record, lim.clamped
+	ev := log.Info().Int("max_rounds", lim.record.MaxRounds).Int("max_tool_calls_per_round", lim.record.MaxToolCallsPerRound).
+		Int("max_observation_chars", lim.record.MaxObservationChars).Int64("tool_timeout_ms", lim.record.ToolTimeoutMS)
+	if len(lim.clamped) > 0 {
+		ev = ev.Strs("clamped", lim.clamped)
+	}
+	ev.Msg("run started")
 	rctx = s.withClientProgress(rctx, client, run)
 	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff})
 	if errors.Is(runErr, loop.ErrJournal) && errors.Is(runErr, protocol.ErrTooLarge) {
@@ -366,9 +383,37 @@ func (s *service) released(log zerolog.Logger, j *natsbus.Journal, err error) na
 	}
 }
 
-// runner returns a loop runner for one run with the applied limits, whose
-// run id is run.
-func (s *service) runner(run protocol.RunID, lim appliedLimits) (*loop.Runner, error) {
+// runner returns the loop runner of one run, whose run id is run, and the
+// transcript it starts from: under the run's agent (req.Agent, resolved
+// and pinned in j by s.agents; docs/agents.md) its model, scoped catalog,
+// limits, approvals and budget, the request lowering the agent's limits as
+// it lowers the operator's; without one (the default agent, when the
+// fleet defines none) the coordinator's model and the operator's limits.
+// An agent the fleet does not hold refuses the run.
+func (s *service) runner(ctx context.Context, run protocol.RunID, req protocol.RunRequest, msgs []loop.Message, j loop.Journal) (*loop.Runner, []loop.Message, appliedLimits, error) {
+	lim := applyLimits(s.c.cfg.Loop, req)
+	model := s.c.cfg.Model
+	var cat loop.Catalog = s.c.catalog
+	if s.agents != nil {
+		in := msgs
+		if in == nil {
+			in = []loop.Message{{Role: "user", Content: req.Prompt}}
+		}
+		base := s.c.cfg.Loop
+		base.Logger = s.c.cfg.Logger
+		p, err := s.agents.Prepare(ctx, req.Agent, j, base, cat, in)
+		switch {
+		case err == nil:
+			lim = applyLimits(p.Config, req)
+			model, cat, msgs = p.Model, p.Catalog, p.Messages
+		case errors.Is(err, agents.ErrNotFound) && (req.Agent == "" || req.Agent == protocol.DefaultAgent):
+			// No default agent defined: the coordinator's own.
+		case errors.Is(err, agents.ErrNotFound):
+			return nil, nil, lim, &protocol.Error{Code: protocol.CodeInvalidField, Field: "agent", Msg: "the fleet has no agent of that name"}
+		default:
+			return nil, nil, lim, err
+		}
+	}
 	lc := lim.loop
 	lc.Logger = s.c.cfg.Logger
 	// The loop draws the run id first, before any call key.
@@ -379,11 +424,11 @@ func (s *service) runner(run protocol.RunID, lim appliedLimits) (*loop.Runner, e
 		}
 		return protocol.NewID()
 	}
-	var cat loop.Catalog = s.c.catalog
 	if lim.toolCap > 0 {
 		cat = cappedCatalog{inner: cat, max: lim.toolCap}
 	}
-	return loop.New(lc, s.c.cfg.Model, cat, s.disp, s.gate)
+	r, err := loop.New(lc, model, cat, s.disp, s.gate)
+	return r, msgs, lim, err
 }
 
 // stored reports whether the run of key ([protocol.RunKey]) already has
