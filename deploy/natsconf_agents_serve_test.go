@@ -102,7 +102,9 @@ func TestConfTwoAgentsOneCoordinator(t *testing.T) {
 	}
 	sctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
-	go func() { served <- c.Serve(sctx, coordinator.ServeConfig{Name: "agents", PollWait: 100 * time.Millisecond}) }()
+	go func() {
+		served <- c.Serve(sctx, coordinator.ServeConfig{Name: "agents", PollWait: 100 * time.Millisecond})
+	}()
 	defer func() { stop(); <-served }()
 
 	cli := connectAs(t, s, "client")
