@@ -79,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return resumeCommand(ctx, args[1:], stdout, stderr)
 	case "runs":
 		return runsCommand(ctx, args[1:], stdout, stderr)
+	case "tools":
+		return toolsCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -99,6 +101,7 @@ func usage(w io.Writer) {
   coordinator provision [flags]                   create or update the fleet's streams (admin)
   coordinator runs list|show RUN|cancel RUN       see and steer durable runs (journals)
   coordinator resume [flags] RUN                  continue a killed "coordinator run --nats-url"
+  coordinator tools pause|resume|status TOOL      the kill switch of a tool, on every worker (operator)
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)
