@@ -129,3 +129,54 @@ func TestConfToolPause(t *testing.T) {
 		}
 	}
 }
+
+// Rate limits under the shipped configuration: only the operator sets a
+// tool's limit (key limit.<tool> of fleet_limits); workers and in-process
+// workers of a coordinator may advance the token buckets (bucket.<tool>)
+// and read the limits, never set one; a client may do neither.
+func TestConfToolLimits(t *testing.T) {
+	s := startFromConf(t)
+	ctx := t.Context()
+	provision(t, s)
+	subjects := protocol.Subjects{}
+	opConn := func(context.Context) (*nats.Conn, error) {
+		return nats.Connect(s.ClientURL(), nats.UserInfo("operator", passwords["operator"]), nats.CustomInboxPrefix(inboxOf("operator")))
+	}
+	var out, errb bytes.Buffer
+	if code := traffic.Command(ctx, []string{"limit", "echo", "--rate", "20", "--burst", "5", "--reason", "quota"}, &out, &errb, opConn); code != 0 {
+		t.Fatalf("coordinator tools limit as operator: exit %d: %s", code, errb.String())
+	}
+	out.Reset()
+	if code := traffic.Command(ctx, []string{"status", "echo"}, &out, &errb, opConn); !strings.Contains(out.String(), "20 calls/s, burst 5") {
+		t.Fatalf("tools status: exit %d: %s%s", code, out.String(), errb.String())
+	}
+	for _, user := range []string{"worker", "coordinator"} {
+		c := connectAs(t, s, user)
+		kv, err := c.js.KeyValue(ctx, subjects.LimitsBucket())
+		if err != nil {
+			t.Fatalf("%s opening the limits bucket: %v", user, err)
+		}
+		if e, err := kv.Get(ctx, "limit.echo"); err != nil || !strings.Contains(string(e.Value()), `"rate":20`) {
+			t.Errorf("%s reading the limit: %v", user, err)
+		}
+		if _, err := kv.Put(ctx, "bucket.echo", []byte("1")); err != nil {
+			t.Errorf("%s advancing the token bucket: %v", user, err)
+		}
+		if _, err := kv.Put(quick(t), "limit.echo", []byte(`{"rate":1000}`)); err == nil {
+			t.Errorf("%s set a limit", user)
+		}
+		if !refusedPub(t, c, "$KV.fleet_limits.limit.echo") {
+			t.Errorf("%s publish on the limit key not refused", user)
+		}
+	}
+	client := connectAs(t, s, "client")
+	for _, subj := range []string{"$KV.fleet_limits.limit.echo", "$KV.fleet_limits.bucket.echo"} {
+		if !refusedPub(t, client, subj) {
+			t.Errorf("client publish on %s not refused", subj)
+		}
+	}
+	worker := connectAs(t, s, "worker")
+	if !refusedPub(t, worker, "$KV.fleet_limits.bucket.deploy") {
+		t.Error("worker publish on the deploy tool's bucket not refused")
+	}
+}

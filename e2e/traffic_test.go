@@ -221,3 +221,104 @@ func (rs *resultSet) wait(t *testing.T, n int, timeout time.Duration) map[protoc
 	}
 	return out
 }
+
+// The rate limit with real processes: a tool whose manifest limits it to
+// 20 calls/s (burst 5), served by three toolworkers, offered up to 200
+// calls/s for 10s (the offered rate reached is logged: a loaded machine
+// publishes slower). Counted in the tool, the calls that started stay within
+// burst + 20/s × the span from the first call published to the last result
+// received (the span is measured, so a slow machine loosens the bound but
+// never breaks it); every other call is answered rate_limited, with a time
+// to try again, and every call is answered exactly once.
+func TestRateLimitHoldsAcrossWorkers(t *testing.T) {
+	const (
+		rate    = 20
+		burst   = 5
+		perTick = 10 // every 50ms: 200 calls/s
+		ticks   = 200
+	)
+	f := newFleet(t)
+	f.manifest = f.writeJSON("limited.json", map[string]any{"tools": []any{map[string]any{
+		"name": toolWork, "description": "records its runs", "parameters": json.RawMessage(sidefxSchema),
+		"timeout": "30s", "command": []string{bins.sidefx}, "idempotent": true,
+		"env":        map[string]string{"SIDEFX_LOG": f.effects},
+		"rate_limit": map[string]any{"rate": rate, "burst": burst},
+	}}})
+	for i := range 3 {
+		f.startWorker(fmt.Sprintf("w%d", i+1), "--log-level", "info")
+	}
+	subjects := protocol.Subjects{}
+	d := natsbus.NewDispatcher(f.nc, f.js, subjects, natsbus.DispatcherConfig{})
+	run := protocol.NewRunID()
+	in, err := d.Open(t.Context(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	results := collectResults(t, in)
+
+	keys := make([]protocol.CallKey, 0, perTick*ticks)
+	first := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	for i := range ticks {
+		<-tick.C
+		batch := make([]loop.Outgoing, perTick)
+		for j := range batch {
+			id := fmt.Sprintf("c%d-%d", i, j)
+			batch[j] = loop.Outgoing{Ctx: t.Context(), Call: protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(),
+				CallID: protocol.CallID(id), Tool: toolWork, Arguments: json.RawMessage(`{"id":"` + id + `"}`),
+				Deadline: time.Now().Add(4 * time.Minute), Attempt: 1}}
+			keys = append(keys, batch[j].Call.CallKey)
+		}
+		for j, err := range d.PublishBatch(t.Context(), batch) {
+			if err != nil {
+				t.Fatalf("Publish %s: %v", batch[j].Call.CallID, err)
+			}
+		}
+	}
+	tick.Stop()
+	offered := time.Since(first)
+	got := results.wait(t, len(keys), 6*time.Minute)
+	span := time.Since(first)
+
+	var ok, limited int
+	for _, k := range keys {
+		rs := got[k]
+		if len(rs) != 1 {
+			t.Fatalf("call %s: %d results, want 1", k, len(rs))
+		}
+		switch r := rs[0]; r.Outcome {
+		case protocol.OutcomeOK:
+			ok++
+		case protocol.OutcomeRateLimited:
+			limited++
+			if r.RetryAfterMS <= 0 {
+				t.Errorf("rate_limited result without a time to try again: %+v", r)
+			}
+		default:
+			t.Fatalf("call %s: %+v, want ok or rate_limited", k, r)
+		}
+	}
+	runs := f.runs()
+	started := len(runs)
+	distinct := map[string]bool{}
+	for _, r := range runs {
+		distinct[r.id] = true
+	}
+	bound := burst + int(rate*span.Seconds()) + 1
+	t.Logf("%d calls offered in %v (%.0f/s): %d started (bound %d over %v; %d over 10s), %d rate_limited",
+		len(keys), offered.Round(time.Millisecond), float64(len(keys))/offered.Seconds(), started, bound,
+		span.Round(time.Millisecond), rate*10+burst, limited)
+	// An idempotent call may run twice when the machine is too loaded for
+	// its heartbeats (redelivered after the ack wait): each run took its
+	// own turn under the limit, so every run counts against the bound.
+	if len(distinct) != ok {
+		t.Errorf("%d calls recorded by the tool (%d runs), %d ok results", len(distinct), started, ok)
+	}
+	if started > bound {
+		t.Errorf("%d calls started in %v, more than the limit allows (%d)", started, span, bound)
+	}
+	if limited == 0 {
+		t.Error("no call was rate limited")
+	}
+}

@@ -101,7 +101,7 @@ func usage(w io.Writer) {
   coordinator provision [flags]                   create or update the fleet's streams (admin)
   coordinator runs list|show RUN|cancel RUN       see and steer durable runs (journals)
   coordinator resume [flags] RUN                  continue a killed "coordinator run --nats-url"
-  coordinator tools pause|resume|status TOOL      the kill switch of a tool, on every worker (operator)
+  coordinator tools pause|resume|limit|status TOOL  a tool's kill switch and rate limit, fleet-wide (operator)
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

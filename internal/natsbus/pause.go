@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -164,4 +165,52 @@ func (t *ToolTraffic) History(ctx context.Context, tool protocol.ToolName, limit
 		}
 	})
 	return out, err
+}
+
+// SetLimit records note (action limit) and stores the tool's rate limit
+// for every worker serving it (they read it within limitRefresh). Rate 0
+// lifts every limit, the manifest's too.
+func (t *ToolTraffic) SetLimit(ctx context.Context, note protocol.TrafficNote) error {
+	note.Action = protocol.TrafficLimit
+	note.Until = nil
+	lim := protocol.RateLimit{Rate: note.Rate, Burst: note.Burst}
+	if err := lim.Validate(); err != nil {
+		return err
+	}
+	kv, err := t.js.KeyValue(ctx, t.subjects.LimitsBucket())
+	if err != nil {
+		return fmt.Errorf("rate limits bucket %s: %w", t.subjects.LimitsBucket(), err)
+	}
+	if err := t.record(ctx, &note); err != nil {
+		return err
+	}
+	data, err := json.Marshal(lim)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, limitKey(note.Tool), data); err != nil {
+		return fmt.Errorf("storing the limit of %s: %w", note.Tool, err)
+	}
+	return nil
+}
+
+// Limit returns the operator's rate limit of tool, and false when none is
+// set (the manifest's, if any, is in force).
+func (t *ToolTraffic) Limit(ctx context.Context, tool protocol.ToolName) (protocol.RateLimit, bool, error) {
+	kv, err := t.js.KeyValue(ctx, t.subjects.LimitsBucket())
+	if err != nil {
+		return protocol.RateLimit{}, false, fmt.Errorf("rate limits bucket %s: %w", t.subjects.LimitsBucket(), err)
+	}
+	e, err := kv.Get(ctx, limitKey(tool))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return protocol.RateLimit{}, false, nil
+	}
+	if err != nil {
+		return protocol.RateLimit{}, false, err
+	}
+	lim, err := protocol.DecodeRateLimit(e.Value())
+	if err != nil {
+		return protocol.RateLimit{}, false, err
+	}
+	return lim, true, nil
 }

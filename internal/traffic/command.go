@@ -28,7 +28,8 @@ const commandUsage = `usage: tools <command> [flags]
 commands:
   pause TOOL [--until T] [--reason R]   stop handing out TOOL's calls on every worker
   resume TOOL [--reason R]              hand them out again
-  status TOOL...                        show whether each TOOL is paused
+  limit TOOL --rate R [--burst B]       at most R calls of TOOL start per second, fleet-wide
+  status TOOL...                        show whether each TOOL is paused, and its limit
   history [TOOL]                        show the recorded pauses, resumes and limits
 
 T is a time (RFC 3339, or "2006-01-02 15:04:05" in UTC) or a duration from
@@ -54,6 +55,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		return c.pause(ctx, args[1:])
 	case "resume":
 		return c.resume(ctx, args[1:])
+	case "limit":
+		return c.limit(ctx, args[1:])
 	case "status":
 		return c.status(ctx, args[1:])
 	case "history":
@@ -290,6 +293,55 @@ func (c *command) resume(ctx context.Context, args []string) int {
 	return exitOK
 }
 
+func (c *command) limit(ctx context.Context, args []string) int {
+	fs := newFlagSet("limit", c.stderr, "limit TOOL --rate R [--burst B] [--reason R] [--by NAME]")
+	var (
+		com   common
+		aud   audit
+		rate  float64
+		burst int
+	)
+	com.register(fs)
+	aud.register(fs)
+	fs.Float64Var(&rate, "rate", -1, "calls per second, fleet-wide; 0 lifts every limit, the manifest's too (required)")
+	fs.IntVar(&burst, "burst", 1, "calls that may start at once after a quiet period")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return usageStatus(err)
+	}
+	tools, status := c.tools(fs, pos, 1, 1)
+	if status >= 0 {
+		return status
+	}
+	if rate < 0 {
+		return c.usageError(fs, "--rate is required")
+	}
+	lim := protocol.RateLimit{Rate: rate, Burst: burst}
+	if err := lim.Validate(); err != nil {
+		return c.usageError(fs, "%v", err)
+	}
+	if err := aud.check(); err != nil {
+		return c.usageError(fs, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, com.timeout)
+	defer cancel()
+	nc, tt, err := c.open(ctx, com.prefix)
+	if err != nil {
+		return c.fail("limit", err)
+	}
+	defer nc.Close()
+	note := protocol.TrafficNote{Tool: tools[0], Rate: rate, Burst: burst, By: aud.by, Reason: aud.reason, At: c.now().UTC()}
+	if err := tt.SetLimit(ctx, note); err != nil {
+		return c.fail("limit", err)
+	}
+	if rate == 0 {
+		fmt.Fprintf(c.stdout, "%s: no rate limit (every worker within a few seconds)\n", tools[0])
+	} else {
+		fmt.Fprintf(c.stdout, "%s: at most %g calls/s, burst %d, fleet-wide (every worker within a few seconds)\n", tools[0], rate, max(burst, 1))
+	}
+	return exitOK
+}
+
 func (c *command) status(ctx context.Context, args []string) int {
 	fs := newFlagSet("status", c.stderr, "status TOOL...")
 	var com common
@@ -321,6 +373,17 @@ func (c *command) status(ctx context.Context, args []string) int {
 			fmt.Fprintf(c.stdout, "%s: paused %s\n", tool, untilText(p.Until, now))
 		default:
 			fmt.Fprintf(c.stdout, "%s: running\n", tool)
+		}
+		switch lim, set, err := tt.Limit(ctx, tool); {
+		case err != nil:
+			fmt.Fprintf(c.stdout, "%s: rate limit: %v\n", tool, err)
+			code = exitError
+		case !set:
+			fmt.Fprintf(c.stdout, "%s: rate limit: the manifest's, if it declares one\n", tool)
+		case !lim.Limited():
+			fmt.Fprintf(c.stdout, "%s: rate limit: none (set by the operator)\n", tool)
+		default:
+			fmt.Fprintf(c.stdout, "%s: rate limit: %g calls/s, burst %d (set by the operator)\n", tool, lim.Rate, max(lim.Burst, 1))
 		}
 	}
 	return code
