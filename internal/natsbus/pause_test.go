@@ -84,3 +84,56 @@ func waitWaitingPulls(t *testing.T, f *fleet) {
 		return nil
 	})
 }
+
+// An operator's limit reaches a running worker: with at most one call per
+// 1000s, a call beyond the first is answered rate_limited (with the time
+// to try again) and does not run; lifting the limit (rate 0) lets calls
+// run again. Each change is in the audit log.
+func TestOperatorRateLimitReachesWorkers(t *testing.T) {
+	f := newFleet(t)
+	h, err := harness.New(harness.Config{}, harness.Echo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{})
+	traffic := natsbus.NewToolTraffic(f.js, f.subjects)
+	if err := traffic.SetLimit(ctx(t), protocol.TrafficNote{Tool: "echo", Rate: 0.001, Burst: 1, By: "ann", Reason: "quota"}); err != nil {
+		t.Fatalf("SetLimit: %v", err)
+	}
+	d, run, in := f.openRun(t)
+	call := func() protocol.Result {
+		c := newCall(run, "echo", `{"text":"hi"}`, 30*time.Second)
+		if err := d.Publish(ctx(t), c); err != nil {
+			t.Fatal(err)
+		}
+		return nextResult(t, in, c.CallKey, 20*time.Second)
+	}
+	// The worker reads the limit within a few seconds: until then calls run.
+	var limited protocol.Result
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if limited = call(); limited.Outcome != protocol.OutcomeRateLimited {
+			return errors.New("not limited yet")
+		}
+		return nil
+	})
+	if limited.RetryAfterMS <= 0 || limited.Output != "" {
+		t.Fatalf("rate_limited result %+v, want a time to try again and no output", limited)
+	}
+	executed := w.Stats().Executed
+	if r := call(); r.Outcome != protocol.OutcomeRateLimited || w.Stats().Executed != executed {
+		t.Fatalf("a second call over the limit: %+v (executed %d → %d)", r, executed, w.Stats().Executed)
+	}
+	if err := traffic.SetLimit(ctx(t), protocol.TrafficNote{Tool: "echo", Rate: 0, By: "ann", Reason: "lifted"}); err != nil {
+		t.Fatalf("SetLimit 0: %v", err)
+	}
+	natstest.WaitFor(t, 20*time.Second, func() error {
+		if r := call(); r.Outcome != protocol.OutcomeOK {
+			return errors.New("still limited")
+		}
+		return nil
+	})
+	hist, err := traffic.History(ctx(t), "echo", 10)
+	if err != nil || len(hist) != 2 || hist[0].Note.Action != protocol.TrafficLimit || hist[0].Note.Rate != 0.001 || hist[1].Note.Rate != 0 {
+		t.Fatalf("History: %+v, %v", hist, err)
+	}
+}

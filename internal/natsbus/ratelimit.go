@@ -164,12 +164,30 @@ func (l *rateLimiter) read(ctx context.Context, kv jetstream.KeyValue, key strin
 	case err != nil:
 		return err
 	}
-	tat, perr := strconv.ParseInt(string(e.Value()), 10, 64)
-	if perr != nil || len(e.Value()) > 20 {
-		tat = 0 // a garbled state is overwritten by the next update
-	}
-	l.tat, l.rev, l.known = tat, e.Revision(), true
+	l.tat, l.rev, l.known = decodeTAT(e.Value(), time.Now().UnixNano()), e.Revision(), true
 	return nil
+}
+
+// maxTATAhead bounds how far ahead of now a bucket's state may be: a
+// reservation moves it at most rateLimitMaxWait plus one interval (at
+// least 1ms at MaxRate, at most 1000s at the lowest rate) ahead of the
+// reserving worker's clock.
+const maxTATAhead = rateLimitMaxWait + 1000*time.Second + time.Minute
+
+// decodeTAT reads a bucket's state: a decimal unix time in nanoseconds.
+// Anything else — garbled, or further ahead of now than a reservation can
+// put it (a writer with a wrong clock, or a hostile one) — reads as an
+// empty bucket, which the next update overwrites: at worst one burst more
+// than the limit, never a tool blocked for good.
+func decodeTAT(data []byte, now int64) int64 {
+	if len(data) == 0 || len(data) > 19 {
+		return 0
+	}
+	tat, err := strconv.ParseInt(string(data), 10, 64)
+	if err != nil || tat < 0 || tat > now+int64(maxTATAhead) {
+		return 0
+	}
+	return tat
 }
 
 // casConflict reports whether err is a lost compare-and-set.

@@ -89,3 +89,21 @@ func TestRateLimitersShareOneBucket(t *testing.T) {
 		t.Fatalf("only %d reserved, want at least the burst %d", reserved, lim.Burst)
 	}
 }
+
+// FuzzDecodeTAT: whatever a bucket holds, its state is an empty bucket or
+// a time no further ahead than a reservation can put it.
+func FuzzDecodeTAT(f *testing.F) {
+	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC).UnixNano()
+	f.Add([]byte("1796342400000000000"))
+	f.Add([]byte("9223372036854775807"))
+	f.Add([]byte("-1"))
+	f.Add([]byte("+12"))
+	f.Add([]byte(""))
+	f.Add([]byte("１２"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tat := decodeTAT(data, now)
+		if tat < 0 || tat > now+int64(maxTATAhead) {
+			t.Fatalf("decodeTAT(%q) = %d", data, tat)
+		}
+	})
+}
