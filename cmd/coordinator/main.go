@@ -81,6 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runsCommand(ctx, args[1:], stdout, stderr)
 	case "agents":
 		return agentsCommand(ctx, args[1:], stdout, stderr)
+	case "tools":
+		return toolsCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -102,6 +104,7 @@ func usage(w io.Writer) {
   coordinator runs list|show RUN|cancel RUN       see and steer durable runs (journals)
   coordinator agents put FILE|get NAME|ls|rm NAME  the fleet's agents (admin, operator)
   coordinator resume [flags] RUN                  continue a killed "coordinator run --nats-url"
+  coordinator tools pause|resume|limit|status TOOL  a tool's kill switch and rate limit, fleet-wide (operator)
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

@@ -14,7 +14,7 @@
 //	toolfleet_worker_calls_in_flight{tool}                 calls running now
 //	toolfleet_worker_redeliveries_total{tool}              deliveries after the first
 //	toolfleet_worker_exec_escapes_total                    exec tool processes that left their group, killed
-//	toolfleet_worker_calls_terminated_total{tool,reason}   malformed, expired or unapproved, not run
+//	toolfleet_worker_calls_terminated_total{tool,reason}   malformed, expired, unapproved or rate_limited, not run
 //	toolfleet_worker_result_failures_total{tool}           results that could not be published
 //
 // A toolworker's MCP servers (read from the servers at each scrape, see

@@ -88,6 +88,7 @@ func TestWorkerMetrics(t *testing.T) {
 	w.CallFinished("echo", protocol.OutcomeOK, 30*time.Millisecond)
 	w.CallTerminated("echo", natsbus.TerminatedExpired)
 	w.CallTerminated("echo", natsbus.TerminatedMalformed)
+	w.CallTerminated("echo", natsbus.TerminatedRateLimited)
 	w.ResultFailed("echo")
 
 	f := metricstest.Gather(t, reg)
@@ -102,6 +103,7 @@ func TestWorkerMetrics(t *testing.T) {
 		{"toolfleet_worker_call_duration_seconds", L("tool", "echo"), 1},
 		{"toolfleet_worker_calls_terminated_total", L("tool", "echo", "reason", "expired"), 1},
 		{"toolfleet_worker_calls_terminated_total", L("tool", "echo", "reason", "malformed"), 1},
+		{"toolfleet_worker_calls_terminated_total", L("tool", "echo", "reason", "rate_limited"), 1},
 		{"toolfleet_worker_result_failures_total", L("tool", "echo"), 1},
 	} {
 		if err := f.Want(want.name, want.labels, want.want); err != nil {

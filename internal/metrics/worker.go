@@ -47,7 +47,7 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 		}, []string{"tool"}),
 		terminated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "worker", Name: "calls_terminated_total",
-			Help: "Call messages terminated without running, by tool and reason (malformed, expired, unapproved).",
+			Help: "Call messages terminated without running, by tool and reason (malformed, expired, unapproved, rate_limited).",
 		}, []string{"tool", "reason"}),
 		resultFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Subsystem: "worker", Name: "result_failures_total",
@@ -68,7 +68,8 @@ func (w *Worker) Delivered(tool string, attempt int) {
 // CallTerminated counts a message terminated without running.
 func (w *Worker) CallTerminated(tool, reason string) {
 	w.terminated.WithLabelValues(w.tools.label(tool),
-		oneOf(reason, natsbus.TerminatedMalformed, natsbus.TerminatedExpired, natsbus.TerminatedUnapproved)).Inc()
+		oneOf(reason, natsbus.TerminatedMalformed, natsbus.TerminatedExpired, natsbus.TerminatedUnapproved,
+			natsbus.TerminatedRateLimited)).Inc()
 }
 
 // CallStarted counts a call in flight.

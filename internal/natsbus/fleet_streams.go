@@ -93,6 +93,10 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 		}},
 		bucket(RoleCoordinator|RoleWorker, s.CatalogBucket(), "toolfleet tool catalog: tool name -> spec",
 			c.Replicas, 0, -1, int32(c.MaxMessageBytes)),
+		// Rate limits (ratelimit.go): limit.<tool>, the operator's; bucket.<tool>,
+		// the token bucket the workers share.
+		bucket(RoleCoordinator|RoleWorker, s.LimitsBucket(), "toolfleet rate limits: limit.<tool> -> limit, bucket.<tool> -> shared token bucket",
+			c.Replicas, 0, -1, protocol.MaxRateLimitBytes),
 		// Clients store their submissions here themselves
 		// (<prefix>.run.submit.<client>.<agent>.<submission>, deduplicated
 		// by Nats-Msg-Id): a run is accepted once stored, whether or not a

@@ -77,6 +77,7 @@ type Worker struct {
 	log      zerolog.Logger
 	limited  zerolog.Logger
 	tools    []*toolConsumer
+	limitsKV jetstream.KeyValue // the fleet's rate limits (ratelimit.go); nil without the bucket
 	sem      *semaphore.Weighted
 	started  atomic.Bool
 	inflight sync.WaitGroup
@@ -117,6 +118,7 @@ type toolConsumer struct {
 	meter      *toolMeter
 	config     jetstream.ConsumerConfig
 	queue      *WorkQueue
+	limiter    *rateLimiter // ratelimit.go
 }
 
 // NewWorker returns a worker for every tool of h. It validates cfg and
@@ -157,6 +159,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 			spec:       spec,
 			meter:      newToolMeter(spec.Name, subject, cfg.Observer),
 			config:     toolConsumerConfig(durable, spec.Name, subject, cfg),
+			limiter:    newRateLimiter(spec.Name, h.RateLimit(spec.Name)),
 		})
 	}
 	w.toolByName = make(map[protocol.ToolName]*toolConsumer, len(w.tools))
@@ -219,6 +222,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return stoppedEarly(ctx, err)
 		}
 	}
+	w.openLimits(ctx)
 	sub, err := w.nc.Subscribe(w.subjects.Cancels(), w.onCancel)
 	if err != nil {
 		return fmt.Errorf("natsbus: subscribing to cancels: %w", err)
@@ -233,6 +237,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, tc := range w.tools {
 		pullers.Go(func() { tc.queue.Run(ctx, execCtx) })
 	}
+	pullers.Go(func() { w.refreshLimits(ctx) })
 	svc := w.startDiscovery()
 	w.log.Info().Int("tools", len(w.tools)).Int("concurrency", w.cfg.Concurrency).Msg("worker started")
 	<-ctx.Done()

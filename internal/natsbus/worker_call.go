@@ -74,6 +74,9 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 			return w.refuseUnapproved(ctx, tc, call, replyTo, attempt, err, log)
 		}
 	}
+	if dec, done := w.admit(ctx, tc, call, replyTo, d, log); done { // ratelimit.go
+		return dec
+	}
 
 	if idempotent {
 		// The server redelivers a call whose heartbeats it missed for the

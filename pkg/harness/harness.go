@@ -36,6 +36,9 @@ type Tool struct {
 	Idempotent bool
 	// RequiresApproval tools run only after an operator approves each call.
 	RequiresApproval bool
+	// RateLimit is the tool's fleet-wide rate limit, which the fleet's
+	// workers enforce together (zero: none).
+	RateLimit protocol.RateLimit
 	// Run is the tool's body. Tools from a manifest have a Run that executes
 	// their command; [Harness.Execute] runs the command itself, with the
 	// call's output bound.
@@ -144,6 +147,9 @@ func newEntry(i int, t Tool) (*entry, error) {
 	if t.Run == nil {
 		return nil, terr("run", errors.New("required"))
 	}
+	if err := t.RateLimit.Validate(); err != nil {
+		return nil, terr("rate_limit", err)
+	}
 	if t.Timeout < 0 {
 		return nil, terr("timeout", errors.New("must be > 0 (0: default 30s)"))
 	}
@@ -171,6 +177,15 @@ func (h *Harness) Specs() []protocol.ToolSpec {
 		out[i] = s
 	}
 	return out
+}
+
+// RateLimit returns the rate limit the tool called name declares (zero:
+// none, or no such tool).
+func (h *Harness) RateLimit(name protocol.ToolName) protocol.RateLimit {
+	if e, ok := h.tools[name]; ok {
+		return e.tool.RateLimit
+	}
+	return protocol.RateLimit{}
 }
 
 // Tool returns the tool called name.

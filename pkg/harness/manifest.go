@@ -60,6 +60,9 @@ type manifestTool struct {
 	User   string `json:"user"`
 	Group  string `json:"group"`
 	Limits Limits `json:"limits"`
+	// RateLimit is the tool's fleet-wide rate limit: {"rate": calls per
+	// second, "burst": calls at once}.
+	RateLimit *protocol.RateLimit `json:"rate_limit"`
 }
 
 // ParseManifest parses a JSON tool manifest:
@@ -68,7 +71,11 @@ type manifestTool struct {
 //	  "timeout": "30s", "command": ["wc", "-c"], "idempotent": true,
 //	  "requires_approval": false, "env": {"LANG": "C"},
 //	  "user": "nobody", "limits": {"memory_bytes": 268435456, "cpu_seconds": 10,
-//	  "processes": 64, "open_files": 256}}]}
+//	  "processes": 64, "open_files": 256}, "rate_limit": {"rate": 20, "burst": 5}}]}
+//
+// "rate_limit" is the tool's fleet-wide limit: at most "rate" calls start
+// per second across every worker serving it, "burst" at once (default 1);
+// an operator's limit ("coordinator tools limit") replaces it.
 //
 // "user" (and "group"), names or numeric ids, run the tool as that user:
 // the worker must be root, or the manifest is refused. "limits" are the
@@ -208,6 +215,13 @@ func parseTool(i int, raw json.RawMessage, dir, pathEnv string) (Tool, error) {
 		return fail(field, err)
 	}
 	cmd.limits = m.Limits
+	var rate protocol.RateLimit
+	if m.RateLimit != nil {
+		if err := m.RateLimit.Validate(); err != nil {
+			return fail("rate_limit", err)
+		}
+		rate = *m.RateLimit
+	}
 	return Tool{
 		Name:             m.Name,
 		Description:      m.Description,
@@ -215,6 +229,7 @@ func parseTool(i int, raw json.RawMessage, dir, pathEnv string) (Tool, error) {
 		Timeout:          timeout,
 		Idempotent:       m.Idempotent,
 		RequiresApproval: m.RequiresApproval,
+		RateLimit:        rate,
 		Run:              cmd.run,
 		cmd:              cmd,
 	}, nil

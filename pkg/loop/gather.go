@@ -457,7 +457,7 @@ func workerOutcome(o protocol.Outcome) bool {
 	switch o {
 	case protocol.OutcomeOK, protocol.OutcomeFailed, protocol.OutcomeInvalidArguments,
 		protocol.OutcomeUnknownTool, protocol.OutcomeTimeout, protocol.OutcomeCancelled,
-		protocol.OutcomeDenied:
+		protocol.OutcomeDenied, protocol.OutcomeRateLimited:
 		return true
 	}
 	return false
@@ -563,6 +563,8 @@ func (ru *run) fromResult(s *callState, res protocol.Result) {
 	case protocol.OutcomeDenied:
 		s.gateResult = "worker_refused"
 		ru.answer(s, protocol.OutcomeDenied, obsWorkerRefused(s.name))
+	case protocol.OutcomeRateLimited:
+		ru.answer(s, protocol.OutcomeRateLimited, obsRateLimited(s.name, time.Duration(res.RetryAfterMS)*time.Millisecond))
 	default: // protocol.OutcomeCancelled
 		ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
 	}

@@ -76,6 +76,15 @@ func obsOutcomeUnknown(name string) string {
 	return "Tool '" + clipName(name) + "' outcome unknown: a worker started this call and stopped answering, so it may or may not have taken effect. Check before calling it again."
 }
 
+// obsRateLimited answers a call the tool's rate limit did not let start:
+// it did not run, and the model is told when to try again (rounded up to a
+// whole second, at least 1s).
+func obsRateLimited(name string, retryAfter time.Duration) string {
+	secs := max(int64((retryAfter+time.Second-1)/time.Second), 1)
+	return "Tool '" + clipName(name) + "' rate limited: the tool's rate limit was reached and this call did not run. Try again in " +
+		strconv.FormatInt(secs, 10) + "s or later."
+}
+
 func obsCancelled(name string) string { return "Tool '" + clipName(name) + "' was cancelled" }
 
 // maxNameRunes bounds a model-written name or id quoted in an observation

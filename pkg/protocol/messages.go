@@ -107,6 +107,9 @@ type Result struct {
 	Worker     string `json:"worker,omitempty"`
 	// Attempt is the JetStream delivery count of the call that produced it.
 	Attempt int `json:"attempt,omitempty"`
+	// RetryAfterMS (outcome rate_limited) is how long after the result the
+	// tool's rate limit allows a call again.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Validate checks the fields' rules.
@@ -129,6 +132,8 @@ func (r *Result) Validate() error {
 		return invalid("outcome", "unknown outcome")
 	case r.DurationMS < 0:
 		return invalid("duration_ms", "must be >= 0")
+	case r.RetryAfterMS < 0:
+		return invalid("retry_after_ms", "must be >= 0")
 	}
 	return nil
 }

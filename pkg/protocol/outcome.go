@@ -32,13 +32,17 @@ const (
 	// answering: the call may or may not have taken effect. Non-idempotent
 	// calls are never retried, so the model must check before retrying.
 	OutcomeUnknown Outcome = "outcome_unknown"
+	// OutcomeRateLimited means the tool's fleet-wide rate limit let the call
+	// not start soon enough; it did not run. The result's RetryAfterMS says
+	// when the limit allows a call again.
+	OutcomeRateLimited Outcome = "rate_limited"
 )
 
 // Outcomes lists every outcome in the order they were added.
 var Outcomes = []Outcome{
 	OutcomeOK, OutcomeFailed, OutcomeInvalidArguments, OutcomeUnknownTool,
 	OutcomeTimeout, OutcomeRejected, OutcomeDenied, OutcomeApprovalExpired,
-	OutcomeCancelled, OutcomeUnknown,
+	OutcomeCancelled, OutcomeUnknown, OutcomeRateLimited,
 }
 
 // Valid reports whether o is one of [Outcomes].
