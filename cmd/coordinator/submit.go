@@ -11,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/termui"
 	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/transcript"
@@ -180,6 +183,20 @@ Flags:`)
 	}
 
 	fmt.Fprintf(stderr, "coordinator submit: run %s accepted; waiting for its result\n", resp.RunID)
+	// At a terminal, the run's tool progress shows as live status lines
+	// until the result comes (reports sent before this subscription are
+	// not seen: progress travels on core NATS).
+	endDisplay := func() {}
+	if f.output == "text" && logging.IsTerminal(stdout) {
+		width := 0
+		if file, ok := stdout.(*os.File); ok {
+			width = termui.Width(file)
+		}
+		d := termui.New(stdout, termui.Config{Live: true, Width: width})
+		if stop, err := coordinator.FollowProgress(nc, subjects, cl.Name(), run.ID, d.Progress); err == nil {
+			endDisplay = func() { stop(); d.Close() }
+		}
+	}
 	wctx := ctx
 	if f.waitTimeout > 0 {
 		var cancel context.CancelFunc
@@ -187,6 +204,7 @@ Flags:`)
 		defer cancel()
 	}
 	resPtr, err := cl.Wait(wctx, run)
+	endDisplay()
 	if resPtr == nil {
 		fmt.Fprintf(stderr, "coordinator submit: %v (the result will be in bucket %s under key %s)\n", err, resp.ResultBucket, run.Key)
 		return exitError
