@@ -363,6 +363,7 @@ func TestConfPermissions(t *testing.T) {
 		defer in.Close()
 		subj, _ := subjects.Result(run, "echo")
 		r := protocol.Result{V: protocol.Version, RunID: run, CallKey: protocol.NewCallKey(), Outcome: protocol.OutcomeOK}
+		in.(loop.ExpectInbox).Expect(r.CallKey, "echo") // a call of the run (only those are answered)
 		data, _ := protocol.Encode(&r)
 		if _, err := worker.js.Publish(ctx, subj, data); err != nil {
 			t.Fatalf("worker storing a result: %v", err)
@@ -386,6 +387,7 @@ func TestConfPermissions(t *testing.T) {
 			t.Fatalf("coordinator reopening the run: %v", err)
 		}
 		defer again.Close()
+		again.(loop.ExpectInbox).Expect(r.CallKey, "echo") // as a resumed round does
 		again.(loop.CatchUpInbox).CaughtUp()
 		got(again)
 	})
