@@ -365,9 +365,7 @@ func TestConfPermissions(t *testing.T) {
 		defer in.Close()
 		subj, _ := subjects.Result(run, "echo")
 		r := protocol.Result{V: protocol.Version, RunID: run, CallKey: protocol.NewCallKey(), Outcome: protocol.OutcomeOK}
-		// The inbox takes a result only for a call of the run (published,
-		// or read back from its journal on resume).
-		in.(loop.ExpectInbox).Expect(r.CallKey, "echo")
+		in.(loop.ExpectInbox).Expect(r.CallKey, "echo") // a call of the run (only those are answered)
 		data, _ := protocol.Encode(&r)
 		if _, err := worker.js.Publish(ctx, subj, data); err != nil {
 			t.Fatalf("worker storing a result: %v", err)
@@ -391,7 +389,7 @@ func TestConfPermissions(t *testing.T) {
 			t.Fatalf("coordinator reopening the run: %v", err)
 		}
 		defer again.Close()
-		again.(loop.ExpectInbox).Expect(r.CallKey, "echo")
+		again.(loop.ExpectInbox).Expect(r.CallKey, "echo") // as a resumed round does
 		again.(loop.CatchUpInbox).CaughtUp()
 		got(again)
 	})

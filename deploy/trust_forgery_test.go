@@ -2,9 +2,11 @@ package deploy
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,21 +18,23 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// H4 of the second trust review, as it was shown: a worker of another
-// tool (the generic "worker" user, which the shipped config denies
-// fleet.result.*.deploy) publishes an ok result on fleet.result.RUN.echo
-// for the key of a gated "deploy" call before that call is published —
-// for the key predicted from the run id as call keys used to be derived,
-// and for the real key itself (read here from the approval request, as
-// only an operator could). The operator approves; the real call must
-// still be published and run by deploy's workers, and the model must see
-// its real result, never the forged one.
+// H4 of the second trust review, as it was shown: while round 1 runs, a
+// worker of another tool (the generic "worker" user, which the shipped
+// config denies fleet.result.*.deploy) publishes an ok result on
+// fleet.result.RUN.echo for the key of round 2's gated "deploy" call —
+// the key predicted from the run id as call keys used to be derived, and
+// the real key itself (derived here from the run's secret, read from its
+// journal as only a coordinator or an operator could) — and again once
+// the approval request shows the key. The operator approves; the real
+// call must still be published and run by deploy's workers, and the
+// model must see its real result, never the forged one.
 func TestHostileForgedResultOfAnotherTool(t *testing.T) {
 	s := startFromConf(t)
 	provision(t, s)
@@ -46,7 +50,16 @@ func TestHostileForgedResultOfAnotherTool(t *testing.T) {
 	var deploys atomic.Int64
 	startDeployWorker(t, connectAs(t, s, "worker_deploy"), "deployer", &deploys)
 	echo := connectAs(t, s, "worker")
-	eh, err := harness.New(harness.Config{}, harness.Echo())
+	release := make(chan struct{})
+	eh, err := harness.New(harness.Config{}, harness.Echo(), harness.Tool{Name: "slow", Description: "waits",
+		Parameters: json.RawMessage(`{"type":"object"}`), Idempotent: true,
+		Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return "slept", nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +91,7 @@ func TestHostileForgedResultOfAnotherTool(t *testing.T) {
 	}
 	catalog := looptest.NewCatalog(append(eh.Specs(), dh.Specs()...)...)
 	model := looptest.NewModel(
-		looptest.Calls(looptest.Call("c1", "echo", `{"text":"hello"}`)),
+		looptest.Calls(looptest.Call("c1", "slow", `{}`)),
 		looptest.Calls(looptest.Call("c2", "deploy", `{"target":"production"}`)),
 		looptest.Answer("done"))
 	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
@@ -113,9 +126,27 @@ func TestHostileForgedResultOfAnotherTool(t *testing.T) {
 			t.Fatalf("worker: publishing on %s: %v", subject, err)
 		}
 	}
-	// The key of round 2's call as it was derived from the run id alone.
-	sum := sha256.Sum256([]byte(string(run) + "\x00key0\x00" + strconv.Itoa(2) + "\x00" + strconv.Itoa(0)))
-	forge(protocol.CallKey(base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding).EncodeToString(sum[:16])))
+	// While round 1 runs: the key of round 2's call as it was derived from
+	// the run id alone, and as it is derived now, from the run's secret.
+	enc := base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+	what := string(run) + "\x00key0\x00" + strconv.Itoa(2) + "\x00" + strconv.Itoa(0)
+	sum := sha256.Sum256([]byte(what))
+	forge(protocol.CallKey(enc.EncodeToString(sum[:16])))
+	var secret string
+	testsync.WaitFor(t, 30*time.Second, func() error {
+		recs, err := natsbus.ReadJournal(t.Context(), coord.js, subjects, run)
+		for _, r := range recs {
+			if r.Entry.Kind == loop.EntryStart {
+				secret = r.Entry.Secret
+				return nil
+			}
+		}
+		return fmt.Errorf("no start entry in the journal (%v)", err)
+	})
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(what))
+	forge(protocol.CallKey(enc.EncodeToString(mac.Sum(nil)[:16])))
+	close(release)
 
 	m, err := reqs.NextMsg(60 * time.Second)
 	if err != nil {

@@ -158,6 +158,22 @@ func TestHostileJournalLoss(t *testing.T) {
 		t.Fatalf("after the resume: %d appends, %d model requests, calls stream %d -> %d; want 1, 1, unchanged",
 			appends.Load(), len(model.Requests()), callsBefore, lastSeq(t, calls))
 	}
+
+	// All of them lost: a run taken again finds nothing.
+	if err := journal.Purge(t.Context(), jetstream.WithPurgeSubject(subj)); err != nil {
+		t.Fatal(err)
+	}
+	j3, err := natsbus.OpenJournal(t.Context(), coord.js, subjects, run, "third", natsbus.NoteResume)
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	res, err = r.RunDurable(t.Context(), loop.Durable{Prompt: "go", RunID: run, Journal: j3})
+	if err != nil || res == nil || res.TerminationReason != loop.TerminationJournalLost {
+		t.Fatalf("resumed from an emptied journal: %+v, %v; want journal_lost", res, err)
+	}
+	if appends.Load() != 1 || len(model.Requests()) != 1 || lastSeq(t, calls) != callsBefore {
+		t.Fatalf("after the second resume: %d appends, %d model requests; want 1, 1, nothing published", appends.Load(), len(model.Requests()))
+	}
 }
 
 func streamMsgs(t *testing.T, st jetstream.Stream) uint64 {

@@ -441,8 +441,7 @@ func (in *Inbox) stopReading() {
 
 // Expect records that the call key of the run is a call to tool: its
 // result is taken only from the subject of that tool's results, which a
-// deployment lets only that tool's workers publish on, and a result for a
-// key nobody recorded is refused. [Dispatcher.Publish] records every call
+// deployment lets only that tool's workers publish on. [Dispatcher.Publish] records every call
 // it publishes; a process that resumes a run whose calls another
 // published records them with Expect ([loop.ExpectInbox]).
 func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
@@ -615,15 +614,9 @@ func (in *Inbox) onResult(m jetstream.Msg) {
 // onOneResult checks one result that came on subject and delivers it.
 func (in *Inbox) onOneResult(subject string, r protocol.Result) {
 	var err error
-	want, known := in.tools.Load(r.CallKey)
-	switch {
-	case r.RunID != in.run:
+	if r.RunID != in.run {
 		err = codedError("run_mismatch")
-	case !known:
-		// Not a call published for the run (nor one of a resumed round):
-		// a forger predicting a call to come.
-		err = codedError("unknown_call")
-	case subject != in.prefix+string(want.(protocol.ToolName)):
+	} else if want, ok := in.tools.Load(r.CallKey); ok && subject != in.prefix+string(want.(protocol.ToolName)) {
 		// A worker answering a call of another tool (or a forger).
 		err = codedError("tool_mismatch")
 	}
@@ -631,7 +624,10 @@ func (in *Inbox) onOneResult(subject string, r protocol.Result) {
 		in.refuse(subject, err)
 		return
 	}
-	in.deliver(loop.Event{Result: &r})
+	// The loop takes a result for a call it has not published (nor
+	// resumed) from nobody, and a result for a call only from its tool's
+	// subject, which the event names.
+	in.deliver(loop.Event{Result: &r, Tool: protocol.ToolName(strings.TrimPrefix(subject, in.prefix))})
 }
 
 // recovers reports whether the ordered consumer re-creates itself after

@@ -77,9 +77,9 @@ const (
 // fenced on the last entry read. Entries returns what was read, owner
 // entries included. The Journal is Incomplete when what was read does not
 // begin with the owner entry of the run's start, or is empty for a run
-// taken before (note other than NoteStart): entries were lost, and the
-// loop ends the run (loop.TerminationJournalLost) rather than start it
-// over.
+// taken before (note other than NoteStart) while the journal stream has
+// lost messages (by age or purge): entries were lost, and the loop ends
+// the run (loop.TerminationJournalLost) rather than start it over.
 func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID, owner, note string) (*Journal, error) {
 	subject, err := subjects.Journal(run)
 	if err != nil {
@@ -95,8 +95,13 @@ func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.
 	}
 	j.last = last
 	switch {
+	case len(j.entries) == 0 && note != NoteStart:
+		// Taken before, and nothing there: lost, unless the stream never
+		// lost anything (its previous owner died before its first append).
+		if j.incomplete, err = journalStreamLost(ctx, js, j.stream); err != nil {
+			return nil, err
+		}
 	case len(j.entries) == 0:
-		j.incomplete = note != NoteStart
 	default:
 		first := j.entries[0]
 		j.incomplete = first.Kind != EntryOwner || first.Note != NoteStart
@@ -105,6 +110,21 @@ func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.
 		return nil, err
 	}
 	return j, nil
+}
+
+// journalStreamLost reports whether the journal stream ever removed a
+// message (by age, or an administrator's purge): its first sequence is
+// past 1, or it has gaps. It never deletes one itself (deny_delete,
+// discard new).
+func journalStreamLost(ctx context.Context, js jetstream.JetStream, stream string) (bool, error) {
+	ictx, cancel := context.WithTimeout(ctx, journalOpTimeout)
+	defer cancel()
+	s, err := js.Stream(ictx, stream)
+	if err != nil {
+		return false, fmt.Errorf("natsbus: journal stream %s: %w", stream, err)
+	}
+	st := s.CachedInfo().State
+	return st.FirstSeq > 1 || st.NumDeleted > 0, nil
 }
 
 var _ loop.IncompleteJournal = (*Journal)(nil)

@@ -189,10 +189,15 @@ type Inbox interface {
 	Close() error
 }
 
-// Event is one message from the fleet: exactly one field is set.
+// Event is one message from the fleet: exactly one of Result and Started
+// is set.
 type Event struct {
 	Result  *protocol.Result
 	Started *protocol.Started
+	// Tool, for a Result, is the tool whose result subject carried it,
+	// when the inbox knows: the loop then takes it only for a call of that
+	// tool. Empty: not known, not checked.
+	Tool protocol.ToolName
 }
 
 // Gate asks a human whether a call may run.

@@ -230,6 +230,12 @@ func (ru *run) resumedCall(key protocol.CallKey) bool {
 	return ok
 }
 
+// resumedTool reports whether a result that came on tool's subject ("":
+// not known) may answer the resumed call key.
+func (ru *run) resumedTool(key protocol.CallKey, tool protocol.ToolName) bool {
+	return tool == "" || string(tool) == ru.resumedCalls[key].Tool
+}
+
 // maxEarlyResults bounds the results a durable run keeps for calls it has
 // not reached yet.
 const maxEarlyResults = 1024
@@ -485,6 +491,11 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*callSta
 			drop(res.CallKey, dropInvalidOutcome)
 		default:
 			s := pending[res.CallKey]
+			if s != nil && ev.Tool != "" && ev.Tool != s.entry.spec.Name {
+				// Another tool's worker (or a forger) answering this call.
+				drop(res.CallKey, dropToolMismatch)
+				return
+			}
 			if s == nil {
 				_, early := ru.early[res.CallKey]
 				switch st, known := ru.keys[res.CallKey]; {
@@ -492,6 +503,8 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*callSta
 					// The first stored is taken, as the first to arrive
 					// is for a pending call.
 					drop(res.CallKey, dropDuplicate)
+				case !known && ru.resumedCall(res.CallKey) && !ru.resumedTool(res.CallKey, ev.Tool):
+					drop(res.CallKey, dropToolMismatch)
 				case !known && ru.resumedCall(res.CallKey) && len(ru.early) < maxEarlyResults:
 					// A resumed round reads the results stored for its
 					// calls before it reaches them. A result for any

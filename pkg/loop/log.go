@@ -76,6 +76,7 @@ const (
 	dropOtherRun       = "other_run"
 	dropInvalidOutcome = "invalid_outcome"
 	dropUnknownKey     = "unknown_call_key"
+	dropToolMismatch   = "tool_mismatch"
 	dropDuplicate      = "duplicate"
 	dropLate           = "late"
 )
