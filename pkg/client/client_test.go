@@ -62,15 +62,15 @@ func TestClientReadsTheFleet(t *testing.T) {
 		}
 		return nil
 	})
-	run, err := c.Submit(ctx, client.Request{Prompt: "hi", Agent: "helper"})
+	run, err := c.Submit(ctx, client.Request{Prompt: "hi", Agent: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.Key != "alice."+string(run.ID) || run.Agent != "helper" {
+	if run.Key != "alice."+string(run.ID) || run.Agent != "default" {
 		t.Fatalf("run = %+v", run)
 	}
 	res, err := c.Wait(ctx, run)
-	if err != nil || res.Answer != "done" || res.Agent != "helper" || res.Submission != run.Submission {
+	if err != nil || res.Answer != "done" || res.Agent != "default" || res.Submission != run.Submission {
 		t.Fatalf("Wait = %+v, %v", res, err)
 	}
 	if again, err := c.Result(ctx, run); err != nil || again.RunID != run.ID {
@@ -88,3 +88,27 @@ func TestClientReadsTheFleet(t *testing.T) {
 		t.Fatalf("ListRuns = %+v, %v", list, err)
 	}
 }
+
+// TestClientUnknownAgentIsRefused: a run submitted to an agent the fleet
+// does not define ends refused, naming the field, with the agent it asked
+// for.
+func TestClientUnknownAgentIsRefused(t *testing.T) {
+	fleet, stop := serveFleet(`{"turns": [{"content": "done"}]}`)
+	defer stop()
+	c, err := client.New(fleet.Conn(), client.Config{Client: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	run, err := c.Submit(ctx, client.Request{Prompt: "hi", Agent: "helper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Wait(ctx, run)
+	var refused *client.RefusedError
+	if !errors.As(err, &refused) || refused.Field != "agent" || res == nil || res.Agent != "helper" {
+		t.Fatalf("Wait = %+v, %v; want refused on field agent", res, err)
+	}
+}
+
