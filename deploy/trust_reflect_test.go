@@ -235,3 +235,62 @@ func TestHostileReflectedDecision(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileReflectedResult: a worker of another tool (the generic
+// worker, denied fleet.result.*.deploy) stores an ok result of a published
+// deploy call as its catalog entry and direct-gets it with the reply
+// subject fleet.result.<run>.deploy: the server stores it in the results
+// stream, on deploy's subject. The coordinator's inbox refuses it.
+func TestHostileReflectedResult(t *testing.T) {
+	s := startFromConf(t)
+	provision(t, s)
+	admin := connectAs(t, s, "admin")
+	coord := connectAs(t, s, "coordinator")
+	worker := connectAs(t, s, "worker")
+	subjects := protocol.Subjects{}
+	if !refusedPub(t, connectAs(t, s, "worker"), "fleet.result.R.deploy") {
+		t.Fatal("the generic worker may publish deploy's results itself")
+	}
+	ctx := t.Context()
+	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+	run := protocol.NewRunID()
+	li, err := d.Open(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer li.Close()
+	in := li.(*natsbus.Inbox)
+	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "c1", Tool: "deploy",
+		Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(10 * time.Minute), Attempt: 1}
+	if err := d.Publish(ctx, call); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := protocol.Encode(&protocol.Result{V: protocol.Version, RunID: run, CallKey: call.CallKey,
+		Outcome: protocol.OutcomeOK, Output: "FORGED: deployed", Worker: "deployer", Attempt: 1})
+	if _, err := worker.js.Publish(ctx, "$KV.fleet_tools.forged_result", data); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := subjects.Result(run, "deploy")
+	get := nats.NewMsg("$JS.API.DIRECT.GET.KV_fleet_tools.$KV.fleet_tools.forged_result")
+	get.Reply = target
+	if err := worker.nc.PublishMsg(get); err != nil {
+		t.Fatal(err)
+	}
+	testsync.WaitFor(t, 30*time.Second, func() error {
+		_, err := storedLast(admin, "FLEET_RESULTS", target)
+		return err
+	})
+	testsync.WaitFor(t, 30*time.Second, func() error {
+		if in.Garbage() == 0 {
+			return errors.New("the reflected result not refused yet")
+		}
+		return nil
+	})
+	select {
+	case ev := <-in.Events():
+		if ev.Result != nil {
+			t.Fatalf("the inbox delivered the reflected result: %+v", *ev.Result)
+		}
+	default:
+	}
+}
