@@ -12,7 +12,9 @@
 // first message on the call's decision subject (which only operators may
 // publish to) after the request whose digest matches; it must say
 // approved, be stored before the request's deadline and sit at the proof's
-// decision sequence.
+// decision sequence. A message the server stored there as its answer to
+// somebody's direct get (one carrying the headers a direct get adds) is
+// never a request nor a decision, whatever it says.
 package approvalproof
 
 import (
@@ -83,7 +85,7 @@ func FirstDecision(ctx context.Context, st streammsg.Stream, subject, digest str
 		if err != nil {
 			return Decision{}, err
 		}
-		if m.Subject == subject {
+		if m.Subject == subject && !m.Reflected {
 			d, err := protocol.DecodeApprovalDecision(m.Data, maxDecisionBytes)
 			if err == nil && subtle.ConstantTimeCompare([]byte(d.Digest), []byte(digest)) == 1 {
 				return Decision{ApprovalDecision: d, Seq: m.Sequence, Stored: m.Time}, nil
@@ -123,7 +125,7 @@ func Verify(ctx context.Context, st streammsg.Stream, subjects protocol.Subjects
 	case err != nil:
 		return err
 	}
-	if m.Subject != reqSubj {
+	if m.Subject != reqSubj || m.Reflected {
 		return ErrRequestMismatch
 	}
 	req, err := protocol.DecodeApprovalRequest(m.Data, maxRequestBytes)

@@ -41,19 +41,59 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 		password = func(string) string { return "" }
 	}
 	p := strings.TrimSuffix(s.Calls(), ".call.>")
-	calls, approvals := s.CallsStream(), s.ApprovalsStream()
-	tools, runs := s.CatalogBucket(), s.RunsBucket()
+	calls, approvals, claims := s.CallsStream(), s.ApprovalsStream(), s.ClaimsStream()
+	tools, runs, agents := "KV_"+s.CatalogBucket(), "KV_"+s.RunsBucket(), "KV_"+s.AgentsBucket()
+	srv := []string{"$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*.toolworker", "$SRV.*.toolworker.*"}
 	users := []User{
 		{Name: RoleCoordinator, Password: password(RoleCoordinator), Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{
+			Publish: &server.SubjectPermission{Allow: []string{
+				p + ".call.>",
+				p + ".cancel.>",
+				p + ".approval.request.>",
+				p + ".approval.outcome.>",
+				s.Results(),
+				p + ".progress.>",
+				"$KV." + s.CatalogBucket() + ".>",
+				"$JS.ACK." + calls + ".>",
+				"$JS.API.>",
+				"$JS.FC." + tools + ".>",
+				p + ".run.result.>",
+				p + ".run.progress.>",
+				"$KV." + s.RunsBucket() + ".>",
+				"$JS.ACK." + s.RunsStream() + ".>",
+				p + ".journal.run.>",
+				p + ".journal.cancel.>",
+				"$SRV.*.toolworker",
+				s.ToolInfos(),
+			}, Deny: []string{
 				s.ApprovalDecisions(),
-				"$JS.API.STREAM.DELETE." + approvals,
-				"$JS.API.STREAM.PURGE." + approvals,
+				// The embedded server has no admin: this coordinator
+				// provisions the streams (create and update), but
+				// removes none, nor any audit or execution record.
+				"$JS.API.STREAM.DELETE.>",
+				"$JS.API.STREAM.PURGE.>",
+				"$JS.API.STREAM.RESTORE.>",
+				"$JS.API.STREAM.SNAPSHOT.>",
+				"$JS.API.STREAM.PEER.>",
+				"$JS.API.STREAM.LEADER.>",
 				"$JS.API.STREAM.MSG.DELETE." + approvals,
+				"$JS.API.STREAM.MSG.DELETE." + claims,
+				"$JS.API.STREAM.MSG.DELETE." + s.ResultsStream(),
+				"$JS.API.STREAM.MSG.DELETE." + tools,
+				"$JS.API.STREAM.MSG.DELETE." + runs,
+				"$JS.API.STREAM.MSG.DELETE." + agents,
+				"$JS.API.ACCOUNT.>",
+				"$JS.API.META.>",
+				"$JS.API.SERVER.>",
 			}},
 			// No interest on the audit log's subjects: a push consumer
 			// delivering there would copy messages into it.
-			Subscribe: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{s.Approvals()}},
+			Subscribe: &server.SubjectPermission{
+				Allow: append([]string{p + ".>", "_INBOX_" + RoleCoordinator + ".>", "$JS.EVENT.ADVISORY.>"}, srv...),
+				Deny:  []string{s.Approvals()},
+			},
+			// discovery answers of its in-process toolworkers
+			Response: &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS, Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION},
 		}},
 		{Name: RoleWorker, Password: password(RoleWorker), Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{
@@ -63,36 +103,37 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.STREAM.INFO." + calls,
 				"$JS.API.STREAM.INFO." + s.ResultsStream(),
 				"$JS.API.STREAM.INFO." + approvals,
-				"$JS.API.STREAM.INFO.KV_" + tools,
+				"$JS.API.STREAM.INFO." + tools,
+				"$JS.API.STREAM.INFO." + claims,
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*",
 				"$JS.API.CONSUMER.INFO." + calls + ".*",
 				"$JS.API.CONSUMER.MSG.NEXT." + calls + ".*",
 				"$JS.ACK." + calls + ".>",
 				"$JS.API.STREAM.MSG.DELETE." + calls,
-				"$KV." + tools + ".>",
-				"$JS.API.DIRECT.GET.KV_" + tools + ".>",
+				"$KV." + s.CatalogBucket() + ".>",
+				"$JS.API.DIRECT.GET." + tools + ".>",
 				"$JS.API.DIRECT.GET." + approvals,
 				"$JS.API.STREAM.MSG.GET." + approvals,
+				s.Claims(),
+				"$JS.API.DIRECT.GET." + claims + ".>",
 				// discovery answers, on the requesters' own inboxes only
 				"_INBOX_" + RoleCoordinator + ".>",
 				"_INBOX_" + RoleOperator + ".>",
 			}, Deny: []string{s.Approvals()}},
-			Subscribe: &server.SubjectPermission{Allow: []string{
-				s.Cancels(),
-				"_INBOX_" + RoleWorker + ".>",
-				"$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*.toolworker", "$SRV.*.toolworker.*",
-				s.ToolInfos(),
-			}, Deny: []string{s.Approvals()}},
+			Subscribe: &server.SubjectPermission{
+				Allow: append(append([]string{s.Cancels(), "_INBOX_" + RoleWorker + ".>"}, srv...), s.ToolInfos()),
+				Deny:  []string{s.Approvals()},
+			},
 		}},
 		{Name: RoleClient, Password: password(RoleClient), Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{
 				p + ".run.submit." + RoleClient + ".>",
 				"$JS.API.INFO",
-				"$JS.API.STREAM.INFO.KV_" + runs,
-				"$JS.API.DIRECT.GET.KV_" + runs + ".$KV." + runs + "." + RoleClient + ".>",
-				"$JS.API.CONSUMER.CREATE.KV_" + runs + ".*.$KV." + runs + "." + RoleClient + ".>",
-				"$JS.API.CONSUMER.DELETE.KV_" + runs + ".*",
-				"$JS.FC.KV_" + runs + ".>",
+				"$JS.API.STREAM.INFO." + runs,
+				"$JS.API.DIRECT.GET." + runs + ".$KV." + s.RunsBucket() + "." + RoleClient + ".>",
+				"$JS.API.CONSUMER.CREATE." + runs + ".*.$KV." + s.RunsBucket() + "." + RoleClient + ".>",
+				"$JS.API.CONSUMER.DELETE." + runs + ".*",
+				"$JS.FC." + runs + ".>",
 			}},
 			Subscribe: &server.SubjectPermission{Allow: []string{
 				p + ".run.result." + RoleClient + ".>",
@@ -102,11 +143,14 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 		}},
 	}
 	if pw := password(RoleOperator); pw != "" {
-		journal := s.JournalStream()
+		journal, cancels := s.JournalStream(), s.CancelsStream()
 		users = append(users, User{Name: RoleOperator, Password: pw, Permissions: &server.Permissions{
 			Publish: &server.SubjectPermission{Allow: []string{
 				s.ApprovalDecisions(),
 				p + ".journal.cancel.>",
+				"$JS.API.STREAM.INFO." + cancels,
+				"$JS.API.STREAM.MSG.GET." + cancels,
+				"$JS.API.DIRECT.GET." + cancels + ".>",
 				"$JS.API.STREAM.INFO." + journal,
 				"$JS.API.STREAM.MSG.GET." + journal,
 				"$JS.API.DIRECT.GET." + journal,
@@ -114,8 +158,8 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.CONSUMER.CREATE." + journal + ".>",
 				"$JS.API.CONSUMER.DELETE." + journal + ".>",
 				"$JS.API.CONSUMER.MSG.NEXT." + journal + ".>",
-				"$JS.API.STREAM.INFO.KV_" + runs,
-				"$JS.API.DIRECT.GET.KV_" + runs + ".>",
+				"$JS.API.STREAM.INFO." + runs,
+				"$JS.API.DIRECT.GET." + runs + ".>",
 				"$JS.API.INFO",
 				"$JS.API.STREAM.NAMES",
 				"$JS.API.STREAM.LIST",
@@ -129,6 +173,15 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.CONSUMER.MSG.NEXT." + approvals + ".>",
 				"$JS.ACK." + approvals + ".>",
 				"$JS.FC." + approvals + ".>",
+				// agent definitions
+				"$KV." + s.AgentsBucket() + ".>",
+				"$JS.API.STREAM.INFO." + agents,
+				"$JS.API.DIRECT.GET." + agents,
+				"$JS.API.DIRECT.GET." + agents + ".>",
+				"$JS.API.STREAM.MSG.GET." + agents,
+				"$JS.API.CONSUMER.CREATE." + agents + ".>",
+				"$JS.API.CONSUMER.DELETE." + agents + ".>",
+				"$JS.FC." + agents + ".>",
 				"$SRV.>",
 			}},
 			Subscribe: &server.SubjectPermission{Allow: []string{

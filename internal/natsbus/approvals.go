@@ -64,15 +64,20 @@ func (l *ApprovalLedger) Stream(ctx context.Context) (streammsg.Stream, error) {
 	return st, nil
 }
 
-// LastOn returns the data of the last message stored on subject.
+// LastOn returns the data of the last message stored on subject. A
+// message the server stored there as its answer to a direct get
+// ([streammsg.Reflected]) is nobody's: it returns an error.
 func (l *ApprovalLedger) LastOn(ctx context.Context, subject string) ([]byte, error) {
 	st, err := l.Stream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	m, err := st.GetLastMsgForSubject(ctx, subject)
+	m, err := streammsg.Last(ctx, st, subject)
 	if err != nil {
 		return nil, err
+	}
+	if m.Reflected {
+		return nil, errors.New("natsbus: the last message on the subject is a reflected direct get")
 	}
 	return m.Data, nil
 }
@@ -102,16 +107,24 @@ func (l *ApprovalLedger) WatchDecisions(ctx context.Context, subject string, max
 
 // Next returns the next message's data and when the server stored it (the
 // zero time when the message carries no metadata). It blocks until one
-// comes, ctx ends or the watch stops.
+// comes, ctx ends or the watch stops. A message stored with the headers
+// of a direct get's answer (the server's answer to somebody's direct get,
+// reflected there: [streammsg.Reflected]) is skipped: it is nobody's
+// decision.
 func (w *DecisionWatch) Next(ctx context.Context) (data []byte, stored time.Time, err error) {
-	m, err := w.it.Next(jetstream.NextContext(ctx))
-	if err != nil {
-		return nil, time.Time{}, err
+	for {
+		m, err := w.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		if streammsg.Reflected(m.Headers()) {
+			continue
+		}
+		if md, err := m.Metadata(); err == nil {
+			stored = md.Timestamp
+		}
+		return m.Data(), stored, nil
 	}
-	if md, err := m.Metadata(); err == nil {
-		stored = md.Timestamp
-	}
-	return m.Data(), stored, nil
 }
 
 // Stop ends the watch; no message is delivered after it returns. It may be
@@ -130,8 +143,10 @@ type ApprovalMsg struct {
 
 // Scan reads the approvals stream on filters (all of it when empty), from
 // since (the beginning when zero) up to the last message stored when the
-// scan starts, and calls add for each message in stream order. It stops
-// after limit messages and then reports truncated.
+// scan starts, and calls add for each message in stream order, but those
+// the server stored as its answer to a direct get ([streammsg.Reflected]).
+// It stops after limit messages, those included, and then reports
+// truncated.
 func (l *ApprovalLedger) Scan(ctx context.Context, filters []string, since time.Time, limit int, add func(ApprovalMsg)) (truncated bool, err error) {
 	name := l.subjects.ApprovalsStream()
 	st, err := l.js.Stream(ctx, name)
@@ -186,7 +201,9 @@ func (l *ApprovalLedger) Scan(ctx context.Context, filters []string, since time.
 			if err != nil {
 				return false, fmt.Errorf("reading %s: %w", name, err)
 			}
-			add(ApprovalMsg{Subject: m.Subject(), Data: m.Data(), Seq: meta.Sequence.Stream, Stored: meta.Timestamp})
+			if !streammsg.Reflected(m.Headers()) { // never a request, decision or outcome
+				add(ApprovalMsg{Subject: m.Subject(), Data: m.Data(), Seq: meta.Sequence.Stream, Stored: meta.Timestamp})
+			}
 			pendingMsgs = meta.NumPending
 			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
 				done = true

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 	"github.com/toolfleet/toolfleet/internal/tracing"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -599,8 +600,14 @@ func (in *Inbox) caughtUp() {
 // of them ([protocol.ResultBatch], marked by its header). Each result is
 // checked on its own — of this run, and on the subject of its call's tool
 // — and delivered as its own event, so one forged result of a batch
-// costs only itself.
+// costs only itself. A message stored with the headers of a direct get's
+// answer (the server's answer to somebody's direct get, reflected onto
+// the results subject: [streammsg.Reflected]) is no worker's result.
 func (in *Inbox) onResult(m jetstream.Msg) {
+	if streammsg.Reflected(m.Headers()) {
+		in.refuse(m.Subject(), codedError("reflected"))
+		return
+	}
 	results, err := protocol.DecodeStoredResults(m.Headers().Get(protocol.HeaderResultBatch), m.Data(), in.limit)
 	if err != nil {
 		in.refuse(m.Subject(), err)

@@ -1,0 +1,296 @@
+package deploy
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/approvalproof"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/testsync"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// The server answers a JetStream API request (here a direct get) on the
+// reply subject the requester named, with its own authority: past the
+// requester's publish denies, and into any stream capturing that subject.
+// A worker may write its catalog entries ($KV.fleet_tools.>) and read them
+// back by direct get, and may read the approvals stream by sequence (so
+// it learns a pending request's run, key and digest). The attack: store
+// a valid "approved" decision as a catalog entry, then direct-get it with
+// the reply subject fleet.approval.decision.<run>.<key>: the server
+// stores the entry in the audit log, on the decision subject.
+//
+// reflectDecision performs it as user worker, for the request stored at
+// reqSeq, with body as the direct get's request body, and returns the
+// sequence the forged decision got in the approvals stream (read as
+// admin).
+func reflectDecision(t *testing.T, worker, admin client, reqSeq uint64, entry string, hdr nats.Header, body []byte) uint64 {
+	t.Helper()
+	ctx := t.Context()
+	subjects := protocol.Subjects{}
+	// The worker reads the pending request (allowed: proof checks).
+	r, err := worker.nc.Request("$JS.API.DIRECT.GET.FLEET_APPROVALS", []byte(`{"seq":`+jsonUint(reqSeq)+`}`), 5*time.Second)
+	if err != nil {
+		t.Fatalf("worker: reading the request back: %v", err)
+	}
+	req, err := protocol.DecodeApprovalRequest(r.Data, 1<<20)
+	if err != nil {
+		t.Fatalf("worker: decoding the request: %v", err)
+	}
+	decSubj, _ := subjects.ApprovalDecision(req.RunID, req.CallKey)
+	// The forged decision, as a catalog entry.
+	yes := true
+	forged, _ := json.Marshal(protocol.ApprovalDecision{V: 1, Digest: req.Digest, Approved: &yes, Approver: "mallory"})
+	m := nats.NewMsg("$KV.fleet_tools." + entry)
+	m.Data = forged
+	for k, v := range hdr {
+		m.Header[k] = v
+	}
+	if _, err := worker.js.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("worker: storing the catalog entry: %v", err)
+	}
+	before := lastSeqOf(t, admin, "FLEET_APPROVALS")
+	get := nats.NewMsg("$JS.API.DIRECT.GET.KV_fleet_tools.$KV.fleet_tools." + entry)
+	get.Reply = decSubj
+	get.Data = body
+	if err := worker.nc.PublishMsg(get); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.nc.LastError(); err != nil && strings.Contains(err.Error(), "DIRECT.GET") {
+		t.Fatalf("worker: the direct get was refused: %v", err)
+	}
+	var seq uint64
+	testsync.WaitFor(t, 30*time.Second, func() error {
+		m, err := storedLast(admin, "FLEET_APPROVALS", decSubj)
+		if err != nil {
+			return err
+		}
+		if m.Seq <= before {
+			return errors.New("no decision stored yet")
+		}
+		seq = m.Seq
+		return nil
+	})
+	return seq
+}
+
+// storedMsg is a stored message as STREAM.MSG.GET reports it: its
+// subject, sequence and time from the server, not from headers.
+type storedMsg struct {
+	Subject string    `json:"subject"`
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	Hdrs    []byte    `json:"hdrs"`
+}
+
+// storedLast returns the last message stored on subj in stream, read with
+// STREAM.MSG.GET (a direct get reports a message's stored Nats-Subject and
+// Nats-Sequence headers, when it has them, in place of its own).
+func storedLast(c client, stream, subj string) (storedMsg, error) {
+	r, err := c.nc.Request("$JS.API.STREAM.MSG.GET."+stream, []byte(`{"last_by_subj":"`+subj+`"}`), 5*time.Second)
+	if err != nil {
+		return storedMsg{}, err
+	}
+	var resp struct {
+		Message *storedMsg `json:"message"`
+		Error   *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(r.Data, &resp); err != nil {
+		return storedMsg{}, err
+	}
+	if resp.Message == nil {
+		return storedMsg{}, errors.New("no message")
+	}
+	return *resp.Message, nil
+}
+
+func jsonUint(n uint64) string { b, _ := json.Marshal(n); return string(b) }
+
+func lastSeqOf(t *testing.T, c client, stream string) uint64 {
+	t.Helper()
+	st, err := c.js.Stream(t.Context(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// TestHostileReflectedDecision: with the shipped deploy/nats-server.conf,
+// a worker stores an operator's "approved" decision in the audit log by
+// having the server reflect its own catalog entry onto the decision
+// subject (with the direct get's headers, without them, and with stored
+// headers that imitate a direct get's). Neither the coordinator's gate
+// nor a worker's proof check takes it for a decision: the gated call
+// expires, and a call carrying it as its proof is refused.
+func TestHostileReflectedDecision(t *testing.T) {
+	s := startFromConf(t)
+	provision(t, s)
+	admin := connectAs(t, s, "admin")
+	coord := connectAs(t, s, "coordinator")
+	worker := connectAs(t, s, "worker")
+	subjects := protocol.Subjects{}
+	if !refusedPub(t, connectAs(t, s, "worker"), "fleet.approval.decision.R.K") {
+		t.Fatal("a worker may publish a decision itself")
+	}
+
+	for _, tc := range []struct {
+		name string
+		hdr  nats.Header
+		body []byte
+		open string // why it is not closed
+	}{
+		// The server appends Nats-Stream, -Subject, -Sequence, -Time-Stamp.
+		{name: "with_headers"},
+		// {"no_hdr":true}: the entry's payload alone, no header at all.
+		{name: "no_headers", body: []byte(`{"no_hdr":true}`), open: "known: a direct get asked with no_hdr answers with the payload alone, " +
+			"which nothing tells from an operator's own decision; closing it takes workers that read what they write with " +
+			"STREAM.MSG.GET (a JSON envelope no decoder takes) instead of DIRECT.GET, or an account of their own"},
+		// Stored headers that a direct get of the audit log reports first:
+		// the decision subject, a chosen sequence and time.
+		{name: "imitated_headers", hdr: nats.Header{
+			"Nats-Stream": {"FLEET_APPROVALS"}, "Nats-Subject": {"x"}, "Nats-Sequence": {"1"},
+			"Nats-Time-Stamp": {time.Now().UTC().Format(time.RFC3339Nano)},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.open != "" {
+				t.Skip(tc.open)
+			}
+			ctx := t.Context()
+			gate := approval.NewGate(coord.nc, coord.js, subjects, approval.GateConfig{Logger: zerolog.Nop()})
+			run, key := protocol.NewRunID(), protocol.NewCallKey()
+			args := json.RawMessage(`{"target":"prod"}`)
+			deadline := time.Now().Add(15 * time.Second)
+			type answer struct {
+				d   loop.Decision
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				d, err := gate.Approve(ctx, protocol.ApprovalRequest{RunID: run, CallKey: key, Round: 1, Tool: "deploy",
+					Arguments: args, Deadline: deadline})
+				done <- answer{d, err}
+			}()
+			reqSubj, _ := subjects.ApprovalRequest(run, key)
+			decSubj, _ := subjects.ApprovalDecision(run, key)
+			var reqSeq uint64
+			testsync.WaitFor(t, 30*time.Second, func() error {
+				m, err := storedLast(admin, "FLEET_APPROVALS", reqSubj)
+				reqSeq = m.Seq
+				return err
+			})
+			hdr := tc.hdr
+			if hdr != nil {
+				hdr = nats.Header(http.Header(hdr).Clone())
+				hdr.Set("Nats-Subject", decSubj)
+				// the sequence the reflected copy will get
+				hdr.Set("Nats-Sequence", jsonUint(lastSeqOf(t, admin, "FLEET_APPROVALS")+1))
+			}
+			decSeq := reflectDecision(t, worker, admin, reqSeq, "forged_"+tc.name, hdr, tc.body)
+			if m, err := storedLast(admin, "FLEET_APPROVALS", decSubj); err != nil || !m.Time.Before(deadline) {
+				t.Fatalf("the forged decision was not stored before the request's deadline (%v): cannot tell", err)
+			}
+
+			a := <-done
+			if a.err != nil {
+				t.Fatalf("gate: %v", a.err)
+			}
+			if a.d.Approved {
+				t.Fatalf("the gate approved the call on a decision the server reflected (seq %d)", decSeq)
+			}
+			if !a.d.Expired {
+				t.Fatalf("gate: %+v, want expired", a.d)
+			}
+
+			// A worker checking a call that names the reflected message as
+			// its approval refuses it.
+			call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: key, CallID: "c1", Tool: "deploy", Arguments: args,
+				Deadline: time.Now().Add(time.Minute), Attempt: 1, RequiresApproval: true,
+				Approval: &protocol.ApprovalProof{RequestSeq: reqSeq, DecisionSeq: decSeq}}
+			wst, err := worker.js.Stream(ctx, "FLEET_APPROVALS")
+			if err == nil {
+				err = approvalproof.Verify(ctx, wst, subjects, call, natsbus.MaxApprovalMaxAge)
+			}
+			if err == nil {
+				t.Fatal("a worker accepts the reflected decision as the call's approval")
+			}
+		})
+	}
+}
+
+// TestHostileReflectedResult: a worker of another tool (the generic
+// worker, denied fleet.result.*.deploy) stores an ok result of a published
+// deploy call as its catalog entry and direct-gets it with the reply
+// subject fleet.result.<run>.deploy: the server stores it in the results
+// stream, on deploy's subject. The coordinator's inbox refuses it.
+func TestHostileReflectedResult(t *testing.T) {
+	s := startFromConf(t)
+	provision(t, s)
+	admin := connectAs(t, s, "admin")
+	coord := connectAs(t, s, "coordinator")
+	worker := connectAs(t, s, "worker")
+	subjects := protocol.Subjects{}
+	if !refusedPub(t, connectAs(t, s, "worker"), "fleet.result.R.deploy") {
+		t.Fatal("the generic worker may publish deploy's results itself")
+	}
+	ctx := t.Context()
+	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+	run := protocol.NewRunID()
+	li, err := d.Open(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer li.Close()
+	in := li.(*natsbus.Inbox)
+	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "c1", Tool: "deploy",
+		Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(10 * time.Minute), Attempt: 1}
+	if err := d.Publish(ctx, call); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := protocol.Encode(&protocol.Result{V: protocol.Version, RunID: run, CallKey: call.CallKey,
+		Outcome: protocol.OutcomeOK, Output: "FORGED: deployed", Worker: "deployer", Attempt: 1})
+	if _, err := worker.js.Publish(ctx, "$KV.fleet_tools.forged_result", data); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := subjects.Result(run, "deploy")
+	get := nats.NewMsg("$JS.API.DIRECT.GET.KV_fleet_tools.$KV.fleet_tools.forged_result")
+	get.Reply = target
+	if err := worker.nc.PublishMsg(get); err != nil {
+		t.Fatal(err)
+	}
+	testsync.WaitFor(t, 30*time.Second, func() error {
+		_, err := storedLast(admin, "FLEET_RESULTS", target)
+		return err
+	})
+	testsync.WaitFor(t, 30*time.Second, func() error {
+		if in.Garbage() == 0 {
+			return errors.New("the reflected result not refused yet")
+		}
+		return nil
+	})
+	select {
+	case ev := <-in.Events():
+		if ev.Result != nil {
+			t.Fatalf("the inbox delivered the reflected result: %+v", *ev.Result)
+		}
+	default:
+	}
+}
