@@ -38,6 +38,7 @@ var embeddedDifferences = map[string]struct {
 			"$JS.API.CONSUMER.INFO.FLEET_CALLS.tool_deploy",
 			"$JS.API.CONSUMER.MSG.NEXT.FLEET_CALLS.tool_deploy",
 			"$JS.ACK.FLEET_CALLS.tool_deploy.>",
+			"$KV.fleet_limits.bucket.deploy",
 		},
 		subDenyDrop: []string{"fleet.tool.deploy"},
 	},

@@ -43,6 +43,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 	p := strings.TrimSuffix(s.Calls(), ".call.>")
 	calls, approvals, claims := s.CallsStream(), s.ApprovalsStream(), s.ClaimsStream()
 	tools, runs, agents := "KV_"+s.CatalogBucket(), "KV_"+s.RunsBucket(), "KV_"+s.AgentsBucket()
+	limits := "KV_" + s.LimitsBucket()
 	srv := []string{"$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*.toolworker", "$SRV.*.toolworker.*"}
 	users := []User{
 		{Name: RoleCoordinator, Password: password(RoleCoordinator), Permissions: &server.Permissions{
@@ -57,6 +58,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.ACK." + calls + ".>",
 				"$JS.API.>",
 				"$JS.FC." + tools + ".>",
+				"$KV." + s.LimitsBucket() + ".bucket.>",
 				p + ".run.result.>",
 				p + ".run.progress.>",
 				"$KV." + s.RunsBucket() + ".>",
@@ -85,6 +87,8 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.ACCOUNT.>",
 				"$JS.API.META.>",
 				"$JS.API.SERVER.>",
+				// the kill switch of a tool is the operator's
+				"$JS.API.CONSUMER.PAUSE.>",
 			}},
 			// No interest on the audit log's subjects: a push consumer
 			// delivering there would copy messages into it.
@@ -116,6 +120,10 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.STREAM.MSG.GET." + approvals,
 				s.Claims(),
 				"$JS.API.DIRECT.GET." + claims + ".>",
+				// rate limits: read the operator's, advance the shared buckets
+				"$JS.API.STREAM.INFO." + limits,
+				"$JS.API.DIRECT.GET." + limits + ".>",
+				"$KV." + s.LimitsBucket() + ".bucket.>",
 				// discovery answers, on the requesters' own inboxes only
 				"_INBOX_" + RoleCoordinator + ".>",
 				"_INBOX_" + RoleOperator + ".>",
@@ -173,6 +181,14 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.CONSUMER.MSG.NEXT." + approvals + ".>",
 				"$JS.ACK." + approvals + ".>",
 				"$JS.FC." + approvals + ".>",
+				// traffic control: pause a tool's consumer and record it,
+				// set its rate limit (coordinator tools)
+				p + ".approval.traffic.>",
+				"$JS.API.CONSUMER.INFO." + calls + ".*",
+				"$JS.API.CONSUMER.PAUSE." + calls + ".*",
+				"$JS.API.STREAM.INFO." + limits,
+				"$JS.API.DIRECT.GET." + limits + ".>",
+				"$KV." + s.LimitsBucket() + ".limit.>",
 				// agent definitions
 				"$KV." + s.AgentsBucket() + ".>",
 				"$JS.API.STREAM.INFO." + agents,
