@@ -71,3 +71,8 @@ func (h hookedJournal) Append(ctx context.Context, e loop.JournalEntry) error {
 	}
 	return err
 }
+
+// AppendAsync calls after once e is stored, as Append does.
+func (h hookedJournal) AppendAsync(ctx context.Context, e loop.JournalEntry) <-chan struct{} {
+	return h.Journal.AppendAsyncThen(ctx, e, h.after)
+}

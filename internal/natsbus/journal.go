@@ -55,13 +55,18 @@ type Journal struct {
 	// incomplete: what was read does not begin at the run's start.
 	incomplete bool
 
+	// pending is the append AppendAsync started, its error delivered
+	// once; the loop calls Append, AppendAsync and Flush from one
+	// goroutine at a time.
+	pending chan error
+
 	mu      sync.Mutex
 	entries []loop.JournalEntry
 	last    uint64 // stream sequence of the run's last entry; 0: none
 	fenced  bool
 }
 
-var _ loop.Journal = (*Journal)(nil)
+var _ loop.PipelinedJournal = (*Journal)(nil)
 
 // Notes of the owner entries OpenJournal appends.
 const (
@@ -101,7 +106,7 @@ func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.
 		first := j.entries[0]
 		j.incomplete = first.Kind != EntryOwner || first.Note != NoteStart
 	}
-	if err := j.Append(ctx, loop.JournalEntry{Kind: EntryOwner, Owner: owner, Note: note, At: time.Now().UTC()}); err != nil {
+	if err := j.append(ctx, loop.JournalEntry{Kind: EntryOwner, Owner: owner, Note: note, At: time.Now().UTC()}); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -130,8 +135,60 @@ func (j *Journal) Fenced() bool {
 // Append implements [loop.Journal]. A server that does not answer is asked
 // again with the same message id; an answer that another entry is last is
 // checked against the run's last entry, which is this one when an earlier
-// attempt was stored.
+// attempt was stored. An append AppendAsync started is waited for first.
 func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
+	if err := j.Flush(ctx); err != nil {
+		return err
+	}
+	return j.append(ctx, e)
+}
+
+// AppendAsync implements [loop.PipelinedJournal]: e is appended as by
+// Append, by another goroutine, fenced on the entry before it like every
+// other (the next append is fenced on e, so it waits for e's sequence).
+func (j *Journal) AppendAsync(ctx context.Context, e loop.JournalEntry) <-chan struct{} {
+	return j.AppendAsyncThen(ctx, e, nil)
+}
+
+// AppendAsyncThen is AppendAsync, calling stored (when set) once e is
+// stored, before the returned channel is closed.
+func (j *Journal) AppendAsyncThen(ctx context.Context, e loop.JournalEntry, stored func(loop.JournalEntry)) <-chan struct{} {
+	prev := j.pending
+	done := make(chan error, 1)
+	settled := make(chan struct{})
+	j.pending = done
+	go func() {
+		defer close(settled)
+		if prev != nil {
+			if err := <-prev; err != nil {
+				done <- err
+				return
+			}
+		}
+		err := j.append(ctx, e)
+		if err == nil && stored != nil {
+			stored(e)
+		}
+		done <- err
+	}()
+	return settled
+}
+
+// Flush implements [loop.PipelinedJournal].
+func (j *Journal) Flush(ctx context.Context) error {
+	if j.pending == nil {
+		return nil
+	}
+	select {
+	case err := <-j.pending:
+		j.pending = nil
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("natsbus: appending to the journal: %w", ctx.Err())
+	}
+}
+
+func (j *Journal) append(ctx context.Context, e loop.JournalEntry) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.fenced {
