@@ -66,7 +66,10 @@ type Journal struct {
 	fenced  bool
 }
 
-var _ loop.PipelinedJournal = (*Journal)(nil)
+var (
+	_ loop.PipelinedJournal = (*Journal)(nil)
+	_ loop.BatchJournal     = (*Journal)(nil)
+)
 
 // Notes of the owner entries OpenJournal appends.
 const (
@@ -188,18 +191,57 @@ func (j *Journal) Flush(ctx context.Context) error {
 	}
 }
 
-func (j *Journal) append(ctx context.Context, e loop.JournalEntry) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.fenced {
-		return loop.ErrFenced
+// AppendBatch implements [loop.BatchJournal]: es are stored as one
+// message (a JSON array of the entries), fenced on the entry before them
+// like any append, so they are all stored or none. Entries too large to
+// share one message are appended one by one, each fenced.
+func (j *Journal) AppendBatch(ctx context.Context, es []loop.JournalEntry) error {
+	if err := j.Flush(ctx); err != nil {
+		return err
 	}
+	if len(es) < 2 || len(es) > maxJournalBatch {
+		for _, e := range es {
+			if err := j.append(ctx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	data, err := json.Marshal(es)
+	if err != nil {
+		return fmt.Errorf("natsbus: encoding journal entries: %w", err)
+	}
+	if len(data) > MaxJournalEntryBytes {
+		for _, e := range es {
+			if err := j.append(ctx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return j.store(ctx, data)
+}
+
+// maxJournalBatch bounds the entries of one journal message.
+const maxJournalBatch = 8
+
+func (j *Journal) append(ctx context.Context, e loop.JournalEntry) error {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("natsbus: encoding a journal entry: %w", err)
 	}
 	if len(data) > MaxJournalEntryBytes {
 		return fmt.Errorf("natsbus: journal entry %s is %d bytes, limit %d: %w", e.Kind, len(data), MaxJournalEntryBytes, protocol.ErrTooLarge)
+	}
+	return j.store(ctx, data)
+}
+
+// store appends one journal message, fenced on the run's last one.
+func (j *Journal) store(ctx context.Context, data []byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fenced {
+		return loop.ErrFenced
 	}
 	msgID := journalMsgID(j.subject, j.last, j.token)
 	msg := nats.NewMsg(j.subject)
@@ -315,11 +357,13 @@ func readJournal(ctx context.Context, js jetstream.JetStream, stream, subject st
 			if err != nil {
 				continue
 			}
-			var e loop.JournalEntry
-			if err := decodeJournalEntry(m.Data(), &e); err != nil {
+			es, err := decodeJournalEntries(m.Data())
+			if err != nil {
 				return nil, 0, fmt.Errorf("natsbus: journal %s entry %d: %w", subject, md.Sequence.Stream, err)
 			}
-			recs = append(recs, JournalRecord{Seq: md.Sequence.Stream, Time: md.Timestamp, Entry: e})
+			for _, e := range es {
+				recs = append(recs, JournalRecord{Seq: md.Sequence.Stream, Time: md.Timestamp, Entry: e})
+			}
 			if md.Sequence.Stream >= last {
 				return recs, last, nil
 			}
@@ -331,6 +375,44 @@ func readJournal(ctx context.Context, js jetstream.JetStream, stream, subject st
 			return nil, 0, fmt.Errorf("natsbus: reading the journal %s: %w", subject, rctx.Err())
 		}
 	}
+}
+
+// decodeJournalEntries decodes one journal message strictly: one entry
+// (a JSON object), or the entries of one AppendBatch (a JSON array of 2 to
+// maxJournalBatch entries, each as decodeJournalEntry wants it).
+func decodeJournalEntries(data []byte) ([]loop.JournalEntry, error) {
+	if len(data) > MaxJournalEntryBytes {
+		return nil, protocol.ErrTooLarge
+	}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '[' {
+		var e loop.JournalEntry
+		if err := decodeJournalEntry(data, &e); err != nil {
+			return nil, err
+		}
+		return []loop.JournalEntry{e}, nil
+	}
+	var raws []json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&raws); err != nil {
+		return nil, fmt.Errorf("natsbus: journal entries: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("natsbus: journal entries: trailing data")
+	}
+	if len(raws) < 2 || len(raws) > maxJournalBatch {
+		return nil, fmt.Errorf("natsbus: journal entries: %d in one message, want 2 to %d", len(raws), maxJournalBatch)
+	}
+	es := make([]loop.JournalEntry, len(raws))
+	for i, raw := range raws {
+		if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+			return nil, errors.New("natsbus: journal entries: an entry is not an object")
+		}
+		if err := decodeJournalEntry(raw, &es[i]); err != nil {
+			return nil, err
+		}
+	}
+	return es, nil
 }
 
 // decodeJournalEntry decodes one entry strictly: one JSON object of known

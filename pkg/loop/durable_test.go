@@ -432,7 +432,9 @@ func TestDurableToolsJournaledWhenTheyChange(t *testing.T) {
 			}
 		})
 	}
-	any := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) { return looptest.OK(string(c.Tool)), true }
+	any := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+		return looptest.OK(string(c.Tool)), true
+	}
 	d := looptest.New(any)
 	d.Durable = true
 	full := looptest.NewJournal()
@@ -483,5 +485,44 @@ func TestDurableToolsJournaledWhenTheyChange(t *testing.T) {
 		if !reflect.DeepEqual(callsWithoutTimes(got.Calls), callsWithoutTimes(want.Calls)) {
 			t.Fatalf("resumed after entry %d: calls\n%+v\nwant\n%+v", n, got.Calls, want.Calls)
 		}
+	}
+}
+
+// TestDurableHandoffKeepsAHeldResponse: a model response is held back to
+// be journaled with the round's next entry; a run handed off while the
+// model answers journals it alone before it stops, so the owner that
+// resumes the run does not ask that round again.
+func TestDurableHandoffKeepsAHeldResponse(t *testing.T) {
+	var asked atomic.Int64
+	handoff := make(chan struct{})
+	inner := durableModel(&asked)
+	model := looptest.ModelFunc(func(req loop.Request) (*loop.Response, error) {
+		if asked.Load() == 0 {
+			close(handoff) // hand off while the first round's model answers
+		}
+		return inner.Complete(context.Background(), req)
+	})
+	d := looptest.New(handler)
+	d.Durable = true
+	j := looptest.NewJournal()
+	res, err := durableRunner(t, model, d, looptest.AllowAll()).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "handoff-held", Journal: j, Handoff: handoff})
+	if res != nil || !errors.Is(err, loop.ErrHandedOff) {
+		t.Fatalf("handed-off run: %v, %v", res, err)
+	}
+	if k := j.Kinds(); len(k) != 3 || k[2] != loop.EntryModel {
+		t.Fatalf("journal %v, want start, tools, model", k)
+	}
+	if len(d.Published()) != 0 {
+		t.Fatalf("the handed-off run published %d calls", len(d.Published()))
+	}
+	got, err := durableRunner(t, durableModel(&asked), d, looptest.AllowAll()).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "handoff-held", Journal: j.Resume(-1)})
+	d.Wait()
+	if err != nil || got.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("resumed: %v %+v", err, got)
+	}
+	if asked.Load() != 3 {
+		t.Fatalf("model asked %d times over the hand-off, want 3", asked.Load())
 	}
 }

@@ -598,6 +598,14 @@ func (ru *run) publishCancels(ctx context.Context, slots []callState) {
 	if len(list) == 0 {
 		return
 	}
+	if ru.j != nil && ru.j.held != nil {
+		// Unreachable (a cancel follows a publish, which follows an
+		// append); an entry held back is stored before any effect.
+		ru.storeHeld(ctx)
+		if ru.stopped() {
+			return
+		}
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ru.cfg.CancelTimeout)
 	defer cancel()
 	type cancelResult struct {

@@ -95,6 +95,18 @@ type PipelinedJournal interface {
 	Flush(ctx context.Context) error
 }
 
+// BatchJournal is a [Journal] that can store several entries in one
+// append: all of them or none, fenced as one. The loop holds a model
+// response's entry back and stores it with the round's next entry (its
+// calls' dispatch, its approval requests, its observations or the run's
+// end) — before any of the response's effects, in one round trip instead
+// of two.
+type BatchJournal interface {
+	Journal
+	// AppendBatch journals es, in order, as one append.
+	AppendBatch(ctx context.Context, es []JournalEntry) error
+}
+
 // JournalEntry is one step of a run. Kind says which fields are set.
 type JournalEntry struct {
 	Kind  string `json:"kind"`
@@ -246,6 +258,7 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 	ru.j.secret = secret
 	res, err := ru.execute(ctx)
 	ru.flushJournal(ctx)
+	ru.storeHeld(ctx)
 	if ru.j.err != nil {
 		return nil, ru.j.err
 	}
@@ -264,6 +277,9 @@ type journalState struct {
 	// settled is closed when it is stored or failed.
 	pending string
 	settled <-chan struct{}
+	// held is an entry kept back (BatchJournal) to be stored with the
+	// next one, or alone when the run stops first.
+	held *JournalEntry
 	// tools is what the catalog offered in the last round, journaled in
 	// the last tools entry: a round offered the same is not journaled
 	// again.
@@ -382,10 +398,54 @@ func (ru *run) appendEntry(ctx context.Context, e JournalEntry) bool {
 		return true
 	}
 	actx, cancel := appendContext(ctx)
-	err := ru.j.j.Append(actx, e)
+	var err error
+	if held := ru.j.held; held != nil {
+		ru.j.held = nil
+		err = ru.j.j.(BatchJournal).AppendBatch(actx, []JournalEntry{*held, e})
+	} else {
+		err = ru.j.j.Append(actx, e)
+	}
 	cancel()
 	ru.j.pending, ru.j.settled = "", nil
 	return ru.appended(ctx, e.Kind, err)
+}
+
+// holdEntry journals e with the run's next entry when the journal can
+// (BatchJournal), else at once as appendEntry does. Nothing e decides
+// may take effect before that next entry: the run's effects all follow an
+// append, and a run that stops first journals e alone (storeHeld).
+func (ru *run) holdEntry(ctx context.Context, e JournalEntry) bool {
+	if ru.j == nil || ru.j.err != nil || ru.j.lost || ru.j.held != nil || ctx.Err() != nil {
+		return ru.appendEntry(ctx, e)
+	}
+	if _, ok := ru.j.j.(BatchJournal); !ok {
+		return ru.appendEntry(ctx, e)
+	}
+	ru.j.held = &e
+	return true
+}
+
+// storeHeld journals the entry holdEntry kept back, alone, as a run
+// stops: one handed off keeps what it was told (a model response is not
+// asked again); one whose journal failed stores nothing more.
+func (ru *run) storeHeld(ctx context.Context) {
+	if ru.j == nil || ru.j.held == nil {
+		return
+	}
+	held := ru.j.held
+	ru.j.held = nil
+	if ru.j.lost || (ru.j.err != nil && !errors.Is(ru.j.err, ErrHandedOff)) {
+		return
+	}
+	actx, cancel := appendContext(ctx)
+	err := ru.j.j.Append(actx, *held)
+	cancel()
+	if err != nil && ru.j.err == nil {
+		ru.appended(ctx, held.Kind, err)
+	} else if err != nil {
+		ru.j.err = errors.Join(ErrJournal, err)
+		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, held.Kind).Str(logKeyErrorType, errType(err)).Send()
+	}
 }
 
 // appendContext is the context of an append of a run whose context is
@@ -425,7 +485,7 @@ func (ru *run) appendEntryAsync(ctx context.Context, e JournalEntry) bool {
 		return ru.appendEntry(ctx, e)
 	}
 	pj, ok := ru.j.j.(PipelinedJournal)
-	if !ok || !ru.flushJournal(ctx) {
+	if !ok || ru.j.held != nil || !ru.flushJournal(ctx) {
 		return ru.appendEntry(ctx, e)
 	}
 	ru.j.settled = pj.AppendAsync(context.WithoutCancel(ctx), e)

@@ -359,7 +359,8 @@ func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*R
 	}
 	jr := &JournaledResponse{Message: resp.Message, Usage: resp.Usage, FinishReason: resp.FinishReason}
 	jr.Message.ToolCalls = cloneToolCalls(jr.Message.ToolCalls)
-	if !ru.appendEntry(ctx, JournalEntry{Kind: EntryModel, Round: round, Response: jr}) {
+	// Stored with the round's next entry, before any of its effects.
+	if !ru.holdEntry(ctx, JournalEntry{Kind: EntryModel, Round: round, Response: jr}) {
 		return nil, ru.j.err
 	}
 	return resp, nil

@@ -12,7 +12,8 @@ import (
 // Journal is an in-memory [loop.Journal]. Every entry goes through JSON,
 // as it does on the wire, so a replayed entry is what a resumed run would
 // read. It can fail an append (FailAt) or fence its writer (Fence). It is
-// a [loop.PipelinedJournal], as the fleet's is.
+// a [loop.PipelinedJournal] and a [loop.BatchJournal], as the fleet's is;
+// a batch's entries count one by one for FailAt and Resume.
 type Journal struct {
 	// FailAt, when > 0, makes the FailAt-th append (counting from 1) and
 	// every later one fail with loop.ErrFenced, as for an owner whose run
@@ -29,7 +30,10 @@ type Journal struct {
 	appends int
 }
 
-var _ loop.PipelinedJournal = (*Journal)(nil)
+var (
+	_ loop.PipelinedJournal = (*Journal)(nil)
+	_ loop.BatchJournal     = (*Journal)(nil)
+)
 
 // NewJournal returns an empty journal.
 func NewJournal() *Journal { return &Journal{} }
@@ -101,6 +105,30 @@ func (j *Journal) Flush(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// AppendBatch implements [loop.BatchJournal]: all of es or none (when
+// one of them is at or past FailAt).
+func (j *Journal) AppendBatch(ctx context.Context, es []loop.JournalEntry) error {
+	if err := j.Flush(ctx); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var datas [][]byte
+	for _, e := range es {
+		j.appends++
+		if j.FailAt > 0 && j.appends >= j.FailAt {
+			return loop.ErrFenced
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		datas = append(datas, data)
+	}
+	j.entries = append(j.entries, datas...)
+	return nil
 }
 
 func (j *Journal) append(e loop.JournalEntry) error {
