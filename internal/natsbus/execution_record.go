@@ -35,6 +35,72 @@ type executionRecord struct {
 	CallsSeq uint64    `json:"calls_seq"`
 	Worker   string    `json:"worker"`
 	At       time.Time `json:"at"`
+	// Claim is set in the claim of a non-idempotent call (a worker's, or
+	// its coordinator's withdrawal): a random id of the write, by which a
+	// writer whose PubAck was lost finds its own claim.
+	Claim string `json:"claim,omitempty"`
+	// Withdrawn: the call's coordinator took it back at its deadline; no
+	// worker runs it.
+	Withdrawn bool `json:"withdrawn,omitempty"`
+}
+
+// writeClaim stores rec on the claim subject of a non-idempotent call if
+// nothing is stored there yet (Nats-Expected-Last-Subject-Sequence 0: an
+// ordinary publish, no JetStream API request). It returns nil when rec is
+// the call's claim (a retry after a lost PubAck finds its own, by
+// rec.Claim), errClaimed when another claim or a withdrawal holds it, and
+// another error when it could not tell.
+func writeClaim(ctx context.Context, js jetstream.JetStream, stream, subject string, rec executionRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	_, err = publishRetrying(ctx, js, msg, jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequencePerSubject(0))
+	if err == nil {
+		return nil
+	}
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return fmt.Errorf("natsbus: writing a claim: %w", err)
+	}
+	held, rerr := readClaim(ctx, js, stream, subject)
+	switch {
+	case errors.Is(rerr, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("natsbus: writing a claim: %w", err)
+	case rerr != nil:
+		return fmt.Errorf("natsbus: reading a claim: %w", rerr)
+	case held.Claim != "" && held.Claim == rec.Claim:
+		return nil
+	}
+	return &claimedError{held: held}
+}
+
+// claimedError is errClaimed with the record that holds the call.
+type claimedError struct{ held executionRecord }
+
+func (e *claimedError) Error() string { return errClaimed.Error() }
+func (e *claimedError) Unwrap() error { return errClaimed }
+
+// readClaim returns the record stored on subject; one that does not decode
+// is returned zero (it holds the call all the same).
+func readClaim(ctx context.Context, js jetstream.JetStream, stream, subject string) (executionRecord, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return executionRecord{}, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return executionRecord{}, err
+	}
+	rec, err := decodeExecutionRecord(m.Data)
+	if err != nil {
+		return executionRecord{}, nil
+	}
+	return rec, nil
 }
 
 // recordExecution writes the execution record of the approved call stored
