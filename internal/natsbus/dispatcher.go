@@ -374,7 +374,7 @@ type Inbox struct {
 	callsStream func(context.Context) (jetstream.Stream, error)
 	// subjects names the claims a withdrawal writes.
 	subjects protocol.Subjects
-	forget   func()
+	forget      func()
 
 	mu     sync.Mutex // serialises sends with Close
 	closed bool
