@@ -147,7 +147,6 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	in.resultSubject, in.resultsStream = resultSubj, d.subjects.ResultsStream()
 	in.forget = func() { d.inboxes.CompareAndDelete(run, in) }
 	in.callsStream = d.callsStream
-	in.subjects = d.subjects
 	sub, err := d.nc.Subscribe(progressSubj, in.onProgress)
 	if err != nil {
 		in.Close()
@@ -372,8 +371,6 @@ type Inbox struct {
 	seqs sync.Map // protocol.CallKey -> uint64
 	// callsStream looks up the calls stream, for Withdraw.
 	callsStream func(context.Context) (jetstream.Stream, error)
-	// subjects names the claims a withdrawal writes.
-	subjects protocol.Subjects
 	forget      func()
 
 	mu     sync.Mutex // serialises sends with Close
@@ -452,45 +449,26 @@ func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools
 
 var _ loop.WithdrawInbox = (*Inbox)(nil)
 
-// Withdraw implements [loop.WithdrawInbox]. A worker claims a
-// non-idempotent call by writing its claim (fleet.claim.<tool>.<run>.<key>
-// in FLEET_CLAIMS, with Nats-Expected-Last-Subject-Sequence 0) before the
-// tool starts; a withdrawal writes the same subject the same way, so of a
-// claim and a withdrawal exactly one is stored, and a worker that finds
-// the withdrawal does not run the call. The withdrawn call's message is
-// then removed from the calls stream, at the sequence its PubAck gave, so
-// no worker is handed it: when it is gone already, a worker that claims
-// by removing the message (a build before the claim record) took it, and
-// Withdraw reports false. It reports true when the withdrawal held: no
-// worker will run the call. It reports false when a worker's claim is
-// stored (it may have run), and an error when it cannot tell: the call's
-// PubAck was not seen, the call was not published under
-// loop.WithAtMostOnce (the loop withdraws only those), or the server did
-// not answer.
+// Withdraw implements [loop.WithdrawInbox]: it removes the call's message
+// from the calls stream, at the sequence its PubAck gave. The server
+// removes a message once, and a worker claims a non-idempotent call by
+// removing its message before the tool starts, so of a claim and a
+// withdrawal exactly one succeeds. It reports true when the withdrawal
+// did: no worker will run the call. It reports false when the message was
+// gone — a worker claimed the call (it may have run) or the stream no
+// longer held it — and an error when it cannot tell: the call's PubAck
+// was not seen, the call was not published under loop.WithAtMostOnce (the
+// loop withdraws only those), or the server did not answer.
 func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, error) {
 	v, ok := in.seqs.LoadAndDelete(key)
-	tool, known := in.tools.Load(key)
-	if !ok || !known || in.callsStream == nil || in.js == nil {
+	if !ok || in.callsStream == nil {
 		return false, codedError("no_stream_sequence")
-	}
-	seq := v.(uint64)
-	subject, err := in.subjects.Claim(tool.(protocol.ToolName), in.run, key)
-	if err != nil {
-		return false, err
-	}
-	switch err := writeClaim(ctx, in.js, in.subjects.ClaimsStream(), subject, executionRecord{
-		V: protocol.Version, CallsSeq: seq, Withdrawn: true, At: time.Now().UTC(), Claim: protocol.NewID(),
-	}); {
-	case errors.Is(err, errClaimed):
-		return false, nil
-	case err != nil:
-		return false, err
 	}
 	st, err := in.callsStream(ctx)
 	if err != nil {
 		return false, err
 	}
-	switch err := st.DeleteMsg(ctx, seq); {
+	switch err := st.DeleteMsg(ctx, v.(uint64)); {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful):

@@ -67,8 +67,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		// copy, whoever published it and whichever worker takes it, is
 		// refused.
 		err := w.verifyApproval(ctx, call)
-		if err == nil && idempotent {
-			// A non-idempotent call's claim (below) is its record.
+		if err == nil {
 			err = w.recordExecution(ctx, call, seq)
 		}
 		if err != nil {
@@ -89,9 +88,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		defer w.end(call.RunID, call.CallKey, seq)
 	} else {
 		// At most once: the call is claimed before the tool runs.
-		switch err := w.claim(ctx, d, call, tc.spec.RequiresApproval || call.RequiresApproval); {
-		case errors.Is(err, errReplayed):
-			return w.refuseUnapproved(ctx, tc, call, replyTo, attempt, err, log)
+		switch err := w.claim(d); {
 		case errors.Is(err, errClaimed):
 			log.Info().Msg("call already claimed by another delivery, or withdrawn: not run")
 			return Settled
@@ -205,7 +202,7 @@ func wantsStarted(header string, idempotent bool) bool {
 func (w *Worker) expireClaimed(ctx context.Context, tc *toolConsumer, call protocol.Call, replyTo string, d *Delivery) Decision {
 	log := w.log.Info().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
 		Int(logAttempt, d.Attempt)
-	switch err := w.claim(ctx, d, call, false); {
+	switch err := w.claim(d); {
 	case errors.Is(err, errClaimed):
 		log.Msg("call expired, and already claimed or withdrawn: not run")
 		return Settled
@@ -286,48 +283,32 @@ func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, call pr
 var errClaimed = errors.New("natsbus: the call was claimed by another delivery")
 
 // claim makes this delivery of a non-idempotent call the only one that
-// runs it, before the tool starts, by writing the call's claim
-// (fleet.claim.<tool>.<run>.<key> in FLEET_CLAIMS) with
-// Nats-Expected-Last-Subject-Sequence 0: the stream stores one message on
-// the subject, so of two deliveries of one call (a redelivery after the
-// first worker stalled past the ack wait), of two stored copies of it, and
-// of a worker's claim and its coordinator's withdrawal (Inbox.Withdraw)
-// exactly one is stored. An acknowledgement cannot decide it: the server
-// confirms an ack of a message that another delivery has already
-// acknowledged. The claim is an ordinary publish, not a JetStream API
-// request; the delivery is then acknowledged, so the message leaves the
-// work queue (a lost ack: it is delivered again, and that delivery finds
-// the claim). It returns errClaimed when another claim or a withdrawal
-// holds the call — the message is then acknowledged too —, errReplayed
-// for an approved call (approved) that another stored copy claimed, and
-// another error when it cannot tell (the message is redelivered after the
-// ack wait and claimed again, and finds the claim if it was stored).
-// Nothing is sent after it.
-func (w *Worker) claim(ctx context.Context, d *Delivery, call protocol.Call, approved bool) error {
+// runs it, by removing the call's message (seq) from the calls stream
+// before the tool starts: the server removes a message once, so of two
+// deliveries of one call (a redelivery after the first worker stalled past
+// the ack wait) exactly one claim succeeds. An acknowledgement cannot
+// decide it: the server confirms an ack of a message that another delivery
+// has already acknowledged. It returns errClaimed when the server refuses
+// the removal — the message is gone (claimed, withdrawn or expired), or,
+// rarely, its store failed — and another error when it does not answer.
+// Nothing is sent after it: the server settles a pending delivery of a
+// message it removes as it would an ack, so a claimed delivery, and any
+// other of the same message, is settled already; a message still there
+// (no answer, or a failed store) is redelivered after the ack wait and
+// claimed again.
+func (w *Worker) claim(d *Delivery) error {
 	if d.Seq == 0 {
 		return codedError("no_stream_sequence")
 	}
-	subject, err := w.subjects.Claim(call.Tool, call.RunID, call.CallKey)
-	if err != nil {
-		return err
-	}
-	err = writeClaim(ctx, w.js, w.subjects.ClaimsStream(), subject, executionRecord{
-		V: protocol.Version, CallsSeq: d.Seq, Worker: w.cfg.Name, At: w.cfg.Now().UTC(), Claim: protocol.NewID(),
-	})
-	var held *claimedError
-	switch {
-	case err == nil:
-		settle(d.Msg, Ack)
-		return nil
-	case errors.As(err, &held):
-		settle(d.Msg, Ack)
-		if approved && !held.held.Withdrawn && held.held.CallsSeq != d.Seq {
-			return errReplayed // another stored copy of the approved call
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	if err := w.calls.DeleteMsg(ctx, d.Seq); err != nil {
+		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+			return errClaimed
 		}
-		return errClaimed
-	default:
 		return err
 	}
+	return nil
 }
 
 // accept checks a delivered call: version, deadline header, strict body,
