@@ -71,3 +71,19 @@ func (h hookedJournal) Append(ctx context.Context, e loop.JournalEntry) error {
 	}
 	return err
 }
+
+// AppendBatch calls after for each of es once they are stored.
+func (h hookedJournal) AppendBatch(ctx context.Context, es []loop.JournalEntry) error {
+	err := h.Journal.AppendBatch(ctx, es)
+	if err == nil {
+		for _, e := range es {
+			h.after(e)
+		}
+	}
+	return err
+}
+
+// AppendAsync calls after once e is stored, as Append does.
+func (h hookedJournal) AppendAsync(ctx context.Context, e loop.JournalEntry) <-chan struct{} {
+	return h.Journal.AppendAsyncThen(ctx, e, h.after)
+}

@@ -55,13 +55,21 @@ type Journal struct {
 	// incomplete: what was read does not begin at the run's start.
 	incomplete bool
 
+	// pending is the append AppendAsync started, its error delivered
+	// once; the loop calls Append, AppendAsync and Flush from one
+	// goroutine at a time.
+	pending chan error
+
 	mu      sync.Mutex
 	entries []loop.JournalEntry
 	last    uint64 // stream sequence of the run's last entry; 0: none
 	fenced  bool
 }
 
-var _ loop.Journal = (*Journal)(nil)
+var (
+	_ loop.PipelinedJournal = (*Journal)(nil)
+	_ loop.BatchJournal     = (*Journal)(nil)
+)
 
 // Notes of the owner entries OpenJournal appends.
 const (
@@ -106,7 +114,7 @@ func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.
 		first := j.entries[0]
 		j.incomplete = first.Kind != EntryOwner || first.Note != NoteStart
 	}
-	if err := j.Append(ctx, loop.JournalEntry{Kind: EntryOwner, Owner: owner, Note: note, At: time.Now().UTC()}); err != nil {
+	if err := j.append(ctx, loop.JournalEntry{Kind: EntryOwner, Owner: owner, Note: note, At: time.Now().UTC()}); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -150,19 +158,110 @@ func (j *Journal) Fenced() bool {
 // Append implements [loop.Journal]. A server that does not answer is asked
 // again with the same message id; an answer that another entry is last is
 // checked against the run's last entry, which is this one when an earlier
-// attempt was stored.
+// attempt was stored. An append AppendAsync started is waited for first.
 func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.fenced {
-		return loop.ErrFenced
+	if err := j.Flush(ctx); err != nil {
+		return err
 	}
+	return j.append(ctx, e)
+}
+
+// AppendAsync implements [loop.PipelinedJournal]: e is appended as by
+// Append, by another goroutine, fenced on the entry before it like every
+// other (the next append is fenced on e, so it waits for e's sequence).
+func (j *Journal) AppendAsync(ctx context.Context, e loop.JournalEntry) <-chan struct{} {
+	return j.AppendAsyncThen(ctx, e, nil)
+}
+
+// AppendAsyncThen is AppendAsync, calling stored (when set) once e is
+// stored, before the returned channel is closed.
+func (j *Journal) AppendAsyncThen(ctx context.Context, e loop.JournalEntry, stored func(loop.JournalEntry)) <-chan struct{} {
+	prev := j.pending
+	done := make(chan error, 1)
+	settled := make(chan struct{})
+	j.pending = done
+	go func() {
+		defer close(settled)
+		if prev != nil {
+			if err := <-prev; err != nil {
+				done <- err
+				return
+			}
+		}
+		err := j.append(ctx, e)
+		if err == nil && stored != nil {
+			stored(e)
+		}
+		done <- err
+	}()
+	return settled
+}
+
+// Flush implements [loop.PipelinedJournal].
+func (j *Journal) Flush(ctx context.Context) error {
+	if j.pending == nil {
+		return nil
+	}
+	select {
+	case err := <-j.pending:
+		j.pending = nil
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("natsbus: appending to the journal: %w", ctx.Err())
+	}
+}
+
+// AppendBatch implements [loop.BatchJournal]: es are stored as one
+// message (a JSON array of the entries), fenced on the entry before them
+// like any append, so they are all stored or none. Entries too large to
+// share one message are appended one by one, each fenced.
+func (j *Journal) AppendBatch(ctx context.Context, es []loop.JournalEntry) error {
+	if err := j.Flush(ctx); err != nil {
+		return err
+	}
+	if len(es) < 2 || len(es) > maxJournalBatch {
+		for _, e := range es {
+			if err := j.append(ctx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	data, err := json.Marshal(es)
+	if err != nil {
+		return fmt.Errorf("natsbus: encoding journal entries: %w", err)
+	}
+	if len(data) > MaxJournalEntryBytes {
+		for _, e := range es {
+			if err := j.append(ctx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return j.store(ctx, data)
+}
+
+// maxJournalBatch bounds the entries of one journal message.
+const maxJournalBatch = 8
+
+func (j *Journal) append(ctx context.Context, e loop.JournalEntry) error {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("natsbus: encoding a journal entry: %w", err)
 	}
 	if len(data) > MaxJournalEntryBytes {
 		return fmt.Errorf("natsbus: journal entry %s is %d bytes, limit %d: %w", e.Kind, len(data), MaxJournalEntryBytes, protocol.ErrTooLarge)
+	}
+	return j.store(ctx, data)
+}
+
+// store appends one journal message, fenced on the run's last one.
+func (j *Journal) store(ctx context.Context, data []byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.fenced {
+		return loop.ErrFenced
 	}
 	msgID := journalMsgID(j.subject, j.last, j.token)
 	msg := nats.NewMsg(j.subject)
@@ -278,11 +377,13 @@ func readJournal(ctx context.Context, js jetstream.JetStream, stream, subject st
 			if err != nil {
 				continue
 			}
-			var e loop.JournalEntry
-			if err := decodeJournalEntry(m.Data(), &e); err != nil {
+			es, err := decodeJournalEntries(m.Data())
+			if err != nil {
 				return nil, 0, fmt.Errorf("natsbus: journal %s entry %d: %w", subject, md.Sequence.Stream, err)
 			}
-			recs = append(recs, JournalRecord{Seq: md.Sequence.Stream, Time: md.Timestamp, Entry: e})
+			for _, e := range es {
+				recs = append(recs, JournalRecord{Seq: md.Sequence.Stream, Time: md.Timestamp, Entry: e})
+			}
 			if md.Sequence.Stream >= last {
 				return recs, last, nil
 			}
@@ -294,6 +395,44 @@ func readJournal(ctx context.Context, js jetstream.JetStream, stream, subject st
 			return nil, 0, fmt.Errorf("natsbus: reading the journal %s: %w", subject, rctx.Err())
 		}
 	}
+}
+
+// decodeJournalEntries decodes one journal message strictly: one entry
+// (a JSON object), or the entries of one AppendBatch (a JSON array of 2 to
+// maxJournalBatch entries, each as decodeJournalEntry wants it).
+func decodeJournalEntries(data []byte) ([]loop.JournalEntry, error) {
+	if len(data) > MaxJournalEntryBytes {
+		return nil, protocol.ErrTooLarge
+	}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '[' {
+		var e loop.JournalEntry
+		if err := decodeJournalEntry(data, &e); err != nil {
+			return nil, err
+		}
+		return []loop.JournalEntry{e}, nil
+	}
+	var raws []json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&raws); err != nil {
+		return nil, fmt.Errorf("natsbus: journal entries: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("natsbus: journal entries: trailing data")
+	}
+	if len(raws) < 2 || len(raws) > maxJournalBatch {
+		return nil, fmt.Errorf("natsbus: journal entries: %d in one message, want 2 to %d", len(raws), maxJournalBatch)
+	}
+	es := make([]loop.JournalEntry, len(raws))
+	for i, raw := range raws {
+		if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+			return nil, errors.New("natsbus: journal entries: an entry is not an object")
+		}
+		if err := decodeJournalEntry(raw, &es[i]); err != nil {
+			return nil, err
+		}
+	}
+	return es, nil
 }
 
 // decodeJournalEntry decodes one entry strictly: one JSON object of known

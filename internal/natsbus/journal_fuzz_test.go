@@ -35,3 +35,42 @@ func FuzzDecodeJournalEntry(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeJournalEntries: any bytes decode to 1 to maxJournalBatch
+// entries, each with a kind, or to an error, never a panic; decoded
+// entries encode and decode again to as many.
+func FuzzDecodeJournalEntries(f *testing.F) {
+	f.Add([]byte(`{"kind":"model","round":1}`))
+	f.Add([]byte(`[{"kind":"model","round":1,"response":{"message":{"role":"assistant","content":"hi"},"usage":{}}},{"kind":"dispatched","round":1,"calls":[{"call_key":"k","tool":"t"}]}]`))
+	f.Add([]byte(`[{"kind":"model"}]`))
+	f.Add([]byte(`[{"kind":"a"},{"kind":"b"}] []`))
+	f.Add([]byte(`[{"kind":"a"},null]`))
+	f.Add([]byte(`[{"kind":"a"},[{"kind":"b"}]]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		es, err := decodeJournalEntries(data)
+		if err != nil {
+			return
+		}
+		if len(es) < 1 || len(es) > maxJournalBatch {
+			t.Fatalf("decoded %d entries from %q", len(es), data)
+		}
+		for _, e := range es {
+			if e.Kind == "" {
+				t.Fatalf("decoded an entry without a kind from %q", data)
+			}
+		}
+		var again []byte
+		if len(es) == 1 {
+			again, err = json.Marshal(es[0])
+		} else {
+			again, err = json.Marshal(es)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		es2, err := decodeJournalEntries(again)
+		if err != nil || len(es2) != len(es) {
+			t.Fatalf("re-decoding %s: %d entries, %v", again, len(es2), err)
+		}
+	})
+}

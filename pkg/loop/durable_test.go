@@ -393,3 +393,136 @@ func TestDurableResumePastTheDedupWindow(t *testing.T) {
 		})
 	}
 }
+
+// growingCatalog offers specs() in its first answer and specs() and
+// "extra" in every later one.
+type growingCatalog struct{ asked atomic.Int64 }
+
+func (c *growingCatalog) Tools(context.Context) ([]protocol.ToolSpec, error) {
+	if c.asked.Add(1) == 1 {
+		return specs(), nil
+	}
+	return append(specs(), looptest.MustSpec("extra", openSchema)), nil
+}
+
+// TestDurableToolsJournaledWhenTheyChange: a round offered what the round
+// before was journals no tools entry, one offered something else does; a
+// run resumed after a round whose model response is journaled without its
+// own tools entry offers that round the last journaled tools, whatever the
+// catalog says now.
+func TestDurableToolsJournaledWhenTheyChange(t *testing.T) {
+	model := func() *looptest.Model {
+		return looptest.ModelFunc(func(req loop.Request) (*loop.Response, error) {
+			tools := 0
+			for _, m := range req.Messages {
+				if m.Role == "tool" {
+					tools++
+				}
+			}
+			switch tools {
+			case 0, 1:
+				name := []string{"echo", "extra"}[tools]
+				return &loop.Response{Message: loop.Message{Role: "assistant", ToolCalls: []loop.ToolCall{
+					looptest.Call(fmt.Sprint("c", tools), name, `{"text":"x"}`)}}}, nil
+			case 2:
+				return &loop.Response{Message: loop.Message{Role: "assistant", ToolCalls: []loop.ToolCall{
+					looptest.Call("c2", "extra", `{}`)}}}, nil
+			default:
+				return &loop.Response{Message: loop.Message{Role: "assistant", Content: "done"}}, nil
+			}
+		})
+	}
+	any := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+		return looptest.OK(string(c.Tool)), true
+	}
+	d := looptest.New(any)
+	d.Durable = true
+	full := looptest.NewJournal()
+	r, err := loop.New(loop.Config{}, model(), &growingCatalog{}, d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := r.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "tools-change", Journal: full})
+	if err != nil || want.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("run: %v %+v", err, want)
+	}
+	d.Wait()
+	var toolRounds []int
+	for _, e := range full.Resume(-1).Entries() {
+		if e.Kind == loop.EntryTools {
+			toolRounds = append(toolRounds, e.Round)
+		}
+	}
+	// Round 1 offers specs(); round 2 adds extra; rounds 3 and 4 offer
+	// the same as round 2.
+	if !slices.Equal(toolRounds, []int{1, 2}) {
+		t.Fatalf("tools journaled for rounds %v, want [1 2]; journal %v", toolRounds, full.Kinds())
+	}
+	for _, c := range want.Calls {
+		if c.Outcome != protocol.OutcomeOK {
+			t.Fatalf("uninterrupted run: call %s %s", c.CallID, c.Outcome)
+		}
+	}
+	for n := 1; n <= full.Len(); n++ {
+		prefix := full.Resume(n)
+		// The catalog no longer offers extra: a round whose model response
+		// is journaled must be offered what it was offered then.
+		models := 0
+		for _, e := range prefix.Entries() {
+			if e.Kind == loop.EntryModel {
+				models++
+			}
+		}
+		if models < 3 {
+			continue // a round not journaled asks the catalog again
+		}
+		r2, _ := loop.New(loop.Config{}, model(), looptest.NewCatalog(specs()...), d, nil)
+		got, err := r2.RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "tools-change", Journal: prefix})
+		d.Wait()
+		if err != nil {
+			t.Fatalf("resumed after entry %d: %v", n, err)
+		}
+		if !reflect.DeepEqual(callsWithoutTimes(got.Calls), callsWithoutTimes(want.Calls)) {
+			t.Fatalf("resumed after entry %d: calls\n%+v\nwant\n%+v", n, got.Calls, want.Calls)
+		}
+	}
+}
+
+// TestDurableHandoffKeepsAHeldResponse: a model response is held back to
+// be journaled with the round's next entry; a run handed off while the
+// model answers journals it alone before it stops, so the owner that
+// resumes the run does not ask that round again.
+func TestDurableHandoffKeepsAHeldResponse(t *testing.T) {
+	var asked atomic.Int64
+	handoff := make(chan struct{})
+	inner := durableModel(&asked)
+	model := looptest.ModelFunc(func(req loop.Request) (*loop.Response, error) {
+		if asked.Load() == 0 {
+			close(handoff) // hand off while the first round's model answers
+		}
+		return inner.Complete(context.Background(), req)
+	})
+	d := looptest.New(handler)
+	d.Durable = true
+	j := looptest.NewJournal()
+	res, err := durableRunner(t, model, d, looptest.AllowAll()).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "handoff-held", Journal: j, Handoff: handoff})
+	if res != nil || !errors.Is(err, loop.ErrHandedOff) {
+		t.Fatalf("handed-off run: %v, %v", res, err)
+	}
+	if k := j.Kinds(); len(k) != 3 || k[2] != loop.EntryModel {
+		t.Fatalf("journal %v, want start, tools, model", k)
+	}
+	if len(d.Published()) != 0 {
+		t.Fatalf("the handed-off run published %d calls", len(d.Published()))
+	}
+	got, err := durableRunner(t, durableModel(&asked), d, looptest.AllowAll()).
+		RunDurable(context.Background(), loop.Durable{Prompt: "go", RunID: "handoff-held", Journal: j.Resume(-1)})
+	d.Wait()
+	if err != nil || got.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("resumed: %v %+v", err, got)
+	}
+	if asked.Load() != 3 {
+		t.Fatalf("model asked %d times over the hand-off, want 3", asked.Load())
+	}
+}

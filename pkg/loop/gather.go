@@ -205,13 +205,17 @@ wait:
 	for i := range open {
 		pending[slots[i].key] = &slots[i]
 	}
-	if !published && !interrupted && !ru.appendEntry(ctx, JournalEntry{Kind: EntryPublished, Round: round}) {
+	// That every publish returned is stored while the results are
+	// gathered: nothing waits on it but the round's next effect (a
+	// withdrawal, a cancel, the observations), which waits for it first.
+	if !published && !interrupted && !ru.appendEntryAsync(ctx, JournalEntry{Kind: EntryPublished, Round: round}) {
 		return
 	}
 	if resumed {
 		ru.catchUp(ctx)
 	}
 	ru.gather(ctx, round, pending)
+	ru.flushJournal(ctx)
 }
 
 // publishContext is ctx for the publish of s: marked [WithAtMostOnce] when
@@ -353,6 +357,9 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 		now := ru.now()
 		if withdrawer != nil {
 			ru.withdrawDue(ctx, round, withdrawer, now, pending)
+			if ru.stopped() {
+				return
+			}
 		}
 		var next time.Time
 		for key, s := range pending {
@@ -377,6 +384,11 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 		case <-ru.handoffC():
 			ru.stopped()
 			return
+		case <-ru.journalSettled():
+			// An owner fenced meanwhile stops as soon as it is told.
+			if !ru.flushJournal(ctx) {
+				return
+			}
 		case <-ctx.Done():
 			for key, s := range pending {
 				s.cancelWhy = cancelRun
@@ -422,6 +434,11 @@ func (ru *run) withdrawDue(ctx context.Context, round int, in WithdrawInbox, now
 			continue
 		}
 		if wctx == nil {
+			// A fenced owner withdraws nothing: what it journaled is
+			// stored before its first withdrawal.
+			if !ru.flushJournal(ctx) {
+				return
+			}
 			var cancel context.CancelFunc
 			wctx, cancel = context.WithTimeout(ctx, withdrawWait)
 			defer cancel()
@@ -595,6 +612,14 @@ func (ru *run) publishCancels(ctx context.Context, slots []callState) {
 	}
 	if len(list) == 0 {
 		return
+	}
+	if ru.j != nil && ru.j.held != nil {
+		// Unreachable (a cancel follows a publish, which follows an
+		// append); an entry held back is stored before any effect.
+		ru.storeHeld(ctx)
+		if ru.stopped() {
+			return
+		}
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ru.cfg.CancelTimeout)
 	defer cancel()

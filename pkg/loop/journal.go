@@ -77,6 +77,36 @@ type Journal interface {
 	Append(ctx context.Context, e JournalEntry) error
 }
 
+// PipelinedJournal is a [Journal] that can store an entry while the run
+// goes on. The loop uses it only for an entry whose step has already taken
+// effect and that nothing waits on (EntryPublished: every publish of the
+// round returned), and waits for it before the run's next effect — a
+// withdrawal, a cancel, its next append — so a fenced owner still does
+// nothing more than it does with [Journal.Append].
+type PipelinedJournal interface {
+	Journal
+	// AppendAsync starts to append e and returns at once, with a channel
+	// closed when the append is settled (stored or failed). At most one is
+	// in flight: the next AppendAsync, Append or Flush waits for it first,
+	// and its error is theirs.
+	AppendAsync(ctx context.Context, e JournalEntry) (settled <-chan struct{})
+	// Flush waits for the append AppendAsync started and returns its
+	// error (nil when none is in flight).
+	Flush(ctx context.Context) error
+}
+
+// BatchJournal is a [Journal] that can store several entries in one
+// append: all of them or none, fenced as one. The loop holds a model
+// response's entry back and stores it with the round's next entry (its
+// calls' dispatch, its approval requests, its observations or the run's
+// end) — before any of the response's effects, in one round trip instead
+// of two.
+type BatchJournal interface {
+	Journal
+	// AppendBatch journals es, in order, as one append.
+	AppendBatch(ctx context.Context, es []JournalEntry) error
+}
+
 // JournalEntry is one step of a run. Kind says which fields are set.
 type JournalEntry struct {
 	Kind  string `json:"kind"`
@@ -227,6 +257,8 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 	}
 	ru.j.secret = secret
 	res, err := ru.execute(ctx)
+	ru.flushJournal(ctx)
+	ru.storeHeld(ctx)
 	if ru.j.err != nil {
 		return nil, ru.j.err
 	}
@@ -241,6 +273,17 @@ type journalState struct {
 	err     error // the first append failure or hand-off: the run stops
 	lost    bool  // a cancelled run's append failed: it ends unjournaled
 	secret  string
+	// pending: an entry of this kind is being appended (PipelinedJournal);
+	// settled is closed when it is stored or failed.
+	pending string
+	settled <-chan struct{}
+	// held is an entry kept back (BatchJournal) to be stored with the
+	// next one, or alone when the run stops first.
+	held *JournalEntry
+	// tools is what the catalog offered in the last round, journaled in
+	// the last tools entry: a round offered the same is not journaled
+	// again.
+	tools []protocol.ToolSpec
 }
 
 // minSecretLen bounds a journaled secret from below.
@@ -323,6 +366,25 @@ func indexEntries(es []JournalEntry) replay {
 	return rp
 }
 
+// journaledTools returns the tools round offered, as journaled: its own
+// tools entry, or, for a round whose model response is journaled without
+// one (it was offered what the round before was), the last tools entry
+// before it.
+func (rp replay) journaledTools(round int) ([]protocol.ToolSpec, bool) {
+	if specs, ok := rp.tools[round]; ok {
+		return specs, true
+	}
+	if rp.model[round] == nil {
+		return nil, false
+	}
+	for r := round - 1; r >= 0; r-- {
+		if specs, ok := rp.tools[r]; ok {
+			return specs, true
+		}
+	}
+	return nil, false
+}
+
 // appendEntry journals e; false means the run must stop (ru.j.err is set).
 // A run without a journal always goes on.
 func (ru *run) appendEntry(ctx context.Context, e JournalEntry) bool {
@@ -335,28 +397,114 @@ func (ru *run) appendEntry(ctx context.Context, e JournalEntry) bool {
 	if ru.j.lost {
 		return true
 	}
-	// A hand-off does not stop an append: what was done (a model answer
-	// that came in meanwhile) is journaled, so it is not done again. A run
-	// being cancelled journals its end only if the journal answers soon.
-	actx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
-	if ctx.Err() != nil {
-		actx, cancel = context.WithTimeout(actx, cancelledAppendTimeout)
+	actx, cancel := appendContext(ctx)
+	var err error
+	if held := ru.j.held; held != nil {
+		ru.j.held = nil
+		err = ru.j.j.(BatchJournal).AppendBatch(actx, []JournalEntry{*held, e})
+	} else {
+		err = ru.j.j.Append(actx, e)
 	}
-	err := ru.j.j.Append(actx, e)
 	cancel()
+	ru.j.pending, ru.j.settled = "", nil
+	return ru.appended(ctx, e.Kind, err)
+}
+
+// holdEntry journals e with the run's next entry when the journal can
+// (BatchJournal), else at once as appendEntry does. Nothing e decides
+// may take effect before that next entry: the run's effects all follow an
+// append, and a run that stops first journals e alone (storeHeld).
+func (ru *run) holdEntry(ctx context.Context, e JournalEntry) bool {
+	if ru.j == nil || ru.j.err != nil || ru.j.lost || ru.j.held != nil || ctx.Err() != nil {
+		return ru.appendEntry(ctx, e)
+	}
+	if _, ok := ru.j.j.(BatchJournal); !ok {
+		return ru.appendEntry(ctx, e)
+	}
+	ru.j.held = &e
+	return true
+}
+
+// storeHeld journals the entry holdEntry kept back, alone, as a run
+// stops: one handed off keeps what it was told (a model response is not
+// asked again); one whose journal failed stores nothing more.
+func (ru *run) storeHeld(ctx context.Context) {
+	if ru.j == nil || ru.j.held == nil {
+		return
+	}
+	held := ru.j.held
+	ru.j.held = nil
+	if ru.j.lost || (ru.j.err != nil && !errors.Is(ru.j.err, ErrHandedOff)) {
+		return
+	}
+	actx, cancel := appendContext(ctx)
+	err := ru.j.j.Append(actx, *held)
+	cancel()
+	if err != nil && ru.j.err == nil {
+		ru.appended(ctx, held.Kind, err)
+	} else if err != nil {
+		ru.j.err = errors.Join(ErrJournal, err)
+		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, held.Kind).Str(logKeyErrorType, errType(err)).Send()
+	}
+}
+
+// appendContext is the context of an append of a run whose context is
+// ctx. A hand-off does not stop an append: what was done (a model answer
+// that came in meanwhile) is journaled, so it is not done again. A run
+// being cancelled journals its end only if the journal answers soon.
+func appendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		return context.WithTimeout(context.WithoutCancel(ctx), cancelledAppendTimeout)
+	}
+	return context.WithoutCancel(ctx), func() {}
+}
+
+// appended applies the outcome of an append of kind; false means the run
+// must stop (ru.j.err is set).
+func (ru *run) appended(ctx context.Context, kind string, err error) bool {
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrFenced) {
 		// The run is cancelled whatever the journal says: it ends without
 		// it (a resume continues it from its last entry).
 		ru.j.lost = true
-		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, e.Kind).Str(logKeyErrorType, errType(err)).Send()
+		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, kind).Str(logKeyErrorType, errType(err)).Send()
 		return true
 	}
 	if err != nil {
 		ru.j.err = errors.Join(ErrJournal, err)
-		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, e.Kind).Str(logKeyErrorType, errType(err)).Send()
+		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, kind).Str(logKeyErrorType, errType(err)).Send()
 		return false
 	}
 	return true
+}
+
+// appendEntryAsync journals e as appendEntry does, but with a
+// [PipelinedJournal] lets the run go on while e is stored; flushJournal
+// (or the next append) waits for it. Only for an entry nothing waits on.
+func (ru *run) appendEntryAsync(ctx context.Context, e JournalEntry) bool {
+	if ru.j == nil || ru.j.err != nil || ru.j.lost || ctx.Err() != nil {
+		return ru.appendEntry(ctx, e)
+	}
+	pj, ok := ru.j.j.(PipelinedJournal)
+	if !ok || ru.j.held != nil || !ru.flushJournal(ctx) {
+		return ru.appendEntry(ctx, e)
+	}
+	ru.j.settled = pj.AppendAsync(context.WithoutCancel(ctx), e)
+	ru.j.pending = e.Kind
+	return true
+}
+
+// flushJournal waits for the entry appendEntryAsync left in flight, before
+// the run's next effect; false means the run must stop.
+func (ru *run) flushJournal(ctx context.Context) bool {
+	if ru.j == nil || ru.j.pending == "" {
+		return ru.j == nil || ru.j.err == nil
+	}
+	kind := ru.j.pending
+	ru.j.pending, ru.j.settled = "", nil
+	actx, cancel := appendContext(ctx)
+	err := ru.j.j.(PipelinedJournal).Flush(actx)
+	cancel()
+	return ru.appended(ctx, kind, err)
 }
 
 // stopped reports whether a durable run must stop: an append failed, or
@@ -375,6 +523,15 @@ func (ru *run) stopped() bool {
 	default:
 		return false
 	}
+}
+
+// journalSettled is closed when the entry appendEntryAsync left in flight
+// is settled; nil when none is.
+func (ru *run) journalSettled() <-chan struct{} {
+	if ru.j == nil {
+		return nil
+	}
+	return ru.j.settled
 }
 
 // handoffC is the hand-off channel, or nil.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -319,7 +320,8 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 // roundTools is the round's catalog: journaled, or read and journaled.
 func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName]*toolEntry, []ToolDef, error) {
 	if ru.j != nil {
-		if specs, ok := ru.j.rp.tools[round]; ok {
+		if specs, ok := ru.j.rp.journaledTools(round); ok {
+			ru.j.tools = specs
 			m, defs := ru.usable(specs)
 			return m, defs, nil
 		}
@@ -328,8 +330,13 @@ func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName
 	if err != nil {
 		return nil, nil, err
 	}
-	if !ru.appendEntry(ctx, JournalEntry{Kind: EntryTools, Round: round, Tools: specs}) {
-		return nil, nil, ru.j.err
+	// A round offered what the round before was offered journals no
+	// tools entry: a resumed run takes the last one before it.
+	if ru.j != nil && (ru.j.tools == nil || !reflect.DeepEqual(specs, ru.j.tools)) {
+		if !ru.appendEntry(ctx, JournalEntry{Kind: EntryTools, Round: round, Tools: specs}) {
+			return nil, nil, ru.j.err
+		}
+		ru.j.tools = specs
 	}
 	m, defs := ru.usable(specs)
 	return m, defs, nil
@@ -352,7 +359,8 @@ func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*R
 	}
 	jr := &JournaledResponse{Message: resp.Message, Usage: resp.Usage, FinishReason: resp.FinishReason}
 	jr.Message.ToolCalls = cloneToolCalls(jr.Message.ToolCalls)
-	if !ru.appendEntry(ctx, JournalEntry{Kind: EntryModel, Round: round, Response: jr}) {
+	// Stored with the round's next entry, before any of its effects.
+	if !ru.holdEntry(ctx, JournalEntry{Kind: EntryModel, Round: round, Response: jr}) {
 		return nil, ru.j.err
 	}
 	return resp, nil

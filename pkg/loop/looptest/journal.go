@@ -11,12 +11,18 @@ import (
 
 // Journal is an in-memory [loop.Journal]. Every entry goes through JSON,
 // as it does on the wire, so a replayed entry is what a resumed run would
-// read. It can fail an append (FailAt) or fence its writer (Fence).
+// read. It can fail an append (FailAt) or fence its writer (Fence). It is
+// a [loop.PipelinedJournal] and a [loop.BatchJournal], as the fleet's is;
+// a batch's entries count one by one for FailAt and Resume.
 type Journal struct {
 	// FailAt, when > 0, makes the FailAt-th append (counting from 1) and
 	// every later one fail with loop.ErrFenced, as for an owner whose run
 	// was taken over.
 	FailAt int
+
+	// pending is the append AppendAsync started (one goroutine at a
+	// time calls Append, AppendAsync and Flush).
+	pending chan error
 
 	mu      sync.Mutex
 	entries [][]byte
@@ -24,7 +30,10 @@ type Journal struct {
 	appends int
 }
 
-var _ loop.Journal = (*Journal)(nil)
+var (
+	_ loop.PipelinedJournal = (*Journal)(nil)
+	_ loop.BatchJournal     = (*Journal)(nil)
+)
 
 // NewJournal returns an empty journal.
 func NewJournal() *Journal { return &Journal{} }
@@ -58,6 +67,71 @@ func (j *Journal) Entries() []loop.JournalEntry {
 
 // Append implements [loop.Journal].
 func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
+	if err := j.Flush(ctx); err != nil {
+		return err
+	}
+	return j.append(e)
+}
+
+// AppendAsync implements [loop.PipelinedJournal]: e is appended by
+// another goroutine.
+func (j *Journal) AppendAsync(ctx context.Context, e loop.JournalEntry) <-chan struct{} {
+	prev := j.pending
+	done := make(chan error, 1)
+	settled := make(chan struct{})
+	j.pending = done
+	go func() {
+		defer close(settled)
+		if prev != nil {
+			if err := <-prev; err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- j.append(e)
+	}()
+	return settled
+}
+
+// Flush implements [loop.PipelinedJournal].
+func (j *Journal) Flush(ctx context.Context) error {
+	if j.pending == nil {
+		return nil
+	}
+	select {
+	case err := <-j.pending:
+		j.pending = nil
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// AppendBatch implements [loop.BatchJournal]: all of es or none (when
+// one of them is at or past FailAt).
+func (j *Journal) AppendBatch(ctx context.Context, es []loop.JournalEntry) error {
+	if err := j.Flush(ctx); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var datas [][]byte
+	for _, e := range es {
+		j.appends++
+		if j.FailAt > 0 && j.appends >= j.FailAt {
+			return loop.ErrFenced
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		datas = append(datas, data)
+	}
+	j.entries = append(j.entries, datas...)
+	return nil
+}
+
+func (j *Journal) append(e loop.JournalEntry) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.appends++
