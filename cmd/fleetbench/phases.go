@@ -136,7 +136,7 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 		if b.journalSingle, err = f.loopLatencyJournaled(ctx, b.p.loopSingle, 1, echoTool, echoArgs, echoText); err != nil {
 			return fmt.Errorf("single call through a journaled loop: %w", err)
 		}
-		b.add(row{name: "fleet: 1 echo call, full loop round, journaled (RunDurable: 5 fenced appends a round), " + wn,
+		b.add(row{name: "fleet: 1 echo call, full loop round, journaled (RunDurable: 3 fenced appends a round, one overlapping the gather), " + wn,
 			s: b.journalSingle, ratio: ratio(b.journalSingle.p50, b.loopSingle.p50) + " unjournaled round", floor: vsFloor(b.journalSingle, b.floorSingle),
 			note: fmt.Sprintf("journal: +%v a round at p50", (b.journalSingle.p50 - b.loopSingle.p50).Round(time.Microsecond))})
 		oc, err := f.openClose(ctx, max(b.p.loopSingle/roundsPerRun, 10))
