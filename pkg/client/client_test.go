@@ -111,4 +111,3 @@ func TestClientUnknownAgentIsRefused(t *testing.T) {
 		t.Fatalf("Wait = %+v, %v; want refused on field agent", res, err)
 	}
 }
-
