@@ -60,6 +60,15 @@ func (b *bench) replicated(ctx context.Context, dir string) error {
 		return err
 	}
 	b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d workers, %s", b.p.sustainConc, fanout, workers, label),
-		rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), note: fmt.Sprintf("%d calls in %v; R1: %s", w.calls.Load(), b.p.duration, b.sustainedLoop[workers].rate())})
+		rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), note: fmt.Sprintf("%d calls in %v%s", w.calls.Load(), b.p.duration, r1Rate(b.sustainedLoop[workers]))})
 	return nil
+}
+
+// r1Rate is the single server's rate with the same workers, for a note, or
+// "" when the sustained phase did not run.
+func r1Rate(w *window) string {
+	if w == nil {
+		return ""
+	}
+	return "; R1: " + w.rate()
 }

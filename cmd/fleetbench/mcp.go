@@ -43,7 +43,10 @@ func (b *bench) mcp(ctx context.Context, f *fleet) error {
 	}
 	b.add(row{name: "mcp: 1 echo tools/call directly (go-sdk client → streamable HTTP server)", s: direct})
 
-	srv, err := mcptool.Start(ctx, mcptool.ServerConfig{Name: "mcp", URL: endpoint, Logger: f.log})
+	// The operator's manifest, not the server's annotations, lowers the
+	// gate: the echo tool is harmless, run again or unapproved.
+	yes, no := true, false
+	srv, err := mcptool.Start(ctx, mcptool.ServerConfig{Name: "mcp", URL: endpoint, Logger: f.log, Idempotent: &yes, RequiresApproval: &no})
 	if err != nil {
 		return err
 	}
