@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -19,21 +20,27 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// The server answers a JetStream API request (here a direct get) on the
-// reply subject the requester named, with its own authority: past the
-// requester's publish denies, and into any stream capturing that subject.
-// A worker may write its catalog entries ($KV.fleet_tools.>) and read them
-// back by direct get, and may read the approvals stream by sequence (so
-// it learns a pending request's run, key and digest). The attack: store
-// a valid "approved" decision as a catalog entry, then direct-get it with
-// the reply subject fleet.approval.decision.<run>.<key>: the server
-// stores the entry in the audit log, on the decision subject.
+// The server answers a JetStream API request (a direct get, a message
+// get) on the reply subject the requester named, with its own authority:
+// past the requester's publish denies, and into any stream capturing that
+// subject. A worker writes its catalog entries ($KV.fleet_tools.>) and
+// reads them back, and may read the approvals stream by sequence (so it
+// learns a pending request's run, key and digest). The attack: store a
+// valid "approved" decision as a catalog entry, then ask the server for it
+// with the reply subject fleet.approval.decision.<run>.<key>: the server
+// stores its answer in the audit log, on the decision subject. A direct
+// get's answer is the entry itself (asked with {"no_hdr":true}, the entry
+// alone); a message get's is a JSON envelope around it.
 //
 // reflectDecision performs it as user worker, for the request stored at
-// reqSeq, with body as the direct get's request body, and returns the
-// sequence the forged decision got in the approvals stream (read as
-// admin).
-func reflectDecision(t *testing.T, worker, admin client, reqSeq uint64, entry string, hdr nats.Header, body []byte) uint64 {
+// reqSeq, both ways: a direct get of the entry, with body as its request
+// body (on a connection of its own, as worker, whose refusal it reports),
+// and a message get with body's fields as well. It returns whether the
+// server refused the direct get and the sequences of what the approvals
+// stream stored on the decision subject since (read as admin), once the
+// message get's answer is among them (or, were the message get refused,
+// once anything is).
+func reflectDecision(t *testing.T, s *server.Server, worker, admin client, reqSeq uint64, entry string, hdr nats.Header, body []byte) (directRefused bool, seqs []uint64) {
 	t.Helper()
 	ctx := t.Context()
 	subjects := protocol.Subjects{}
@@ -59,31 +66,54 @@ func reflectDecision(t *testing.T, worker, admin client, reqSeq uint64, entry st
 		t.Fatalf("worker: storing the catalog entry: %v", err)
 	}
 	before := lastSeqOf(t, admin, "FLEET_APPROVALS")
+
+	direct := connectAs(t, s, "worker")
 	get := nats.NewMsg("$JS.API.DIRECT.GET.KV_fleet_tools.$KV.fleet_tools." + entry)
 	get.Reply = decSubj
 	get.Data = body
-	if err := worker.nc.PublishMsg(get); err != nil {
+	if err := direct.nc.PublishMsg(get); err != nil {
 		t.Fatal(err)
 	}
-	if err := worker.nc.Flush(); err != nil {
+	directRefused = violated(t, direct, "Publish", get.Subject)
+
+	fields := map[string]any{}
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &fields); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fields["last_by_subj"] = "$KV.fleet_tools." + entry
+	msgGet := nats.NewMsg("$JS.API.STREAM.MSG.GET.KV_fleet_tools")
+	msgGet.Reply = decSubj
+	msgGet.Data, _ = json.Marshal(fields)
+	if err := worker.nc.PublishMsg(msgGet); err != nil {
 		t.Fatal(err)
 	}
-	if err := worker.nc.LastError(); err != nil && strings.Contains(err.Error(), "DIRECT.GET") {
-		t.Fatalf("worker: the direct get was refused: %v", err)
+	msgGetRefused := violated(t, worker, "Publish", msgGet.Subject)
+	if msgGetRefused {
+		t.Error("worker: the message get of its own catalog entry was refused")
 	}
-	var seq uint64
 	testsync.WaitFor(t, 30*time.Second, func() error {
-		m, err := storedLast(admin, "FLEET_APPROVALS", decSubj)
-		if err != nil {
-			return err
+		seqs = seqs[:0]
+		envelope := false
+		for seq := before + 1; ; {
+			m, err := storedNext(admin, "FLEET_APPROVALS", decSubj, seq)
+			if err != nil {
+				break
+			}
+			seqs = append(seqs, m.Seq)
+			envelope = envelope || strings.Contains(string(m.Data), "stream_msg_get_response")
+			seq = m.Seq + 1
 		}
-		if m.Seq <= before {
-			return errors.New("no decision stored yet")
+		if !envelope && !msgGetRefused {
+			return errors.New("the message get's answer not stored yet")
 		}
-		seq = m.Seq
+		if len(seqs) == 0 {
+			return errors.New("nothing stored on the decision subject yet")
+		}
 		return nil
 	})
-	return seq
+	return directRefused, seqs
 }
 
 // storedMsg is a stored message as STREAM.MSG.GET reports it: its
@@ -93,13 +123,19 @@ type storedMsg struct {
 	Seq     uint64    `json:"seq"`
 	Time    time.Time `json:"time"`
 	Hdrs    []byte    `json:"hdrs"`
+	Data    []byte    `json:"data"`
 }
 
 // storedLast returns the last message stored on subj in stream, read with
 // STREAM.MSG.GET (a direct get reports a message's stored Nats-Subject and
 // Nats-Sequence headers, when it has them, in place of its own).
 func storedLast(c client, stream, subj string) (storedMsg, error) {
-	r, err := c.nc.Request("$JS.API.STREAM.MSG.GET."+stream, []byte(`{"last_by_subj":"`+subj+`"}`), 5*time.Second)
+	return storedGet(c, stream, `{"last_by_subj":"`+subj+`"}`)
+}
+
+// storedGet asks STREAM.MSG.GET of stream with the request req.
+func storedGet(c client, stream, req string) (storedMsg, error) {
+	r, err := c.nc.Request("$JS.API.STREAM.MSG.GET."+stream, []byte(req), 5*time.Second)
 	if err != nil {
 		return storedMsg{}, err
 	}
@@ -118,6 +154,12 @@ func storedLast(c client, stream, subj string) (storedMsg, error) {
 	return *resp.Message, nil
 }
 
+// storedNext returns the first message stored on subj in stream at or
+// after seq, read with STREAM.MSG.GET.
+func storedNext(c client, stream, subj string, seq uint64) (storedMsg, error) {
+	return storedGet(c, stream, `{"seq":`+jsonUint(seq)+`,"next_by_subj":"`+subj+`"}`)
+}
+
 func jsonUint(n uint64) string { b, _ := json.Marshal(n); return string(b) }
 
 func lastSeqOf(t *testing.T, c client, stream string) uint64 {
@@ -134,12 +176,15 @@ func lastSeqOf(t *testing.T, c client, stream string) uint64 {
 }
 
 // TestHostileReflectedDecision: with the shipped deploy/nats-server.conf,
-// a worker stores an operator's "approved" decision in the audit log by
-// having the server reflect its own catalog entry onto the decision
-// subject (with the direct get's headers, without them, and with stored
-// headers that imitate a direct get's). Neither the coordinator's gate
-// nor a worker's proof check takes it for a decision: the gated call
-// expires, and a call carrying it as its proof is refused.
+// a worker tries to store an operator's "approved" decision in the audit
+// log by having the server reflect its own catalog entry onto the decision
+// subject (stored plain, asked with no_hdr, and stored with headers that
+// imitate a direct get's). No stream a worker writes allows a direct get
+// and no worker role may ask one: the server refuses the worker's direct
+// get, and its message get lands a JSON envelope on the decision subject.
+// Neither the coordinator's gate nor a worker's proof check takes what
+// was stored for a decision: the gated call expires, and a call carrying
+// it as its proof is refused.
 func TestHostileReflectedDecision(t *testing.T) {
 	s := startFromConf(t)
 	provision(t, s)
@@ -150,19 +195,37 @@ func TestHostileReflectedDecision(t *testing.T) {
 	if !refusedPub(t, connectAs(t, s, "worker"), "fleet.approval.decision.R.K") {
 		t.Fatal("a worker may publish a decision itself")
 	}
+	// The streams workers write answer no direct get, whoever asks (the
+	// coordinator's $JS.API.> included), and no worker role may ask one.
+	for _, name := range []string{"KV_fleet_tools", "FLEET_CLAIMS", "KV_fleet_limits"} {
+		st, err := admin.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.CachedInfo().Config.AllowDirect {
+			t.Errorf("%s allows direct gets: a worker writes its content", name)
+		}
+		for _, user := range []string{"worker", "worker_deploy"} {
+			if !refusedPub(t, connectAs(t, s, user), "$JS.API.DIRECT.GET."+name+".x") {
+				t.Errorf("%s may direct-get %s, whose content it writes", user, name)
+			}
+		}
+		if !refusedPub(t, connectAs(t, s, "leaf"), "$JS.hub.API.DIRECT.GET."+name+".x") {
+			t.Errorf("leaf may direct-get %s, whose content it writes", name)
+		}
+	}
 
 	for _, tc := range []struct {
 		name string
 		hdr  nats.Header
 		body []byte
-		open string // why it is not closed
 	}{
-		// The server appends Nats-Stream, -Subject, -Sequence, -Time-Stamp.
+		// A direct get's answer would carry the server's Nats-Stream,
+		// -Subject, -Sequence, -Time-Stamp.
 		{name: "with_headers"},
-		// {"no_hdr":true}: the entry's payload alone, no header at all.
-		{name: "no_headers", body: []byte(`{"no_hdr":true}`), open: "known: a direct get asked with no_hdr answers with the payload alone, " +
-			"which nothing tells from an operator's own decision; closing it takes workers that read what they write with " +
-			"STREAM.MSG.GET (a JSON envelope no decoder takes) instead of DIRECT.GET, or an account of their own"},
+		// {"no_hdr":true}: a direct get's answer would be the entry's
+		// payload alone, no header at all.
+		{name: "no_headers", body: []byte(`{"no_hdr":true}`)},
 		// Stored headers that a direct get of the audit log reports first:
 		// the decision subject, a chosen sequence and time.
 		{name: "imitated_headers", hdr: nats.Header{
@@ -171,9 +234,6 @@ func TestHostileReflectedDecision(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.open != "" {
-				t.Skip(tc.open)
-			}
 			ctx := t.Context()
 			gate := approval.NewGate(coord.nc, coord.js, subjects, approval.GateConfig{Logger: zerolog.Nop()})
 			run, key := protocol.NewRunID(), protocol.NewCallKey()
@@ -204,9 +264,12 @@ func TestHostileReflectedDecision(t *testing.T) {
 				// the sequence the reflected copy will get
 				hdr.Set("Nats-Sequence", jsonUint(lastSeqOf(t, admin, "FLEET_APPROVALS")+1))
 			}
-			decSeq := reflectDecision(t, worker, admin, reqSeq, "forged_"+tc.name, hdr, tc.body)
+			directRefused, decSeqs := reflectDecision(t, s, worker, admin, reqSeq, "forged_"+tc.name, hdr, tc.body)
+			if !directRefused {
+				t.Error("the worker's direct get of its own catalog entry was not refused")
+			}
 			if m, err := storedLast(admin, "FLEET_APPROVALS", decSubj); err != nil || !m.Time.Before(deadline) {
-				t.Fatalf("the forged decision was not stored before the request's deadline (%v): cannot tell", err)
+				t.Fatalf("the reflected answer was not stored before the request's deadline (%v): cannot tell", err)
 			}
 
 			a := <-done
@@ -214,23 +277,25 @@ func TestHostileReflectedDecision(t *testing.T) {
 				t.Fatalf("gate: %v", a.err)
 			}
 			if a.d.Approved {
-				t.Fatalf("the gate approved the call on a decision the server reflected (seq %d)", decSeq)
+				t.Fatalf("the gate approved the call on a decision the server reflected (seqs %v)", decSeqs)
 			}
 			if !a.d.Expired {
 				t.Fatalf("gate: %+v, want expired", a.d)
 			}
 
-			// A worker checking a call that names the reflected message as
+			// A worker checking a call that names a reflected message as
 			// its approval refuses it.
-			call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: key, CallID: "c1", Tool: "deploy", Arguments: args,
-				Deadline: time.Now().Add(time.Minute), Attempt: 1, RequiresApproval: true,
-				Approval: &protocol.ApprovalProof{RequestSeq: reqSeq, DecisionSeq: decSeq}}
 			wst, err := worker.js.Stream(ctx, "FLEET_APPROVALS")
-			if err == nil {
-				err = approvalproof.Verify(ctx, wst, subjects, call, natsbus.MaxApprovalMaxAge)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if err == nil {
-				t.Fatal("a worker accepts the reflected decision as the call's approval")
+			for _, decSeq := range decSeqs {
+				call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: key, CallID: "c1", Tool: "deploy", Arguments: args,
+					Deadline: time.Now().Add(time.Minute), Attempt: 1, RequiresApproval: true,
+					Approval: &protocol.ApprovalProof{RequestSeq: reqSeq, DecisionSeq: decSeq}}
+				if err := approvalproof.Verify(ctx, wst, subjects, call, natsbus.MaxApprovalMaxAge); err == nil {
+					t.Fatalf("a worker accepts the reflected message %d as the call's approval", decSeq)
+				}
 			}
 		})
 	}
@@ -238,9 +303,10 @@ func TestHostileReflectedDecision(t *testing.T) {
 
 // TestHostileReflectedResult: a worker of another tool (the generic
 // worker, denied fleet.result.*.deploy) stores an ok result of a published
-// deploy call as its catalog entry and direct-gets it with the reply
-// subject fleet.result.<run>.deploy: the server stores it in the results
-// stream, on deploy's subject. The coordinator's inbox refuses it.
+// deploy call as its catalog entry and asks the server for it with the
+// reply subject fleet.result.<run>.deploy. Its direct get is refused; its
+// message get's answer, a JSON envelope, is stored in the results stream
+// on deploy's subject, and the coordinator's inbox refuses it.
 func TestHostileReflectedResult(t *testing.T) {
 	s := startFromConf(t)
 	provision(t, s)
@@ -271,9 +337,20 @@ func TestHostileReflectedResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	target, _ := subjects.Result(run, "deploy")
+	direct := connectAs(t, s, "worker")
 	get := nats.NewMsg("$JS.API.DIRECT.GET.KV_fleet_tools.$KV.fleet_tools.forged_result")
 	get.Reply = target
-	if err := worker.nc.PublishMsg(get); err != nil {
+	get.Data = []byte(`{"no_hdr":true}`)
+	if err := direct.nc.PublishMsg(get); err != nil {
+		t.Fatal(err)
+	}
+	if !violated(t, direct, "Publish", get.Subject) {
+		t.Error("the worker may direct-get its own catalog entry")
+	}
+	msgGet := nats.NewMsg("$JS.API.STREAM.MSG.GET.KV_fleet_tools")
+	msgGet.Reply = target
+	msgGet.Data = []byte(`{"last_by_subj":"$KV.fleet_tools.forged_result"}`)
+	if err := worker.nc.PublishMsg(msgGet); err != nil {
 		t.Fatal(err)
 	}
 	testsync.WaitFor(t, 30*time.Second, func() error {

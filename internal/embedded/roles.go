@@ -115,14 +115,15 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.ACK." + calls + ".>",
 				"$JS.API.STREAM.MSG.DELETE." + calls,
 				"$KV." + s.CatalogBucket() + ".>",
-				"$JS.API.DIRECT.GET." + tools + ".>",
+				// read with MSG.GET: the streams a worker writes allow no direct get
+				"$JS.API.STREAM.MSG.GET." + tools,
 				"$JS.API.DIRECT.GET." + approvals,
 				"$JS.API.STREAM.MSG.GET." + approvals,
 				s.Claims(),
-				"$JS.API.DIRECT.GET." + claims + ".>",
+				"$JS.API.STREAM.MSG.GET." + claims,
 				// rate limits: read the operator's, advance the shared buckets
 				"$JS.API.STREAM.INFO." + limits,
-				"$JS.API.DIRECT.GET." + limits + ".>",
+				"$JS.API.STREAM.MSG.GET." + limits,
 				"$KV." + s.LimitsBucket() + ".bucket.>",
 				// discovery answers, on the requesters' own inboxes only
 				"_INBOX_" + RoleCoordinator + ".>",
@@ -187,7 +188,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.CONSUMER.INFO." + calls + ".*",
 				"$JS.API.CONSUMER.PAUSE." + calls + ".*",
 				"$JS.API.STREAM.INFO." + limits,
-				"$JS.API.DIRECT.GET." + limits + ".>",
+				"$JS.API.STREAM.MSG.GET." + limits,
 				"$KV." + s.LimitsBucket() + ".limit.>",
 				// agent definitions
 				"$KV." + s.AgentsBucket() + ".>",

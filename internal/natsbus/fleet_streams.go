@@ -91,12 +91,12 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			// Workers read a decision back by its sequence (direct get).
 			AllowDirect: true,
 		}},
-		bucket(RoleCoordinator|RoleWorker, s.CatalogBucket(), "toolfleet tool catalog: tool name -> spec",
-			c.Replicas, 0, -1, int32(c.MaxMessageBytes)),
+		noDirect(bucket(RoleCoordinator|RoleWorker, s.CatalogBucket(), "toolfleet tool catalog: tool name -> spec",
+			c.Replicas, 0, -1, int32(c.MaxMessageBytes))),
 		// Rate limits (ratelimit.go): limit.<tool>, the operator's; bucket.<tool>,
 		// the token bucket the workers share.
-		bucket(RoleCoordinator|RoleWorker, s.LimitsBucket(), "toolfleet rate limits: limit.<tool> -> limit, bucket.<tool> -> shared token bucket",
-			c.Replicas, 0, -1, protocol.MaxRateLimitBytes),
+		noDirect(bucket(RoleCoordinator|RoleWorker, s.LimitsBucket(), "toolfleet rate limits: limit.<tool> -> limit, bucket.<tool> -> shared token bucket",
+			c.Replicas, 0, -1, protocol.MaxRateLimitBytes)),
 		// Clients store their submissions here themselves
 		// (<prefix>.run.submit.<client>.<agent>.<submission>, deduplicated
 		// by Nats-Msg-Id): a run is accepted once stored, whether or not a
@@ -182,9 +182,11 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			Discard:              jetstream.DiscardNew,
 			DiscardNewPerSubject: true,
 			Duplicates:           DuplicateWindow,
-			AllowDirect:          true,
-			DenyDelete:           true,
-			DenyPurge:            true,
+			// Workers write the records: read with STREAM.MSG.GET
+			// (see noDirect).
+			AllowDirect: false,
+			DenyDelete:  true,
+			DenyPurge:   true,
 		}},
 	}
 	for i := range list {
@@ -238,6 +240,19 @@ func bucket(roles Role, name, description string, replicas int, ttl time.Duratio
 		DenyDelete:        true,
 		AllowDirect:       true,
 	}}
+}
+
+// noDirect turns direct gets off for fs, a stream whose content workers
+// write: nats.go then reads it with STREAM.MSG.GET, and the server answers
+// no direct get of it, whoever asks. The server sends a direct get's
+// answer on whatever reply subject the requester named, with its own
+// authority, and a stream capturing that subject stores it; asked with
+// {"no_hdr":true}, the answer is the stored payload alone, which nothing
+// tells from a publish. A STREAM.MSG.GET answer is a JSON envelope that
+// no fleet decoder takes, so a reflected copy of it is harmless.
+func noDirect(fs FleetStream) FleetStream {
+	fs.Config.AllowDirect = false
+	return fs
 }
 
 // AgentHistory is how many revisions of each agent the agents bucket keeps
