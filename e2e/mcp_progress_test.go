@@ -29,6 +29,9 @@ func TestMCPServerProgressReachesTheClient(t *testing.T) {
 		"name":    "ev",
 		"command": []string{node, npmServerScript(npmMCP.dir, "server-everything"), "stdio"},
 		"allow":   []string{"trigger-long-running-operation"},
+		// The operator's manifest, never the server's annotations, lowers
+		// an MCP tool's gate.
+		"requires_approval": false,
 	}}})
 	worker := startProcEnv(t, "toolworker", nil, bins.toolworker,
 		"--nats-url", f.url(), "--tools", manifest, "--name", "npm", "--log-level", "debug")
