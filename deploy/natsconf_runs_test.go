@@ -129,7 +129,7 @@ func TestConfServeAndSubmit(t *testing.T) {
 			"$KV." + subjects.RunsBucket() + ".run1", // forge a result
 			"$KV." + subjects.RunsBucket() + "." + key,
 			result,                               // forge an announcement
-			subjects.RunSubmit(),                 // submit without its name
+			"fleet.run.submit",                   // the old shared subject
 			"fleet.run.submit.bob.default.x",     // submit as another client
 			"fleet.run.submit.clientx.default.x", // a name that starts like its own
 			"fleet.run.result.bob.x",             // forge another client's announcement
@@ -154,7 +154,7 @@ func TestConfServeAndSubmit(t *testing.T) {
 				t.Errorf("client publish on %s not refused", subj)
 			}
 		}
-		for _, subj := range []string{subjects.RunSubmit(), subjects.RunResults(), "fleet.run.result.bob.>", "fleet.run.result.*", "fleet.run.queue.>", "fleet.call.>", "fleet.approval.>", "fleet.result.>", ">"} {
+		for _, subj := range []string{"fleet.run.submit", subjects.RunResults(), "fleet.run.result.bob.>", "fleet.run.result.*", "fleet.run.queue.>", "fleet.call.>", "fleet.approval.>", "fleet.result.>", ">"} {
 			if !refusedSub(t, cli, subj) {
 				t.Errorf("client subscribe on %s not refused", subj)
 			}
@@ -163,7 +163,7 @@ func TestConfServeAndSubmit(t *testing.T) {
 
 	t.Run("only clients submit", func(t *testing.T) {
 		for name, c := range map[string]client{"worker": worker, "operator": op} {
-			for _, subj := range []string{subjects.RunSubmit(), submit, "fleet.run.submit.worker.default.x"} {
+			for _, subj := range []string{"fleet.run.submit", submit, "fleet.run.submit.worker.default.x"} {
 				if !refusedPub(t, c, subj) {
 					t.Errorf("%s publish on %s not refused", name, subj)
 				}

@@ -71,15 +71,17 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator serve [flags]
 
-Serves runs: answers run requests on <prefix>.run.submit, runs up to
+Serves runs: takes the runs clients store in the runs stream on
+<prefix>.run.submit.<client>.<agent>.<submission_id>, runs up to
 --max-concurrent-runs of them at once (sharing the work with every other
-serving coordinator), stores each result in the <prefix>_runs bucket under
-<client>.<run_id> and announces it on <prefix>.run.result.<client>.<run_id>
-(the run id alone without a client). The loop limits
+serving coordinator), each as its agent (docs/agents.md), stores each result
+in the <prefix>_runs bucket under <client>.<run_id> and announces it on
+<prefix>.run.result.<client>.<run_id>. It answers no request: the server's
+acknowledgement of the stored submission is its acceptance. The loop limits
 are ceilings: a request may lower them, never raise them.
 
-  nats req fleet.run.submit.<client> '{"prompt": "What is 6 * 7?"}'
-  (the shared fleet.run.submit also works where permissions allow it)
+  coordinator submit --wait "What is 6 * 7?"
+  nats req fleet.run.submit.<client>.default.<submission_id> '{"prompt": "What is 6 * 7?"}'
 
 Flags:`)
 		fs.PrintDefaults()

@@ -148,7 +148,7 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 func (s *service) serve(ctx context.Context) error {
 	// Submissions are stored by the server, not answered by a coordinator:
 	// nothing here publishes on a subject a peer chose.
-	abandoned, err := s.c.nc.QueueSubscribe(s.subjects.RunsMaxDeliveries(), s.subjects.RunSubmitGroup(), s.onMaxDeliveries)
+	abandoned, err := s.c.nc.QueueSubscribe(s.subjects.RunsMaxDeliveries(), s.subjects.CoordinatorsGroup(), s.onMaxDeliveries)
 	if err != nil {
 		return fmt.Errorf("coordinator: subscribing to %s: %w", s.subjects.RunsMaxDeliveries(), err)
 	}

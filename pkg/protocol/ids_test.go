@@ -66,7 +66,7 @@ func TestSubjectBuildersRefuseBadTokens(t *testing.T) {
 		"ApprovalRequest":  func(b string) (string, error) { return s.ApprovalRequest(run, CallKey(b)) },
 		"ApprovalDecision": func(b string) (string, error) { return s.ApprovalDecision(RunID(b), key) },
 		"ApprovalOutcome":  func(b string) (string, error) { return s.ApprovalOutcome(run, CallKey(b)) },
-		"RunQueue":         func(b string) (string, error) { return s.RunQueue(RunID(b)) },
+		"RunSubmission":    func(b string) (string, error) { return s.RunSubmission("alice", "default", b) },
 		"RunResult":        func(b string) (string, error) { return s.RunResult(RunID(b)) },
 		"ClientRunResult":  func(b string) (string, error) { return s.ClientRunResult("alice", RunID(b)) },
 		"Journal":          func(b string) (string, error) { return s.Journal(RunID(b)) },

@@ -163,17 +163,14 @@ func TestRunResponseAndResultRoundTrip(t *testing.T) {
 
 func TestRunSubjects(t *testing.T) {
 	var s Subjects
-	if got := s.RunSubmit(); got != "fleet.run.submit" {
-		t.Fatalf("RunSubmit = %q", got)
-	}
-	if got, _ := s.RunQueue("r1"); got != "fleet.run.queue.r1" {
-		t.Fatalf("RunQueue = %q", got)
+	if got, _ := s.RunSubmission("alice", "default", "s1"); got != "fleet.run.submit.alice.default.s1" {
+		t.Fatalf("RunSubmission = %q", got)
 	}
 	if got, _ := s.RunResult("r1"); got != "fleet.run.result.r1" {
 		t.Fatalf("RunResult = %q", got)
 	}
-	if s.RunsStream() != "FLEET_RUNS" || s.RunsBucket() != "fleet_runs" || s.RunQueues() != "fleet.run.queue.*" || s.RunResults() != "fleet.run.result.>" {
-		t.Fatalf("names = %q %q %q %q", s.RunsStream(), s.RunsBucket(), s.RunQueues(), s.RunResults())
+	if s.RunsStream() != "FLEET_RUNS" || s.RunsBucket() != "fleet_runs" || s.RunSubmissions() != "fleet.run.submit.*.*.*" || s.RunResults() != "fleet.run.result.>" {
+		t.Fatalf("names = %q %q %q %q", s.RunsStream(), s.RunsBucket(), s.RunSubmissions(), s.RunResults())
 	}
 	if got := s.RunsMaxDeliveries(); got != "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.FLEET_RUNS.coordinators" {
 		t.Fatalf("RunsMaxDeliveries = %q", got)
@@ -182,12 +179,9 @@ func TestRunSubjects(t *testing.T) {
 		if _, err := s.RunResult(RunID(bad)); !errors.Is(err, ErrInvalidField) {
 			t.Errorf("RunResult(%q) err = %v, want invalid", bad, err)
 		}
-		if _, err := s.RunQueue(RunID(bad)); !errors.Is(err, ErrInvalidField) {
-			t.Errorf("RunQueue(%q) err = %v, want invalid", bad, err)
-		}
 	}
 	acme, _ := NewSubjects("acme-x")
-	if acme.RunsStream() != "ACME_X_RUNS" || acme.RunsBucket() != "acme_x_runs" || acme.RunSubmit() != "acme-x.run.submit" {
-		t.Fatalf("acme names = %q %q %q", acme.RunsStream(), acme.RunsBucket(), acme.RunSubmit())
+	if acme.RunsStream() != "ACME_X_RUNS" || acme.RunsBucket() != "acme_x_runs" || acme.RunSubmissions() != "acme-x.run.submit.*.*.*" {
+		t.Fatalf("acme names = %q %q %q", acme.RunsStream(), acme.RunsBucket(), acme.RunSubmissions())
 	}
 }

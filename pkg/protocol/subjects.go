@@ -156,30 +156,6 @@ func (s Subjects) Consumer(tool ToolName) (string, error) {
 	return "tool_" + string(tool), nil
 }
 
-// RunSubmit is the core-NATS subject on which run requests are submitted
-// (request-reply): <prefix>.run.submit. Coordinators serve it in the
-// [Subjects.RunSubmitGroup] queue group.
-//
-// Deprecated: no coordinator serves it any more; clients store their
-// runs on [Subjects.RunSubmission].
-func (s Subjects) RunSubmit() string { return s.p() + ".run.submit" }
-
-// RunSubmitAs is the subject on which client submits its runs:
-// <prefix>.run.submit.<client>. A deployment lets each client publish on
-// its own only, so the coordinator learns the submitter from the subject
-// and keeps the result where only that client may read it
-// ([Subjects.ClientRunResult], [RunKey]).
-//
-// Deprecated: no coordinator serves it any more; use
-// [Subjects.RunSubmission].
-func (s Subjects) RunSubmitAs(client string) (string, error) { return s.join("run.submit", client) }
-
-// RunSubmits is the wildcard of every client's submit subject.
-//
-// Deprecated: see [Subjects.RunSubmitAs]; [Subjects.RunSubmissions] is
-// the runs stream's.
-func (s Subjects) RunSubmits() string { return s.p() + ".run.submit.*" }
-
 // ClientRunResult is the subject a client's run result is announced on:
 // <prefix>.run.result.<client>.<run>, or [Subjects.RunResult] without a
 // client.
@@ -190,22 +166,10 @@ func (s Subjects) ClientRunResult(client string, run RunID) (string, error) {
 	return s.join("run.result", client, string(run))
 }
 
-// RunSubmitGroup is the queue group in which coordinators serve
-// [Subjects.RunSubmit], so each request is answered by one of them, and
-// handle the runs stream's max-deliveries advisories.
-func (s Subjects) RunSubmitGroup() string { return "coordinators" }
-
-// RunQueue is the subject an accepted run request is stored on, in the runs
-// stream: <prefix>.run.queue.<run>.
-//
-// Deprecated: the runs stream holds submissions
-// ([Subjects.RunSubmission]) now.
-func (s Subjects) RunQueue(run RunID) (string, error) { return s.join("run.queue", string(run)) }
-
-// RunQueues is the wildcard covering every queued run request.
-//
-// Deprecated: see [Subjects.RunQueue].
-func (s Subjects) RunQueues() string { return s.p() + ".run.queue.*" }
+// CoordinatorsGroup is the queue group in which serving coordinators
+// handle the runs stream's max-deliveries advisories, so each is handled
+// by one of them.
+func (s Subjects) CoordinatorsGroup() string { return "coordinators" }
 
 // RunResult is the core-NATS subject a run's result is announced on:
 // <prefix>.run.result.<run>.
