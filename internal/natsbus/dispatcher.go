@@ -350,8 +350,12 @@ type Inbox struct {
 	log     zerolog.Logger
 	garbage zerolog.Logger
 	subs    []*nats.Subscription
-	js      jetstream.JetStream
-	reader  *resultsReader // the Dispatcher's, which hands the run's results on
+	// progressSub is the run's progress subscription, drained (not just
+	// unsubscribed) on Close: a call's last report, published before its
+	// result, is passed on even when the run ends first.
+	progressSub *nats.Subscription
+	js          jetstream.JetStream
+	reader      *resultsReader // the Dispatcher's, which hands the run's results on
 	// openSeq is the last stream sequence the reader handed on before it
 	// registered the inbox: later results come from it, earlier ones
 	// only from CaughtUp.
@@ -429,6 +433,9 @@ func (in *Inbox) Close() error {
 func (in *Inbox) stopReading() {
 	for _, s := range in.subs {
 		s.Unsubscribe()
+	}
+	if in.progressSub != nil {
+		in.progressSub.Drain()
 	}
 	in.mu.Lock()
 	cc, cons := in.catchUp, in.catchCons

@@ -173,6 +173,6 @@ func (in *Inbox) followProgress(ctx context.Context, nc *nats.Conn, subjects pro
 		return fmt.Errorf("natsbus: subscribing to %s: %w", wildcard, err)
 	}
 	_ = sub.SetPendingLimits(progressPending, progressPending*protocol.MaxProgressBytes*4)
-	in.subs = append(in.subs, sub)
+	in.progressSub = sub
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -148,13 +149,25 @@ func (p *execProgress) started() {
 	}()
 }
 
-// close stops reading once the call is over: what the tool's tree still
-// writes is not read.
+// progressDrain bounds how long a finished call's progress descriptor is
+// read on: its last lines may still be in the pipe when the tool exits.
+const progressDrain = 250 * time.Millisecond
+
+// close stops reading once the call is over. The lines still in the pipe
+// are read first (the tool's last report is often among them), until the
+// tool's tree has closed its end or progressDrain passes: what a process
+// that escaped the call still writes is not read.
 func (p *execProgress) close() {
 	if p == nil {
 		return
 	}
 	p.w.Close()
+	if p.done != nil {
+		select {
+		case <-p.done:
+		case <-time.After(progressDrain):
+		}
+	}
 	p.r.Close()
 	if p.done != nil {
 		<-p.done
