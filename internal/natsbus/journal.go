@@ -109,6 +109,11 @@ func OpenJournal(ctx context.Context, js jetstream.JetStream, subjects protocol.
 		if j.incomplete, err = journalStreamLost(ctx, js, j.stream); err != nil {
 			return nil, err
 		}
+		if !j.incomplete {
+			// Then this owner starts the run: its entry is the run's
+			// start, as the next owner must read it.
+			note = NoteStart
+		}
 	case len(j.entries) == 0:
 	default:
 		first := j.entries[0]

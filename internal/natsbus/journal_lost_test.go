@@ -37,6 +37,12 @@ func TestJournalIncomplete(t *testing.T) {
 	if j := open("never-appended", natsbus.NoteResume); j.Incomplete() {
 		t.Fatal("an empty journal in a stream that lost nothing is incomplete")
 	}
+	// The owner that found it empty started the run: the next owner to
+	// take it over finds a whole journal (a run taken three times, its
+	// first owner killed before its first append).
+	if j := open("never-appended", natsbus.NoteResume); j.Incomplete() {
+		t.Fatal("the journal of a run started by its second owner is incomplete for its third")
+	}
 	j := open("whole", natsbus.NoteStart)
 	if err := j.Append(t.Context(), loop.JournalEntry{Kind: loop.EntryStart, Secret: "abcdefghijklmnopqrstuvwxyz234567"}); err != nil {
 		t.Fatal(err)
