@@ -109,7 +109,11 @@ type Runner struct {
 // and returns a runner. A nil nc and a bad cfg are [config.Error]s (the nil
 // connection's field is "Conn"), returned before any I/O. Close releases
 // what New started; the connection stays the caller's.
-func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err error) {
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Runner, error) {
+	return newRunner(ctx, nc, cfg)
+}
+
+func newRunner(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err error) {
 	if nc == nil {
 		return nil, config.Errorf("Conn", "a connection is required, got nil")
 	}

@@ -28,7 +28,10 @@ type Config struct {
 	Name string
 	// Description tells the model what the tool does. Default: none.
 	Description string
-	// Timeout bounds one call. Default: harness.DefaultTimeout (30s).
+	// Timeout bounds one call: it is in the tool's spec, and a coordinator
+	// gives each call a deadline that far ahead (unless its own
+	// loop.Config.ToolTimeout overrides it); the tool's ctx ends at the
+	// deadline. Default: harness.DefaultTimeout (30s).
 	Timeout time.Duration
 	// Idempotent tools may run again for the same call after a worker
 	// crash (the call is redelivered). A tool that is not idempotent is

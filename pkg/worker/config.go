@@ -17,10 +17,10 @@ import (
 
 // Defaults of [Config].
 const (
-	DefaultConcurrency         = natsbus.DefaultConcurrency
-	DefaultAckWait             = natsbus.DefaultAckWait
-	DefaultStreamCheckInterval = natsbus.DefaultStreamCheckInterval
-	DefaultVersion             = natsbus.DefaultServiceVersion
+	DefaultConcurrency         = 16
+	DefaultAckWait             = 5 * time.Second
+	DefaultStreamCheckInterval = 30 * time.Second
+	DefaultVersion             = "0.1.0"
 )
 
 // Config configures a [Worker]. Tools (or MCPServers) is required; the zero

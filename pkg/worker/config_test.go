@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/tool"
@@ -51,5 +52,14 @@ func TestBadConfigIsAConfigError(t *testing.T) {
 				t.Fatalf("err = %v, want a config.Error of %s", err, tc.field)
 			}
 		})
+	}
+}
+
+// TestDefaultsAreTheFleets: the defaults this package documents are those
+// the fleet's internals apply.
+func TestDefaultsAreTheFleets(t *testing.T) {
+	if worker.DefaultConcurrency != natsbus.DefaultConcurrency || worker.DefaultAckWait != natsbus.DefaultAckWait ||
+		worker.DefaultStreamCheckInterval != natsbus.DefaultStreamCheckInterval || worker.DefaultVersion != natsbus.DefaultServiceVersion {
+		t.Fatal("pkg/worker's defaults differ from internal/natsbus's")
 	}
 }

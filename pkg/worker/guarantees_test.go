@@ -176,7 +176,7 @@ func TestPublicWorkerChecksTheApprovalProof(t *testing.T) {
 
 func TestPublicWorkerKeepsDeadlines(t *testing.T) {
 	var runs atomic.Int64
-	slow := tool.Must(tool.New(tool.Config{Name: "slow", Idempotent: true, Timeout: 200 * time.Millisecond},
+	slow := tool.Must(tool.New(tool.Config{Name: "slow", Idempotent: true},
 		func(ctx context.Context, _ struct{}) (string, error) {
 			runs.Add(1)
 			<-ctx.Done()
