@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -69,7 +70,20 @@ func WaitResult(ctx context.Context, js natsbus.JetStream, subjects protocol.Sub
 	if !protocol.ValidToken(run) {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: run id %q is not valid", run)
 	}
-	results, err := natsbus.OpenRunResults(ctx, js, subjects)
+	// The bucket may not exist yet: a submission is stored before any
+	// coordinator has started (and made it).
+	var results *natsbus.RunResults
+	var err error
+	for attempt := 1; ; attempt++ {
+		if results, err = natsbus.OpenRunResults(ctx, js, subjects); !errors.Is(err, natsbus.ErrNoRunsBucket) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return protocol.RunResult{}, nil, fmt.Errorf("coordinator: bucket %s: %w", subjects.RunsBucket(), err)
+		case <-time.After(min(time.Duration(attempt)*50*time.Millisecond, time.Second)):
+		}
+	}
 	if err != nil {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: bucket %s: %w", subjects.RunsBucket(), err)
 	}
