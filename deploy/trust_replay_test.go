@@ -114,7 +114,8 @@ func TestHostileApprovalReplayRunsOnce(t *testing.T) {
 	unapproved := func(ws ...*natsbus.Worker) int64 {
 		var n int64
 		for _, w := range ws {
-			n += w.Stats().Unapproved
+			st, _ := w.ToolStats("deploy") // the worker's micro STATS data
+			n += st.Unapproved
 		}
 		return n
 	}

@@ -80,16 +80,22 @@ func TestCoordinatorMetrics(t *testing.T) {
 func TestWorkerMetrics(t *testing.T) {
 	reg := metrics.NewRegistry()
 	w := metrics.NewWorker(reg)
-	w.Delivered("echo", 1)
-	w.Delivered("echo", 2)
-	w.Delivered("echo", 3)
-	w.CallStarted("echo")
-	w.CallStarted("echo")
-	w.CallFinished("echo", protocol.OutcomeOK, 30*time.Millisecond)
-	w.CallTerminated("echo", natsbus.TerminatedExpired)
-	w.CallTerminated("echo", natsbus.TerminatedMalformed)
-	w.CallTerminated("echo", natsbus.TerminatedRateLimited)
-	w.ResultFailed("echo")
+	for _, ev := range []natsbus.CallEvent{
+		{Kind: natsbus.CallDelivered, Attempt: 1},
+		{Kind: natsbus.CallDelivered, Attempt: 2},
+		{Kind: natsbus.CallDelivered, Attempt: 3},
+		{Kind: natsbus.CallStarted},
+		{Kind: natsbus.CallStarted},
+		{Kind: natsbus.CallFinished, Outcome: protocol.OutcomeOK, Duration: 30 * time.Millisecond},
+		{Kind: natsbus.CallTerminated, Reason: natsbus.TerminatedExpired},
+		{Kind: natsbus.CallTerminated, Reason: natsbus.TerminatedMalformed},
+		{Kind: natsbus.CallTerminated, Reason: natsbus.TerminatedRateLimited},
+		{Kind: natsbus.CallSkipped, Reason: natsbus.SkippedClaimed},
+		{Kind: natsbus.ResultFailed, Outcome: protocol.OutcomeOK},
+	} {
+		ev.Tool = "echo"
+		w.Observe(ev)
+	}
 
 	f := metricstest.Gather(t, reg)
 	for _, want := range []struct {

@@ -1,19 +1,14 @@
 package metrics
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
-	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// Worker holds a toolworker's metrics. It implements natsbus.WorkerObserver;
-// several workers of one process may share it.
+// Worker holds a toolworker's metrics: a sink of natsbus.CallEvent, each
+// event counted once. Several workers of one process may share it.
 type Worker struct {
-	natsbus.NopWorkerObserver
-
 	tools          toolLabels
 	calls          *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
@@ -58,36 +53,30 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 	return w
 }
 
-// Delivered counts redeliveries.
-func (w *Worker) Delivered(tool string, attempt int) {
-	if attempt > 1 {
-		w.redeliveries.WithLabelValues(w.tools.label(tool)).Inc()
+// Observe counts ev: a redelivery, a termination by reason, a call in
+// flight from its start to its finish, a finished call by outcome with its
+// duration, a result that could not be published. A skipped delivery has
+// no metric of its own (the delivery that runs the call counts it).
+func (w *Worker) Observe(ev natsbus.CallEvent) {
+	switch ev.Kind {
+	case natsbus.CallDelivered:
+		if ev.Attempt > 1 {
+			w.redeliveries.WithLabelValues(w.tools.label(string(ev.Tool))).Inc()
+		}
+	case natsbus.CallTerminated:
+		w.terminated.WithLabelValues(w.tools.label(string(ev.Tool)),
+			oneOf(ev.Reason, natsbus.TerminatedMalformed, natsbus.TerminatedExpired, natsbus.TerminatedUnapproved,
+				natsbus.TerminatedRateLimited)).Inc()
+	case natsbus.CallStarted:
+		w.inFlight.WithLabelValues(w.tools.label(string(ev.Tool))).Inc()
+	case natsbus.CallFinished:
+		t := w.tools.label(string(ev.Tool))
+		w.inFlight.WithLabelValues(t).Dec()
+		w.calls.WithLabelValues(t, outcomeLabel(ev.Outcome)).Inc()
+		w.duration.WithLabelValues(t).Observe(ev.Duration.Seconds())
+	case natsbus.ResultFailed:
+		w.resultFailures.WithLabelValues(w.tools.label(string(ev.Tool))).Inc()
 	}
-}
-
-// CallTerminated counts a message terminated without running.
-func (w *Worker) CallTerminated(tool, reason string) {
-	w.terminated.WithLabelValues(w.tools.label(tool),
-		oneOf(reason, natsbus.TerminatedMalformed, natsbus.TerminatedExpired, natsbus.TerminatedUnapproved,
-			natsbus.TerminatedRateLimited)).Inc()
-}
-
-// CallStarted counts a call in flight.
-func (w *Worker) CallStarted(tool string) {
-	w.inFlight.WithLabelValues(w.tools.label(tool)).Inc()
-}
-
-// CallFinished counts a finished call and its duration.
-func (w *Worker) CallFinished(tool string, outcome protocol.Outcome, d time.Duration) {
-	t := w.tools.label(tool)
-	w.inFlight.WithLabelValues(t).Dec()
-	w.calls.WithLabelValues(t, outcomeLabel(outcome)).Inc()
-	w.duration.WithLabelValues(t).Observe(d.Seconds())
-}
-
-// ResultFailed counts a result that could not be published.
-func (w *Worker) ResultFailed(tool string) {
-	w.resultFailures.WithLabelValues(w.tools.label(tool)).Inc()
 }
 
 // RegisterExecEscapes registers toolfleet_worker_exec_escapes_total, read

@@ -162,8 +162,8 @@ func TestWorkerRunsApprovedCallsOnly(t *testing.T) {
 				// Its answer is not stored: the call key has its result.
 				refused++
 				natstest.WaitFor(t, 10*time.Second, func() error {
-					if got := w.Stats().Unapproved; got != refused {
-						return fmt.Errorf("Stats().Unapproved=%d, want %d", got, refused)
+					if got := events(t, w).count(natsbus.CallTerminated, natsbus.TerminatedUnapproved); got != refused {
+						return fmt.Errorf("unapproved terminations=%d, want %d", got, refused)
 					}
 					return nil
 				})
@@ -189,8 +189,8 @@ func TestWorkerRunsApprovedCallsOnly(t *testing.T) {
 			if runs.Load() != before {
 				t.Fatalf("the tool ran without a valid approval")
 			}
-			if got := w.Stats().Unapproved; got != refused {
-				t.Errorf("Stats().Unapproved=%d, want %d", got, refused)
+			if got := events(t, w).count(natsbus.CallTerminated, natsbus.TerminatedUnapproved); got != refused {
+				t.Errorf("unapproved terminations=%d, want %d", got, refused)
 			}
 			if !f.log.Contains("refused a call that needs approval") {
 				t.Errorf("no warning logged; logs:\n%s", f.log.String())

@@ -126,7 +126,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 		}
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if got := w.Stats().Malformed; got != int64(len(payloads)) {
+		if got := events(t, w).count(natsbus.CallTerminated, natsbus.TerminatedMalformed); got != int64(len(payloads)) {
 			return fmt.Errorf("Malformed = %d, want %d", got, len(payloads))
 		}
 		return nil
@@ -139,7 +139,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 	if r := nextResult(t, in, valid.CallKey, 10*time.Second); r.Outcome != protocol.OutcomeOK || r.Output != "x" {
 		t.Fatalf("result after garbage = %+v", r)
 	}
-	if got := w.Stats().Executed; got != 1 {
+	if got := events(t, w).started(); got != 1 {
 		t.Fatalf("Executed = %d, want only the valid call", got)
 	}
 }
@@ -232,7 +232,7 @@ func TestACallPublishedAgainAfterItRanIsNotStoredAgain(t *testing.T) {
 		t.Fatalf("calls stream %+v: want one call ever stored, none left", info.State)
 	}
 	f.waitIdle(t, "echo")
-	if got := w.Stats().Executed; got != 1 {
+	if got := events(t, w).started(); got != 1 {
 		t.Fatalf("Executed = %d, want 1", got)
 	}
 }

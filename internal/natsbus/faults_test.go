@@ -68,7 +68,7 @@ func TestDeadWorkersCallsAreRedelivered(t *testing.T) {
 			// At most once: the call was acked before it ran, so it has left
 			// the work queue and no redelivery is possible.
 			f.waitIdle(t, "job")
-			if got := survivor.Stats().Executed; got != 0 {
+			if got := events(t, survivor).started(); got != 0 {
 				t.Fatalf("survivor executed %d calls, want 0 (the non-idempotent call must not run twice)", got)
 			}
 			if got := runs.Load(); got != 1 {
@@ -117,7 +117,7 @@ func TestMoreToolsThanSlots(t *testing.T) {
 			t.Fatalf("call %d to %s: %+v", i, tool, r)
 		}
 	}
-	if got := w.Stats().Executed; got != 6 {
+	if got := events(t, w).started(); got != 6 {
 		t.Fatalf("Executed = %d, want 6", got)
 	}
 }

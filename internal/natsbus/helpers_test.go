@@ -85,9 +85,18 @@ func (f *fleet) startWorkerOn(t *testing.T, nc *nats.Conn, h *harness.Harness, c
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 2 * time.Second
 	}
+	var counter *eventCounter
+	if cfg.Observer == nil {
+		counter = &eventCounter{}
+		cfg.Observer = counter
+	}
 	w, err = natsbus.NewWorker(nc, js, f.subjects, h, cfg)
 	if err != nil {
 		t.Fatalf("NewWorker: %v", err)
+	}
+	if counter != nil {
+		counters.Store(w, counter)
+		t.Cleanup(func() { counters.Delete(w) })
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -220,4 +229,55 @@ func nextEvent(t *testing.T, in loop.Inbox, within time.Duration, match func(loo
 			t.Fatalf("no matching event within %v", within)
 		}
 	}
+}
+
+// eventCounter is a WorkerObserver that counts a worker's events by kind
+// and reason (a finished call's reason: its outcome), as its metrics do.
+type eventCounter struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (c *eventCounter) Observe(ev natsbus.CallEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int64{}
+	}
+	c.n[ev.Kind.String()]++
+	reason := ev.Reason
+	if ev.Kind == natsbus.CallFinished {
+		reason = string(ev.Outcome)
+	}
+	if reason != "" {
+		c.n[ev.Kind.String()+":"+reason]++
+	}
+}
+
+// count is how many events of kind the worker emitted, with reason (a
+// finished call's outcome) unless it is "".
+func (c *eventCounter) count(kind natsbus.CallEventKind, reason string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if reason != "" {
+		return c.n[kind.String()+":"+reason]
+	}
+	return c.n[kind.String()]
+}
+
+// started is how many calls the worker handed to its harness.
+func (c *eventCounter) started() int64 { return c.count(natsbus.CallStarted, "") }
+
+// counters holds the eventCounter of each worker startWorkerOn started
+// without an observer of its test's own.
+var counters sync.Map // *natsbus.Worker → *eventCounter
+
+// events is the counter of the events of w, a worker startWorker started.
+func events(t testing.TB, w *natsbus.Worker) *eventCounter {
+	t.Helper()
+	c, ok := counters.Load(w)
+	if !ok {
+		t.Fatalf("worker %s has no event counter: started with an observer of its own", w.Name())
+	}
+	return c.(*eventCounter)
 }

@@ -15,7 +15,6 @@ const (
 	logRun       = logkey.RunID
 	logCallKey   = logkey.CallKey
 	logOutcome   = logkey.Outcome
-	logDuration  = logkey.DurationMS
 	logAttempt   = logkey.Attempt
 	logWorker    = logkey.Worker
 	logSubject   = "subject"
@@ -31,6 +30,9 @@ const (
 	logDropped   = "dropped"
 	logErrorType = logkey.ErrorType
 )
+
+// logRetryAfterMS is a rate-limited call's wait, in whole milliseconds.
+const logRetryAfterMS = "retry_after_ms"
 
 // sampled returns l limited to a burst of lines per second, for lines that a
 // hostile or broken peer can trigger at will.

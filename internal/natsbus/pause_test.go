@@ -119,9 +119,9 @@ func TestOperatorRateLimitReachesWorkers(t *testing.T) {
 	if limited.RetryAfterMS <= 0 || limited.Output != "" {
 		t.Fatalf("rate_limited result %+v, want a time to try again and no output", limited)
 	}
-	executed := w.Stats().Executed
-	if r := call(); r.Outcome != protocol.OutcomeRateLimited || w.Stats().Executed != executed {
-		t.Fatalf("a second call over the limit: %+v (executed %d → %d)", r, executed, w.Stats().Executed)
+	executed := events(t, w).started()
+	if r := call(); r.Outcome != protocol.OutcomeRateLimited || events(t, w).started() != executed {
+		t.Fatalf("a second call over the limit: %+v (executed %d → %d)", r, executed, events(t, w).started())
 	}
 	if err := traffic.SetLimit(ctx(t), protocol.TrafficNote{Tool: "echo", Rate: 0, By: "ann", Reason: "lifted"}); err != nil {
 		t.Fatalf("SetLimit 0: %v", err)

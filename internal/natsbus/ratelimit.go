@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -262,7 +261,8 @@ func (w *Worker) readLimits(ctx context.Context) {
 // admit holds a call of a limited tool until the tool's fleet-wide limit
 // lets it start. It reports done when the call must not run: it was
 // answered rate_limited (its message terminated), or the worker stops.
-func (w *Worker) admit(ctx context.Context, tc *toolConsumer, call protocol.Call, replyTo string, d *Delivery, log zerolog.Logger) (Decision, bool) {
+func (w *Worker) admit(ctx context.Context, rec *callRecord, call protocol.Call, replyTo string, d *Delivery) (Decision, bool) {
+	tc := rec.tc
 	lim := tc.limiter.current()
 	if lim == nil {
 		return Decision{}, false
@@ -281,20 +281,16 @@ func (w *Worker) admit(ctx context.Context, tc *toolConsumer, call protocol.Call
 	}
 	if err != nil {
 		// Fail closed: without the bucket the limit cannot be kept.
-		log.Warn().Err(err).Msg("could not reserve the tool's rate limit: answered rate_limited")
 		retry = time.Second
 	}
 	if retry > 0 {
-		tc.meter.onTerminated(TerminatedRateLimited)
-		log.Info().Dur("retry_after", retry).Msg("call rate limited: not run")
+		rec.emit(CallEvent{Kind: CallTerminated, Reason: TerminatedRateLimited, Outcome: protocol.OutcomeRateLimited, RetryAfter: retry, Err: err})
 		result := protocol.Result{
 			V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeRateLimited,
 			RetryAfterMS: max(retry.Milliseconds(), 1), Worker: w.cfg.Name, Attempt: d.Attempt,
 		}
 		if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), 0); err != nil {
-			w.resultErrors.Add(1)
-			tc.meter.onResultFailed()
-			log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
+			rec.emit(CallEvent{Kind: ResultFailed, Outcome: result.Outcome, Err: err})
 			return Leave, true // redelivered after the ack wait, and answered then
 		}
 		return Term(TerminatedRateLimited), true

@@ -109,7 +109,6 @@ func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.Too
 	if m.members[0] == q {
 		m.again, m.err = w.firstAttemptOf(m)
 		if m.err != nil && len(m.members) > 1 {
-			w.resultBatchFailures.Add(1)
 			w.limited.Warn().Err(m.err).Str(logSubject, subject).Int("results", len(m.members)).
 				Msg("a batch of results was not confirmed stored: publishing them one by one")
 		}
@@ -157,7 +156,6 @@ func (w *Worker) handOn(subject string) {
 			}
 			m.msg = w.resultMessage(subject, protocol.ResultBatchMsgID(tool, keys), protocol.EncodeResultBatch(run, encoded))
 			m.msg.Header.Set(protocol.HeaderResultBatch, protocol.ResultBatchStored)
-			w.resultBatches.Add(1)
 		}
 		m.future, _ = w.js.PublishMsgAsync(m.msg, jetstream.WithExpectStream(w.subjects.ResultsStream()))
 		for _, q := range members {

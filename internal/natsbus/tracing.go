@@ -26,6 +26,10 @@ const tracerName = "github.com/toolfleet/toolfleet/internal/natsbus"
 type callTrace struct {
 	ctx  context.Context
 	span trace.Span
+	// callID is the model's id of the accepted call; outcome is the
+	// finished call's, "not_run" until then.
+	callID  protocol.CallID
+	outcome string
 }
 
 // startCallTrace opens the span of a delivery of tool's call. When the
@@ -38,7 +42,7 @@ func startCallTrace(ctx context.Context, tool protocol.ToolName, m jetstream.Msg
 	ctx, span := tr.Start(ctx, "execute_tool "+string(tool), trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", string(tool)),
 			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject())))
-	ct := &callTrace{ctx: ctx, span: span}
+	ct := &callTrace{ctx: ctx, span: span, outcome: notRun}
 	if !span.IsRecording() {
 		return ct
 	}
@@ -74,6 +78,9 @@ func workerTracer() trace.Tracer {
 	return tr
 }
 
+// notRun is the outcome attribute of a delivery whose call did not run.
+const notRun = "not_run"
+
 // noSpan ends a child span that was not started.
 func noSpan(string) {}
 
@@ -93,20 +100,31 @@ func (ct *callTrace) child(name string) func(failed string) {
 	}
 }
 
-// call records the accepted call's ids.
-func (ct *callTrace) call(c protocol.Call, attempt int) {
+// record is the span's sink of the delivery's events: a started call's
+// ids as attributes, a finished call's outcome, and a span event for a
+// call terminated or skipped or a result that could not be published.
+func (ct *callTrace) record(ev CallEvent) {
 	if !ct.span.IsRecording() {
 		return
 	}
-	ct.span.SetAttributes(attribute.String("gen_ai.tool.call.id", clipCallID(string(c.CallID))), attribute.String("toolfleet.call_key", string(c.CallKey)),
-		attribute.String("toolfleet.run_id", string(c.RunID)), attribute.Int("toolfleet.attempt", attempt))
+	switch ev.Kind {
+	case CallStarted:
+		ct.span.SetAttributes(attribute.String("gen_ai.tool.call.id", clipCallID(string(ct.callID))), attribute.String("toolfleet.call_key", string(ev.CallKey)),
+			attribute.String("toolfleet.run_id", string(ev.RunID)), attribute.Int("toolfleet.attempt", ev.Attempt))
+	case CallFinished:
+		ct.outcome = string(ev.Outcome)
+	case CallTerminated, CallSkipped:
+		ct.span.AddEvent(ev.Kind.String(), trace.WithAttributes(attribute.String("toolfleet.reason", ev.Reason)))
+	case ResultFailed:
+		ct.span.AddEvent(ev.Kind.String())
+	}
 }
 
-// end closes the delivery's span with its outcome (or why it did not run).
-func (ct *callTrace) end(outcome string) {
-	if outcome != "" && ct.span.IsRecording() {
-		ct.span.SetAttributes(attribute.String("toolfleet.outcome", outcome))
-		if outcome != string(protocol.OutcomeOK) {
+// end closes the delivery's span with its call's outcome, or "not_run".
+func (ct *callTrace) end() {
+	if ct.span.IsRecording() {
+		ct.span.SetAttributes(attribute.String("toolfleet.outcome", ct.outcome))
+		if ct.outcome != string(protocol.OutcomeOK) {
 			ct.span.SetStatus(codes.Error, "")
 		}
 	}

@@ -37,12 +37,14 @@ func traceCall(m jetstream.Msg, c protocol.Call) {
 	ct := startCallTrace(context.Background(), "echo", m)
 	endValidation := ct.child("validation")
 	endValidation("")
-	ct.call(c, 1)
+	ct.callID = c.CallID
+	ct.record(CallEvent{Kind: CallStarted, Tool: "echo", RunID: c.RunID, CallKey: c.CallKey, Attempt: 1})
 	endExecution := ct.child("execution")
 	endExecution("")
 	endPublish := ct.child("result publish")
+	ct.record(CallEvent{Kind: CallFinished, Tool: "echo", RunID: c.RunID, CallKey: c.CallKey, Attempt: 1, Outcome: protocol.OutcomeOK})
 	endPublish("")
-	ct.end(string(protocol.OutcomeOK))
+	ct.end()
 }
 
 func benchTraceCall() protocol.Call {

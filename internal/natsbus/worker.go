@@ -40,31 +40,6 @@ var (
 	errShutdown        = errors.New("natsbus: the worker is shutting down")
 )
 
-// WorkerStats counts what a [Worker] did with the messages it took.
-type WorkerStats struct {
-	// Executed counts calls handed to the harness.
-	Executed int64
-	// Expired counts calls terminated unrun because their deadline had
-	// passed.
-	Expired int64
-	// Malformed counts messages terminated as malformed: undecodable, with
-	// a missing or forged reply subject, or on the wrong tool's subject.
-	Malformed int64
-	// Cancelled counts executed calls that ended cancelled.
-	Cancelled int64
-	// ResultErrors counts results that could not be published.
-	ResultErrors int64
-	// Unapproved counts calls that needed approval and carried no proof
-	// the worker could verify: answered denied, not run.
-	Unapproved int64
-	// ResultBatches counts messages that carried several results
-	// (protocol.ResultBatch).
-	ResultBatches int64
-	// ResultBatchFailures counts those of them that were not confirmed
-	// stored, whose results were then published one by one.
-	ResultBatchFailures int64
-}
-
 // Worker serves the tools of one harness from the calls stream: it pulls
 // calls from each tool's shared consumer, runs them and publishes their
 // results. See the package documentation for its invariants.
@@ -94,16 +69,11 @@ type Worker struct {
 	nextID  uint64
 	active  map[string]uint64 // run.key → stream sequence of idempotent calls running here
 
-	executed, expired, malformed, cancelled, resultErrors, unapproved atomic.Int64
-
 	// resultLanes coalesces results of calls whose coordinator reads
-	// batches; resultBatches counts the messages that carried several
-	// results, resultBatchFailures those that were not stored;
-	// resultsAlone counts the results published in their own message
-	// whose first attempt has not ended.
-	resultLanes                        resultLanes
-	resultBatches, resultBatchFailures atomic.Int64
-	resultsAlone                       atomic.Int64
+	// batches; resultsAlone counts the results published in their own
+	// message whose first attempt has not ended.
+	resultLanes  resultLanes
+	resultsAlone atomic.Int64
 
 	approvalsMu sync.Mutex
 	approvals   jetstream.Stream // the approvals stream, looked up when first needed
@@ -157,7 +127,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 			idempotent: spec.Idempotent,
 			subject:    subject,
 			spec:       spec,
-			meter:      newToolMeter(spec.Name, subject, cfg.Observer),
+			meter:      newToolMeter(subject),
 			config:     toolConsumerConfig(durable, spec.Name, subject, cfg),
 			limiter:    newRateLimiter(spec.Name, h.RateLimit(spec.Name)),
 		})
@@ -187,21 +157,6 @@ func (w *Worker) ToolStats(tool protocol.ToolName) (ToolStats, bool) {
 		return ToolStats{}, false
 	}
 	return tc.meter.stats(), true
-}
-
-// Stats returns the worker's counters.
-func (w *Worker) Stats() WorkerStats {
-	return WorkerStats{
-		Executed:     w.executed.Load(),
-		Expired:      w.expired.Load(),
-		Malformed:    w.malformed.Load(),
-		Cancelled:    w.cancelled.Load(),
-		ResultErrors: w.resultErrors.Load(),
-		Unapproved:   w.unapproved.Load(),
-
-		ResultBatches:       w.resultBatches.Load(),
-		ResultBatchFailures: w.resultBatchFailures.Load(),
-	}
 }
 
 // Run creates or updates each tool's consumer and serves calls until ctx

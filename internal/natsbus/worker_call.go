@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/approvalproof"
 
@@ -32,30 +31,27 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	// Run at most once when either this worker's manifest or the call's
 	// coordinator says so: the stricter holds.
 	idempotent := tc.idempotent && m.Headers().Get(protocol.HeaderAtMostOnce) == ""
-	tc.meter.onDelivered(attempt)
 	ct := startCallTrace(ctx, tc.name, m)
-	outcome := "not_run"
-	defer func() { ct.end(outcome) }()
+	defer ct.end()
+	rec := &callRecord{w: w, tc: tc, ct: ct, subject: m.Subject(), attempt: attempt}
+	rec.emit(CallEvent{Kind: CallDelivered})
 	endValidation := ct.child("validation")
 	call, replyTo, err := w.accept(tc, m)
 	endValidation(traceErr(err))
+	if err == nil || errors.Is(err, errExpired) {
+		rec.accepted(call)
+		ct.callID = call.CallID
+	}
 	switch {
 	case errors.Is(err, errExpired) && !idempotent:
-		return w.expireClaimed(ctx, tc, call, replyTo, d)
+		return w.expireClaimed(ctx, rec, call, replyTo, d)
 	case errors.Is(err, errExpired):
-		w.expired.Add(1)
-		tc.meter.onTerminated(TerminatedExpired)
-		w.log.Info().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
-			Int(logAttempt, attempt).Msg("call expired before it started: not run")
+		rec.emit(CallEvent{Kind: CallTerminated, Reason: TerminatedExpired})
 		return Term(termExpired)
 	case err != nil:
-		w.malformed.Add(1)
-		tc.meter.onTerminated(TerminatedMalformed)
-		w.limited.Warn().Str(logSubject, m.Subject()).Str(logCode, errorCode(err)).Msg("terminated a malformed call")
+		rec.emit(CallEvent{Kind: CallTerminated, Reason: TerminatedMalformed, Code: errorCode(err)})
 		return Term(termMalformed)
 	}
-	log := w.log.With().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
-		Int(logAttempt, attempt).Logger()
 
 	// Checked twice: the coordinator asked an operator, and the worker
 	// reads the operator's decision back itself, for every call its own
@@ -71,10 +67,10 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 			err = w.recordExecution(ctx, call, seq)
 		}
 		if err != nil {
-			return w.refuseUnapproved(ctx, tc, call, replyTo, attempt, err, log)
+			return w.refuseUnapproved(ctx, rec, call, replyTo, err)
 		}
 	}
-	if dec, done := w.admit(ctx, tc, call, replyTo, d, log); done { // ratelimit.go
+	if dec, done := w.admit(ctx, rec, call, replyTo, d); done { // ratelimit.go
 		return dec
 	}
 
@@ -85,7 +81,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		// message, which covers the new delivery too: it is not run twice
 		// side by side.
 		if !w.begin(call.RunID, call.CallKey, seq) {
-			log.Info().Msg("call redelivered while it runs here: not run again")
+			rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedRunningHere})
 			return Leave // the attempt running here settles the message
 		}
 		defer w.end(call.RunID, call.CallKey, seq)
@@ -93,14 +89,13 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		// At most once: the call is claimed before the tool runs.
 		switch err := w.claim(d); {
 		case errors.Is(err, errClaimed):
-			log.Info().Msg("call already claimed by another delivery, or withdrawn: not run")
+			rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimed})
 			return Settled
 		case err != nil:
-			log.Warn().Err(err).Msg("could not claim a non-idempotent call before running it: not run")
+			rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimFailed, Err: err})
 			return Leave // redelivered after the ack wait, and claimed again
 		}
 	}
-	ct.call(call, attempt)
 	if wantsStarted(d.Msg.Headers().Get(protocol.HeaderStartedNotice), idempotent) {
 		w.publishStarted(call, attempt)
 	}
@@ -112,30 +107,28 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	if idempotent { // a claimed call is settled already and needs none
 		stopHeartbeat = d.Heartbeat(w.cfg.Heartbeat)
 	}
-	w.executed.Add(1)
-	tc.meter.onStarted()
+	rec.emit(CallEvent{Kind: CallStarted})
 	endExecution := ct.child("execution")
 	pctx, endProgress := w.withProgress(cctx, call)
-	res := w.h.Execute(pctx, harness.Call{
+	hc := harness.Call{
 		Tool:           call.Tool,
 		Arguments:      call.Arguments,
 		Deadline:       call.Deadline,
 		MaxOutputChars: call.MaxOutputChars,
 		CallKey:        call.CallKey,
-	})
+	}
+	// The harness writes no line of its own: the finish event's line
+	// carries its fields with the run's ids.
+	res := w.h.ExecuteUnlogged(pctx, hc)
 	endProgress()
 	stopHeartbeat()
 	unregister()
-	outcome = string(res.Outcome)
 	if res.Outcome == protocol.OutcomeOK {
 		endExecution("")
 	} else {
 		endExecution(string(res.Outcome))
 	}
-	tc.meter.onFinished(res.Outcome, res.Duration)
-	if res.Outcome == protocol.OutcomeCancelled {
-		w.cancelled.Add(1)
-	}
+	rec.emit(CallEvent{Kind: CallFinished, Outcome: res.Outcome, Duration: res.Duration, ErrorType: res.ErrorType, call: &hc, res: &res})
 
 	result := protocol.Result{
 		V:          protocol.Version,
@@ -160,9 +153,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		endPublish("publish_failed")
 	}
 	if err != nil {
-		w.resultErrors.Add(1)
-		tc.meter.onResultFailed()
-		log.Error().Err(err).Str(logOutcome, string(res.Outcome)).Msg("could not publish a call's result")
+		rec.emit(CallEvent{Kind: ResultFailed, Outcome: res.Outcome, Err: err})
 		if idempotent {
 			// Run again elsewhere, if the deadline allows: the same stored
 			// call, whose execution record (if approved) it holds.
@@ -170,11 +161,6 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		}
 		return Settled
 	}
-	ev := log.Info().Str(logOutcome, string(res.Outcome)).Dur(logDuration, res.Duration)
-	if res.ErrorType != "" {
-		ev = ev.Str(logErrorType, res.ErrorType)
-	}
-	ev.Msg("call finished")
 	if idempotent {
 		return Ack
 	}
@@ -202,29 +188,22 @@ func wantsStarted(header string, idempotent bool) bool {
 // It is claimed like one about to run, so that it never runs, and answered
 // timeout — not run — so its coordinator, which may be about to withdraw
 // it, learns that it did not start rather than finding it gone.
-func (w *Worker) expireClaimed(ctx context.Context, tc *toolConsumer, call protocol.Call, replyTo string, d *Delivery) Decision {
-	log := w.log.Info().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
-		Int(logAttempt, d.Attempt)
+func (w *Worker) expireClaimed(ctx context.Context, rec *callRecord, call protocol.Call, replyTo string, d *Delivery) Decision {
 	switch err := w.claim(d); {
 	case errors.Is(err, errClaimed):
-		log.Msg("call expired, and already claimed or withdrawn: not run")
+		rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimed, Code: termExpired})
 		return Settled
 	case err != nil:
-		log.Err(err).Msg("could not claim an expired non-idempotent call: not run")
+		rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimFailed, Code: termExpired, Err: err})
 		return Leave
 	}
-	w.expired.Add(1)
-	tc.meter.onTerminated(TerminatedExpired)
-	log.Msg("call expired before it started: not run")
+	rec.emit(CallEvent{Kind: CallTerminated, Reason: TerminatedExpired, Outcome: protocol.OutcomeTimeout})
 	result := protocol.Result{
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeTimeout,
 		ErrorType: termExpired, Worker: w.cfg.Name, Attempt: d.Attempt,
 	}
-	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), 0); err != nil {
-		w.resultErrors.Add(1)
-		tc.meter.onResultFailed()
-		w.log.Error().Err(err).Str(logTool, string(tc.name)).Str(logCallKey, string(call.CallKey)).
-			Msg("could not publish a call's result")
+	if err := w.publishResult(ctx, replyTo, rec.tc.name, &result, call.CallDeadline(), 0); err != nil {
+		rec.emit(CallEvent{Kind: ResultFailed, Outcome: result.Outcome, Err: err})
 	}
 	return Settled
 }
@@ -255,29 +234,24 @@ func (w *Worker) verifyApproval(ctx context.Context, call protocol.Call) error {
 // refuseUnapproved answers a call that needs approval and has no valid
 // proof: denied, never run, and the message terminated so that it is not
 // delivered again.
-func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, call protocol.Call, replyTo string, attempt int, why error, log zerolog.Logger) Decision {
-	w.unapproved.Add(1)
-	tc.meter.onTerminated(TerminatedUnapproved)
-	code := "stream_error"
+func (w *Worker) refuseUnapproved(ctx context.Context, rec *callRecord, call protocol.Call, replyTo string, why error) Decision {
+	ev := CallEvent{Kind: CallTerminated, Reason: TerminatedUnapproved, Outcome: protocol.OutcomeDenied, Code: "stream_error"}
 	var perr *approvalproof.Error
-	ev := log.Warn()
 	if errors.As(why, &perr) {
-		code = perr.Code
+		ev.Code = perr.Code
 	} else {
 		// The approvals stream could not be read (a missing permission
 		// for its STREAM.INFO and STREAM.MSG.GET, the server away): the
 		// error names the API, never a payload.
-		ev = ev.Err(why)
+		ev.Err = why
 	}
-	ev.Str(logCode, code).Msg("refused a call that needs approval: no valid approval in the approvals stream; not run")
+	rec.emit(ev)
 	result := protocol.Result{
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeDenied,
-		ErrorType: "approval:" + code, Worker: w.cfg.Name, Attempt: attempt,
+		ErrorType: "approval:" + ev.Code, Worker: w.cfg.Name, Attempt: rec.attempt,
 	}
-	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), 0); err != nil {
-		w.resultErrors.Add(1)
-		tc.meter.onResultFailed()
-		log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
+	if err := w.publishResult(ctx, replyTo, rec.tc.name, &result, call.CallDeadline(), 0); err != nil {
+		rec.emit(CallEvent{Kind: ResultFailed, Outcome: result.Outcome, Err: err})
 	}
 	return Term(termUnapproved)
 }

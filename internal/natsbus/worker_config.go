@@ -61,11 +61,11 @@ type WorkerConfig struct {
 	// MaxFetchBatch bounds the calls taken in one pull, never more than the
 	// free slots. Default: Concurrency.
 	MaxFetchBatch int
-	// Logger receives one line per call and the worker's warnings. The zero
-	// value discards.
+	// Logger receives one line per call (its finish, or why it did not
+	// run) and the worker's warnings. The zero value discards.
 	Logger zerolog.Logger
-	// Observer receives the worker's measurements, for metrics. Default:
-	// nil, observe nothing.
+	// Observer receives every event of the worker's calls (CallEvent),
+	// for metrics. Default: nil, observe nothing.
 	Observer WorkerObserver
 	// Version is the version the worker's discovery service announces; it
 	// must be a semantic version. Default: DefaultServiceVersion.
@@ -127,6 +127,9 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 	}
 	if c.ApprovalMaxAge == 0 {
 		c.ApprovalMaxAge = DefaultApprovalMaxAge
+	}
+	if c.Observer == nil {
+		c.Observer = NopWorkerObserver{}
 	}
 	return c
 }

@@ -229,12 +229,12 @@ func TestWorkersShareAToolsConsumer(t *testing.T) {
 			t.Fatalf("%d calls unanswered", len(keys))
 		}
 	}
-	s1, s2 := w1.Stats(), w2.Stats()
-	if s1.Executed == 0 || s2.Executed == 0 || s1.Executed+s2.Executed != n {
-		t.Fatalf("executed w1=%d w2=%d, want both > 0 and %d in all", s1.Executed, s2.Executed, n)
+	s1, s2 := events(t, w1).started(), events(t, w2).started()
+	if s1 == 0 || s2 == 0 || s1+s2 != n {
+		t.Fatalf("executed w1=%d w2=%d, want both > 0 and %d in all", s1, s2, n)
 	}
-	if byWorker["w1"] != int(s1.Executed) || byWorker["w2"] != int(s2.Executed) {
-		t.Fatalf("results by worker %v do not match executed counts %d/%d", byWorker, s1.Executed, s2.Executed)
+	if byWorker["w1"] != int(s1) || byWorker["w2"] != int(s2) {
+		t.Fatalf("results by worker %v do not match executed counts %d/%d", byWorker, s1, s2)
 	}
 	f.waitIdle(t, "slow")
 }
@@ -250,7 +250,7 @@ func TestExpiredCallIsNeverRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if got := w.Stats().Expired; got != 1 {
+		if got := events(t, w).count(natsbus.CallTerminated, natsbus.TerminatedExpired); got != 1 {
 			return fmt.Errorf("Expired = %d, want 1", got)
 		}
 		return nil
@@ -259,7 +259,7 @@ func TestExpiredCallIsNeverRun(t *testing.T) {
 	if got := runs.Load(); got != 0 {
 		t.Fatalf("the expired call ran %d times, want 0", got)
 	}
-	if got := w.Stats().Executed; got != 0 {
+	if got := events(t, w).started(); got != 0 {
 		t.Fatalf("Executed = %d, want 0", got)
 	}
 }
@@ -294,7 +294,7 @@ func TestCancelStopsARunningExecTool(t *testing.T) {
 		if err := d.Cancel(ctx(t), protocol.Cancel{RunID: run, CallKey: call.CallKey}); err != nil {
 			return err
 		}
-		if w.Stats().Cancelled == 0 {
+		if events(t, w).count(natsbus.CallFinished, string(protocol.OutcomeCancelled)) == 0 {
 			return errors.New("not cancelled yet")
 		}
 		return nil
@@ -318,7 +318,7 @@ func TestMalformedCallIsTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
-		if got := w.Stats().Malformed; got != 1 {
+		if got := events(t, w).count(natsbus.CallTerminated, natsbus.TerminatedMalformed); got != 1 {
 			return fmt.Errorf("Malformed = %d, want 1", got)
 		}
 		return nil
@@ -412,7 +412,7 @@ func TestHeartbeatPreventsRedeliveryOfALongCall(t *testing.T) {
 	if got := runs.Load(); got != 1 {
 		t.Fatalf("tool ran %d times, want exactly once", got)
 	}
-	if got := w.Stats().Executed; got != 1 {
+	if got := events(t, w).started(); got != 1 {
 		t.Fatalf("Executed = %d, want 1", got)
 	}
 	if info := f.consumerInfo(t, "long"); info.Delivered.Consumer != 1 {
@@ -456,13 +456,13 @@ func TestForgedReplySubjectIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		natstest.WaitFor(t, 10*time.Second, func() error {
-			if got := w.Stats().Malformed; got != int64(i+1) {
+			if got := events(t, w).count(natsbus.CallTerminated, natsbus.TerminatedMalformed); got != int64(i+1) {
 				return fmt.Errorf("%s: Malformed = %d, want %d", tc.name, got, i+1)
 			}
 			return nil
 		})
 	}
-	if got := w.Stats().Executed; got != 0 {
+	if got := events(t, w).started(); got != 0 {
 		t.Fatalf("Executed = %d, want 0", got)
 	}
 	f.waitIdle(t, "echo")

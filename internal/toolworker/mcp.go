@@ -12,7 +12,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
-	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // mcpState is what a worker serving MCP servers needs: its fixed tools, the
@@ -207,13 +206,14 @@ type inflight struct {
 	idle  chan struct{} // signalled when n drops to 0
 }
 
-func (o *inflight) Delivered(tool string, attempt int) { o.inner.Delivered(tool, attempt) }
-func (o *inflight) CallTerminated(tool, reason string) { o.inner.CallTerminated(tool, reason) }
-func (o *inflight) ResultFailed(tool string)           { o.inner.ResultFailed(tool) }
-func (o *inflight) CallStarted(tool string)            { o.n.Add(1); o.inner.CallStarted(tool) }
-func (o *inflight) CallFinished(tool string, out protocol.Outcome, d time.Duration) {
-	o.inner.CallFinished(tool, out, d)
-	if o.n.Add(-1) == 0 {
+// Observe counts a call in flight from its start to its finish and passes
+// ev on.
+func (o *inflight) Observe(ev natsbus.CallEvent) {
+	if ev.Kind == natsbus.CallStarted {
+		o.n.Add(1)
+	}
+	o.inner.Observe(ev)
+	if ev.Kind == natsbus.CallFinished && o.n.Add(-1) == 0 {
 		select {
 		case o.idle <- struct{}{}:
 		default:

@@ -210,18 +210,6 @@ func (w *Worker) Harness() *harness.Harness {
 	return w.harness
 }
 
-// Stats returns the worker's counters (with MCP servers: since the last
-// change of their tools).
-func (w *Worker) Stats() natsbus.WorkerStats {
-	if w.mcp != nil {
-		if _, nw := w.mcp.current(); nw != nil {
-			return nw.Stats()
-		}
-		return natsbus.WorkerStats{}
-	}
-	return w.worker.Stats()
-}
-
 // Run checks the fleet's streams (creating a missing one when the server
 // lets it, changing none), publishes the tools' specs to the catalog and
 // serves calls until ctx ends, then shuts down gracefully (see

@@ -64,23 +64,32 @@ type Result struct {
 // errDeadline is the cause of a call context that reached its deadline.
 var errDeadline = errors.New("harness: call deadline")
 
-// Execute runs one call. It never panics and returns by the call's deadline
-// (plus a few milliseconds). If ctx ends first, the outcome is cancelled; if
-// the deadline passes, timeout.
+// Execute runs one call and writes its line to [Config].Logger (at debug
+// for an ok call, at info otherwise). It never panics and returns by the
+// call's deadline (plus a few milliseconds). If ctx ends first, the outcome
+// is cancelled; if the deadline passes, timeout.
 func (h *Harness) Execute(ctx context.Context, call Call) Result {
-	start := h.cfg.Now()
-	res, validated := h.execute(ctx, call)
-	res.Duration = max(h.cfg.Now().Sub(start), 0)
-	h.logCall(call, res, validated)
+	res := h.ExecuteUnlogged(ctx, call)
+	h.logCall(call, res)
 	return res
 }
 
-// execute runs the call; the bool reports whether its arguments passed
-// validation (the log line then names their keys).
-func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
+// ExecuteUnlogged runs one call as [Harness.Execute] does but writes no
+// line for it: for a caller that records each call itself, once, on a line
+// of its own that carries [CallFields] and its own ids (a worker adds the
+// run's). The harness's warnings are still logged.
+func (h *Harness) ExecuteUnlogged(ctx context.Context, call Call) Result {
+	start := h.cfg.Now()
+	res := h.execute(ctx, call)
+	res.Duration = max(h.cfg.Now().Sub(start), 0)
+	return res
+}
+
+// execute runs the call.
+func (h *Harness) execute(ctx context.Context, call Call) Result {
 	e, ok := h.tools[call.Tool]
 	if !ok {
-		return Result{Outcome: protocol.OutcomeUnknownTool}, false
+		return Result{Outcome: protocol.OutcomeUnknownTool}
 	}
 	limit := protocol.OutputLimit(call.MaxOutputChars, h.cfg.MaxOutputChars)
 	if err := e.schema.Validate(call.Arguments); err != nil {
@@ -90,7 +99,7 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 			msg = ae.Msg
 		}
 		out, trunc := protocol.Truncate(msg, limit)
-		return Result{Outcome: protocol.OutcomeInvalidArguments, Output: out, Truncated: trunc}, false
+		return Result{Outcome: protocol.OutcomeInvalidArguments, Output: out, Truncated: trunc}
 	}
 
 	deadline := call.Deadline
@@ -99,12 +108,12 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 		deadline = protocol.NewCallDeadline(time.Now(), e.timeout, 0).At
 	}
 	if ctx.Err() != nil {
-		return Result{Outcome: protocol.OutcomeCancelled}, true
+		return Result{Outcome: protocol.OutcomeCancelled}
 	}
 	tctx, cancel := context.WithDeadlineCause(ctx, deadline, errDeadline)
 	defer cancel()
 	if tctx.Err() != nil { // the deadline has passed: do not start
-		return Result{Outcome: endOutcome(tctx)}, true
+		return Result{Outcome: endOutcome(tctx)}
 	}
 	args := slices.Clone(call.Arguments)
 	if call.CallKey != "" {
@@ -112,30 +121,30 @@ func (h *Harness) execute(ctx context.Context, call Call) (Result, bool) {
 	}
 
 	if e.tool.cmd != nil {
-		return h.runCommand(tctx, e, args, limit), true
+		return h.runCommand(tctx, e, args, limit)
 	}
 	if h.abandoned.Load() >= int64(h.cfg.MaxAbandoned) {
 		h.cfg.Logger.Error().Str(logKeyTool, e.tool.Name).Int(logKeyAbandoned, h.Abandoned()).
 			Msg("tool call refused: too many abandoned tool goroutines")
-		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeOverloaded}, true
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeOverloaded}
 	}
 	r, finished := h.runGo(tctx, e, args)
 	if !finished {
-		return Result{Outcome: endOutcome(tctx)}, true
+		return Result{Outcome: endOutcome(tctx)}
 	}
 	switch {
 	case r.panicType != "":
-		return Result{Outcome: protocol.OutcomeFailed, ErrorType: r.panicType}, true
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: r.panicType}
 	case r.goexit:
-		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeGoexit}, true
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: ErrorTypeGoexit}
 	case r.err != nil && tctx.Err() != nil:
 		// Most likely the tool returned ctx.Err(): report why the context ended.
-		return Result{Outcome: endOutcome(tctx)}, true
+		return Result{Outcome: endOutcome(tctx)}
 	case r.err != nil:
-		return Result{Outcome: protocol.OutcomeFailed, ErrorType: fmt.Sprintf("%T", r.err)}, true
+		return Result{Outcome: protocol.OutcomeFailed, ErrorType: fmt.Sprintf("%T", r.err)}
 	}
 	out, trunc := protocol.Truncate(r.out, limit)
-	return Result{Outcome: protocol.OutcomeOK, Output: out, Truncated: trunc}, true
+	return Result{Outcome: protocol.OutcomeOK, Output: out, Truncated: trunc}
 }
 
 // endOutcome says why a call context ended: its own deadline (timeout) or the
@@ -236,9 +245,16 @@ func argKeys(args []byte) []string {
 	return keys
 }
 
-// logCall writes the one line every call gets. Argument keys and digest
-// are worked out only when the line is written: an ok call logs at debug.
-func (h *Harness) logCall(call Call, res Result, validated bool) {
+// validated reports whether a call that ended with res had its arguments
+// validated: all but an unknown tool's and invalid arguments did.
+func validated(res Result) bool {
+	return res.Outcome != protocol.OutcomeUnknownTool && res.Outcome != protocol.OutcomeInvalidArguments
+}
+
+// logCall writes the one line Execute gives every call. Argument keys and
+// digest are worked out only when the line is written: an ok call logs at
+// debug.
+func (h *Harness) logCall(call Call, res Result) {
 	var ev *zerolog.Event
 	switch res.Outcome {
 	case protocol.OutcomeOK:
@@ -254,10 +270,24 @@ func (h *Harness) logCall(call Call, res Result, validated bool) {
 	} else {
 		ev = ev.Int(logKeyToolNameLen, len(call.Tool))
 	}
+	CallFields(ev, call, res).Msg("tool call")
+}
+
+// CallFields adds to ev what the harness logs of a call that ended with
+// res, never a value: the outcome, the duration in whole milliseconds
+// (logkey.DurationMS, an integer), the size of the arguments, their keys
+// and digest once they passed validation, the output's size and
+// truncation for an ok call, and the error type. The tool is the caller's
+// to name, first, with its own ids. It returns ev; a nil ev (a disabled
+// level) stays nil and costs nothing.
+func CallFields(ev *zerolog.Event, call Call, res Result) *zerolog.Event {
+	if ev == nil {
+		return nil
+	}
 	ev = ev.Str(logKeyOutcome, string(res.Outcome)).
 		Int64(logKeyDurationMS, res.Duration.Milliseconds()).
 		Int(logKeyArgsBytes, len(call.Arguments))
-	if validated {
+	if validated(res) {
 		ev = ev.Strs(logKeyArgKeys, argKeys(call.Arguments)).Str(logKeyArgsDigest, protocol.ArgsDigest(call.Arguments))
 	}
 	if res.Outcome == protocol.OutcomeOK {
@@ -266,5 +296,5 @@ func (h *Harness) logCall(call Call, res Result, validated bool) {
 	if res.ErrorType != "" {
 		ev = ev.Str(logKeyErrorType, res.ErrorType)
 	}
-	ev.Msg("tool call")
+	return ev
 }

@@ -4,7 +4,8 @@
 // the harness and the model providers alike. Each package keeps its own
 // log.go naming the keys it uses; those named here are spelled only here.
 //
-// Durations are logged in milliseconds under [DurationMS].
+// Durations are logged in whole milliseconds, as integers, under [DurationMS]:
+// Int64(DurationMS, d.Milliseconds()), never zerolog's Dur (a float).
 package logkey
 
 // Keys shared across packages.
@@ -19,7 +20,8 @@ const (
 	Tool = "tool"
 	// Outcome is a call's outcome.
 	Outcome = "outcome"
-	// DurationMS is how long something took, in milliseconds.
+	// DurationMS is how long something took, in whole milliseconds: an
+	// integer in every package.
 	DurationMS = "duration_ms"
 	// Attempt counts the deliveries or tries of one thing, from 1.
 	Attempt = "attempt"

@@ -67,7 +67,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, n, nMe
 	if err != nil {
 		err = m.classify(ctx, actx, err)
 		log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).Int("tools", nTools).
-			Str("error_kind", modelhttp.ErrorKind(err)).Dur(logkey.DurationMS, dur).Msg("model call failed")
+			Str("error_kind", modelhttp.ErrorKind(err)).Int64(logkey.DurationMS, dur.Milliseconds()).Msg("model call failed")
 		return nil, err
 	}
 	resp, err := toResponse(msg)
@@ -75,7 +75,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.MessageNewParams, n, nMe
 		return nil, err
 	}
 	log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).Int("tools", nTools).
-		Int("status", http.StatusOK).Dur(logkey.DurationMS, dur).Int("tool_calls", len(resp.Message.ToolCalls)).
+		Int("status", http.StatusOK).Int64(logkey.DurationMS, dur.Milliseconds()).Int("tool_calls", len(resp.Message.ToolCalls)).
 		Str("finish_reason", modelhttp.SafeIdentifier(string(msg.StopReason))).
 		Int("prompt_tokens", resp.Usage.PromptTokens).Int("completion_tokens", resp.Usage.CompletionTokens).
 		Msg("model call")

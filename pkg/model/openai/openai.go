@@ -66,7 +66,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.ChatCompletionNewParams,
 		err = m.classify(ctx, actx, err)
 		log.Debug().Str(logModel, m.cfg.Model).Int(logAttempt, attempt).
 			Int(logMessages, nMessages).Int(logTools, nTools).
-			Str(logErrorKind, modelhttp.ErrorKind(err)).Dur(logDuration, dur).
+			Str(logErrorKind, modelhttp.ErrorKind(err)).Int64(logDuration, dur.Milliseconds()).
 			Msg("model call failed")
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.ChatCompletionNewParams,
 	}
 	log.Debug().Str(logModel, m.cfg.Model).Int(logAttempt, attempt).
 		Int(logMessages, nMessages).Int(logTools, nTools).
-		Int(logStatus, http.StatusOK).Dur(logDuration, dur).
+		Int(logStatus, http.StatusOK).Int64(logDuration, dur.Milliseconds()).
 		Int(logToolCalls, len(resp.Message.ToolCalls)).Str(logFinishReason, modelhttp.SafeIdentifier(resp.FinishReason)).
 		Int(logPromptTokens, resp.Usage.PromptTokens).Int(logCompletionTokens, resp.Usage.CompletionTokens).
 		Msg("model call")

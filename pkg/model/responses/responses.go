@@ -186,7 +186,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.ResponseNewParams, n, nM
 	if err != nil {
 		err = m.classify(ctx, actx, err)
 		log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).
-			Str("error_kind", modelhttp.ErrorKind(err)).Dur(logkey.DurationMS, dur).Msg("model call failed")
+			Str("error_kind", modelhttp.ErrorKind(err)).Int64(logkey.DurationMS, dur.Milliseconds()).Msg("model call failed")
 		return nil, nil, err
 	}
 	resp, err := toResponse(r)
@@ -194,7 +194,7 @@ func (m *Model) attempt(ctx context.Context, params sdk.ResponseNewParams, n, nM
 		return nil, nil, err
 	}
 	log.Debug().Str("model", m.cfg.Model).Int(logkey.Attempt, n).Int("messages", nMessages).
-		Int("status", http.StatusOK).Dur(logkey.DurationMS, dur).Int("tool_calls", len(resp.Message.ToolCalls)).
+		Int("status", http.StatusOK).Int64(logkey.DurationMS, dur.Milliseconds()).Int("tool_calls", len(resp.Message.ToolCalls)).
 		Bool("chained", params.PreviousResponseID.Valid()).
 		Int("prompt_tokens", resp.Usage.PromptTokens).Int("completion_tokens", resp.Usage.CompletionTokens).
 		Msg("model call")
