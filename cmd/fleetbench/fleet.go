@@ -244,7 +244,7 @@ func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protoc
 	for i := range n {
 		call := protocol.Call{
 			V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: protocol.CallID("call_" + fmt.Sprint(i)),
-			Tool: tool, Arguments: json.RawMessage(args), Deadline: deadline, Attempt: 1,
+			Tool: tool, Arguments: json.RawMessage(args), Deadline: deadline,
 			MaxOutputChars: loop.DefaultMaxObservationChars,
 		}
 		open[call.CallKey] = true

@@ -56,7 +56,7 @@ func (c *floorChecks) call(run protocol.RunID, key protocol.CallKey, args string
 		return nil, err
 	}
 	return protocol.Encode(&protocol.Call{V: protocol.Version, RunID: run, Round: 1, CallKey: key,
-		CallID: protocol.CallID("call_" + string(key)), Tool: "echo", Arguments: canonical, Deadline: deadline, Attempt: 1})
+		CallID: protocol.CallID("call_" + string(key)), Tool: "echo", Arguments: canonical, Deadline: deadline})
 }
 
 // result decodes a worker's result strictly: the call key it answers, if

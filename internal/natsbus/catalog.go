@@ -301,14 +301,6 @@ func (c *Catalog) anomaly(kind string) {
 	}
 }
 
-// RequiresApproval reports whether any entry the catalog has seen declared
-// that tool requires approval.
-func (c *Catalog) RequiresApproval(tool string) bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.gated[tool]
-}
-
 // Tools returns the specs currently in the catalog, sorted by name.
 func (c *Catalog) Tools(ctx context.Context) ([]protocol.ToolSpec, error) {
 	if err := ctx.Err(); err != nil {

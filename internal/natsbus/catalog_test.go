@@ -196,8 +196,12 @@ func TestRequiresApprovalIsNeverLowered(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 5*time.Second, func() error {
-		if !cat.RequiresApproval("deploy") {
-			return fmt.Errorf("the catalog has not seen the gated spec yet")
+		specs, err := cat.Tools(ctx(t))
+		if err != nil {
+			return err
+		}
+		if len(specs) != 1 || !specs[0].RequiresApproval {
+			return fmt.Errorf("the catalog has not seen the gated spec yet: %+v", specs)
 		}
 		return nil
 	})

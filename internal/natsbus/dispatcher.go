@@ -108,11 +108,6 @@ func (d *Dispatcher) Close() error {
 	return nil
 }
 
-// UnknownResults counts results dropped because their run has no open
-// inbox here: a run that ended or was never opened by this Dispatcher,
-// or another coordinator's.
-func (d *Dispatcher) UnknownResults() int64 { return d.results.unknown.Load() }
-
 // Open starts receiving run's results and progress notices and returns the
 // inbox their events arrive in.
 //
@@ -387,7 +382,6 @@ type Inbox struct {
 	catchCons jetstream.Consumer
 	events    chan loop.Event
 	dropped   atomic.Int64
-	refused   atomic.Int64
 }
 
 var (
@@ -400,19 +394,6 @@ func (in *Inbox) Events() <-chan loop.Event { return in.events }
 
 // Dropped counts events lost because the channel was full.
 func (in *Inbox) Dropped() int64 { return in.dropped.Load() }
-
-// Garbage counts messages refused as malformed or of another run.
-func (in *Inbox) Garbage() int64 { return in.refused.Load() }
-
-// Recoveries counts the times reading results recovered by itself (missed
-// heartbeats, its consumer re-created); none loses a result. The consumer
-// is the Dispatcher's, shared by its inboxes, and so is the count.
-func (in *Inbox) Recoveries() int64 {
-	if in.reader == nil {
-		return 0
-	}
-	return in.reader.recoveries.Load()
-}
 
 // Close stops the run's results reaching the inbox (and a catch-up read)
 // and closes the Events channel. It is idempotent.
@@ -667,7 +648,6 @@ func (in *Inbox) onProgress(m *nats.Msg) {
 }
 
 func (in *Inbox) refuse(subject string, err error) {
-	in.refused.Add(1)
 	in.garbage.Warn().Str(logSubject, subject).Str(logCode, errorCode(err)).Msg("dropped a malformed message")
 }
 

@@ -231,6 +231,13 @@ func nextEvent(t *testing.T, in loop.Inbox, within time.Duration, match func(loo
 	}
 }
 
+// Lines of a Dispatcher's log: a message refused as malformed or of
+// another run, and a result of a run with no inbox.
+const (
+	refused    = "dropped a malformed message"
+	unknownRun = "dropped a result of a run with no inbox here"
+)
+
 // eventCounter is a WorkerObserver that counts a worker's events by kind
 // and reason (a finished call's reason: its outcome), as its metrics do.
 type eventCounter struct {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -42,9 +41,6 @@ type resultsReader struct {
 	consumer  jetstream.Consumer
 	consuming jetstream.ConsumeContext
 	stopped   bool
-
-	unknown    atomic.Int64
-	recoveries atomic.Int64
 }
 
 // register makes in the inbox of its run and returns the last stream
@@ -108,7 +104,7 @@ func (rr *resultsReader) stop() {
 
 // onResult hands a result to the inbox of the run its subject names;
 // one of a run with no open inbox here (closed, never opened, another
-// coordinator's) is dropped and counted.
+// coordinator's) is dropped (logged at debug).
 func (rr *resultsReader) onResult(m jetstream.Msg) {
 	var seq uint64
 	if md, err := m.Metadata(); err == nil {
@@ -122,7 +118,6 @@ func (rr *resultsReader) onResult(m jetstream.Msg) {
 	v, ok := rr.inboxes.Load(protocol.RunID(run))
 	rr.mu.Unlock()
 	if !ok {
-		rr.unknown.Add(1)
 		rr.log.Debug().Str(logSubject, m.Subject()).Msg("dropped a result of a run with no inbox here")
 		return
 	}
@@ -134,11 +129,10 @@ func (rr *resultsReader) onResult(m jetstream.Msg) {
 // its consumer from the last result it delivered, so no result is lost:
 // two idle heartbeats missed (the server, this process or the link too busy
 // or stalled for that long — a loaded machine, a pause), its consumer
-// deleted, a request nobody answered. Such a recovery is counted and
-// logged at info. Anything else is a warning.
+// deleted, a request nobody answered. Such a recovery is logged at
+// info. Anything else is a warning.
 func (rr *resultsReader) onConsumeError(_ jetstream.ConsumeContext, err error) {
 	if recovers(err) {
-		rr.recoveries.Add(1)
 		rr.log.Info().Err(err).Msg("reading the results: recovering")
 		return
 	}

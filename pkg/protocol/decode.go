@@ -137,6 +137,12 @@ func DecodeToolSpec(data []byte, limit int) (ToolSpec, error) {
 // gives them the bytes encoding/json gives, faster; the others by
 // encoding/json, whose omitzero the other does not know.
 func Encode(m message) ([]byte, error) {
+	if c, ok := m.(*Call); ok && c.Attempt == 0 {
+		// Workers of earlier releases require it (Call.Attempt).
+		wire := *c
+		wire.Attempt = 1
+		m = &wire
+	}
 	switch m.(type) {
 	case *Call, *Result, *Started, *Cancel:
 		return fastjson.Marshal(m)

@@ -24,7 +24,12 @@ type Call struct {
 	// result, and so how long a worker keeps trying to publish it, in
 	// milliseconds. 0 (omitted): [DefaultCallGrace]. See [CallDeadline].
 	GraceMS int64 `json:"grace_ms,omitempty"`
-	// Attempt counts the coordinator's publications of this call, from 1.
+	// Attempt is always 1 and read by no one.
+	//
+	// Deprecated: kept only on the wire. Workers of earlier releases
+	// refuse a call without "attempt" >= 1, so [Encode] writes 1 when it
+	// is 0, and decoders accept it (any value >= 0, absent included) from
+	// coordinators of earlier releases. Leave it unset.
 	Attempt int `json:"attempt"`
 	// MaxOutputChars is the coordinator's bound on the observation; the
 	// worker truncates output to [OutputLimit] of this and its own bound.
@@ -73,8 +78,8 @@ func (c *Call) Validate() error {
 		return missing("deadline")
 	case c.Round < 1:
 		return invalid("round", "must be >= 1")
-	case c.Attempt < 1:
-		return invalid("attempt", "must be >= 1")
+	case c.Attempt < 0:
+		return invalid("attempt", "must be >= 0")
 	case len(c.CallID) > MaxCallIDLen:
 		return invalid("call_id", "too long")
 	case c.GraceMS < 0 || c.GraceMS > MaxCallGrace.Milliseconds():

@@ -60,7 +60,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"wildcard tool", mutate(func(m map[string]any) { m["tool"] = ">" }), 0, ErrInvalidField, "tool"},
 		{"no arguments", mutate(func(m map[string]any) { delete(m, "arguments") }), 0, ErrMissingField, "arguments"},
 		{"no deadline", mutate(func(m map[string]any) { delete(m, "deadline") }), 0, ErrMissingField, "deadline"},
-		{"attempt 0", mutate(func(m map[string]any) { m["attempt"] = 0 }), 0, ErrInvalidField, "attempt"},
+		{"negative attempt", mutate(func(m map[string]any) { m["attempt"] = -1 }), 0, ErrInvalidField, "attempt"},
 		{"negative output bound", mutate(func(m map[string]any) { m["max_output_chars"] = -1 }), 0, ErrInvalidField, "max_output_chars"},
 		{"huge call id", mutate(func(m map[string]any) { m["call_id"] = strings.Repeat("x", 300) }), 0, ErrInvalidField, "call_id"},
 	}
@@ -219,3 +219,28 @@ func TestNewID(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestCallAttemptStaysOnTheWire: Call.Attempt is read by no one, but
+// workers of earlier releases refuse a call without "attempt" >= 1 and
+// coordinators of earlier releases send it. A call encoded without it
+// carries 1; calls with it, with 0 and without it decode.
+func TestCallAttemptStaysOnTheWire(t *testing.T) {
+	c := Call{V: Version, RunID: "r", Round: 1, CallKey: "k", Tool: "t", Arguments: []byte(`{}`),
+		Deadline: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	data, err := Encode(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"attempt":1`) {
+		t.Fatalf("encoded %s, want \"attempt\":1 for workers of earlier releases", data)
+	}
+	if c.Attempt != 0 {
+		t.Fatalf("Encode changed the caller's call: Attempt=%d", c.Attempt)
+	}
+	base := `{"v":1,"run_id":"r","round":1,"call_key":"k","tool":"t","arguments":{},"deadline":"2026-01-02T03:04:05Z"`
+	for _, tail := range []string{`,"attempt":1}`, `,"attempt":3}`, `,"attempt":0}`, `}`} {
+		if _, err := DecodeCall([]byte(base+tail), 0); err != nil {
+			t.Errorf("DecodeCall(...%s): %v", tail, err)
+		}
+	}
+}
