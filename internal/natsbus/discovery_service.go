@@ -95,8 +95,8 @@ func (w *Worker) serviceConfig() micro.Config {
 		// gathers all replies sees every worker's schema.
 		QueueGroupDisabled: true,
 		StatsHandler: func(e *micro.Endpoint) any {
-			if tc := w.toolByName[protocol.ToolName(e.Name)]; tc != nil {
-				return tc.meter.stats()
+			if st, ok := w.ToolStats(protocol.ToolName(e.Name)); ok {
+				return st
 			}
 			return nil
 		},

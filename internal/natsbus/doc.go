@@ -2,8 +2,8 @@
 // JetStream streams and catalog bucket, the coordinator's [Dispatcher] and
 // [Catalog], the toolworker's [Worker], and what the other packages do with
 // JetStream, each behind a function or type named for it: the approvals
-// stream ([ApprovalLedger]), the runs queue and bucket ([QueueRunRequest],
-// [EnsureRunsConsumer], [RunResults]) and the run journals ([OpenJournal],
+// stream ([ApprovalLedger]), the runs queue and bucket ([EnsureRunsConsumer],
+// [RunResults]) and the run journals ([OpenJournal],
 // [ReadJournal], [ListJournals]). pkg/loop and pkg/harness stay
 // transport-free.
 //

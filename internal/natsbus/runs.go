@@ -112,13 +112,6 @@ func EnsureRunsConsumer(ctx context.Context, js JetStream, subjects protocol.Sub
 	return js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), runsConsumer(subjects, cfg))
 }
 
-// QueueRunRequest stores msg, a run request on its run's queue subject
-// with its dedup id in the header, in the runs stream.
-func QueueRunRequest(ctx context.Context, js JetStream, msg *nats.Msg) error {
-	_, err := js.PublishMsg(ctx, msg)
-	return err
-}
-
 // RunsStream returns the runs stream, to read a stored run request by
 // sequence ([streammsg.Get]).
 func RunsStream(ctx context.Context, js JetStream, subjects protocol.Subjects) (streammsg.Stream, error) {

@@ -146,9 +146,6 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 	return w, nil
 }
 
-// Name is the worker's name, as results and logs carry it.
-func (w *Worker) Name() string { return w.cfg.Name }
-
 // ToolStats returns the counters of one of the worker's tools, and false
 // when the worker does not serve it.
 func (w *Worker) ToolStats(tool protocol.ToolName) (ToolStats, bool) {
