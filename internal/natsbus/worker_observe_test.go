@@ -183,8 +183,11 @@ func TestWorkerCountsEachFactOnceInEverySink(t *testing.T) {
 		if _, err := n.Int64(); !isNum || err != nil {
 			t.Errorf("log: duration_ms = %#v, want an integer number of milliseconds", l["duration_ms"])
 		}
-		if _, ok := l["args_digest"]; !ok {
+		if _, ok := l["args_bytes"]; !ok {
 			t.Errorf("log: the line of call %s lacks the harness's fields: %v", c.CallKey, l)
+		}
+		if _, ok := l["args_digest"]; ok != (c.CallKey == failed.CallKey) {
+			t.Errorf("log: the line of call %s has args_digest %v, want it only on the failed call's", c.CallKey, ok)
 		}
 	}
 	if strings.Contains(f.log.String(), "secret-detail") {

@@ -270,24 +270,32 @@ func (h *Harness) logCall(call Call, res Result) {
 	} else {
 		ev = ev.Int(logKeyToolNameLen, len(call.Tool))
 	}
-	CallFields(ev, call, res).Msg("tool call")
+	callFields(ev, call, res, validated(res)).Msg("tool call")
 }
 
 // CallFields adds to ev what the harness logs of a call that ended with
 // res, never a value: the outcome, the duration in whole milliseconds
-// (logkey.DurationMS, an integer), the size of the arguments, their keys
-// and digest once they passed validation, the output's size and
-// truncation for an ok call, and the error type. The tool is the caller's
-// to name, first, with its own ids. It returns ev; a nil ev (a disabled
-// level) stays nil and costs nothing.
+// (logkey.DurationMS, an integer), the size of the arguments, the
+// output's size and truncation for an ok call, the error type, and — for
+// a call that did not end ok and whose arguments passed validation — the
+// arguments' keys and digest (they take a parse and a hash to work out,
+// which an ok call's line, the common one, does without). The tool is the
+// caller's to name, first, with its own ids. It returns ev; a nil ev (a
+// disabled level) stays nil and costs nothing.
 func CallFields(ev *zerolog.Event, call Call, res Result) *zerolog.Event {
+	return callFields(ev, call, res, res.Outcome != protocol.OutcomeOK && validated(res))
+}
+
+// callFields is CallFields, with the arguments' keys and digest when
+// withArgs is set.
+func callFields(ev *zerolog.Event, call Call, res Result, withArgs bool) *zerolog.Event {
 	if ev == nil {
 		return nil
 	}
 	ev = ev.Str(logKeyOutcome, string(res.Outcome)).
 		Int64(logKeyDurationMS, res.Duration.Milliseconds()).
 		Int(logKeyArgsBytes, len(call.Arguments))
-	if validated(res) {
+	if withArgs {
 		ev = ev.Strs(logKeyArgKeys, argKeys(call.Arguments)).Str(logKeyArgsDigest, protocol.ArgsDigest(call.Arguments))
 	}
 	if res.Outcome == protocol.OutcomeOK {
