@@ -91,13 +91,18 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		defer w.end(call.RunID, call.CallKey, seq)
 	} else {
 		// At most once: the call is claimed before the tool runs.
-		switch err := w.claim(d); {
+		switch err := w.claim(ctx, d, call); {
 		case errors.Is(err, errClaimed):
 			log.Info().Msg("call already claimed by another delivery, or withdrawn: not run")
 			return Settled
 		case err != nil:
 			log.Warn().Err(err).Msg("could not claim a non-idempotent call before running it: not run")
 			return Leave // redelivered after the ack wait, and claimed again
+		}
+		// A claim stored at or past the deadline may follow one that
+		// expired (claim.go): the call is not started.
+		if call.CallDeadline().Expired(w.cfg.Now()) {
+			return w.answerExpired(ctx, tc, call, replyTo, attempt)
 		}
 	}
 	ct.call(call, attempt)
@@ -200,12 +205,21 @@ func wantsStarted(header string, idempotent bool) bool {
 
 // expireClaimed settles a non-idempotent call delivered past its deadline.
 // It is claimed like one about to run, so that it never runs, and answered
-// timeout — not run — so its coordinator, which may be about to withdraw
-// it, learns that it did not start rather than finding it gone.
+// timeout — not run — so its coordinator, whose withdrawal finds it
+// claimed, learns that it did not start.
 func (w *Worker) expireClaimed(ctx context.Context, tc *toolConsumer, call protocol.Call, replyTo string, d *Delivery) Decision {
 	log := w.log.Info().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
 		Int(logAttempt, d.Attempt)
-	switch err := w.claim(d); {
+	if !startTrusted(call.CallDeadline(), w.cfg.Now()) {
+		// Its coordinator answered it long ago, and a claim now would
+		// prove nothing (another delivery's may have expired): neither
+		// claimed nor answered.
+		w.expired.Add(1)
+		tc.meter.onTerminated(TerminatedExpired)
+		log.Msg("call expired before it started: not run")
+		return Term(termExpired)
+	}
+	switch err := w.claim(ctx, d, call); {
 	case errors.Is(err, errClaimed):
 		log.Msg("call expired, and already claimed or withdrawn: not run")
 		return Settled
@@ -213,12 +227,23 @@ func (w *Worker) expireClaimed(ctx context.Context, tc *toolConsumer, call proto
 		log.Err(err).Msg("could not claim an expired non-idempotent call: not run")
 		return Leave
 	}
+	return w.answerExpired(ctx, tc, call, replyTo, d.Attempt)
+}
+
+// answerExpired answers timeout (not run) for a non-idempotent call this
+// delivery claimed at or past its deadline, and settles it — unanswered
+// when its claim no longer proves that no other delivery held the call.
+func (w *Worker) answerExpired(ctx context.Context, tc *toolConsumer, call protocol.Call, replyTo string, attempt int) Decision {
 	w.expired.Add(1)
 	tc.meter.onTerminated(TerminatedExpired)
-	log.Msg("call expired before it started: not run")
+	w.log.Info().Str(logTool, string(tc.name)).Str(logRun, string(call.RunID)).Str(logCallKey, string(call.CallKey)).
+		Int(logAttempt, attempt).Msg("call expired before it started: not run")
+	if !startTrusted(call.CallDeadline(), w.cfg.Now()) {
+		return Settled
+	}
 	result := protocol.Result{
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeTimeout,
-		ErrorType: termExpired, Worker: w.cfg.Name, Attempt: d.Attempt,
+		ErrorType: termExpired, Worker: w.cfg.Name, Attempt: attempt,
 	}
 	if err := w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), 0); err != nil {
 		w.resultErrors.Add(1)
@@ -280,38 +305,6 @@ func (w *Worker) refuseUnapproved(ctx context.Context, tc *toolConsumer, call pr
 		log.Error().Err(err).Str(logOutcome, string(result.Outcome)).Msg("could not publish a call's result")
 	}
 	return Term(termUnapproved)
-}
-
-// errClaimed refuses a non-idempotent call another delivery claimed.
-var errClaimed = errors.New("natsbus: the call was claimed by another delivery")
-
-// claim makes this delivery of a non-idempotent call the only one that
-// runs it, by removing the call's message (seq) from the calls stream
-// before the tool starts: the server removes a message once, so of two
-// deliveries of one call (a redelivery after the first worker stalled past
-// the ack wait) exactly one claim succeeds. An acknowledgement cannot
-// decide it: the server confirms an ack of a message that another delivery
-// has already acknowledged. It returns errClaimed when the server refuses
-// the removal — the message is gone (claimed, withdrawn or expired), or,
-// rarely, its store failed — and another error when it does not answer.
-// Nothing is sent after it: the server settles a pending delivery of a
-// message it removes as it would an ack, so a claimed delivery, and any
-// other of the same message, is settled already; a message still there
-// (no answer, or a failed store) is redelivered after the ack wait and
-// claimed again.
-func (w *Worker) claim(d *Delivery) error {
-	if d.Seq == 0 {
-		return codedError("no_stream_sequence")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-	defer cancel()
-	if err := w.calls.DeleteMsg(ctx, d.Seq); err != nil {
-		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
-			return errClaimed
-		}
-		return err
-	}
-	return nil
 }
 
 // accept checks a delivered call: version, deadline header, strict body,
