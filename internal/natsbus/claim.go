@@ -111,9 +111,13 @@ type startRecord struct {
 	Nonce     string `json:"nonce"`
 }
 
-// errCodeWrongLastSequence is JetStream's refusal of a publish whose
-// Nats-Expected-Last-Subject-Sequence does not hold: a record is stored.
-const errCodeWrongLastSequence jetstream.ErrorCode = 10071
+// JetStream's refusals of a publish whose
+// Nats-Expected-Last-Subject-Sequence does not hold: a record is stored,
+// or (a clustered stream) another message of the subject is being stored.
+const (
+	errCodeWrongLastSequence         jetstream.ErrorCode = 10071
+	errCodeWrongLastSequenceInFlight jetstream.ErrorCode = 10164
+)
 
 // writeStart stores rec as the start record on subject (in stream) if the
 // subject holds none, with the TTL ttl. It returns nil when rec is the
@@ -137,10 +141,18 @@ func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject str
 			return nil
 		}
 		var api *jetstream.APIError
-		if errors.As(err, &api) && api.ErrorCode == errCodeWrongLastSequence {
-			if attempt == 1 {
-				return errClaimed // nothing of ours was sent before
-			}
+		refused := errors.As(err, &api) && (api.ErrorCode == errCodeWrongLastSequence || api.ErrorCode == errCodeWrongLastSequenceInFlight)
+		switch {
+		case refused && attempt == 1:
+			// Nothing of ours was sent before: another record is stored,
+			// or being stored. (Should that one fail to be stored, nobody
+			// holds the call, and nobody runs it.)
+			return errClaimed
+		case refused && api.ErrorCode == errCodeWrongLastSequenceInFlight:
+			// Maybe our own earlier attempt, still being stored: ask
+			// again, and read the record once it is stored.
+			err = nil
+		case refused:
 			switch mine, rerr := ownStart(ctx, js, stream, msg); {
 			case rerr != nil:
 				return fmt.Errorf("natsbus: reading a start record: %w", rerr)
@@ -148,11 +160,13 @@ func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject str
 				return nil
 			}
 			return errClaimed
-		}
-		if ctx.Err() != nil || !transient(err) {
+		case ctx.Err() != nil || !transient(err):
 			return fmt.Errorf("natsbus: writing a start record: %w", err)
 		}
 		if !sleepCtx(ctx, backoff(attempt)) {
+			if err == nil {
+				err = ctx.Err()
+			}
 			return fmt.Errorf("natsbus: writing a start record: %w", err)
 		}
 	}
