@@ -379,7 +379,7 @@ type Inbox struct {
 	callsStream func(context.Context) (jetstream.Stream, error)
 	// subjects names the start records Withdraw writes.
 	subjects protocol.Subjects
-	forget      func()
+	forget   func()
 
 	mu     sync.Mutex // serialises sends with Close
 	closed bool
