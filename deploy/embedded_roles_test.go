@@ -32,6 +32,7 @@ var embeddedDifferences = map[string]struct {
 		pubDenyDrop: []string{
 			"fleet.result.*.deploy",
 			"fleet.claim.deploy.>",
+			"fleet.start.deploy.>",
 			"$KV.fleet_tools.deploy",
 			"$JS.API.CONSUMER.CREATE.FLEET_CALLS.*.fleet.call.deploy",
 			"$JS.API.CONSUMER.CREATE.FLEET_CALLS.tool_deploy.>",

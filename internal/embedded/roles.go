@@ -41,7 +41,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 		password = func(string) string { return "" }
 	}
 	p := strings.TrimSuffix(s.Calls(), ".call.>")
-	calls, approvals, claims := s.CallsStream(), s.ApprovalsStream(), s.ClaimsStream()
+	calls, approvals, claims, starts := s.CallsStream(), s.ApprovalsStream(), s.ClaimsStream(), s.StartsStream()
 	tools, runs, agents := "KV_"+s.CatalogBucket(), "KV_"+s.RunsBucket(), "KV_"+s.AgentsBucket()
 	limits := "KV_" + s.LimitsBucket()
 	srv := []string{"$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*.toolworker", "$SRV.*.toolworker.*"}
@@ -65,6 +65,8 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.ACK." + s.RunsStream() + ".>",
 				p + ".journal.run.>",
 				p + ".journal.cancel.>",
+				// withdrawals: a call's start record, never an execution record
+				s.Starts(),
 				"$SRV.*.toolworker",
 				s.ToolInfos(),
 			}, Deny: []string{
@@ -80,6 +82,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.STREAM.LEADER.>",
 				"$JS.API.STREAM.MSG.DELETE." + approvals,
 				"$JS.API.STREAM.MSG.DELETE." + claims,
+				"$JS.API.STREAM.MSG.DELETE." + starts,
 				"$JS.API.STREAM.MSG.DELETE." + s.ResultsStream(),
 				"$JS.API.STREAM.MSG.DELETE." + tools,
 				"$JS.API.STREAM.MSG.DELETE." + runs,
@@ -109,11 +112,14 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.STREAM.INFO." + approvals,
 				"$JS.API.STREAM.INFO." + tools,
 				"$JS.API.STREAM.INFO." + claims,
+				"$JS.API.STREAM.INFO." + starts,
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*",
 				"$JS.API.CONSUMER.INFO." + calls + ".*",
 				"$JS.API.CONSUMER.MSG.NEXT." + calls + ".*",
 				"$JS.ACK." + calls + ".>",
-				"$JS.API.STREAM.MSG.DELETE." + calls,
+				// claiming a non-idempotent call: its start record
+				s.Starts(),
+				"$JS.API.STREAM.MSG.GET." + starts,
 				"$KV." + s.CatalogBucket() + ".>",
 				// read with MSG.GET: the streams a worker writes allow no direct get
 				"$JS.API.STREAM.MSG.GET." + tools,

@@ -143,6 +143,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 	in.resultSubject, in.resultsStream = resultSubj, d.subjects.ResultsStream()
 	in.forget = func() { d.inboxes.CompareAndDelete(run, in) }
 	in.callsStream = d.callsStream
+	in.subjects = d.subjects
 	sub, err := d.nc.Subscribe(progressSubj, in.onProgress)
 	if err != nil {
 		in.Close()
@@ -192,7 +193,7 @@ func (d *Dispatcher) stored(ctx context.Context, call protocol.Call, ack *jetstr
 		return
 	}
 	if v, ok := d.inboxes.Load(call.RunID); ok {
-		v.(*Inbox).seqs.Store(call.CallKey, ack.Sequence)
+		v.(*Inbox).published(call, ack.Sequence)
 	}
 }
 
@@ -367,11 +368,13 @@ type Inbox struct {
 	// tools are the tools of the calls published for the run, by key.
 	tools sync.Map // protocol.CallKey -> protocol.ToolName
 	// seqs are where the calls stream stored the run's calls, by key, as
-	// their PubAcks said: what Withdraw removes.
-	seqs sync.Map // protocol.CallKey -> uint64
+	// their PubAcks said, and their deadlines: what Withdraw takes back.
+	seqs sync.Map // protocol.CallKey -> publishedCall
 	// callsStream looks up the calls stream, for Withdraw.
 	callsStream func(context.Context) (jetstream.Stream, error)
-	forget      func()
+	// subjects names the start records Withdraw writes.
+	subjects protocol.Subjects
+	forget   func()
 
 	mu     sync.Mutex // serialises sends with Close
 	closed bool
@@ -436,35 +439,6 @@ func (in *Inbox) stopReading() {
 func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
 
 var _ loop.WithdrawInbox = (*Inbox)(nil)
-
-// Withdraw implements [loop.WithdrawInbox]: it removes the call's message
-// from the calls stream, at the sequence its PubAck gave. The server
-// removes a message once, and a worker claims a non-idempotent call by
-// removing its message before the tool starts, so of a claim and a
-// withdrawal exactly one succeeds. It reports true when the withdrawal
-// did: no worker will run the call. It reports false when the message was
-// gone — a worker claimed the call (it may have run) or the stream no
-// longer held it — and an error when it cannot tell: the call's PubAck
-// was not seen, the call was not published under loop.WithAtMostOnce (the
-// loop withdraws only those), or the server did not answer.
-func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, error) {
-	v, ok := in.seqs.LoadAndDelete(key)
-	if !ok || in.callsStream == nil {
-		return false, codedError("no_stream_sequence")
-	}
-	st, err := in.callsStream(ctx)
-	if err != nil {
-		return false, err
-	}
-	switch err := st.DeleteMsg(ctx, v.(uint64)); {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful):
-		return false, nil
-	default:
-		return false, err
-	}
-}
 
 // callsStream returns the calls stream, looked up once.
 func (d *Dispatcher) callsStream(ctx context.Context) (jetstream.Stream, error) {

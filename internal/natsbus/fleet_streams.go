@@ -188,6 +188,13 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			DenyDelete:  true,
 			DenyPurge:   true,
 		}},
+		// The start records of non-idempotent calls (claim.go): a worker's
+		// claim before it runs the call, or its coordinator's withdrawal
+		// at the deadline; the first stored holds the call, the server
+		// refuses every later one. Each expires (its own TTL) once no
+		// worker can start the call any more; full, the stream refuses a
+		// claim, and the call does not run.
+		{Roles: RoleCoordinator | RoleWorker, Config: startsStream(s, c)},
 	}
 	for i := range list {
 		list[i].Config.Placement = placement(c.PlacementTags)

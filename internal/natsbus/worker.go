@@ -60,8 +60,7 @@ type Worker struct {
 	// toolByName indexes tools; read-only after NewWorker.
 	toolByName map[protocol.ToolName]*toolConsumer
 
-	// calls is the calls stream, from which non-idempotent calls are
-	// claimed; set by Run.
+	// calls is the calls stream, looked up by Run before it serves.
 	calls jetstream.Stream
 
 	mu      sync.Mutex

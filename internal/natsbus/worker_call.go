@@ -87,13 +87,18 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 		defer w.end(call.RunID, call.CallKey, seq)
 	} else {
 		// At most once: the call is claimed before the tool runs.
-		switch err := w.claim(d); {
+		switch err := w.claim(ctx, d, call); {
 		case errors.Is(err, errClaimed):
 			rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimed})
 			return Settled
 		case err != nil:
 			rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimFailed, Err: err})
 			return Leave // redelivered after the ack wait, and claimed again
+		}
+		// A claim stored at or past the deadline may follow one that
+		// expired (claim.go): the call is not started.
+		if call.CallDeadline().Expired(w.cfg.Now()) {
+			return w.answerExpired(ctx, rec, call, replyTo, attempt)
 		}
 	}
 	if wantsStarted(d.Msg.Headers().Get(protocol.HeaderStartedNotice), idempotent) {
@@ -186,10 +191,17 @@ func wantsStarted(header string, idempotent bool) bool {
 
 // expireClaimed settles a non-idempotent call delivered past its deadline.
 // It is claimed like one about to run, so that it never runs, and answered
-// timeout — not run — so its coordinator, which may be about to withdraw
-// it, learns that it did not start rather than finding it gone.
+// timeout — not run — so its coordinator, whose withdrawal finds it
+// claimed, learns that it did not start.
 func (w *Worker) expireClaimed(ctx context.Context, rec *callRecord, call protocol.Call, replyTo string, d *Delivery) Decision {
-	switch err := w.claim(d); {
+	if !startTrusted(call.CallDeadline(), w.cfg.Now()) {
+		// Its coordinator answered it long ago, and a claim now would
+		// prove nothing (another delivery's may have expired): neither
+		// claimed nor answered.
+		rec.emit(CallEvent{Kind: CallTerminated, Reason: TerminatedExpired})
+		return Term(termExpired)
+	}
+	switch err := w.claim(ctx, d, call); {
 	case errors.Is(err, errClaimed):
 		rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimed, Code: termExpired})
 		return Settled
@@ -197,10 +209,21 @@ func (w *Worker) expireClaimed(ctx context.Context, rec *callRecord, call protoc
 		rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimFailed, Code: termExpired, Err: err})
 		return Leave
 	}
+	return w.answerExpired(ctx, rec, call, replyTo, d.Attempt)
+}
+
+// answerExpired answers timeout (not run) for a non-idempotent call this
+// delivery claimed at or past its deadline, and settles it — unanswered
+// when its claim no longer proves that no other delivery held the call.
+func (w *Worker) answerExpired(ctx context.Context, rec *callRecord, call protocol.Call, replyTo string, attempt int) Decision {
+	if !startTrusted(call.CallDeadline(), w.cfg.Now()) {
+		rec.emit(CallEvent{Kind: CallTerminated, Reason: TerminatedExpired})
+		return Settled
+	}
 	rec.emit(CallEvent{Kind: CallTerminated, Reason: TerminatedExpired, Outcome: protocol.OutcomeTimeout})
 	result := protocol.Result{
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeTimeout,
-		ErrorType: termExpired, Worker: w.cfg.Name, Attempt: d.Attempt,
+		ErrorType: termExpired, Worker: w.cfg.Name, Attempt: attempt,
 	}
 	if err := w.publishResult(ctx, replyTo, rec.tc.name, &result, call.CallDeadline(), 0); err != nil {
 		rec.emit(CallEvent{Kind: ResultFailed, Outcome: result.Outcome, Err: err})
@@ -254,38 +277,6 @@ func (w *Worker) refuseUnapproved(ctx context.Context, rec *callRecord, call pro
 		rec.emit(CallEvent{Kind: ResultFailed, Outcome: result.Outcome, Err: err})
 	}
 	return Term(termUnapproved)
-}
-
-// errClaimed refuses a non-idempotent call another delivery claimed.
-var errClaimed = errors.New("natsbus: the call was claimed by another delivery")
-
-// claim makes this delivery of a non-idempotent call the only one that
-// runs it, by removing the call's message (seq) from the calls stream
-// before the tool starts: the server removes a message once, so of two
-// deliveries of one call (a redelivery after the first worker stalled past
-// the ack wait) exactly one claim succeeds. An acknowledgement cannot
-// decide it: the server confirms an ack of a message that another delivery
-// has already acknowledged. It returns errClaimed when the server refuses
-// the removal — the message is gone (claimed, withdrawn or expired), or,
-// rarely, its store failed — and another error when it does not answer.
-// Nothing is sent after it: the server settles a pending delivery of a
-// message it removes as it would an ack, so a claimed delivery, and any
-// other of the same message, is settled already; a message still there
-// (no answer, or a failed store) is redelivered after the ack wait and
-// claimed again.
-func (w *Worker) claim(d *Delivery) error {
-	if d.Seq == 0 {
-		return codedError("no_stream_sequence")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-	defer cancel()
-	if err := w.calls.DeleteMsg(ctx, d.Seq); err != nil {
-		if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
-			return errClaimed
-		}
-		return err
-	}
-	return nil
 }
 
 // accept checks a delivered call: version, deadline header, strict body,

@@ -341,10 +341,10 @@ func TestMalformedCallIsTerminated(t *testing.T) {
 	}
 }
 
-// TestNonIdempotentCallIsClaimedBeforeItRuns: by the time the tool runs,
-// the call has left the calls stream (claimed) and nothing can redeliver
-// it. The claim sends no ack: the server settles the delivery of the
-// message it removed, long before the ack wait (30s here) could.
+// TestNonIdempotentCallIsClaimedBeforeItRuns: while the tool runs, the
+// call has left the calls stream (claimed: its start record stored, then
+// its message acknowledged, before the tool starts) and nothing can
+// redeliver it, long before the ack wait (30s here) could.
 func TestNonIdempotentCallIsClaimedBeforeItRuns(t *testing.T) {
 	f := newFleet(t)
 	started := make(chan struct{})
@@ -374,8 +374,14 @@ func TestNonIdempotentCallIsClaimedBeforeItRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if si, err := s.Info(ctx(t)); err != nil || si.State.Msgs != 0 {
-		t.Fatalf("while the tool runs the calls stream holds %+v (%v), want no message (claimed before running)", si.State, err)
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if si, err := s.Info(ctx(t)); err != nil || si.State.Msgs != 0 {
+			return fmt.Errorf("while the tool runs the calls stream holds %+v (%v), want no message (claimed before running)", si.State, err)
+		}
+		return nil
+	})
+	if f.startRecord(t, call) == nil {
+		t.Fatal("the tool runs without a start record")
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		if info := f.consumerInfo(t, "charge"); info.NumAckPending != 0 || info.NumPending != 0 {

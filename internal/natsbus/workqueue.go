@@ -35,9 +35,9 @@ const (
 var (
 	// Ack: done; the message leaves the work queue.
 	Ack = Decision{kind: decAck}
-	// Settled: nothing to send; the message is gone from the stream (the
-	// handler removed it to claim it, or someone else did), which
-	// settled its delivery.
+	// Settled: nothing to send; the handler has settled the delivery
+	// already (acknowledged it once its claim was stored), or the message
+	// is gone from the stream, which settled it.
 	Settled = Decision{kind: decSettled}
 	// Leave: do not settle. The message stays with whoever owns it now (a
 	// run another coordinator took over) or is redelivered after the ack

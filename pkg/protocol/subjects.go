@@ -258,6 +258,20 @@ func (s Subjects) Claims() string { return s.p() + ".claim.>" }
 // ClaimsStream names the stream of execution records (FLEET_CLAIMS).
 func (s Subjects) ClaimsStream() string { return s.upper() + "_CLAIMS" }
 
+// Start is the subject of a non-idempotent call's start record,
+// <prefix>.start.<tool>.<run>.<key>: the stream keeps one record per call,
+// the first written — the claim of the worker about to run the call, or
+// its coordinator's withdrawal — and refuses every later one.
+func (s Subjects) Start(tool ToolName, run RunID, key CallKey) (string, error) {
+	return s.join("start", string(tool), string(run), string(key))
+}
+
+// Starts is the wildcard of the starts stream.
+func (s Subjects) Starts() string { return s.p() + ".start.>" }
+
+// StartsStream names the stream of start records (FLEET_STARTS).
+func (s Subjects) StartsStream() string { return s.upper() + "_STARTS" }
+
 // JournalStream names the stream of run journals (FLEET_JOURNAL).
 func (s Subjects) JournalStream() string { return s.upper() + "_JOURNAL" }
 

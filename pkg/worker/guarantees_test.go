@@ -7,6 +7,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,9 +115,14 @@ func TestPublicWorkerClaimsANonIdempotentCallBeforeItRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if si, err := s.Info(t.Context()); err != nil || si.State.Msgs != 0 {
-		t.Fatalf("while the tool runs the calls stream holds %+v (%v), want no message (claimed before running)", si.State, err)
-	}
+	// Claimed before it runs: its start record stored, then its message
+	// acknowledged (asynchronously).
+	testsync.WaitFor(t, 10*time.Second, func() error {
+		if si, err := s.Info(t.Context()); err != nil || si.State.Msgs != 0 {
+			return fmt.Errorf("while the tool runs the calls stream holds %+v (%v), want no message (claimed before running)", si.State, err)
+		}
+		return nil
+	})
 	close(release)
 	if r := c.result(t, call.CallKey); r.Outcome != protocol.OutcomeOK || r.Output != "charged" {
 		t.Fatalf("result = %+v, want ok charged", r)

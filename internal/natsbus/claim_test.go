@@ -1,0 +1,513 @@
+package natsbus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// takeCalls is a pull consumer of tool's calls that the test reads in
+// place of a worker (the worker's own durable name: a work queue admits
+// one consumer per subject).
+func (f *fleet) takeCalls(t *testing.T, tool protocol.ToolName, ackWait time.Duration) jetstream.Consumer {
+	t.Helper()
+	subject, _ := f.subjects.Call(tool)
+	durable, _ := f.subjects.Consumer(tool)
+	c, err := f.js.CreateOrUpdateConsumer(ctx(t), f.subjects.CallsStream(), jetstream.ConsumerConfig{
+		Durable: durable, FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// fetchOne pulls one delivery from c.
+func fetchOne(t *testing.T, c jetstream.Consumer) jetstream.Msg {
+	t.Helper()
+	batch, err := c.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		return m
+	}
+	t.Fatalf("no delivery within 10s: %v", batch.Error())
+	return nil
+}
+
+// claimer is a worker of "charge", not running, on its own connection,
+// whose claims the test makes itself.
+func (f *fleet) claimer(t *testing.T, name string, runs *atomic.Int64) *natsbus.Worker {
+	t.Helper()
+	nc := natstest.Connect(t, f.srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := natsbus.NewWorker(nc, js, f.subjects, harnesstest.New(t, harness.Config{}, counting("charge", runs, 0, false)),
+		natsbus.WorkerConfig{Name: name, Logger: f.log.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// startRecord returns the start record stored for the call, or nil.
+func (f *fleet) startRecord(t *testing.T, call protocol.Call) *jetstream.RawStreamMsg {
+	t.Helper()
+	subject, _ := f.subjects.Start(call.Tool, call.RunID, call.CallKey)
+	st, err := f.js.Stream(ctx(t), f.subjects.StartsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx(t), subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// both runs a and b at the same moment and waits for them.
+func both(a, b func()) {
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for _, fn := range []func(){a, b} {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			fn()
+		}()
+	}
+	start.Done()
+	done.Wait()
+}
+
+// TestTwoDeliveriesClaimAtOnce: two deliveries of one non-idempotent call
+// claim it at the same moment, on two connections — a redelivery of the
+// stored message after the ack wait, and a copy of the call stored under
+// another Nats-Msg-Id. Exactly one claim is stored, every time; both
+// deliveries are settled.
+func TestTwoDeliveriesClaimAtOnce(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		copy bool
+	}{{name: "redelivery"}, {name: "copy under a new message id", copy: true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFleet(t)
+			var runs atomic.Int64
+			w1, w2 := f.claimer(t, "w1", &runs), f.claimer(t, "w2", &runs)
+			calls := f.takeCalls(t, "charge", 300*time.Millisecond)
+			d, run, _ := f.openRun(t)
+			for i := range 8 {
+				call := newCall(run, "charge", `{}`, 30*time.Second)
+				if err := d.Publish(ctx(t), call); err != nil {
+					t.Fatal(err)
+				}
+				if tt.copy {
+					publishCopy(t, f, call)
+				}
+				m1 := fetchOne(t, calls)
+				m2 := fetchOne(t, calls) // the copy, or the redelivery once the ack wait passed
+				var e1, e2 error
+				both(func() { e1 = w1.ClaimDelivery(ctx(t), m1, call) }, func() { e2 = w2.ClaimDelivery(ctx(t), m2, call) })
+				won := 0
+				for _, err := range []error{e1, e2} {
+					switch {
+					case err == nil:
+						won++
+					case !errors.Is(err, natsbus.ErrClaimed):
+						t.Fatalf("round %d: a claim failed: %v", i, err)
+					}
+				}
+				if won != 1 {
+					t.Fatalf("round %d: %d claims held the call (%v, %v), want exactly one", i, won, e1, e2)
+				}
+				if f.startRecord(t, call) == nil {
+					t.Fatalf("round %d: no start record stored", i)
+				}
+			}
+			natstest.WaitFor(t, 10*time.Second, func() error {
+				if info := f.consumerInfo(t, "charge"); info.NumAckPending != 0 || info.NumPending != 0 {
+					return fmt.Errorf("NumAckPending=%d NumPending=%d, want every delivery settled", info.NumAckPending, info.NumPending)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// publishCopy stores a copy of call on its tool's subject under a fresh
+// Nats-Msg-Id.
+func publishCopy(t *testing.T, f *fleet, call protocol.Call) {
+	t.Helper()
+	subject, _ := f.subjects.Call(call.Tool)
+	replyTo, _ := f.subjects.Result(call.RunID, call.Tool)
+	data, err := protocol.Encode(&call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	msg.Header.Set(protocol.HeaderMsgID, "copy-"+protocol.NewID())
+	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
+	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
+	if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWithdrawalRacesAClaim: the coordinator withdraws a non-idempotent
+// call at the moment a worker holding a delivery of it claims it. Exactly
+// one of them holds the call, every time: a withdrawal that reports true
+// leaves the worker refused; a claim that holds makes the withdrawal
+// report false (it may have run). The record stored says which.
+func TestWithdrawalRacesAClaim(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	w := f.claimer(t, "w1", &runs)
+	calls := f.takeCalls(t, "charge", 30*time.Second)
+	d, run, in := f.openRun(t)
+	wi := withdrawer(t, in)
+	wins := map[string]int{}
+	for i := range 12 {
+		call := newCall(run, "charge", `{}`, 30*time.Second)
+		if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+			t.Fatal(err)
+		}
+		m := fetchOne(t, calls)
+		var (
+			claimErr  error
+			withdrawn bool
+			wErr      error
+		)
+		both(func() { claimErr = w.ClaimDelivery(ctx(t), m, call) }, func() { withdrawn, wErr = wi.Withdraw(ctx(t), call.CallKey) })
+		if wErr != nil {
+			t.Fatalf("round %d: Withdraw: %v", i, wErr)
+		}
+		if claimErr != nil && !errors.Is(claimErr, natsbus.ErrClaimed) {
+			t.Fatalf("round %d: claim: %v", i, claimErr)
+		}
+		claimed := claimErr == nil
+		if claimed == withdrawn {
+			t.Fatalf("round %d: claimed %v and withdrawn %v: want exactly one", i, claimed, withdrawn)
+		}
+		rec := f.startRecord(t, call)
+		if rec == nil {
+			t.Fatalf("round %d: no start record", i)
+		}
+		if got := strings.Contains(string(rec.Data), `"withdrawn":true`); got != withdrawn {
+			t.Fatalf("round %d: the record %s, withdrawn %v", i, rec.Data, withdrawn)
+		}
+		if withdrawn {
+			wins["withdrawal"]++
+		} else {
+			wins["claim"]++
+		}
+	}
+	t.Logf("winners: %v", wins)
+	f.waitIdle(t, "charge")
+}
+
+// TestForgedStartRecords: a start record forged by anyone who may write
+// the starts stream (a worker or a coordinator credential) can keep a
+// call from running, never make it run twice. A record stored before the
+// call's claim — even one that never expires — holds the call: no worker
+// runs it, and its withdrawal reports that it may have started. Once a
+// claim is stored, no other record is (with the expected-sequence header
+// or without, as a roll-up), nor is the claim removed. A copy of a claim's
+// body with another TTL is not taken for the claim by its writer.
+func TestForgedStartRecords(t *testing.T) {
+	f := newFleet(t)
+	var runs atomic.Int64
+	release := make(chan struct{})
+	f.startWorker(t, harnesstest.New(t, harness.Config{}, gated("charge", &runs, release, false)), natsbus.WorkerConfig{Name: "w1"})
+	d, run, in := f.openRun(t)
+	forger := natstest.Connect(t, f.srv)
+	forge := func(call protocol.Call, hdr map[string]string) error {
+		subject, _ := f.subjects.Start(call.Tool, call.RunID, call.CallKey)
+		msg := nats.NewMsg(subject)
+		msg.Data = []byte(`{"v":1,"worker":"forger","nonce":"x"}`)
+		for k, v := range hdr {
+			msg.Header.Set(k, v)
+		}
+		r, err := forger.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(r.Data), `"error"`) {
+			return errors.New(string(r.Data))
+		}
+		return nil
+	}
+
+	// Forged first, never to expire: the call does not run.
+	first := newCall(run, "charge", `{}`, 30*time.Second)
+	if err := forge(first, map[string]string{jetstream.MsgTTLHeader: "never"}); err != nil {
+		t.Fatalf("storing the forged record: %v", err)
+	}
+	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), first); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if !f.log.Contains("call already claimed by another delivery, or withdrawn: not run") {
+			return errors.New("the worker has not refused the call")
+		}
+		return nil
+	})
+	if ok, err := withdrawer(t, in).Withdraw(ctx(t), first.CallKey); ok || err != nil {
+		t.Fatalf("Withdraw of a call a forged record holds = %v, %v; want false, nil (it cannot tell it did not run)", ok, err)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the call a forged record holds ran %d times, want never", n)
+	}
+
+	// Claimed first: nothing forged afterwards is stored, nothing removes
+	// the claim, and the call runs once.
+	second := newCall(run, "charge", `{}`, 30*time.Second)
+	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), second); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if runs.Load() == 0 {
+			return errors.New("the call has not started")
+		}
+		return nil
+	})
+	claim := f.startRecord(t, second)
+	if claim == nil || !strings.Contains(string(claim.Data), `"worker":"w1"`) {
+		t.Fatalf("the worker's claim: %+v", claim)
+	}
+	for name, hdr := range map[string]map[string]string{
+		"plain":                         nil,
+		"expected last sequence 0":      {jetstream.ExpectedLastSubjSeqHeader: "0"},
+		"expected last sequence of it":  {jetstream.ExpectedLastSubjSeqHeader: fmt.Sprint(claim.Sequence)},
+		"roll-up of the subject":        {"Nats-Rollup": "sub"},
+		"with a one-second TTL":         {jetstream.MsgTTLHeader: "1"},
+		"expected last sequence, a TTL": {jetstream.ExpectedLastSubjSeqHeader: fmt.Sprint(claim.Sequence), jetstream.MsgTTLHeader: "1"},
+	} {
+		if err := forge(second, hdr); err == nil {
+			t.Errorf("a forged record (%s) after the claim was stored", name)
+		}
+	}
+	st, err := f.js.Stream(ctx(t), f.subjects.StartsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx(t), claim.Sequence); err == nil {
+		t.Error("the claim was removed")
+	}
+	if got := f.startRecord(t, second); got == nil || got.Sequence != claim.Sequence {
+		t.Fatalf("the record after the forgeries: %+v, want the claim, unchanged", got)
+	}
+	close(release)
+	if r := nextResult(t, in, second.CallKey, 15*time.Second); r.Outcome != protocol.OutcomeOK {
+		t.Fatalf("result %+v, want ok", r)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times, want once", n)
+	}
+
+	// A writer whose PubAck was lost finds its own record by body and
+	// TTL: a copy with another TTL is not its own.
+	third := newCall(run, "charge", `{}`, 30*time.Second)
+	if err := forge(third, map[string]string{jetstream.MsgTTLHeader: "5"}); err != nil {
+		t.Fatal(err)
+	}
+	subject, _ := f.subjects.Start(third.Tool, third.RunID, third.CallKey)
+	mine := nats.NewMsg(subject)
+	mine.Data = []byte(`{"v":1,"worker":"forger","nonce":"x"}`)
+	for ttl, want := range map[string]bool{"600": false, "5": true} {
+		mine.Header.Set(jetstream.MsgTTLHeader, ttl)
+		if got, err := natsbus.OwnStart(ctx(t), f.js, f.subjects.StartsStream(), mine); err != nil || got != want {
+			t.Errorf("OwnStart with TTL %s = %v, %v; want %v", ttl, got, err, want)
+		}
+	}
+}
+
+// TestStartsStreamFullFailsClosed: when the starts stream is full a claim
+// is refused by the server, and the call does not run; its withdrawal
+// cannot be stored either, and says it cannot tell (the loop answers
+// outcome_unknown), never that the call ran or did not.
+func TestStartsStreamFullFailsClosed(t *testing.T) {
+	f := newFleet(t)
+	st, err := f.js.Stream(ctx(t), f.subjects.StartsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxBytes = 4 << 10
+	if _, err := f.js.UpdateStream(ctx(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if i > 1000 {
+			t.Fatal("the starts stream took 1000 records under a 4 KiB bound")
+		}
+		msg := nats.NewMsg(fmt.Sprintf("%s.start.filler.run.key%d", protocol.DefaultPrefix, i))
+		msg.Data = []byte(strings.Repeat("x", 200))
+		msg.Header.Set(jetstream.MsgTTLHeader, "3600")
+		if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
+			break // full
+		}
+	}
+	var runs atomic.Int64
+	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, 0, false)), natsbus.WorkerConfig{Name: "w1"})
+	d, run, in := f.openRun(t)
+	call := newCall(run, "charge", `{}`, 30*time.Second)
+	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if !f.log.Contains("could not claim a non-idempotent call before running it: not run") {
+			return errors.New("the worker has not tried to claim the call")
+		}
+		return nil
+	})
+	if ok, err := withdrawer(t, in).Withdraw(ctx(t), call.CallKey); ok || err == nil {
+		t.Fatalf("Withdraw with the starts stream full = %v, %v; want false and an error (it cannot tell)", ok, err)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the tool ran %d times with the starts stream full, want never", n)
+	}
+	if f.startRecord(t, call) != nil {
+		t.Fatal("a start record was stored in a full stream")
+	}
+}
+
+// noAck is a delivery whose acknowledgement is lost.
+type noAck struct{ jetstream.Msg }
+
+func (noAck) Ack() error { return nil }
+
+// TestStartRecordExpiryDoesNotReopenACall: a worker claims a
+// non-idempotent call and dies before its acknowledgement reaches the
+// server, so the call's message stays, to be delivered again. The claim's
+// record expires (here a second past the call's wait; in life two
+// minutes): the call's deadline has passed by then, so the next delivery
+// neither runs it, nor claims it, nor answers it (its coordinator answered
+// at the end of its wait; an answer now could say "not run" of a call
+// that ran), and the message is settled.
+func TestStartRecordExpiryDoesNotReopenACall(t *testing.T) {
+	natsbus.SetStartMargin(t, time.Second)
+	f := newFleet(t)
+	var runs atomic.Int64
+	calls := f.takeCalls(t, "charge", 30*time.Second)
+	d, run, in := f.openRun(t)
+	call := newCall(run, "charge", `{}`, time.Second)
+	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+		t.Fatal(err)
+	}
+	m := fetchOne(t, calls)
+	if err := f.claimer(t, "dead", &runs).ClaimDelivery(ctx(t), noAck{m}, call); err != nil {
+		t.Fatalf("the first claim: %v", err)
+	}
+	if f.startRecord(t, call) == nil {
+		t.Fatal("no start record after the claim")
+	}
+	natstest.WaitFor(t, 15*time.Second, func() error {
+		if f.startRecord(t, call) != nil {
+			return errors.New("the claim's record has not expired")
+		}
+		return nil
+	})
+	// The dead worker's delivery is handed to a live worker (its ack
+	// wait, 2s, passes after it starts pulling).
+	w, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, 0, false)), natsbus.WorkerConfig{Name: "w2"})
+	f.waitIdle(t, "charge")
+	if st, _ := w.ToolStats("charge"); st.Delivered != 1 || st.Calls != 0 {
+		t.Fatalf("the live worker's stats %+v: want the call delivered once and not run", st)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the tool ran %d times, want never (the test's claim ran nothing)", n)
+	}
+	if f.startRecord(t, call) != nil {
+		t.Fatal("the call was claimed again after its record expired")
+	}
+	if !f.log.Contains("call expired before it started: not run") {
+		t.Error("the live worker did not log the expired call")
+	}
+	select {
+	case ev := <-in.Events():
+		if ev.Result != nil && ev.Result.CallKey == call.CallKey {
+			t.Fatalf("the call was answered %+v after its record expired, want no answer", ev.Result)
+		}
+	default:
+	}
+}
+
+// TestStartRecordsOnACluster: on a 3-node cluster the starts stream has
+// three replicas and per-message TTLs, and of six claims of one call made
+// at once through the three nodes exactly one is stored.
+func TestStartRecordsOnACluster(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	s := protocol.Subjects{}
+	if _, err := natsbus.Provision(ctx(t), connectJS(t, c.URLs()), s, natsbus.StreamConfig{Replicas: 3}); err != nil {
+		t.Fatalf("Provision R3: %v", err)
+	}
+	var jss []jetstream.JetStream
+	for i := range 6 {
+		jss = append(jss, connectJS(t, c.ClientURL(i%3)))
+	}
+	st, err := jss[0].Stream(ctx(t), s.StartsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.Replicas != 3 || !cfg.AllowMsgTTL {
+		t.Fatalf("the starts stream: %d replicas, TTLs %v; want 3, true", cfg.Replicas, cfg.AllowMsgTTL)
+	}
+	run := protocol.NewRunID()
+	for round := range 5 {
+		key := protocol.NewCallKey()
+		errs := make([]error, len(jss))
+		var wg sync.WaitGroup
+		var start sync.WaitGroup
+		start.Add(1)
+		for i, js := range jss {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start.Wait()
+				errs[i] = natsbus.WriteStart(context.Background(), js, s, "charge", run, key, fmt.Sprint("w", i))
+			}()
+		}
+		start.Done()
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, natsbus.ErrClaimed):
+				t.Fatalf("round %d: a claim failed: %v", round, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d claims stored (%v), want one", round, won, errs)
+		}
+		subject, _ := s.Start("charge", run, key)
+		m, err := st.GetLastMsgForSubject(ctx(t), subject)
+		if err != nil || m.Header.Get(jetstream.MsgTTLHeader) != "60" {
+			t.Fatalf("round %d: the record %+v, %v; want one with its TTL", round, m, err)
+		}
+	}
+}
