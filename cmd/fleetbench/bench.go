@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -74,6 +75,13 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	defer srv.Shutdown()
+	// After the server starts: it sets the blocking profile's rate itself.
+	if b.p.mutexProfile != "" {
+		runtime.SetMutexProfileFraction(5)
+	}
+	if b.p.blockProfile != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	}
 	serverMsgs = func() int64 {
 		v, err := srv.NATSServer().Varz(nil)
 		if err != nil {

@@ -215,7 +215,13 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 			ws.stop()
 			return err
 		}
+		stopProfile, err := startCPUProfile(b.p.sustainedProfile, n)
+		if err != nil {
+			ws.stop()
+			return err
+		}
 		w, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration)
+		stopProfile()
 		if err != nil {
 			ws.stop()
 			return err
@@ -329,3 +335,20 @@ func (b *bench) roundVariants(ctx context.Context, f *fleet, wn string) error {
 // otherCoordinators is how many idle coordinators share the results stream
 // in the round measured beside them.
 const otherCoordinators = 3
+
+// startCPUProfile starts a CPU profile to prefix.<n>w ("" prefix: none)
+// and returns what stops it.
+func startCPUProfile(prefix string, n int) (stop func(), err error) {
+	if prefix == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(fmt.Sprintf("%s.%dw", prefix, n))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
+}
