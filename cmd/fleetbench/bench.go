@@ -44,6 +44,9 @@ type bench struct {
 	// The figures other rows and the targets are measured against.
 	baseJS, baseFan         summary
 	floorSingle, floorRound summary
+	// fastRound is the floor with a round's calls as one fast batch
+	// (floor_fast.go).
+	fastRound summary
 	// checkedRound and checkedSustained are the floor with the fleet's
 	// checks (floor_checks.go).
 	checkedRound                summary
