@@ -226,6 +226,7 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 			ws.stop()
 			return err
 		}
+		pulls, pulled := ws.pulls()
 		stopProfile, err := startCPUProfile(b.p.sustainedProfile, n)
 		if err != nil {
 			ws.stop()
@@ -240,6 +241,9 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 		b.sustainedLoop[n] = w
 		note := fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)
 		if per := f.resultsPerCall(ctx, before); per != "" {
+			note += "; " + per
+		}
+		if per := ws.pullsSince(pulls, pulled); per != "" {
 			note += "; " + per
 		}
 		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),

@@ -63,6 +63,9 @@ type WorkerStats struct {
 	// ResultBatchFailures counts those of them that were not confirmed
 	// stored, whose results were then published one by one.
 	ResultBatchFailures int64
+	// Pulls counts the pulls of calls made, PulledCalls the calls they
+	// took.
+	Pulls, PulledCalls int64
 }
 
 // Worker serves the tools of one harness from the calls stream: it pulls
@@ -79,6 +82,7 @@ type Worker struct {
 	tools    []*toolConsumer
 	limitsKV jetstream.KeyValue // the fleet's rate limits (ratelimit.go); nil without the bucket
 	sem      *semaphore.Weighted
+	settling *semaphore.Weighted // calls storing their result after giving back their slot
 	started  atomic.Bool
 	inflight sync.WaitGroup
 
@@ -142,6 +146,9 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		running: make(map[string]map[uint64]context.CancelCauseFunc),
 		active:  make(map[string]uint64),
 	}
+	// As many calls again may be storing their result out of their slots
+	// (Delivery.FreeSlot): a pull is not held back by PubAcks.
+	w.settling = semaphore.NewWeighted(int64(cfg.Concurrency))
 	w.limited = sampled(w.log)
 	for _, spec := range specs {
 		subject, err := subjects.Call(spec.Name)
@@ -166,7 +173,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 	for _, tc := range w.tools {
 		w.toolByName[tc.name] = tc
 		tc.queue = NewWorkQueue(WorkQueueConfig{
-			Slots: w.sem, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight,
+			Slots: w.sem, Settling: w.settling, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight,
 			Logger: w.log.With().Str(logTool, string(tc.name)).Logger(), Noun: "calls",
 			Ensure: func(ctx context.Context) (jetstream.Consumer, error) { return w.ensureConsumer(ctx, tc) },
 			// Streams that differ from the expected configuration: take no call.
@@ -191,7 +198,7 @@ func (w *Worker) ToolStats(tool protocol.ToolName) (ToolStats, bool) {
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
-	return WorkerStats{
+	s := WorkerStats{
 		Executed:     w.executed.Load(),
 		Expired:      w.expired.Load(),
 		Malformed:    w.malformed.Load(),
@@ -202,6 +209,12 @@ func (w *Worker) Stats() WorkerStats {
 		ResultBatches:       w.resultBatches.Load(),
 		ResultBatchFailures: w.resultBatchFailures.Load(),
 	}
+	for _, tc := range w.tools {
+		p, n := tc.queue.Pulls()
+		s.Pulls += p
+		s.PulledCalls += n
+	}
+	return s
 }
 
 // Run creates or updates each tool's consumer and serves calls until ctx
