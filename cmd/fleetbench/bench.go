@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -43,6 +44,9 @@ type bench struct {
 	// The figures other rows and the targets are measured against.
 	baseJS, baseFan         summary
 	floorSingle, floorRound summary
+	// fastRound is the floor with a round's calls as one fast batch
+	// (floor_fast.go).
+	fastRound summary
 	// checkedRound and checkedSustained are the floor with the fleet's
 	// checks (floor_checks.go).
 	checkedRound                summary
@@ -74,6 +78,13 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	defer srv.Shutdown()
+	// After the server starts: it sets the blocking profile's rate itself.
+	if b.p.mutexProfile != "" {
+		runtime.SetMutexProfileFraction(5)
+	}
+	if b.p.blockProfile != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	}
 	serverMsgs = func() int64 {
 		v, err := srv.NATSServer().Varz(nil)
 		if err != nil {

@@ -54,7 +54,7 @@ func (b *bench) synced(ctx context.Context, dir string) error {
 		return err
 	}
 	b.step("sync always: durable floor rounds")
-	floor, err := fr.latency(b.p.round, fanout, false)
+	floor, err := fr.latency(b.p.round, fanout, floorMode{})
 	fws.stop()
 	if err != nil {
 		return fmt.Errorf("durable floor: %w", err)

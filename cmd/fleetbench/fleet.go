@@ -150,6 +150,27 @@ type workers struct {
 	wg     sync.WaitGroup
 	conns  []*nats.Conn
 	errs   chan error
+	ws     []*natsbus.Worker
+}
+
+// pulls sums the workers' pulls of calls and the calls they took.
+func (ws *workers) pulls() (pulls, calls int64) {
+	for _, w := range ws.ws {
+		p, c := w.Pulls()
+		pulls += p
+		calls += c
+	}
+	return pulls, calls
+}
+
+// pullsSince says how many calls the workers took per pull since
+// (pulls, calls) were read.
+func (ws *workers) pullsSince(pulls, calls int64) string {
+	p, c := ws.pulls()
+	if p <= pulls {
+		return ""
+	}
+	return fmt.Sprintf("workers' pulls: %.1f calls per pull (%d pulls)", float64(c-calls)/float64(p-pulls), p-pulls)
 }
 
 // startWorkers starts n workers serving tool with concurrency slots each,
@@ -183,6 +204,7 @@ func (f *fleet) startWorkers(ctx context.Context, n, concurrency int, tool harne
 			ws.stop()
 			return nil, err
 		}
+		ws.ws = append(ws.ws, w)
 		ws.wg.Go(func() {
 			if err := w.Run(wctx); err != nil {
 				ws.errs <- err

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -71,8 +72,10 @@ func (b baselines) openFloor(ctx context.Context, log zerolog.Logger) (*floorRig
 		return nil, err
 	}
 	for _, cfg := range []jetstream.StreamConfig{
+		// AllowBatchPublish admits fast batches (floor_fast.go); the
+		// asynchronous publishes of the other rows are unchanged by it.
 		{Name: floorCallStream, Subjects: []string{floorCallSubject}, Retention: jetstream.WorkQueuePolicy,
-			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute},
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, AllowBatchPublish: true},
 		{Name: floorResultStream, Subjects: []string{floorResultPrefix + ">"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxAge: 10 * time.Minute},
 	} {
@@ -138,11 +141,19 @@ type floorRun struct {
 	results chan string
 	// checked: the run's calls and results carry the fleet's checks.
 	checked bool
+	// fast: the run publishes a round's calls as one fast batch.
+	fast bool
 }
 
-func (r *floorRig) openRun(checked bool) *floorRun {
+// floorMode is what a floor run's rounds do beyond the floor's.
+type floorMode struct {
+	checked bool // the fleet's checks (floor_checks.go)
+	fast    bool // a round's calls as one fast batch (floor_fast.go)
+}
+
+func (r *floorRig) openRun(mode floorMode) *floorRun {
 	id := "r" + strconv.FormatUint(r.seq.Add(1), 10)
-	fr := &floorRun{r: r, id: id, results: make(chan string, 4*fanout), checked: checked}
+	fr := &floorRun{r: r, id: id, results: make(chan string, 4*fanout), checked: mode.checked, fast: mode.fast}
 	r.mu.Lock()
 	r.runs[id] = fr.results
 	r.mu.Unlock()
@@ -155,14 +166,22 @@ func (fr *floorRun) close() {
 	fr.r.mu.Unlock()
 }
 
-// round publishes calls calls as one asynchronous batch, waits for every
-// PubAck, and waits for every call's result. A checked run's calls are
-// the echo tool's calls with echoArgs instead of payload.
+// round publishes calls calls as one asynchronous batch (or, for a fast
+// run, one fast batch), waits for every PubAck (the batch's commit), and
+// waits for every call's result. A checked run's calls are the echo tool's
+// calls with echoArgs instead of payload.
 func (fr *floorRun) round(payload []byte, calls int) error {
 	r := fr.r
 	futures := make([]jetstream.PubAckFuture, calls)
 	open := make(map[string]bool, calls)
 	deadline := time.Now().Add(r.timeout)
+	var fast jetstreamext.FastPublisher
+	if fr.fast {
+		var err error
+		if fast, err = newFloorFastBatch(r.js, r.timeout); err != nil {
+			return err
+		}
+	}
 	for j := range futures {
 		id := strconv.FormatUint(r.seq.Add(1), 10)
 		m := nats.NewMsg(floorCallSubject)
@@ -179,15 +198,25 @@ func (fr *floorRun) round(payload []byte, calls int) error {
 			m.Data, awaited = data, string(key)
 			m.Header.Set(floorCheckedHeader, "1")
 		}
+		open[awaited] = true
+		if fast != nil {
+			if err := addFast(fast, m, j == calls-1, r.timeout); err != nil {
+				return err
+			}
+			continue
+		}
 		f, err := r.js.PublishMsgAsync(m)
 		if err != nil {
 			return fmt.Errorf("floor publish: %w", err)
 		}
-		futures[j], open[awaited] = f, true
+		futures[j] = f
 	}
 	timer := time.NewTimer(r.timeout)
 	defer timer.Stop()
 	for _, f := range futures {
+		if f == nil {
+			break // a fast batch: its commit was acknowledged
+		}
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
@@ -208,9 +237,9 @@ func (fr *floorRun) round(payload []byte, calls int) error {
 }
 
 // latency is n sequential rounds of calls calls on one run.
-func (r *floorRig) latency(n, calls int, checked bool) (summary, error) {
+func (r *floorRig) latency(n, calls int, mode floorMode) (summary, error) {
 	payload := make([]byte, basePayload)
-	fr := r.openRun(checked)
+	fr := r.openRun(mode)
 	defer fr.close()
 	var s samples
 	cpu := startCPU()
@@ -231,11 +260,11 @@ func (r *floorRig) latency(n, calls int, checked bool) (summary, error) {
 
 // sustained keeps conc runs busy with rounds of fanout calls until the
 // window ends.
-func (r *floorRig) sustained(conc int, warm, d time.Duration, checked bool) (*window, error) {
+func (r *floorRig) sustained(conc int, warm, d time.Duration, mode floorMode) (*window, error) {
 	w := newWindow(warm, d)
 	payload := make([]byte, basePayload)
 	wait := goEach(conc, func() error {
-		fr := r.openRun(checked)
+		fr := r.openRun(mode)
 		defer fr.close()
 		return w.repeat(fanout, func() error { return fr.round(payload, fanout) })
 	})

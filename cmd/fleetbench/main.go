@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,7 +73,12 @@ type plan struct {
 	workers                []int
 	only                   map[string]bool
 	cpuProfile, memProfile string
-	logLevel               string
+	// sustainedProfile is the prefix of the CPU profiles of the fleet's
+	// sustained full-loop windows, one per worker count (PREFIX.<n>w).
+	sustainedProfile string
+	// mutexProfile and blockProfile are written at the end of the run.
+	mutexProfile, blockProfile string
+	logLevel                   string
 }
 
 func defaultPlan(short bool) plan {
@@ -98,6 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		only       = fs.String("only", "", "comma-separated phases to run: "+strings.Join(phases, ", ")+" (default all)")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of the 32-call round phase to `FILE`")
 		memProfile = fs.String("memprofile", "", "write an allocation profile to `FILE` after the 32-call round phase")
+		sustProf   = fs.String("sustained-cpuprofile", "", "write a CPU profile of each fleet sustained full-loop window to `PREFIX`.<n>w (n: workers)")
+		mutexProf  = fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to `FILE`")
+		blockProf  = fs.String("blockprofile", "", "write a blocking profile of the whole run to `FILE`")
 		cluster    = fs.Int("cluster", 0, "also measure the loop rounds and sustained calls on a JetStream cluster of this many nodes (3) with every stream replicated on each, beside the single server's rows (0: off)")
 		logLevel   = fs.String("log-level", "info", "level of the fleet's logs, which go to "+os.DevNull+": debug, info, warn, error or disabled")
 	)
@@ -123,6 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	p.cluster = *cluster
 	p.latencyWorkers, p.sleepConcurrency, p.sustainConc = 1, 8, 8
 	p.cpuProfile, p.memProfile, p.logLevel = *cpuProfile, *memProfile, *logLevel
+	p.sustainedProfile, p.mutexProfile, p.blockProfile = *sustProf, *mutexProf, *blockProf
 	if *duration < 0 || (*duration > 0 && *duration < 100*time.Millisecond) {
 		fmt.Fprintln(stderr, "fleetbench: --duration: must be >= 100ms")
 		return exitConfig
@@ -178,5 +188,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fleetbench: %v\n", err)
 		return exitError
 	}
+	for _, pr := range []struct{ name, file string }{{"mutex", p.mutexProfile}, {"block", p.blockProfile}} {
+		if err := writeProfile(pr.name, pr.file); err != nil {
+			fmt.Fprintf(stderr, "fleetbench: %v\n", err)
+			return exitError
+		}
+	}
 	return exitOK
+}
+
+// writeProfile writes the named runtime profile to file ("": none).
+func writeProfile(name, file string) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("%s profile: %w", name, err)
+	}
+	return f.Close()
 }

@@ -51,12 +51,15 @@ func (b *bench) floor(ctx context.Context, bl baselines) error {
 	}
 	wn := fmt.Sprintf("%d worker", b.p.latencyWorkers)
 	b.step("durable floor: single calls and rounds")
-	b.floorSingle, err = fr.latency(b.p.single, 1, false)
+	b.floorSingle, err = fr.latency(b.p.single, 1, floorMode{})
 	if err == nil {
-		b.floorRound, err = fr.latency(b.p.round, fanout, false)
+		b.floorRound, err = fr.latency(b.p.round, fanout, floorMode{})
 	}
 	if err == nil {
-		b.checkedRound, err = fr.latency(b.p.round, fanout, true)
+		b.fastRound, err = fr.latency(b.p.round, fanout, floorMode{fast: true})
+	}
+	if err == nil {
+		b.checkedRound, err = fr.latency(b.p.round, fanout, floorMode{checked: true})
 	}
 	ws.stop()
 	if err != nil {
@@ -66,6 +69,8 @@ func (b *bench) floor(ctx context.Context, bl baselines) error {
 		s: b.floorSingle, ratio: ratio(b.floorSingle.p50, b.baseJS.p50) + " JS round trip"})
 	b.add(row{name: fmt.Sprintf("floor: %d calls, 256 B, one async batch, %s", fanout, wn),
 		s: b.floorRound, ratio: ratio(b.floorRound.p50, b.baseFan.p50) + " fan-out"})
+	b.add(row{name: fmt.Sprintf("floor, fast batch: %d calls, 256 B, one fast batch (ADR-50: Msg-Id on each, gap: fail, one PubAck at the commit), %s", fanout, wn),
+		s: b.fastRound, ratio: ratio(b.fastRound.p50, b.floorRound.p50) + " floor", floor: vsFloor(b.fastRound, b.floorRound)})
 	b.add(row{name: fmt.Sprintf("floor with the fleet's checks: %d echo calls (arguments validated, strict envelopes, run in the harness), %s", fanout, wn),
 		s: b.checkedRound, ratio: ratio(b.checkedRound.p50, b.floorRound.p50) + " floor", floor: vsFloor(b.checkedRound, b.floorRound)})
 	return nil
@@ -95,11 +100,15 @@ func (b *bench) floorSustainedRow(ctx context.Context, n int) error {
 		return err
 	}
 	b.step("durable floor: sustained calls, %d workers", n)
-	w, err := fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration, false)
-	var c *window
+	w, err := fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration, floorMode{})
+	var fast, c *window
+	if err == nil {
+		b.step("durable floor, fast batches: sustained calls, %d workers", n)
+		fast, err = fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration, floorMode{fast: true})
+	}
 	if err == nil {
 		b.step("durable floor with the fleet's checks: sustained calls, %d workers", n)
-		c, err = fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration, true)
+		c, err = fr.sustained(b.p.sustainConc, b.p.warm, b.p.duration, floorMode{checked: true})
 	}
 	ws.stop()
 	if err != nil {
@@ -108,6 +117,8 @@ func (b *bench) floorSustainedRow(ctx context.Context, n int) error {
 	b.floorSustained[n], b.checkedSustained[n] = w, c
 	b.add(row{name: fmt.Sprintf("floor: sustained calls, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
 		rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), note: fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)})
+	b.add(row{name: fmt.Sprintf("floor, fast batch: sustained calls, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
+		rate: fast.rate(), cpu: fast.cpuPerCall(), msgs: fast.msgsPerCall(), floor: vsFloorRate(fast, w), note: fmt.Sprintf("%d calls in %v", fast.calls.Load(), b.p.duration)})
 	b.add(row{name: fmt.Sprintf("floor with the fleet's checks: sustained echo calls, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
 		rate: c.rate(), cpu: c.cpuPerCall(), msgs: c.msgsPerCall(), floor: vsFloorRate(c, w), note: fmt.Sprintf("%d calls in %v", c.calls.Load(), b.p.duration)})
 	return nil
@@ -215,7 +226,14 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 			ws.stop()
 			return err
 		}
+		pulls, pulled := ws.pulls()
+		stopProfile, err := startCPUProfile(b.p.sustainedProfile, n)
+		if err != nil {
+			ws.stop()
+			return err
+		}
 		w, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration)
+		stopProfile()
 		if err != nil {
 			ws.stop()
 			return err
@@ -223,6 +241,9 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 		b.sustainedLoop[n] = w
 		note := fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)
 		if per := f.resultsPerCall(ctx, before); per != "" {
+			note += "; " + per
+		}
+		if per := ws.pullsSince(pulls, pulled); per != "" {
 			note += "; " + per
 		}
 		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
@@ -329,3 +350,20 @@ func (b *bench) roundVariants(ctx context.Context, f *fleet, wn string) error {
 // otherCoordinators is how many idle coordinators share the results stream
 // in the round measured beside them.
 const otherCoordinators = 3
+
+// startCPUProfile starts a CPU profile to prefix.<n>w ("" prefix: none)
+// and returns what stops it.
+func startCPUProfile(prefix string, n int) (stop func(), err error) {
+	if prefix == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(fmt.Sprintf("%s.%dw", prefix, n))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
+}

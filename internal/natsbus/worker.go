@@ -54,6 +54,7 @@ type Worker struct {
 	tools    []*toolConsumer
 	limitsKV jetstream.KeyValue // the fleet's rate limits (ratelimit.go); nil without the bucket
 	sem      *semaphore.Weighted
+	settling *semaphore.Weighted // calls storing their result after giving back their slot
 	started  atomic.Bool
 	inflight sync.WaitGroup
 
@@ -111,6 +112,9 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		running: make(map[string]map[uint64]context.CancelCauseFunc),
 		active:  make(map[string]uint64),
 	}
+	// As many calls again may be storing their result out of their slots
+	// (Delivery.FreeSlot): a pull is not held back by PubAcks.
+	w.settling = semaphore.NewWeighted(int64(cfg.Concurrency))
 	w.limited = sampled(w.log)
 	for _, spec := range specs {
 		subject, err := subjects.Call(spec.Name)
@@ -135,7 +139,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 	for _, tc := range w.tools {
 		w.toolByName[tc.name] = tc
 		tc.queue = NewWorkQueue(WorkQueueConfig{
-			Slots: w.sem, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight,
+			Slots: w.sem, Settling: w.settling, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight,
 			Logger: w.log.With().Str(logTool, string(tc.name)).Logger(), Noun: "calls",
 			Ensure: func(ctx context.Context) (jetstream.Consumer, error) { return w.ensureConsumer(ctx, tc) },
 			// Streams that differ from the expected configuration: take no call.
@@ -153,6 +157,17 @@ func (w *Worker) ToolStats(tool protocol.ToolName) (ToolStats, bool) {
 		return ToolStats{}, false
 	}
 	return tc.meter.stats(), true
+}
+
+// Pulls reports the pulls of calls the worker made, over every tool, and
+// the calls they took.
+func (w *Worker) Pulls() (pulls, calls int64) {
+	for _, tc := range w.tools {
+		p, n := tc.queue.Pulls()
+		pulls += p
+		calls += n
+	}
+	return pulls, calls
 }
 
 // Run creates or updates each tool's consumer and serves calls until ctx

@@ -151,6 +151,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	// A call whose coordinator reads batches may share a message with
 	// other results of its run and tool.
 	batchLimit, _ := protocol.ResultBatchLimit(m.Headers().Get(protocol.HeaderResultBatch))
+	d.FreeSlot() // the tool is done: storing its result waits on the server, not on a slot
 	err = w.publishResult(ctx, replyTo, tc.name, &result, call.CallDeadline(), batchLimit)
 	if err == nil {
 		endPublish("")

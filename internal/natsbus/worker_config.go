@@ -32,7 +32,9 @@ type WorkerConfig struct {
 	// '_' and '-', at most 128. Default: <hostname>-<pid>.
 	Name string
 	// Concurrency bounds the calls this worker runs at once, all tools
-	// together. It never pulls more calls than it has free slots.
+	// together. It never pulls more calls than it has free slots. A call
+	// whose tool has returned gives its slot back while its result is
+	// stored, so up to as many again may be waiting to be acknowledged.
 	// Default: 16.
 	Concurrency int
 	// ToolMaxAckPending bounds the calls of one tool in flight across the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,6 +78,21 @@ type Delivery struct {
 	Seq uint64
 	// Stored is when the stream stored the message.
 	Stored time.Time
+
+	// freeSlot gives the delivery's slot back early ([Delivery.FreeSlot]).
+	freeSlot func()
+}
+
+// FreeSlot gives the delivery's slot back before its handler returns, when
+// the work the slots bound is done and what is left waits on the server
+// (storing a result, then settling): the queue can pull another message
+// meanwhile. It does so only while the queue's Settling allowance has room
+// (so a queue holds at most its slots plus that allowance of messages), and
+// is a no-op otherwise or when called again.
+func (d *Delivery) FreeSlot() {
+	if d.freeSlot != nil {
+		d.freeSlot()
+	}
 }
 
 // Heartbeat tells the server, every interval, that the message is still
@@ -119,6 +135,10 @@ type WorkQueueConfig struct {
 	// Slots bounds the handlers running at once; queues may share it. The
 	// queue never takes a message without a free slot for it.
 	Slots *semaphore.Weighted
+	// Settling, when set, bounds the deliveries whose handler gave its slot
+	// back early ([Delivery.FreeSlot]) and has not returned yet; queues may
+	// share it. Default: none (FreeSlot does nothing).
+	Settling *semaphore.Weighted
 	// MaxFetchBatch bounds the messages taken in one pull. Default: 1.
 	MaxFetchBatch int
 	// PollWait bounds one pull's wait for a message. Default: 1s.
@@ -149,7 +169,12 @@ type WorkQueue struct {
 	handler WorkHandler
 	limited zerolog.Logger
 	cons    jetstream.Consumer
+
+	pulls, pulled atomic.Int64 // pulls made, messages they took
 }
+
+// Pulls reports the pulls the queue made and the messages they took.
+func (q *WorkQueue) Pulls() (pulls, messages int64) { return q.pulls.Load(), q.pulled.Load() }
 
 // NewWorkQueue returns a queue; Start (or Run after Ensure) serves it.
 func NewWorkQueue(cfg WorkQueueConfig, h WorkHandler) *WorkQueue {
@@ -221,6 +246,8 @@ func (q *WorkQueue) Run(ctx, execCtx context.Context) {
 			slots++
 		}
 		msgs, err := q.pull(ctx, slots)
+		q.pulls.Add(1)
+		q.pulled.Add(int64(len(msgs)))
 		for _, m := range msgs {
 			q.cfg.InFlight.Add(1)
 			q.hand(execCtx, m, idle)
@@ -290,16 +317,29 @@ func (q *WorkQueue) handle(execCtx context.Context, m jetstream.Msg, idle <-chan
 	}
 }
 
-// serveSlot serves m and gives back its slot.
+// serveSlot serves m and gives back its slot, or its place in Settling if
+// the handler gave the slot back early.
 func (q *WorkQueue) serveSlot(ctx context.Context, m jetstream.Msg) {
 	defer q.cfg.InFlight.Done()
-	defer q.cfg.Slots.Release(1)
-	q.serve(ctx, m)
+	settling := false // only this goroutine reads and writes it
+	defer func() {
+		if settling {
+			q.cfg.Settling.Release(1)
+		} else {
+			q.cfg.Slots.Release(1)
+		}
+	}()
+	q.serve(ctx, m, func() {
+		if !settling && q.cfg.Settling != nil && q.cfg.Settling.TryAcquire(1) {
+			settling = true
+			q.cfg.Slots.Release(1)
+		}
+	})
 }
 
 // serve runs the handler of one message and settles it.
-func (q *WorkQueue) serve(ctx context.Context, m jetstream.Msg) {
-	d := &Delivery{Msg: m, Attempt: 1}
+func (q *WorkQueue) serve(ctx context.Context, m jetstream.Msg, freeSlot func()) {
+	d := &Delivery{Msg: m, Attempt: 1, freeSlot: freeSlot}
 	if md, err := m.Metadata(); err == nil {
 		d.Attempt = max(int(md.NumDelivered), 1)
 		d.Seq = md.Sequence.Stream

@@ -87,3 +87,101 @@ func TestWorkQueueDecisions(t *testing.T) {
 		t.Fatalf("%d handlers ran at once with %d slots", most, slots)
 	}
 }
+
+// TestWorkQueueFreeSlot: a handler that gives its slot back early
+// (Delivery.FreeSlot) lets the queue take the next message while it still
+// waits, within the Settling allowance; with no room in Settling, the slot
+// stays taken and the next message waits for the handler to return.
+func TestWorkQueueFreeSlot(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		settling int64
+		wantBoth bool // both messages handed out while the first handler waits
+	}{
+		{"room to settle", 1, true},
+		{"no room to settle", 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := natstest.Start(t)
+			js, err := jetstream.New(natstest.Connect(t, srv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.*"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+				t.Fatal(err)
+			}
+			for _, subj := range []string{"q.1", "q.2"} {
+				if _, err := js.Publish(t.Context(), subj, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			release := make(chan struct{})
+			var mu sync.Mutex
+			started := 0
+			q := natsbus.NewWorkQueue(natsbus.WorkQueueConfig{
+				Slots: semaphore.NewWeighted(1), Settling: semaphore.NewWeighted(c.settling), PollWait: 100 * time.Millisecond,
+				Ensure: func(ctx context.Context) (jetstream.Consumer, error) {
+					return js.CreateOrUpdateConsumer(ctx, "Q", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+				},
+			}, func(_ context.Context, d *natsbus.Delivery) natsbus.Decision {
+				mu.Lock()
+				started++
+				first := started == 1
+				mu.Unlock()
+				if first {
+					d.FreeSlot()
+					d.FreeSlot() // a second call changes nothing
+					<-release
+				}
+				return natsbus.Ack
+			})
+			if err := q.EnsureRetrying(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { defer close(done); q.Run(ctx, context.Background()) }()
+			defer func() { cancel(); <-done }()
+			count := func() int { mu.Lock(); defer mu.Unlock(); return started }
+			if c.wantBoth {
+				natstest.WaitFor(t, 10*time.Second, func() error {
+					if n := count(); n != 2 {
+						return fmt.Errorf("%d messages handed out while the first handler waits, want 2", n)
+					}
+					return nil
+				})
+				close(release)
+				return
+			}
+			// The first handler holds the one slot: the second message stays
+			// in the stream until the handler returns.
+			natstest.WaitFor(t, 10*time.Second, func() error {
+				if n := count(); n != 1 {
+					return fmt.Errorf("%d messages handed out, want the first", n)
+				}
+				return nil
+			})
+			cons, err := js.Consumer(t.Context(), "Q", "c")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 { // three of the queue's polls pass without taking it
+				info, err := cons.Info(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.NumAckPending != 1 || count() != 1 {
+					t.Fatalf("ack pending %d, handed out %d while the one slot is held; want 1 and 1", info.NumAckPending, count())
+				}
+				time.Sleep(100 * time.Millisecond) // observing that nothing happens, not synchronising
+			}
+			close(release)
+			natstest.WaitFor(t, 10*time.Second, func() error {
+				if n := count(); n != 2 {
+					return fmt.Errorf("%d messages handed out after the slot came back, want 2", n)
+				}
+				return nil
+			})
+		})
+	}
+}
