@@ -17,7 +17,9 @@
 # each run's results in a timestamped directory), PEERS_BIN
 # (~/.cache/toolfleet-peers/bin: the built binaries, kept between runs),
 # TEMPORAL_CLI_VERSION (v1.5.1), DURATION (5s: the sustained window),
-# RUNS1 (40), RUNS32 (15): runs of 7 rounds timed per shape.
+# RUNS1 (40), RUNS32 (15): runs of 7 rounds timed per shape,
+# FLEETBENCH_ONLY (baseline,single,round,sustained,sync: fleetbench's
+# phases; sync adds the journaled rounds on a server that fsyncs every write).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -28,6 +30,7 @@ TEMPORAL_CLI_VERSION=${TEMPORAL_CLI_VERSION:-v1.5.1}
 DURATION=${DURATION:-5s}
 RUNS1=${RUNS1:-40}
 RUNS32=${RUNS32:-15}
+FLEETBENCH_ONLY=${FLEETBENCH_ONLY:-baseline,single,round,sustained,sync}
 out=${OUT:-$here/results}/$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d /tmp/toolfleet-peers.XXXXXX)
 mkdir -p "$out" "$PEERS_BIN"
@@ -138,8 +141,8 @@ run_system() { # run_system SYSTEM DIR
   local dir=$2
   case $1 in
   fleet)
-    log "fleetbench --only baseline,single,round,sustained --workers 2"
-    (cd "$root" && "$PEERS_BIN/fleetbench" --only baseline,single,round,sustained --workers 2) >"$dir/fleetbench.txt"
+    log "fleetbench --only $FLEETBENCH_ONLY --workers 2"
+    (cd "$root" && "$PEERS_BIN/fleetbench" --only "$FLEETBENCH_ONLY" --workers 2) >"$dir/fleetbench.txt"
     ;;
   dbos-fsync-on)
     pg_start ""

@@ -44,14 +44,15 @@ type entry struct {
 // guarantees says what each configuration survives and how often a step
 // runs; the keys are system and configuration as run.sh names them.
 var guarantees = map[string]string{
-	"toolfleet|journaled":    "process crash (JetStream file store, no fsync per write); calls ≥1× (non-idempotent ≤1×), each id answered once",
-	"toolfleet|loop":         "calls and results stored as above; the run's state is in the coordinator's memory: a coordinator crash ends the run",
-	"floor|floor":            "calls and results stored as above, no run state",
-	"dbos|fsync on":          "machine crash (a commit is fsynced); steps ≥1×, workflow outcome once",
-	"dbos|fsync off":         "process crash of the app and of PostgreSQL (committed to the OS); a machine crash can lose the last commits or corrupt the cluster; steps ≥1×",
-	"temporal|sqlite file":   "machine crash (SQLite file, synchronous=FULL: a commit is fsynced); activities ≥1× (retried until they succeed)",
-	"temporal|in memory":     "nothing past a server crash (the dev server's default store is in memory); activities ≥1×",
-	"temporal|sqlite memory": "nothing past a server crash; activities ≥1×",
+	"toolfleet|journaled":              "process crash (JetStream file store, no fsync per write); calls ≥1× (non-idempotent ≤1×), each id answered once",
+	"toolfleet|journaled, sync always": "machine crash (the server fsyncs every write before it acknowledges it); calls ≥1× (non-idempotent ≤1×)",
+	"toolfleet|loop":                   "calls and results stored as above; the run's state is in the coordinator's memory: a coordinator crash ends the run",
+	"floor|floor":                      "calls and results stored as above, no run state",
+	"dbos|fsync on":                    "machine crash (a commit is fsynced); steps ≥1×, workflow outcome once",
+	"dbos|fsync off":                   "process crash of the app and of PostgreSQL (committed to the OS); a machine crash can lose the last commits or corrupt the cluster; steps ≥1×",
+	"temporal|sqlite file":             "machine crash (SQLite file, synchronous=FULL: a commit is fsynced); activities ≥1× (retried until they succeed)",
+	"temporal|in memory":               "nothing past a server crash (the dev server's default store is in memory); activities ≥1×",
+	"temporal|sqlite memory":           "nothing past a server crash; activities ≥1×",
 }
 
 // table reads run.sh's results directory — one subdirectory per
@@ -80,7 +81,7 @@ func table(args []string, w io.Writer) error {
 		}
 		entries = append(entries, pe...)
 	}
-	order := []string{"toolfleet|journaled", "toolfleet|loop", "floor|floor", "dbos|fsync on", "dbos|fsync off", "temporal|sqlite file", "temporal|in memory"}
+	order := []string{"toolfleet|journaled", "toolfleet|journaled, sync always", "toolfleet|loop", "floor|floor", "dbos|fsync on", "dbos|fsync off", "temporal|sqlite file", "temporal|in memory"}
 	rank := func(e *entry) int {
 		for i, k := range order {
 			if k == e.system+"|"+e.config {
@@ -110,7 +111,7 @@ func table(args []string, w io.Writer) error {
 		fmt.Fprintf(w, "  %s, %s: %s\n", e.system, e.config, guarantees[k])
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "toolfleet's journaled run against each peer, per round (peer ÷ toolfleet: above 1 means toolfleet is faster or cheaper; sustained: toolfleet's loop run with 2 workers):")
+	fmt.Fprintln(w, "each peer against toolfleet's journaled runs, per round (the peer's number ÷ toolfleet's: above 1 means toolfleet is faster or cheaper; sustained: toolfleet's loop with 2 workers):")
 	byRound := map[string]map[string]*entry{}
 	for _, e := range entries {
 		if byRound[e.round] == nil {
@@ -124,24 +125,27 @@ func table(args []string, w io.Writer) error {
 	}
 	sort.Strings(rounds)
 	for _, r := range rounds {
-		tf, loop := byRound[r]["toolfleet|journaled"], byRound[r]["toolfleet|loop"]
-		if tf == nil {
-			continue
-		}
-		for _, k := range order[3:] {
-			p := byRound[r][k]
-			if p == nil {
+		loop := byRound[r]["toolfleet|loop"]
+		for _, fk := range []string{"toolfleet|journaled", "toolfleet|journaled, sync always"} {
+			tf := byRound[r][fk]
+			if tf == nil {
 				continue
 			}
-			line := fmt.Sprintf("  round %s, %s: 1-call p50 %s, 1-call CPU/call %s, 32-call p50 %s, 32-call CPU/call %s",
-				r, strings.Replace(k, "|", " ", 1),
-				ratio(p.rows["round1"].p50, tf.rows["round1"].p50), ratio(p.rows["round1"].cpuPerCall, tf.rows["round1"].cpuPerCall),
-				ratio(p.rows["round32"].p50, tf.rows["round32"].p50), ratio(p.rows["round32"].cpuPerCall, tf.rows["round32"].cpuPerCall))
-			if loop != nil && p.rows["sustained"].rate > 0 {
-				line += fmt.Sprintf(", sustained calls/s %.1f× (toolfleet's ÷ the peer's), CPU/call %s",
-					loop.rows["sustained"].rate/p.rows["sustained"].rate, ratio(p.rows["sustained"].cpuPerCall, loop.rows["sustained"].cpuPerCall))
+			for _, k := range order[4:] {
+				p := byRound[r][k]
+				if p == nil {
+					continue
+				}
+				line := fmt.Sprintf("  round %s, %s ÷ %s: 1-call p50 %s, 1-call CPU/call %s, 32-call p50 %s, 32-call CPU/call %s",
+					r, strings.Replace(k, "|", " ", 1), strings.Replace(fk, "|", " ", 1),
+					ratio(p.rows["round1"].p50, tf.rows["round1"].p50), ratio(p.rows["round1"].cpuPerCall, tf.rows["round1"].cpuPerCall),
+					ratio(p.rows["round32"].p50, tf.rows["round32"].p50), ratio(p.rows["round32"].cpuPerCall, tf.rows["round32"].cpuPerCall))
+				if fk == "toolfleet|journaled" && loop != nil && p.rows["sustained"].rate > 0 {
+					line += fmt.Sprintf("; sustained: toolfleet's loop does %.1f× the calls/s at %s less CPU per call",
+						loop.rows["sustained"].rate/p.rows["sustained"].rate, ratio(p.rows["sustained"].cpuPerCall, loop.rows["sustained"].cpuPerCall))
+				}
+				fmt.Fprintln(w, line)
 			}
-			fmt.Fprintln(w, line)
 		}
 	}
 	return nil
@@ -218,6 +222,7 @@ func fleetEntries(path, round string) ([]*entry, error) {
 	journaled := &entry{system: "toolfleet", config: "journaled", round: round, rows: map[string]row{}}
 	loop := &entry{system: "toolfleet", config: "loop", round: round, rows: map[string]row{}}
 	floor := &entry{system: "floor", config: "floor", round: round, rows: map[string]row{}}
+	synced := &entry{system: "toolfleet", config: "journaled, sync always", round: round, rows: map[string]row{}}
 	for _, line := range strings.Split(string(b), "\n") {
 		c := strings.Split(line, "|")
 		if len(c) < 8 {
@@ -229,6 +234,17 @@ func fleetEntries(path, round string) ([]*entry, error) {
 		m := c[0]
 		r := row{p50: parseDur(c[2]), p99: parseDur(c[3]), cpuPerCall: parseDur(c[6])}
 		r.rate, _ = strconv.ParseFloat(strings.TrimSuffix(c[5], "/s"), 64)
+		if strings.Contains(m, "sync always") {
+			// fleetbench's sync phase: the same rounds on a server that
+			// fsyncs every write.
+			switch {
+			case strings.HasPrefix(m, "fleet: 1 echo call, full loop round, journaled"):
+				synced.rows["round1"] = r
+			case strings.HasPrefix(m, "fleet: 32 echo calls, full loop round, journaled"):
+				synced.rows["round32"] = r
+			}
+			continue
+		}
 		switch {
 		case strings.HasPrefix(m, "floor: 1 call"):
 			floor.rows["round1"] = r
@@ -248,7 +264,11 @@ func fleetEntries(path, round string) ([]*entry, error) {
 			loop.rows["sustained"] = r
 		}
 	}
-	return []*entry{journaled, loop, floor}, nil
+	out := []*entry{journaled, loop, floor}
+	if len(synced.rows) > 0 {
+		out = append(out, synced)
+	}
+	return out, nil
 }
 
 // parseDur reads fleetbench's durations (36µs, 1.16ms, 2.3s; "-" is none).
