@@ -127,6 +127,21 @@ func bench(system string, args []string) error {
 	defer p.close()
 	fmt.Fprintf(os.Stderr, "peersbench %s (%s): load average %s at the start\n", system, o.config, loadAverage())
 	meter := cpuMeter{roots: o.pids}
+	if len(o.pids) > 0 {
+		// What the database or server spends doing nothing, for reading
+		// the CPU per call of the slower rows.
+		idle := cpuMeter{roots: o.pids, serverOnly: true}
+		before, err := idle.read()
+		if err != nil {
+			return err
+		}
+		time.Sleep(2 * time.Second)
+		after, err := idle.read()
+		if err != nil {
+			return err
+		}
+		row{system: o.system, config: o.config, measure: "idle", cpuPerCall: (after - before) / 2}.print(os.Stdout)
+	}
 	for _, shape := range []struct{ n, runs int }{{1, o.runs1}, {32, o.runs32}} {
 		if err := series(ctx, p, o, meter, shape.n, shape.runs); err != nil {
 			return err

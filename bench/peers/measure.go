@@ -125,7 +125,8 @@ const clockTick = 10 * time.Millisecond
 // been waited for, such as PostgreSQL backends that ended), so a backend
 // that comes and goes between two readings is still counted.
 type cpuMeter struct {
-	roots []int
+	roots      []int
+	serverOnly bool // leave this process out
 }
 
 func (m cpuMeter) read() (time.Duration, error) {
@@ -134,6 +135,9 @@ func (m cpuMeter) read() (time.Duration, error) {
 		return 0, err
 	}
 	total := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if m.serverOnly {
+		total = 0
+	}
 	if len(m.roots) == 0 {
 		return total, nil
 	}

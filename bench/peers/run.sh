@@ -33,6 +33,7 @@ RUNS32=${RUNS32:-15}
 FLEETBENCH_ONLY=${FLEETBENCH_ONLY:-baseline,single,round,sustained,sync}
 out=${OUT:-$here/results}/$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d /tmp/toolfleet-peers.XXXXXX)
+chmod 755 "$work" # the postgres user reaches its cluster inside
 mkdir -p "$out" "$PEERS_BIN"
 log() { printf '== %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -48,10 +49,11 @@ if [ -z "$pgbin" ] || [ ! -x "$pgbin/initdb" ]; then
   fi
   pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 fi
-if [ ! -x "$PEERS_BIN/temporal" ] || ! "$PEERS_BIN/temporal" --version 2>/dev/null | grep -q "${TEMPORAL_CLI_VERSION#v}"; then
+if [ ! -x "$PEERS_BIN/temporal" ] || [ "$(cat "$PEERS_BIN/temporal.version" 2>/dev/null)" != "$TEMPORAL_CLI_VERSION" ]; then
   # v1.9.1's go.mod has a replace directive, which go install refuses; v1.5.1 installs.
   log "building the Temporal CLI $TEMPORAL_CLI_VERSION (its dev server) into $PEERS_BIN"
   (cd "$work" && GOBIN=$PEERS_BIN GOFLAGS= go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION")
+  echo "$TEMPORAL_CLI_VERSION" >"$PEERS_BIN/temporal.version"
 fi
 log "building peersbench and fleetbench"
 (cd "$here" && go build -o "$PEERS_BIN/peersbench" .)
@@ -176,7 +178,7 @@ read -r -a systems <<<"$SYSTEMS"
 {
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3-)"
   echo "PostgreSQL: $("$pgbin/postgres" --version)"
-  echo "Temporal CLI: $("$PEERS_BIN/temporal" --version)"
+  echo "Temporal CLI: $TEMPORAL_CLI_VERSION, $("$PEERS_BIN/temporal" --version)"
   echo "DBOS Transact Go and the Temporal Go SDK: $(cd "$here" && go list -m -f '{{.Path}} {{.Version}}' github.com/dbos-inc/dbos-transact-golang go.temporal.io/sdk | tr '\n' ' ')"
   echo "Temporal dynamic config: ${temporal_dc[*]}"
   echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -26,7 +26,9 @@ type row struct {
 func (r row) print(w io.Writer) {
 	fmt.Fprintf(w, "row\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1f\n", r.system, r.config, r.measure, r.n,
 		r.p50.Nanoseconds(), r.p99.Nanoseconds(), r.cpuPerCall.Nanoseconds(), r.rate)
-	if r.measure == "sustained" {
+	if r.measure == "idle" {
+		fmt.Fprintf(os.Stderr, "  %s (%s) idle: the database or server spends %v of CPU a second\n", r.system, r.config, fmtDur(r.cpuPerCall))
+	} else if r.measure == "sustained" {
 		fmt.Fprintf(os.Stderr, "  %s (%s) %s: %.0f calls/s, CPU/call %v (%d calls)\n", r.system, r.config, r.measure, r.rate, fmtDur(r.cpuPerCall), r.n)
 	} else {
 		fmt.Fprintf(os.Stderr, "  %s (%s) %s: p50 %v p99 %v CPU/call %v (%d rounds)\n", r.system, r.config, r.measure, fmtDur(r.p50), fmtDur(r.p99), fmtDur(r.cpuPerCall), r.n)
@@ -98,6 +100,13 @@ func table(args []string, w io.Writer) error {
 		r1, r32, s := e.rows["round1"], e.rows["round32"], e.rows["sustained"]
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", e.system, e.config, e.round,
 			cell(r1.p50), cell(r1.p99), cell(r1.cpuPerCall), cell(r32.p50), cell(r32.cpuPerCall), rate(s.rate), cell(s.cpuPerCall))
+	}
+	fmt.Fprintln(w)
+	for _, e := range entries {
+		if idle, ok := e.rows["idle"]; ok {
+			fmt.Fprintf(w, "idle: %s, %s (round %s): the database or server spends %s of CPU a second doing nothing (counted in its CPU per call)\n",
+				e.system, e.config, e.round, fmtDur(idle.cpuPerCall))
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "guarantees:")
