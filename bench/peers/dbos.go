@@ -27,10 +27,11 @@ type dbosRun struct {
 func dbosAgent(ctx dbos.Context, in dbosRun) (string, error) {
 	step := 0
 	model := func(context.Context) (string, error) { return recorder.model(in.ID, step, in.N), nil }
-	if _, err := dbos.RunAsStep(ctx, model, dbos.WithStepName("model")); err != nil {
+	resp, err := dbos.RunAsStep(ctx, model, dbos.WithStepName("model"))
+	if err != nil {
 		return "", err
 	}
-	for round := 1; round <= in.Rounds; round++ {
+	for round := 1; round <= in.Rounds && resp != finalAnswer; round++ {
 		outcomes := make([]<-chan dbos.StepOutcome[string], in.N)
 		for i := range in.N {
 			ch, err := dbos.Go(ctx, func(context.Context) (string, error) { return echoText, nil }, dbos.WithStepName("echo"))
@@ -49,7 +50,7 @@ func dbosAgent(ctx dbos.Context, in dbosRun) (string, error) {
 			}
 		}
 		step = round
-		if _, err := dbos.RunAsStep(ctx, model, dbos.WithStepName("model")); err != nil {
+		if resp, err = dbos.RunAsStep(ctx, model, dbos.WithStepName("model")); err != nil {
 			return "", err
 		}
 	}

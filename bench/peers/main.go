@@ -93,8 +93,8 @@ func bench(system string, args []string) error {
 	fs.StringVar(&o.config, "config", "", "the configuration, as the table prints it")
 	fs.StringVar(&o.guarantee, "guarantee", "", "the guarantee in that configuration, as the table prints it")
 	fs.StringVar(&pids, "pids", "", "comma-separated pids whose process trees' CPU is counted (the database or server)")
-	fs.IntVar(&o.runs1, "runs1", 40, "runs of 1-call rounds")
-	fs.IntVar(&o.runs32, "runs32", 15, "runs of 32-call rounds")
+	fs.IntVar(&o.runs1, "runs1", 30, "runs of 1-call rounds")
+	fs.IntVar(&o.runs32, "runs32", 10, "runs of 32-call rounds")
 	fs.IntVar(&o.rounds, "rounds", 7, "rounds per run (fleetbench's loop runs 7)")
 	fs.IntVar(&o.workflows, "workflows", 8, "concurrent runs in the sustained phase")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "the sustained phase's measured window")
@@ -127,6 +127,14 @@ func bench(system string, args []string) error {
 	defer p.close()
 	fmt.Fprintf(os.Stderr, "peersbench %s (%s): load average %s at the start\n", system, o.config, loadAverage())
 	meter := cpuMeter{roots: o.pids}
+	for _, shape := range []struct{ n, runs int }{{1, o.runs1}, {32, o.runs32}} {
+		if err := series(ctx, p, o, meter, shape.n, shape.runs); err != nil {
+			return err
+		}
+	}
+	if err := sustained(ctx, p, o, meter); err != nil {
+		return err
+	}
 	if len(o.pids) > 0 {
 		// What the database or server spends doing nothing, for reading
 		// the CPU per call of the slower rows.
@@ -141,14 +149,6 @@ func bench(system string, args []string) error {
 			return err
 		}
 		row{system: o.system, config: o.config, measure: "idle", cpuPerCall: (after - before) / 2}.print(os.Stdout)
-	}
-	for _, shape := range []struct{ n, runs int }{{1, o.runs1}, {32, o.runs32}} {
-		if err := series(ctx, p, o, meter, shape.n, shape.runs); err != nil {
-			return err
-		}
-	}
-	if err := sustained(ctx, p, o, meter); err != nil {
-		return err
 	}
 	fmt.Fprintf(os.Stderr, "peersbench %s (%s): load average %s at the end\n", system, o.config, loadAverage())
 	return nil
@@ -223,6 +223,11 @@ func sustained(ctx context.Context, p peer, o options, meter cpuMeter) error {
 	calls0 := recorder.calls.Load()
 	start := time.Now()
 	time.Sleep(o.duration)
+	// A slow system gets a longer window: at least one round per run, so
+	// the rate is not a count of a few rounds' edges (at most a minute).
+	for recorder.calls.Load()-calls0 < int64(32*o.workflows) && time.Since(start) < time.Minute {
+		time.Sleep(100 * time.Millisecond)
+	}
 	calls := recorder.calls.Load() - calls0
 	window := time.Since(start)
 	after, err := meter.read()
@@ -230,7 +235,9 @@ func sustained(ctx context.Context, p peer, o options, meter cpuMeter) error {
 		return err
 	}
 	stop.Store(true)
+	recorder.stopping.Store(true) // the runs end at their next model step
 	wg.Wait()
+	recorder.stopping.Store(false)
 	recorder.forgetAll()
 	select {
 	case err := <-errs:
@@ -240,6 +247,7 @@ func sustained(ctx context.Context, p peer, o options, meter cpuMeter) error {
 	if calls == 0 {
 		return fmt.Errorf("sustained: no call answered in %v", window)
 	}
+	fmt.Fprintf(os.Stderr, "  sustained window %v\n", window.Round(time.Millisecond))
 	row{
 		system: o.system, config: o.config, guarantee: o.guarantee,
 		measure: "sustained", n: int(calls),

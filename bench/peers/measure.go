@@ -33,6 +33,8 @@ type stamps struct {
 	// calls counts calls whose results a run had gathered: when model step
 	// k+1 starts, the N calls of round k are answered.
 	calls atomic.Int64
+	// stopping makes every model step answer finalAnswer.
+	stopping atomic.Bool
 }
 
 type runStamps struct {
@@ -43,8 +45,15 @@ type runStamps struct {
 
 var recorder = &stamps{runs: map[string]*runStamps{}}
 
+// finalAnswer is the model step's response once the benchmark stops
+// starting rounds: the model answers and the run ends, as an agent's does.
+const finalAnswer = "final answer"
+
 // model is the model step's body: it records its entry and return.
 func (s *stamps) model(run string, step, n int) string {
+	if s.stopping.Load() {
+		return finalAnswer
+	}
 	now := time.Now()
 	s.mu.Lock()
 	r := s.runs[run]

@@ -17,7 +17,7 @@
 # each run's results in a timestamped directory), PEERS_BIN
 # (~/.cache/toolfleet-peers/bin: the built binaries, kept between runs),
 # TEMPORAL_CLI_VERSION (v1.5.1), DURATION (5s: the sustained window),
-# RUNS1 (40), RUNS32 (15): runs of 7 rounds timed per shape,
+# RUNS1 (30), RUNS32 (10): runs of 7 rounds timed per shape,
 # FLEETBENCH_ONLY (baseline,single,round,sustained,sync: fleetbench's
 # phases; sync adds the journaled rounds on a server that fsyncs every write).
 set -euo pipefail
@@ -28,8 +28,8 @@ SYSTEMS=${SYSTEMS:-"fleet dbos-fsync-on dbos-fsync-off temporal-sqlite-file temp
 PEERS_BIN=${PEERS_BIN:-$HOME/.cache/toolfleet-peers/bin}
 TEMPORAL_CLI_VERSION=${TEMPORAL_CLI_VERSION:-v1.5.1}
 DURATION=${DURATION:-5s}
-RUNS1=${RUNS1:-40}
-RUNS32=${RUNS32:-15}
+RUNS1=${RUNS1:-30}
+RUNS32=${RUNS32:-10}
 FLEETBENCH_ONLY=${FLEETBENCH_ONLY:-baseline,single,round,sustained,sync}
 out=${OUT:-$here/results}/$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d /tmp/toolfleet-peers.XXXXXX)
@@ -150,14 +150,14 @@ run_system() { # run_system SYSTEM DIR
     pg_start ""
     log "DBOS, PostgreSQL fsync=$(pg_show fsync) synchronous_commit=$(pg_show synchronous_commit)"
     "$peersbench" dbos --config "fsync on" --url "postgres://postgres@127.0.0.1:$pgport/peersbench?sslmode=disable" \
-      --pids "$(pg_pid)" "${peer_flags[@]}" >>"$dir/peers.tsv"
+      --pids "$(pg_pid)" "${peer_flags[@]}" >>"$dir/peers.tsv" || { pg_stop; return 1; }
     pg_stop
     ;;
   dbos-fsync-off)
     pg_start "-c fsync=off -c synchronous_commit=off"
     log "DBOS, PostgreSQL fsync=$(pg_show fsync) synchronous_commit=$(pg_show synchronous_commit)"
     "$peersbench" dbos --config "fsync off" --url "postgres://postgres@127.0.0.1:$pgport/peersbench?sslmode=disable" \
-      --pids "$(pg_pid)" "${peer_flags[@]}" >>"$dir/peers.tsv"
+      --pids "$(pg_pid)" "${peer_flags[@]}" >>"$dir/peers.tsv" || { pg_stop; return 1; }
     pg_stop
     ;;
   temporal-sqlite-file | temporal-in-memory)
@@ -165,7 +165,7 @@ run_system() { # run_system SYSTEM DIR
     temporal_start "$mode"
     log "Temporal dev server ($mode)"
     "$peersbench" temporal --config "${mode//-/ }" --address "$temporal_addr" --pids "$temporal_pid" \
-      "${peer_flags[@]}" >>"$dir/peers.tsv"
+      "${peer_flags[@]}" >>"$dir/peers.tsv" || { temporal_stop; return 1; }
     temporal_stop
     ;;
   *) log "unknown system $1"; return 1 ;;
@@ -188,7 +188,10 @@ for k in $(seq "$ROUNDS"); do
   mkdir -p "$dir"
   n=${#systems[@]}
   for i in $(seq 0 $((n - 1))); do # each round starts one system later
-    run_system "${systems[$(((i + k - 1) % n))]}" "$dir" 2> >(tee -a "$dir/log.txt" >&2)
+    sys=${systems[$(((i + k - 1) % n))]}
+    run_system "$sys" "$dir" 2> >(tee -a "$dir/log.txt" >&2) || log "$sys failed in round $k (see $dir/log.txt); going on"
+    temporal_stop
+    pg_stop
   done
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt" >&2

@@ -26,7 +26,7 @@ func temporalAgent(ctx workflow.Context, id string, n, rounds int) (string, erro
 	if err := workflow.ExecuteActivity(ctx, "model", id, 0, n).Get(ctx, &resp); err != nil {
 		return "", err
 	}
-	for round := 1; round <= rounds; round++ {
+	for round := 1; round <= rounds && resp != finalAnswer; round++ {
 		futures := make([]workflow.Future, n)
 		for i := range n {
 			futures[i] = workflow.ExecuteActivity(ctx, "echo", echoText)
