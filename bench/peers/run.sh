@@ -8,7 +8,7 @@
 # rows of the same shapes, alternating systems for $ROUNDS rounds, then
 # prints one table. Opt-in: neither ./test.sh nor CI runs it. See README.md.
 #
-#   bench/peers/run.sh                    three alternating rounds (about 15 minutes on 2 cores)
+#   bench/peers/run.sh                    three alternating rounds (about 30 minutes on 2 loaded cores)
 #   ROUNDS=1 bench/peers/run.sh           one round
 #   SYSTEMS="fleet dbos-fsync-on" bench/peers/run.sh
 #
