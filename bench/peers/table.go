@@ -76,7 +76,11 @@ func table(args []string, w io.Writer) error {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "peersbench table: %v\n", err)
 		}
-		entries = append(entries, fe...)
+		for _, e := range fe {
+			if len(e.rows) > 0 { // a fleetbench run cut short prints no row
+				entries = append(entries, e)
+			}
+		}
 		pe, err := peerEntries(filepath.Join(dir, "peers.tsv"), round)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "peersbench table: %v\n", err)
@@ -145,12 +149,15 @@ func table(args []string, w io.Writer) error {
 				if p == nil {
 					continue
 				}
+				if fk != "toolfleet|journaled" && k != "dbos|fsync on" && k != "temporal|sqlite file" {
+					continue // fsync against fsync only
+				}
 				line := fmt.Sprintf("  round %s, %s ÷ %s: 1-call p50 %s, 1-call CPU/call %s, 32-call p50 %s, 32-call CPU/call %s",
 					r, strings.Replace(k, "|", " ", 1), strings.Replace(fk, "|", " ", 1),
 					ratio(p.rows["round1"].p50, tf.rows["round1"].p50), ratio(p.rows["round1"].cpuPerCall, tf.rows["round1"].cpuPerCall),
 					ratio(p.rows["round32"].p50, tf.rows["round32"].p50), ratio(p.rows["round32"].cpuPerCall, tf.rows["round32"].cpuPerCall))
-				if fk == "toolfleet|journaled" && loop != nil && p.rows["sustained"].rate > 0 {
-					line += fmt.Sprintf("; sustained: toolfleet's loop does %.1f× the calls/s at %s less CPU per call",
+				if fk == "toolfleet|journaled" && loop != nil && loop.rows["sustained"].rate > 0 && p.rows["sustained"].rate > 0 {
+					line += fmt.Sprintf("; sustained: toolfleet's loop does %.1f× the calls/s, the peer's CPU per call is %s toolfleet's",
 						loop.rows["sustained"].rate/p.rows["sustained"].rate, ratio(p.rows["sustained"].cpuPerCall, loop.rows["sustained"].cpuPerCall))
 				}
 				fmt.Fprintln(w, line)
