@@ -33,8 +33,9 @@ type Config struct {
 	// LogStderr logs exec tools' stderr (truncated). Stderr may hold secrets,
 	// so it is never logged unless this is set. Default: false.
 	LogStderr bool
-	// Logger receives one line per call and the harness's warnings. The zero
-	// value discards.
+	// Logger receives one line per call run with [Harness.Execute] (none
+	// for [Harness.ExecuteUnlogged], whose caller logs the call) and the
+	// harness's warnings. The zero value discards.
 	Logger zerolog.Logger
 	// Now tells the time for [Result].Duration. Deadlines always use the
 	// real clock, as contexts do. Default: time.Now.
