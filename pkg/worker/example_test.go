@@ -88,9 +88,16 @@ func ExampleWorker_Ready() {
 	defer cancel()
 	go w.Run(ctx)
 	<-w.Published()
-	// A health endpoint answers from the probes.
+	// A health endpoint answers from the probes. Ready reports an error
+	// until the worker's consumers exist, a moment after its tools are
+	// published: an orchestrator asks again, as this does.
 	probe, cancelProbe := context.WithTimeout(ctx, 5*time.Second)
 	defer cancelProbe()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for w.Ready(probe) != nil && probe.Err() == nil {
+		<-tick.C
+	}
 	fmt.Println(w.Healthy(probe), w.Ready(probe))
 	// Output: <nil> <nil>
 }
