@@ -88,7 +88,7 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 			ep = &info.Endpoints[i]
 		}
 	}
-	if ep == nil || ep.Subject != "fleet.tool.calculator" || ep.Metadata[natsbus.MetaCallSubject] != "fleet.call.calculator" ||
+	if ep == nil || ep.Subject != "fleet.tool.calculator" || ep.Metadata[natsbus.MetaCallSubject] != "fleet.call.calculator.>" ||
 		ep.Metadata[natsbus.MetaSchemaDigest] != digest["calculator"] {
 		t.Fatalf("calculator endpoint = %+v", ep)
 	}
