@@ -6,3 +6,7 @@ package natsbus
 func (w *Worker) ResultsInFlight() (alone, waiting int) {
 	return int(w.resultsAlone.Load()), w.resultLanes.waiting()
 }
+
+// BatchEvery is how many interactive calls a worker takes, while others
+// wait, before it lets one batch call of the same tool start.
+const BatchEvery = batchEvery
