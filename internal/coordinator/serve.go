@@ -130,7 +130,7 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 		},
 	}, s.handle)
 	s.queue.SetConsumer(cons)
-	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard})
+	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard, ShareObserver: c.shareObserver()})
 	defer s.disp.Close() // once every run handed off or ended: its results consumer goes
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
 	store, err := natsbus.OpenAgents(octx, c.js, c.subjects)
