@@ -1,7 +1,5 @@
 package protocol
 
-import "strings"
-
 // Class is the priority class of a run's calls. A worker starts a tool's
 // waiting interactive calls before its waiting batch calls; the class is
 // the <class> token of the call subject ([Subjects.Call]).
@@ -26,7 +24,7 @@ const DefaultClient = "local"
 
 // ParseClass returns the class s names; "" means [ClassInteractive].
 func ParseClass(s string) (Class, error) {
-	switch c := Class(strings.TrimSpace(s)); c {
+	switch c := Class(s); c {
 	case "":
 		return ClassInteractive, nil
 	case ClassInteractive, ClassBatch:
