@@ -144,7 +144,9 @@ func newShares(d *Dispatcher) *shares {
 // close stops retrying; held calls are dropped unanswered (their runs'
 // inboxes are closing: a run resumed elsewhere publishes them again).
 func (s *shares) close() {
+	s.mu.Lock()
 	s.stop()
+	s.mu.Unlock()
 	s.workers.Wait()
 }
 
@@ -167,11 +169,13 @@ func (s *shares) hold(ctx context.Context, msg *nats.Msg, call protocol.Call) {
 		o.CallHeld(call.Tool, s.d.route(call.RunID).Client)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return // closed: the run's inbox is closing too
+	}
 	q := s.queues[msg.Subject]
 	s.queues[msg.Subject] = append(q, h)
-	start := len(q) == 0
-	s.mu.Unlock()
-	if start {
+	if len(q) == 0 {
 		s.workers.Add(1)
 		go s.drain(msg.Subject)
 	}
