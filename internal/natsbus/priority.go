@@ -27,8 +27,9 @@ import (
 //     back when the gate is shut, so a slot that frees goes to the
 //     interactive queue.
 //   - It never waits in the server (WorkQueueConfig.IdlePoll): idle, it
-//     holds no slot, and asks again within batchIdlePoll, so a fleet that
-//     uses one class only loses neither a slot nor a round trip per call.
+//     holds no slot, and asks again within batchIdlePoll (about one
+//     no-wait pull a second per tool), so a fleet that uses one class only
+//     loses neither a slot nor a round trip per call.
 //
 // Bound for batch: while interactive calls keep waiting, the gate still
 // lets the batch queue take one call after every batchEvery interactive
@@ -46,7 +47,7 @@ const (
 	batchEvery = 8
 	// batchIdlePoll bounds how long a batch call waits, on an idle
 	// worker, before the batch queue asks for it.
-	batchIdlePoll = 500 * time.Millisecond
+	batchIdlePoll = time.Second
 )
 
 // classGate is a [PullGate] that lets a tool's batch queue pull only when
