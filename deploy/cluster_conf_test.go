@@ -374,7 +374,7 @@ func leafRefusals(t *testing.T, h *hub, leaf *server.Server, admin conn) {
 	}
 	// Nor the calls, or the catalog entry, of a tool with workers of its own.
 	if _, err := edge.js.CreateOrUpdateConsumer(ctx, subjects.CallsStream(), jetstream.ConsumerConfig{
-		Durable: "tool_deploy", FilterSubject: "fleet.call.deploy", AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: "tool_deploy", FilterSubject: "fleet.call.deploy.interactive.*", AckPolicy: jetstream.AckExplicitPolicy,
 	}); err == nil {
 		t.Error("the leaf created the consumer of deploy")
 	}
@@ -389,7 +389,7 @@ func leafRefusals(t *testing.T, h *hub, leaf *server.Server, admin conn) {
 
 	// Publishing calls: a worker answers them, it never makes them.
 	before := msgs(t, admin, subjects.CallsStream())
-	if _, err := edge.js.Publish(ctx, "fleet.call.calculator", []byte(`{}`)); err == nil {
+	if _, err := edge.js.Publish(ctx, "fleet.call.calculator.interactive.local", []byte(`{}`)); err == nil {
 		t.Error("the leaf published a call")
 	}
 	if got := msgs(t, admin, subjects.CallsStream()); got != before {

@@ -298,13 +298,13 @@ func TestHostileWorkerOfAnotherTool(t *testing.T) {
 	}
 	// It still serves its own tools.
 	if _, err := worker.js.CreateOrUpdateConsumer(t.Context(), subjects.CallsStream(), jetstream.ConsumerConfig{
-		Durable: "tool_calculator", FilterSubject: "fleet.call.calculator", AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: "tool_calculator", FilterSubject: "fleet.call.calculator.interactive.*", AckPolicy: jetstream.AckExplicitPolicy,
 	}); err != nil {
 		t.Fatalf("worker: its own tool's consumer: %v", err)
 	}
 
 	// deploy's workers: deploy's calls and results, nothing else.
-	if _, err := coord.js.Publish(t.Context(), "fleet.call.deploy", []byte(`call`)); err != nil {
+	if _, err := coord.js.Publish(t.Context(), "fleet.call.deploy.interactive.local", []byte(`call`)); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := deployer.js.Consumer(t.Context(), subjects.CallsStream(), "tool_deploy")

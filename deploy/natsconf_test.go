@@ -265,11 +265,11 @@ func TestConfPermissions(t *testing.T) {
 		if err != nil || violated(t, worker, "Subscription", "fleet.cancel.>") {
 			t.Fatalf("worker cannot subscribe to cancels: %v", err)
 		}
-		if _, err := coord.js.Publish(ctx, "fleet.call.echo", []byte(`call`)); err != nil {
+		if _, err := coord.js.Publish(ctx, "fleet.call.echo.interactive.local", []byte(`call`)); err != nil {
 			t.Fatalf("coordinator publishing a call: %v", err)
 		}
 		cons, err := worker.js.CreateOrUpdateConsumer(ctx, subjects.CallsStream(), jetstream.ConsumerConfig{
-			Durable: "tool_echo", FilterSubject: "fleet.call.echo", AckPolicy: jetstream.AckExplicitPolicy,
+			Durable: "tool_echo", FilterSubject: "fleet.call.echo.interactive.*", AckPolicy: jetstream.AckExplicitPolicy,
 		})
 		if err != nil {
 			t.Fatalf("worker creating its consumer: %v", err)
@@ -296,7 +296,7 @@ func TestConfPermissions(t *testing.T) {
 	})
 
 	t.Run("coordinator withdraws a call no worker claimed", func(t *testing.T) {
-		ack, err := coord.js.Publish(ctx, "fleet.call.withdrawn", []byte(`call`))
+		ack, err := coord.js.Publish(ctx, "fleet.call.withdrawn.interactive.local", []byte(`call`))
 		if err != nil {
 			t.Fatalf("coordinator publishing a call: %v", err)
 		}

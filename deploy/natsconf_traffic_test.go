@@ -29,7 +29,7 @@ func TestConfToolPause(t *testing.T) {
 	provision(t, s)
 	worker := connectAs(t, s, "worker")
 	subjects := protocol.Subjects{}
-	cfg := jetstream.ConsumerConfig{Durable: "tool_echo", FilterSubject: "fleet.call.echo", AckPolicy: jetstream.AckExplicitPolicy}
+	cfg := jetstream.ConsumerConfig{Durable: "tool_echo", FilterSubject: "fleet.call.echo.interactive.*", AckPolicy: jetstream.AckExplicitPolicy}
 	if _, err := worker.js.CreateOrUpdateConsumer(ctx, subjects.CallsStream(), cfg); err != nil {
 		t.Fatalf("worker creating its tool consumer: %v", err)
 	}

@@ -169,7 +169,7 @@ func want(got, n int64, what string) error {
 func republishCall(t *testing.T, c client, call protocol.Call) {
 	t.Helper()
 	subjects := protocol.Subjects{}
-	subject, _ := subjects.Call(call.Tool)
+	subject, _ := subjects.Call(call.Tool, protocol.ClassInteractive, protocol.DefaultClient)
 	replyTo, _ := subjects.Result(call.RunID, call.Tool)
 	data, err := protocol.Encode(&call)
 	if err != nil {

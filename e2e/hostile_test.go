@@ -222,7 +222,7 @@ func (h *hostile) calls(run protocol.RunID) {
 	}
 	soon := time.Now().Add(time.Minute)
 	for _, tool := range []protocol.ToolName{toolWork, toolCharge, "echo"} {
-		subject, _ := subjects.Call(tool)
+		subject, _ := subjects.Call(tool, protocol.ClassInteractive, protocol.DefaultClient)
 		var msgs []*nats.Msg
 		for _, g := range garbage("call") {
 			msgs = append(msgs, &nats.Msg{Data: g, Header: hdr(protocol.HeaderReplyTo, result)})
@@ -249,7 +249,7 @@ func (h *hostile) calls(run protocol.RunID) {
 		}
 	}
 	// Beyond the stream's message size: refused before it is stored.
-	subject, _ := subjects.Call(toolWork)
+	subject, _ := subjects.Call(toolWork, protocol.ClassInteractive, protocol.DefaultClient)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := h.f.js.Publish(ctx, subject, big(2<<20)); err == nil {

@@ -22,6 +22,7 @@ type provisionFlags struct {
 	toolConsumers string
 	replicas      int
 	placementTags string
+	maxPerClient  int64
 }
 
 // provisionFlagOf names the flags of the fields "coordinator provision"
@@ -30,6 +31,8 @@ var provisionFlagOf = connFlagOf.With(cliconfig.Flags{
 	"ResultTTL":     "--result-ttl",
 	"Replicas":      "--replicas",
 	"PlacementTags": "--placement-tags",
+	// natsbus.StreamConfig's
+	"MaxCallsPerClient": "--max-calls-per-client",
 })
 
 // provisionCommand creates or updates every stream and bucket of the fleet
@@ -44,6 +47,7 @@ func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for NATS and JetStream")
 	fs.IntVar(&f.replicas, "replicas", 1, "copies of every stream and bucket: 1 on a single server, 3 on a JetStream cluster of three or more nodes (raised on an existing stream, never lowered)")
 	fs.StringVar(&f.placementTags, "placement-tags", "", "comma list of tags: every stream and bucket is placed on JetStream servers that carry all of them (nats-server server_tags, e.g. ssd,az:eu-1a); a stream placed otherwise is moved")
+	fs.Int64Var(&f.maxPerClient, "max-calls-per-client", 0, "each client's share of a tool: the calls of one client, tool and class FLEET_CALLS holds at most, queued or running (its max_msgs_per_subject); more wait in their coordinator (default: keep the stream's, 1000 for a new stream)")
 	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator provision [flags]
@@ -81,6 +85,7 @@ Flags:`)
 	}
 	streams := sc.StreamConfig()
 	streams.PlacementTags = splitList(f.placementTags)
+	streams.MaxCallsPerClient = f.maxPerClient
 	if err := streams.Validate(); err != nil {
 		return cmd.fail(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -130,6 +132,44 @@ func TestServeAndSubmit(t *testing.T) {
 		if len(res.Messages) < 4 || res.Messages[3].ToolCallID != "send_1" ||
 			!strings.Contains(res.Messages[3].Content, "may or may not have taken effect; check before calling it again") {
 			t.Fatalf("send_1 not answered outcome_unknown: %+v", res.Messages)
+		}
+	})
+	t.Run("submit --class batch publishes the run's calls as its client's batch calls", func(t *testing.T) {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		calls, err := nc.SubscribeSync("fleet.call.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		// acme submits a batch run, bob one of the default class.
+		for _, c := range [][]string{{"--client", "acme", "--class", "batch"}, {"--client", "bob"}} {
+			if code, out, stderr := submit(t, append(c, "--nats-url", url, "--wait", demoPrompt)...); code != exitOK {
+				t.Fatalf("%v: exit %d; stdout:\n%s\nstderr:\n%s", c, code, out, stderr)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for n, _, _ := calls.Pending(); n > 0; n, _, _ = calls.Pending() {
+			m, err := calls.NextMsg(time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts := strings.Split(m.Subject, ".")
+			seen[strings.Join(parts[len(parts)-2:], ".")]++
+		}
+		if seen["batch.acme"] == 0 || seen["interactive.bob"] == 0 || len(seen) != 2 {
+			t.Fatalf("calls published per class and client %v, want batch.acme and interactive.bob only", seen)
+		}
+		if code, _, stderr := submit(t, "--nats-url", url, "--class", "urgent", demoPrompt); code != exitUsage {
+			t.Fatalf("--class urgent: exit %d, want %d; stderr:\n%s", code, exitUsage, stderr)
 		}
 	})
 	t.Run("a refused request exits 2", func(t *testing.T) {

@@ -32,6 +32,7 @@ type submitFlags struct {
 	toolTimeout                      time.Duration
 	requireApproval                  string
 	client, agent, id                string
+	class                            string
 }
 
 func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
@@ -50,6 +51,7 @@ func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.requireApproval, "require-approval", "", "more tools whose calls need a human's approval: comma list, or *")
 	fs.StringVar(&f.client, "client", "", "submit as this client (fleet.run.submit.NAME.AGENT.ID), whose results only it may read (default: the NATS user, else \"default\")")
 	fs.StringVar(&f.agent, "agent", "", "the agent `NAME` to run (default: \"default\")")
+	fs.StringVar(&f.class, "class", "", "the run's priority class, interactive or batch (default: the agent's, else interactive): a tool's waiting interactive calls start before its batch calls")
 	fs.StringVar(&f.id, "id", "", "the submission `ID`: submitting the same ID again never runs a second time (default: a random one)")
 	return fs
 }
@@ -74,6 +76,7 @@ func (f *submitFlags) request(prompt string) (protocol.RunRequest, error) {
 		V: protocol.Version, Prompt: prompt,
 		MaxRounds: f.maxRounds, MaxToolCallsPerRound: f.maxCalls, MaxObservationChars: f.maxObsChars,
 		RequireApproval: splitList(f.requireApproval),
+		Class:           f.class,
 	}
 	if f.toolTimeout > 0 {
 		req.ToolTimeoutMS = max(f.toolTimeout.Milliseconds(), 1)

@@ -94,7 +94,7 @@ func TestServingTwoAgentsDisjointScopes(t *testing.T) {
 	c.Conn().Flush()
 	mu.Lock()
 	for _, subj := range published {
-		if subj == "fleet.call.calculator" {
+		if strings.HasPrefix(subj, "fleet.call.calculator.") {
 			t.Fatalf("alpha's call to beta's tool was published on %s", subj)
 		}
 	}

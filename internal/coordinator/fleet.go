@@ -23,7 +23,7 @@ type Fleet struct {
 func (c *Coordinator) Fleet() Fleet {
 	lc := c.cfg.Loop
 	lc.Logger = c.cfg.Logger
-	d := natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger})
+	d := natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, ShareObserver: c.shareObserver()})
 	c.fleetMu.Lock()
 	c.fleetDisps = append(c.fleetDisps, d)
 	c.fleetMu.Unlock()

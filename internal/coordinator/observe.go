@@ -28,10 +28,20 @@ type observability struct {
 	worker  *metrics.Worker
 	streams *metrics.Streams
 	agents  *metrics.Agents
+	shares  *metrics.Shares
 	srv     *metrics.Server
 	nc      atomic.Pointer[nats.Conn]
 	probe   atomic.Pointer[natsbus.Probe]
 	monitor *discovery.SchemaMonitor
+}
+
+// shareObserver is what the coordinator's dispatchers tell about calls
+// held for their client's share: its metrics, nil without.
+func (c *Coordinator) shareObserver() natsbus.ShareObserver {
+	if c.obs == nil {
+		return nil
+	}
+	return c.obs.shares
 }
 
 // startMetrics starts the metrics server when MetricsAddr is set, before
@@ -42,7 +52,7 @@ func (c *Coordinator) startMetrics() error {
 		return nil
 	}
 	reg := metrics.NewRegistry()
-	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg), agents: metrics.NewAgents(reg)}
+	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg), agents: metrics.NewAgents(reg), shares: metrics.NewShares(reg)}
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()

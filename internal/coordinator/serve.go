@@ -130,7 +130,7 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 		},
 	}, s.handle)
 	s.queue.SetConsumer(cons)
-	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard})
+	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard, ShareObserver: c.shareObserver()})
 	defer s.disp.Close() // once every run handed off or ended: its results consumer goes
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
 	store, err := natsbus.OpenAgents(octx, c.js, c.subjects)
@@ -309,6 +309,11 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	}
 	ev.Msg("run started")
 	rctx = s.withClientProgress(rctx, client, run)
+	// The run's calls go out under its client and class: its share of
+	// each tool, and its priority (natsbus share.go, priority.go).
+	if forget, err := s.disp.Route(run, natsbus.Route{Client: client, Class: lim.class}); err == nil {
+		defer forget()
+	}
 	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff})
 	if errors.Is(runErr, loop.ErrJournal) && errors.Is(runErr, protocol.ErrTooLarge) {
 		// Retrying cannot help: a step is larger than a journal entry may be.
@@ -406,6 +411,7 @@ func (s *service) runner(ctx context.Context, run protocol.RunID, req protocol.R
 		case err == nil:
 			lim = applyLimits(p.Config, req)
 			model, cat, msgs = p.Model, p.Catalog, p.Messages
+			lim.class, _ = protocol.ParseClass(p.Definition.Class)
 		case errors.Is(err, agents.ErrNotFound) && (req.Agent == "" || req.Agent == protocol.DefaultAgent):
 			// No default agent defined: the coordinator's own.
 		case errors.Is(err, agents.ErrNotFound):
@@ -413,6 +419,9 @@ func (s *service) runner(ctx context.Context, run protocol.RunID, req protocol.R
 		default:
 			return nil, nil, lim, err
 		}
+	}
+	if req.Class != "" {
+		lim.class = protocol.Class(req.Class)
 	}
 	lc := lim.loop
 	lc.Logger = s.c.cfg.Logger

@@ -19,6 +19,9 @@ type appliedLimits struct {
 	record  protocol.RunLimits
 	// clamped names the request's limits that were above the ceiling.
 	clamped []string
+	// class is the run's priority class: the request's, else its
+	// agent's, else interactive.
+	class protocol.Class
 }
 
 // applyLimits lowers the operator's loop configuration ceil by what req

@@ -113,7 +113,9 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.STREAM.INFO." + tools,
 				"$JS.API.STREAM.INFO." + claims,
 				"$JS.API.STREAM.INFO." + starts,
-				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*",
+				// each tool's two consumers, on its interactive and batch calls
+				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.interactive.*",
+				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.batch.*",
 				"$JS.API.CONSUMER.INFO." + calls + ".*",
 				"$JS.API.CONSUMER.MSG.NEXT." + calls + ".*",
 				"$JS.ACK." + calls + ".>",

@@ -32,6 +32,8 @@
 //	toolfleet_coordinator_calls_total{tool,outcome}        answered call ids
 //	toolfleet_coordinator_call_duration_seconds{tool}      handling time of a call
 //	toolfleet_coordinator_rejected_calls_total             calls answered "rejected"
+//	toolfleet_coordinator_calls_held_total{tool,client}    calls over their client's share, held (fed by natsbus.ShareObserver)
+//	toolfleet_coordinator_calls_share_limited_total{tool,client} held calls answered rate_limited
 //	toolfleet_coordinator_approvals_total{result}          approved, denied, expired, unavailable, cancelled
 //	toolfleet_model_call_duration_seconds{result}          model latency (ok or error)
 //	toolfleet_model_tokens_total{kind}                     prompt and completion tokens
@@ -51,7 +53,8 @@
 // labelled "_unknown"; an outcome outside the protocol's vocabulary
 // "_invalid"; and once MaxToolLabels distinct tools have been seen, further
 // ones are labelled "_other", so a churning catalog cannot grow the series
-// without bound.
+// without bound. The client label takes the first MaxClientLabels
+// clients seen, then "_other".
 //
 // # Health
 //

@@ -57,7 +57,7 @@ func (f *fleet) storeApproval(t *testing.T, call protocol.Call, reqDeadline time
 // be.
 func (f *fleet) republish(t *testing.T, call protocol.Call) {
 	t.Helper()
-	subject, _ := f.subjects.Call(call.Tool)
+	subject, _ := f.subjects.Call(call.Tool, protocol.ClassInteractive, protocol.DefaultClient)
 	replyTo, _ := f.subjects.Result(call.RunID, call.Tool)
 	data, err := protocol.Encode(&call)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 // one consumer per subject).
 func (f *fleet) takeCalls(t *testing.T, tool protocol.ToolName, ackWait time.Duration) jetstream.Consumer {
 	t.Helper()
-	subject, _ := f.subjects.Call(tool)
+	subject, _ := f.subjects.Call(tool, protocol.ClassInteractive, protocol.DefaultClient)
 	durable, _ := f.subjects.Consumer(tool)
 	c, err := f.js.CreateOrUpdateConsumer(ctx(t), f.subjects.CallsStream(), jetstream.ConsumerConfig{
 		Durable: durable, FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5,
@@ -160,7 +160,7 @@ func TestTwoDeliveriesClaimAtOnce(t *testing.T) {
 // Nats-Msg-Id.
 func publishCopy(t *testing.T, f *fleet, call protocol.Call) {
 	t.Helper()
-	subject, _ := f.subjects.Call(call.Tool)
+	subject, _ := f.subjects.Call(call.Tool, protocol.ClassInteractive, protocol.DefaultClient)
 	replyTo, _ := f.subjects.Result(call.RunID, call.Tool)
 	data, err := protocol.Encode(&call)
 	if err != nil {

@@ -88,7 +88,7 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 			ep = &info.Endpoints[i]
 		}
 	}
-	if ep == nil || ep.Subject != "fleet.tool.calculator" || ep.Metadata[natsbus.MetaCallSubject] != "fleet.call.calculator" ||
+	if ep == nil || ep.Subject != "fleet.tool.calculator" || ep.Metadata[natsbus.MetaCallSubject] != "fleet.call.calculator.>" ||
 		ep.Metadata[natsbus.MetaSchemaDigest] != digest["calculator"] {
 		t.Fatalf("calculator endpoint = %+v", ep)
 	}
@@ -129,7 +129,7 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 		if err := json.Unmarshal(e.Data, &data); err != nil {
 			t.Fatalf("endpoint data %s: %v", e.Data, err)
 		}
-		if data.Calls != 1 || data.Outcomes[protocol.OutcomeOK] != 1 || data.CallSubject != "fleet.call.calculator" {
+		if data.Calls != 1 || data.Outcomes[protocol.OutcomeOK] != 1 || data.CallSubject != "fleet.call.calculator.>" {
 			t.Fatalf("calculator endpoint data = %+v, want one ok call", data)
 		}
 		if e.NumRequests != 0 {

@@ -50,6 +50,9 @@ type DispatcherConfig struct {
 	// streams differ from their expected configuration. Default: nil,
 	// no check.
 	Guard *StreamGuard
+	// ShareObserver, when set, is told about calls held for their
+	// client's share of a tool (share.go). Default: nil.
+	ShareObserver ShareObserver
 }
 
 // Dispatcher publishes a coordinator's calls into the calls stream and
@@ -72,6 +75,11 @@ type Dispatcher struct {
 
 	callsMu sync.Mutex
 	calls   jetstream.Stream // the calls stream, once a withdrawal looked it up
+
+	// routes are the runs' clients and classes, shares the calls held
+	// for their client's share (share.go).
+	routes sync.Map // protocol.RunID -> Route
+	shares *shares
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -91,6 +99,7 @@ func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subj
 
 		batchHeader: protocol.ResultBatchHeader(cfg.MaxMessageBytes),
 	}
+	d.shares = newShares(d)
 	d.results = &resultsReader{
 		js: js, stream: subjects.ResultsStream(),
 		root:    strings.TrimSuffix(subjects.Results(), ">"),
@@ -105,6 +114,7 @@ func NewDispatcher(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subj
 // It is idempotent.
 func (d *Dispatcher) Close() error {
 	d.results.stop()
+	d.shares.close()
 	return nil
 }
 
@@ -177,11 +187,13 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 	}
 	pctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	ack, err := publishRetrying(pctx, d.js, msg)
+	ack, held, err := d.publishOrHold(pctx, msg, call)
 	if err != nil {
 		return fmt.Errorf("natsbus: publishing call to %s: %w", msg.Subject, err)
 	}
-	d.stored(ctx, call, ack)
+	if !held {
+		d.stored(ctx, call, ack)
+	}
 	return nil
 }
 
@@ -189,7 +201,15 @@ func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
 // for [Inbox.Withdraw], when the call is one to withdraw at its deadline:
 // published under loop.WithAtMostOnce.
 func (d *Dispatcher) stored(ctx context.Context, call protocol.Call, ack *jetstream.PubAck) {
-	if ack == nil || ack.Sequence == 0 || !loop.AtMostOnce(ctx) {
+	if !loop.AtMostOnce(ctx) {
+		return
+	}
+	d.storedSeq(call, ack)
+}
+
+// storedSeq tells the inbox of call's run where the calls stream stored it.
+func (d *Dispatcher) storedSeq(call protocol.Call, ack *jetstream.PubAck) {
+	if ack == nil || ack.Sequence == 0 {
 		return
 	}
 	if v, ok := d.inboxes.Load(call.RunID); ok {
@@ -215,6 +235,10 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 			errs[i] = err
 			continue
 		}
+		if d.shares.waiting(msg.Subject) {
+			d.shares.hold(o.Ctx, msg, o.Call)
+			continue
+		}
 		msgs[i] = msg
 		// A call the client cannot queue now is published again below.
 		futures[i], _ = d.js.PublishMsgAsync(msg)
@@ -234,6 +258,10 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 				d.stored(calls[i].Ctx, calls[i].Call, ack)
 				continue
 			case err := <-f.Err():
+				if overShare(err) {
+					d.shares.hold(calls[i].Ctx, msgs[i], calls[i].Call)
+					continue
+				}
 				if !transient(err) {
 					errs[i] = fmt.Errorf("natsbus: publishing call to %s: %w", msgs[i].Subject, err)
 					continue
@@ -251,12 +279,14 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 			default:
 			}
 		}
-		ack, err := publishRetrying(pctx, d.js, msgs[i])
+		ack, held, err := d.publishOrHold(pctx, msgs[i], calls[i].Call)
 		if err != nil {
 			errs[i] = fmt.Errorf("natsbus: publishing call to %s: %w", msgs[i].Subject, err)
 			continue
 		}
-		d.stored(calls[i].Ctx, calls[i].Call, ack)
+		if !held {
+			d.stored(calls[i].Ctx, calls[i].Call, ack)
+		}
 	}
 	return errs
 }
@@ -270,7 +300,7 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	if err := d.cfg.Guard.Err(); err != nil {
 		return nil, err
 	}
-	subject, err := d.subjects.Call(call.Tool)
+	subject, err := d.callSubject(call)
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: call: %w", err)
 	}

@@ -111,7 +111,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 		append(validJSON, []byte(" trailing")...),
 		[]byte("\x00\xff\xfe binary"),
 	}
-	callSubj, _ := f.subjects.Call("echo")
+	callSubj, _ := f.subjects.Call("echo", protocol.ClassInteractive, protocol.DefaultClient)
 	resultSubj, _ := f.subjects.Result(run, "echo")
 	progressSubj, _ := f.subjects.Started(run)
 	cancelSubj, _ := f.subjects.Cancel(run, valid.CallKey)

@@ -53,3 +53,7 @@ func WriteStart(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 	}
 	return writeStart(ctx, js, s.StartsStream(), subject, startRecord{V: protocol.Version, Worker: worker, Nonce: protocol.NewID()}, time.Minute)
 }
+
+// BatchEvery is how many interactive calls a worker takes, while others
+// wait, before it lets one batch call of the same tool start.
+const BatchEvery = batchEvery

@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +33,10 @@ type FleetStream struct {
 	Bucket string
 	// Roles are the processes that use the stream and check it.
 	Roles Role
+	// Tunable are fields (by JSON name) an operator may set to another
+	// value on the server: no process counts them as drift, and
+	// provisioning keeps the server's value (share.go).
+	Tunable []string
 }
 
 // FleetStreams is the single list of the fleet's streams and buckets with
@@ -50,13 +55,13 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			Replicas:             c.Replicas,
 			MaxAge:               c.CallsMaxAge,
 			MaxMsgs:              c.MaxPendingCalls,
-			MaxMsgsPerSubject:    c.MaxPendingCallsPerTool,
+			MaxMsgsPerSubject:    cmp.Or(c.MaxCallsPerClient, DefaultMaxCallsPerClient),
 			MaxBytes:             -1,
 			MaxMsgSize:           int32(c.MaxMessageBytes),
 			Discard:              jetstream.DiscardNew,
 			DiscardNewPerSubject: true,
 			Duplicates:           min(DuplicateWindow, c.CallsMaxAge),
-		}},
+		}, Tunable: callsTunable(cfg)},
 		{Roles: RoleCoordinator | RoleWorker, Config: jetstream.StreamConfig{
 			Name:        s.ResultsStream(),
 			Description: "toolfleet tool results",

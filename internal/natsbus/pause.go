@@ -97,6 +97,11 @@ func (t *ToolTraffic) Pause(ctx context.Context, note protocol.TrafficNote) (Too
 	if !resp.Paused {
 		return ToolPause{}, fmt.Errorf("pausing consumer %s: the server did not pause it (an end time in the past?)", durable)
 	}
+	// The tool's batch calls have a consumer of their own (priority.go).
+	batch, _ := t.subjects.ClassConsumer(note.Tool, protocol.ClassBatch)
+	if _, err := t.js.PauseConsumer(ctx, t.subjects.CallsStream(), batch, *note.Until); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return ToolPause{}, fmt.Errorf("pausing consumer %s: %w", batch, err)
+	}
 	return ToolPause{Paused: true, Until: resp.PauseUntil}, nil
 }
 
@@ -113,6 +118,10 @@ func (t *ToolTraffic) Resume(ctx context.Context, note protocol.TrafficNote) err
 	durable, _ := t.subjects.Consumer(note.Tool)
 	if _, err := t.js.ResumeConsumer(ctx, t.subjects.CallsStream(), durable); err != nil {
 		return fmt.Errorf("resuming consumer %s: %w", durable, err)
+	}
+	batch, _ := t.subjects.ClassConsumer(note.Tool, protocol.ClassBatch)
+	if _, err := t.js.ResumeConsumer(ctx, t.subjects.CallsStream(), batch); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("resuming consumer %s: %w", batch, err)
 	}
 	return nil
 }

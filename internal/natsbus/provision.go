@@ -81,7 +81,7 @@ func provisionOne(ctx context.Context, js jetstream.JetStream, fs FleetStream) (
 		return a, err
 	}
 	got := st.CachedInfo().Config
-	a.Fields = StreamDrift(fs.Config, got)
+	a.Fields = fs.Drift(got)
 	if fs.Config.Placement != nil && !samePlacement(fs.Config.Placement, got.Placement) {
 		a.Fields = append(a.Fields, "placement")
 	}
@@ -89,7 +89,7 @@ func provisionOne(ctx context.Context, js jetstream.JetStream, fs FleetStream) (
 		a.Action = ActionUnchanged
 		return a, nil
 	}
-	if _, err := js.UpdateStream(ctx, updateOf(fs.Config, got)); err != nil {
+	if _, err := js.UpdateStream(ctx, updateOf(fs.keepTunable(got), got)); err != nil {
 		return a, err
 	}
 	a.Action = ActionUpdated
@@ -170,24 +170,24 @@ func ProvisionToolConsumers(ctx context.Context, js jetstream.JetStream, s proto
 		if err != nil {
 			return done, err
 		}
-		durable, err := s.Consumer(tool)
+		// Both classes' consumers: the server then refuses any other
+		// consumer whose filter covers either.
+		interactive, batch, err := classConsumerConfigs(s, tool, cfg)
 		if err != nil {
 			return done, err
 		}
-		subject, err := s.Call(tool)
-		if err != nil {
-			return done, err
-		}
-		a := ProvisionAction{Stream: s.CallsStream() + " consumer " + durable, Action: ActionUnchanged}
-		if _, err := js.Consumer(ctx, s.CallsStream(), durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
-			if _, err := js.CreateConsumer(ctx, s.CallsStream(), toolConsumerConfig(durable, tool, subject, cfg)); err != nil {
-				return done, fmt.Errorf("natsbus: consumer %s: %w", durable, err)
+		for _, cc := range []jetstream.ConsumerConfig{interactive, batch} {
+			a := ProvisionAction{Stream: s.CallsStream() + " consumer " + cc.Durable, Action: ActionUnchanged}
+			if _, err := js.Consumer(ctx, s.CallsStream(), cc.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
+				if _, err := js.CreateConsumer(ctx, s.CallsStream(), cc); err != nil {
+					return done, fmt.Errorf("natsbus: consumer %s: %w", cc.Durable, err)
+				}
+				a.Action = ActionCreated
+			} else if err != nil {
+				return done, fmt.Errorf("natsbus: consumer %s: %w", cc.Durable, err)
 			}
-			a.Action = ActionCreated
-		} else if err != nil {
-			return done, fmt.Errorf("natsbus: consumer %s: %w", durable, err)
+			done = append(done, a)
 		}
-		done = append(done, a)
 	}
 	return done, nil
 }

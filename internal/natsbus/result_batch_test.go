@@ -325,7 +325,7 @@ func TestWorkerAnswersACallWithoutTheBatchHeaderAlone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			subject, _ := f.subjects.Call(c.Tool)
+			subject, _ := f.subjects.Call(c.Tool, protocol.ClassInteractive, protocol.DefaultClient)
 			replyTo, _ := f.subjects.Result(c.RunID, c.Tool)
 			msg := nats.NewMsg(subject)
 			msg.Data = data

@@ -188,7 +188,7 @@ func (g *StreamGuard) Check(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("natsbus: checking stream %s: %w", fs.Config.Name, err)
 		}
-		for _, f := range StreamDrift(fs.Config, st.CachedInfo().Config) {
+		for _, f := range fs.Drift(st.CachedInfo().Config) {
 			drifts = append(drifts, Drift{Stream: fs.Config.Name, Field: f})
 		}
 	}

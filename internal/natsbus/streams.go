@@ -13,12 +13,12 @@ import (
 
 // Defaults of [StreamConfig].
 const (
-	DefaultMaxPendingCalls        = 100_000
-	DefaultMaxPendingCallsPerTool = 10_000
-	DefaultCallsMaxAge            = time.Hour
-	DefaultResultsMaxAge          = time.Hour
-	DefaultResultsMaxBytes        = 1 << 30
-	DefaultApprovalsMaxAge        = 30 * 24 * time.Hour
+	DefaultMaxPendingCalls   = 100_000
+	DefaultMaxCallsPerClient = 1_000
+	DefaultCallsMaxAge       = time.Hour
+	DefaultResultsMaxAge     = time.Hour
+	DefaultResultsMaxBytes   = 1 << 30
+	DefaultApprovalsMaxAge   = 30 * 24 * time.Hour
 	// DefaultApprovalsMaxBytes and DefaultApprovalsMaxMsgs bound the
 	// approvals stream (the audit log); when full it refuses new entries
 	// (discard new) rather than forget old ones, and a request that cannot
@@ -56,10 +56,13 @@ type StreamConfig struct {
 	// MaxPendingCalls bounds the calls waiting for a worker, all tools
 	// together; beyond it publishing a call fails. Default: 100,000.
 	MaxPendingCalls int64
-	// MaxPendingCallsPerTool bounds the calls waiting for one tool, so a
-	// tool nobody serves cannot fill the queue for the others. Default:
-	// 10,000.
-	MaxPendingCallsPerTool int64
+	// MaxCallsPerClient is each client's share of a tool: the calls of
+	// one client, tool and class the calls stream holds at most, queued
+	// or running (its max_msgs_per_subject, share.go). A call over it
+	// waits in its coordinator. 0 keeps the value the stream has (an
+	// operator's choice), or 1,000 for a new stream; a value is set by
+	// "coordinator provision --max-calls-per-client".
+	MaxCallsPerClient int64
 	// CallsMaxAge drops calls nobody took. Default: 1h.
 	CallsMaxAge time.Duration
 	// ResultsMaxAge is how long results are kept. Default: 1h.
@@ -106,9 +109,6 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	}
 	if c.MaxPendingCalls <= 0 {
 		c.MaxPendingCalls = DefaultMaxPendingCalls
-	}
-	if c.MaxPendingCallsPerTool <= 0 {
-		c.MaxPendingCallsPerTool = DefaultMaxPendingCallsPerTool
 	}
 	if c.CallsMaxAge <= 0 {
 		c.CallsMaxAge = DefaultCallsMaxAge
@@ -161,8 +161,8 @@ func (c StreamConfig) Validate() error {
 		return configErr("MaxMessageBytes", "must be 1..64 MiB")
 	case c.MaxPendingCalls < 0:
 		return configErr("MaxPendingCalls", "must be >= 0")
-	case c.MaxPendingCallsPerTool < 0:
-		return configErr("MaxPendingCallsPerTool", "must be >= 0")
+	case c.MaxCallsPerClient < 0:
+		return configErr("MaxCallsPerClient", "must be >= 0")
 	case c.ResultsMaxBytes < 0:
 		return configErr("ResultsMaxBytes", "must be >= 0")
 	case c.CallsMaxAge < 0:

@@ -89,6 +89,12 @@ type toolConsumer struct {
 	config     jetstream.ConsumerConfig
 	queue      *WorkQueue
 	limiter    *rateLimiter // ratelimit.go
+	// batchConfig and batch are the consumer and queue of the tool's
+	// batch calls, which gate orders after the interactive ones
+	// (priority.go).
+	batchConfig jetstream.ConsumerConfig
+	batch       *WorkQueue
+	gate        *classGate
 }
 
 // NewWorker returns a worker for every tool of h. It validates cfg and
@@ -117,22 +123,21 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 	w.settling = semaphore.NewWeighted(int64(cfg.Concurrency))
 	w.limited = sampled(w.log)
 	for _, spec := range specs {
-		subject, err := subjects.Call(spec.Name)
+		interactive, batch, err := classConsumerConfigs(subjects, spec.Name, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("natsbus: tool %q: %w", spec.Name, err)
 		}
-		durable, err := subjects.Consumer(spec.Name)
-		if err != nil {
-			return nil, fmt.Errorf("natsbus: tool %q: %w", spec.Name, err)
-		}
+		subject := toolCallsSubject(subjects, spec.Name)
 		w.tools = append(w.tools, &toolConsumer{
-			name:       spec.Name,
-			idempotent: spec.Idempotent,
-			subject:    subject,
-			spec:       spec,
-			meter:      newToolMeter(subject),
-			config:     toolConsumerConfig(durable, spec.Name, subject, cfg),
-			limiter:    newRateLimiter(spec.Name, h.RateLimit(spec.Name)),
+			name:        spec.Name,
+			idempotent:  spec.Idempotent,
+			subject:     subject,
+			spec:        spec,
+			meter:       newToolMeter(subject),
+			config:      interactive,
+			batchConfig: batch,
+			gate:        newClassGate(),
+			limiter:     newRateLimiter(spec.Name, h.RateLimit(spec.Name)),
 		})
 	}
 	w.toolByName = make(map[protocol.ToolName]*toolConsumer, len(w.tools))
@@ -141,10 +146,12 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		tc.queue = NewWorkQueue(WorkQueueConfig{
 			Slots: w.sem, Settling: w.settling, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight,
 			Logger: w.log.With().Str(logTool, string(tc.name)).Logger(), Noun: "calls",
-			Ensure: func(ctx context.Context) (jetstream.Consumer, error) { return w.ensureConsumer(ctx, tc) },
+			Ensure: func(ctx context.Context) (jetstream.Consumer, error) { return w.ensureConsumer(ctx, tc.config) },
 			// Streams that differ from the expected configuration: take no call.
-			Wait: cfg.Guard.Wait,
+			Wait:   cfg.Guard.Wait,
+			Pulled: tc.gate.interactivePulled,
 		}, func(ctx context.Context, d *Delivery) Decision { return w.process(ctx, tc, d) })
+		tc.batch = w.batchQueue(tc)
 	}
 	return w, nil
 }
@@ -163,9 +170,11 @@ func (w *Worker) ToolStats(tool protocol.ToolName) (ToolStats, bool) {
 // the calls they took.
 func (w *Worker) Pulls() (pulls, calls int64) {
 	for _, tc := range w.tools {
-		p, n := tc.queue.Pulls()
-		pulls += p
-		calls += n
+		for _, q := range []*WorkQueue{tc.queue, tc.batch} {
+			p, n := q.Pulls()
+			pulls += p
+			calls += n
+		}
 	}
 	return pulls, calls
 }
@@ -187,6 +196,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := tc.queue.EnsureRetrying(ctx); err != nil {
 			return stoppedEarly(ctx, err)
 		}
+		if err := tc.batch.EnsureRetrying(ctx); err != nil {
+			return stoppedEarly(ctx, err)
+		}
 	}
 	w.openLimits(ctx)
 	sub, err := w.nc.Subscribe(w.subjects.Cancels(), w.onCancel)
@@ -202,6 +214,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var pullers sync.WaitGroup
 	for _, tc := range w.tools {
 		pullers.Go(func() { tc.queue.Run(ctx, execCtx) })
+		pullers.Go(func() { tc.batch.Run(ctx, execCtx) })
 	}
 	pullers.Go(func() { w.refreshLimits(ctx) })
 	svc := w.startDiscovery()
@@ -249,13 +262,13 @@ func (w *Worker) lookUpCallsStream(ctx context.Context) error {
 	}
 }
 
-// ensureConsumer creates or updates tc's consumer once.
-func (w *Worker) ensureConsumer(ctx context.Context, tc *toolConsumer) (jetstream.Consumer, error) {
+// ensureConsumer creates or updates one of a tool's consumers once.
+func (w *Worker) ensureConsumer(ctx context.Context, config jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
 	defer cancel()
-	cons, err := w.js.CreateOrUpdateConsumer(cctx, w.subjects.CallsStream(), tc.config)
+	cons, err := w.js.CreateOrUpdateConsumer(cctx, w.subjects.CallsStream(), config)
 	if err != nil {
-		return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", tc.config.Durable, w.subjects.CallsStream(), err)
+		return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", config.Durable, w.subjects.CallsStream(), err)
 	}
 	return cons, nil
 }

@@ -288,7 +288,7 @@ func (w *Worker) accept(tc *toolConsumer, m jetstream.Msg) (protocol.Call, strin
 	if v := h.Get(protocol.HeaderVersion); v != "" && v != strconv.Itoa(protocol.Version) {
 		return protocol.Call{}, "", protocol.ErrVersion
 	}
-	if m.Subject() != tc.subject {
+	if tool, _, _, ok := w.subjects.ParseCall(m.Subject()); !ok || tool != tc.name {
 		return protocol.Call{}, "", codedError("subject_mismatch")
 	}
 	call, err := protocol.DecodeCall(m.Data(), w.cfg.MaxMessageBytes)

@@ -61,7 +61,7 @@ func TestWorkerCountsEachFactOnceInEverySink(t *testing.T) {
 			t.Fatalf("Publish: %v", err)
 		}
 	}
-	callSubj, _ := f.subjects.Call("echo")
+	callSubj, _ := f.subjects.Call("echo", protocol.ClassInteractive, protocol.DefaultClient)
 	garbage := nats.NewMsg(callSubj)
 	garbage.Data = []byte(`{"v":1,`)
 	garbage.Header.Set(protocol.HeaderMsgID, "garbage-1")

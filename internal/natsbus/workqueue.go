@@ -151,6 +151,23 @@ type WorkQueueConfig struct {
 	// StreamGuard's Wait holds it while a stream differs from its expected
 	// configuration).
 	Wait func(ctx context.Context) error
+	// Gate, when set, orders this queue after another of higher priority:
+	// it is asked, once the queue holds a free slot, whether it may pull
+	// now and how many messages at most; when it may not, the queue gives
+	// the slot back and waits for the gate. Default: nil, always.
+	Gate PullGate
+	// Pulled, when set, is told after each pull how many messages it took
+	// and how many the consumer still held for delivery then (0 after an
+	// empty pull): what a [PullGate] of a lower-priority queue decides
+	// from, at no extra round trip.
+	Pulled func(took int, pending uint64)
+	// IdlePoll, when set, makes the queue never wait in the server for a
+	// message: it takes what is waiting without waiting and, when nothing
+	// is, pauses from IdlePoll/8 up to IdlePoll (doubling while idle)
+	// before it asks again, so it holds no slot while idle. For a queue
+	// whose messages can wait: batch calls. Default: 0, pulls wait up to
+	// PollWait in the server holding one slot.
+	IdlePoll time.Duration
 	// InFlight, when set, counts the running handlers, so the owner can
 	// wait for them under its shutdown grace.
 	InFlight *sync.WaitGroup
@@ -158,6 +175,18 @@ type WorkQueueConfig struct {
 	// failed; retrying". Default noun: "messages".
 	Logger zerolog.Logger
 	Noun   string
+}
+
+// PullGate orders a [WorkQueue] after another of higher priority
+// (priority.go).
+type PullGate interface {
+	// Admit reports whether the queue may pull now, and at most how many
+	// messages (0: no bound beyond its own).
+	Admit() (limit int, ok bool)
+	// Wait returns once Admit may say yes, or with ctx's error.
+	Wait(ctx context.Context) error
+	// Took tells the gate the queue took n messages.
+	Took(n int)
 }
 
 // WorkQueue pulls messages from one durable consumer of a work-queue
@@ -170,11 +199,13 @@ type WorkQueue struct {
 	limited zerolog.Logger
 	cons    jetstream.Consumer
 
-	pulls, pulled atomic.Int64 // pulls made, messages they took
+	pullCount, pulledCount atomic.Int64 // pulls made, messages they took
 }
 
 // Pulls reports the pulls the queue made and the messages they took.
-func (q *WorkQueue) Pulls() (pulls, messages int64) { return q.pulls.Load(), q.pulled.Load() }
+func (q *WorkQueue) Pulls() (pulls, messages int64) {
+	return q.pullCount.Load(), q.pulledCount.Load()
+}
 
 // NewWorkQueue returns a queue; Start (or Run after Ensure) serves it.
 func NewWorkQueue(cfg WorkQueueConfig, h WorkHandler) *WorkQueue {
@@ -231,7 +262,7 @@ func (q *WorkQueue) Run(ctx, execCtx context.Context) {
 	// many goroutines as the slots, not one per message.
 	idle := make(chan jetstream.Msg)
 	defer close(idle)
-	failures := 0
+	failures, empty := 0, 0
 	for {
 		if q.cfg.Wait != nil {
 			if err := q.cfg.Wait(ctx); err != nil {
@@ -241,13 +272,36 @@ func (q *WorkQueue) Run(ctx, execCtx context.Context) {
 		if err := q.cfg.Slots.Acquire(ctx, 1); err != nil {
 			return
 		}
+		limit := q.cfg.MaxFetchBatch
+		if q.cfg.Gate != nil {
+			n, ok := q.cfg.Gate.Admit()
+			if !ok {
+				q.cfg.Slots.Release(1)
+				if err := q.cfg.Gate.Wait(ctx); err != nil {
+					return
+				}
+				continue
+			}
+			if n > 0 {
+				limit = min(limit, n)
+			}
+		}
 		slots := 1
-		for slots < q.cfg.MaxFetchBatch && q.cfg.Slots.TryAcquire(1) {
+		for slots < limit && q.cfg.Slots.TryAcquire(1) {
 			slots++
 		}
-		msgs, err := q.pull(ctx, slots)
-		q.pulls.Add(1)
-		q.pulled.Add(int64(len(msgs)))
+		var msgs []jetstream.Msg
+		var err error
+		if q.cfg.IdlePoll > 0 {
+			msgs, err = q.pullNoWait(slots)
+		} else {
+			msgs, err = q.pull(ctx, slots)
+		}
+		q.pullCount.Add(1)
+		q.pulledCount.Add(int64(len(msgs)))
+		if err == nil {
+			q.pulled(msgs)
+		}
 		for _, m := range msgs {
 			q.cfg.InFlight.Add(1)
 			q.hand(execCtx, m, idle)
@@ -257,6 +311,14 @@ func (q *WorkQueue) Run(ctx, execCtx context.Context) {
 		}
 		if err == nil {
 			failures = 0
+			if q.cfg.IdlePoll > 0 && len(msgs) == 0 {
+				empty++
+				if !sleepCtx(ctx, min(q.cfg.IdlePoll/8<<min(empty-1, 3), q.cfg.IdlePoll)) {
+					return
+				}
+			} else {
+				empty = 0
+			}
 			continue
 		}
 		failures++
@@ -400,6 +462,43 @@ func (q *WorkQueue) pull(ctx context.Context, slots int) ([]jetstream.Msg, error
 		return nil, err
 	}
 	return nil, nil
+}
+
+// pullNoWait takes up to slots messages without waiting, for which the
+// caller holds slots, and releases the slots it does not fill. An empty
+// pull is not an error.
+func (q *WorkQueue) pullNoWait(slots int) ([]jetstream.Msg, error) {
+	batch, err := q.cons.FetchNoWait(slots)
+	if err != nil {
+		q.cfg.Slots.Release(int64(slots))
+		return nil, err
+	}
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	q.cfg.Slots.Release(int64(slots - len(msgs)))
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return msgs, err
+	}
+	return msgs, nil
+}
+
+// pulled tells the gate and the Pulled hook what a pull took.
+func (q *WorkQueue) pulled(msgs []jetstream.Msg) {
+	if q.cfg.Gate != nil && len(msgs) > 0 {
+		q.cfg.Gate.Took(len(msgs))
+	}
+	if q.cfg.Pulled == nil {
+		return
+	}
+	var pending uint64
+	if n := len(msgs); n > 0 {
+		if md, err := msgs[n-1].Metadata(); err == nil {
+			pending = md.NumPending
+		}
+	}
+	q.cfg.Pulled(len(msgs), pending)
 }
 
 // handBack negatively acknowledges whatever batch still delivers, so the

@@ -100,6 +100,7 @@ func TestParseRefusesHostileDefinitions(t *testing.T) {
 		{"a cost budget without max_tokens", edit(t, `"max_tokens": 1024`, `"max_tokens": 0`), "model.max_tokens"},
 		{"tool calls negative", edit(t, `"tool_calls": 40`, `"tool_calls": -1`), "budget.tool_calls"},
 		{"a script for openai", edit(t, `"temperature"`, `"script": {"turns": []}, "temperature"`), "model.script"},
+		{"an unknown class", edit(t, `"name": "support",`, `"name": "support", "class": "urgent",`), "class"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -123,6 +124,19 @@ func TestParseRefusesDocuments(t *testing.T) {
 	for _, doc := range []string{"", "null x", "{", `{"name":"a"} {"name":"b"}`, "[]", "\xff", strings.Repeat(" ", agent.MaxInputBytes+1), `{"name":"a","model":{"provider":"anthropic","name":"m"}}` + strings.Repeat(" ", agent.MaxDocumentBytes)} {
 		if _, err := agent.Parse([]byte(doc)); err == nil {
 			t.Fatalf("%.20q parsed", doc)
+		}
+	}
+}
+
+// TestParseClass: an agent's class is interactive (the default) or batch.
+func TestParseClass(t *testing.T) {
+	for class, want := range map[string]protocol.Class{"": protocol.ClassInteractive, "interactive": protocol.ClassInteractive, "batch": protocol.ClassBatch} {
+		d, err := agent.Parse(edit(t, `"name": "support",`, fmt.Sprintf(`"name": "support", "class": %q,`, class)))
+		if err != nil {
+			t.Fatalf("class %q: %v", class, err)
+		}
+		if got, err := protocol.ParseClass(d.Class); err != nil || got != want {
+			t.Fatalf("class %q: %q %v, want %q", class, got, err, want)
 		}
 	}
 }

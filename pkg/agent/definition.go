@@ -41,6 +41,10 @@ type Definition struct {
 	Limits Limits `json:"limits,omitzero"`
 	// Budget bounds a run's spending.
 	Budget Budget `json:"budget,omitzero"`
+	// Class is the priority class of the agent's runs: "interactive" (the
+	// default) or "batch", whose calls start only when no interactive
+	// call of the same tool waits. A submission may set another.
+	Class string `json:"class,omitempty"`
 }
 
 // Model is the model an agent uses.

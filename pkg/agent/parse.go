@@ -165,6 +165,9 @@ func (d *Definition) Validate() error {
 	case len(d.Instructions) > MaxInstructionsBytes:
 		return config.Errorf("instructions", "must be at most %d bytes, got %d", MaxInstructionsBytes, len(d.Instructions))
 	}
+	if _, err := protocol.ParseClass(d.Class); err != nil {
+		return config.Errorf("class", `must be "interactive" or "batch", got %q`, clip(d.Class))
+	}
 	if err := d.Model.validate("model"); err != nil {
 		return err
 	}

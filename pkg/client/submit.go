@@ -29,6 +29,11 @@ type Request struct {
 	ID string
 	// Limits lower the coordinators' own limits for this run.
 	Limits Limits
+	// Class is the run's priority class (protocol.ClassInteractive or
+	// protocol.ClassBatch): a tool's waiting interactive calls start
+	// before its batch calls. Default: the agent's class, else
+	// interactive.
+	Class protocol.Class
 }
 
 // Limits lower the serving coordinators' limits for one run: 0 keeps
@@ -50,6 +55,7 @@ func (r Request) body() ([]byte, error) {
 		V: protocol.Version, Prompt: r.Prompt,
 		MaxRounds: r.Limits.MaxRounds, MaxToolCallsPerRound: r.Limits.MaxToolCallsPerRound,
 		MaxObservationChars: r.Limits.MaxObservationChars, RequireApproval: r.Limits.RequireApproval,
+		Class: string(r.Class),
 	}
 	if r.Limits.ToolTimeout > 0 {
 		req.ToolTimeoutMS = max(r.Limits.ToolTimeout.Milliseconds(), 1)

@@ -54,7 +54,10 @@ func TestSubjectBuildersRefuseBadTokens(t *testing.T) {
 	var s Subjects
 	const run, key, tool = RunID("r1"), CallKey("k1"), ToolName("calc")
 	builders := map[string]func(bad string) (string, error){
-		"Call":             func(b string) (string, error) { return s.Call(ToolName(b)) },
+		"Call":             func(b string) (string, error) { return s.Call(ToolName(b), ClassInteractive, "acme") },
+		"Call/client":      func(b string) (string, error) { return s.Call(tool, ClassBatch, b) },
+		"CallsOf":          func(b string) (string, error) { return s.CallsOf(ToolName(b), ClassBatch) },
+		"ClassConsumer":    func(b string) (string, error) { return s.ClassConsumer(ToolName(b), ClassBatch) },
 		"ToolInfo":         func(b string) (string, error) { return s.ToolInfo(ToolName(b)) },
 		"Consumer":         func(b string) (string, error) { return s.Consumer(ToolName(b)) },
 		"Result/run":       func(b string) (string, error) { return s.Result(RunID(b), tool) },

@@ -123,8 +123,28 @@ func TestResultOutcomeMustBeKnown(t *testing.T) {
 
 func TestSubjects(t *testing.T) {
 	var s Subjects // zero value: default prefix
-	if got, _ := s.Call("calculator"); got != "fleet.call.calculator" {
+	if got, _ := s.Call("calculator", ClassBatch, "acme"); got != "fleet.call.calculator.batch.acme" {
 		t.Fatalf("Call = %q", got)
+	}
+	if tool, class, client, ok := s.ParseCall("fleet.call.calculator.batch.acme"); !ok || tool != "calculator" || class != ClassBatch || client != "acme" {
+		t.Fatalf("ParseCall = %q %q %q %v", tool, class, client, ok)
+	}
+	for _, bad := range []string{"fleet.call.calculator", "fleet.call.calculator.urgent.acme", "fleet.call.calculator.batch.acme.x", "other.call.c.batch.a"} {
+		if _, _, _, ok := s.ParseCall(bad); ok {
+			t.Errorf("ParseCall(%q) ok, want refused", bad)
+		}
+	}
+	if got, _ := s.CallsOf("calculator", ClassInteractive); got != "fleet.call.calculator.interactive.*" {
+		t.Fatalf("CallsOf = %q", got)
+	}
+	if got, _ := s.ClassConsumer("calculator", ClassBatch); got != "batch_calculator" {
+		t.Fatalf("ClassConsumer(batch) = %q", got)
+	}
+	if got, _ := s.ClassConsumer("calculator", ClassInteractive); got != "tool_calculator" {
+		t.Fatalf("ClassConsumer(interactive) = %q", got)
+	}
+	if _, err := s.Call("calculator", "urgent", "acme"); !errors.Is(err, ErrInvalidField) {
+		t.Fatalf("Call(class urgent) err = %v, want invalid", err)
 	}
 	if got, _ := s.Cancel("r1", "k1"); got != "fleet.cancel.r1.k1" {
 		t.Fatalf("Cancel = %q", got)
@@ -136,7 +156,7 @@ func TestSubjects(t *testing.T) {
 		t.Fatalf("names = %q %q", s.CallsStream(), s.CatalogBucket())
 	}
 	for _, bad := range []string{"", "a.b", "*", ">", "a b", strings.Repeat("a", 65), "é"} {
-		if _, err := s.Call(ToolName(bad)); !errors.Is(err, ErrInvalidField) {
+		if _, err := s.Call(ToolName(bad), ClassInteractive, "acme"); !errors.Is(err, ErrInvalidField) {
 			t.Errorf("Call(%q) err = %v, want invalid", bad, err)
 		}
 	}

@@ -52,6 +52,9 @@ type RunRequest struct {
 	// approval in this run, on top of those the operator and the tools
 	// themselves require.
 	RequireApproval []string `json:"require_approval,omitempty"`
+	// Class sets the run's priority class, "interactive" or "batch",
+	// over its agent's ("" keeps the agent's; interactive without one).
+	Class string `json:"class,omitempty"`
 	// Agent names the agent the run is for: the <agent> token of the
 	// submission subject ([Subjects.RunSubmission]) the coordinator read
 	// it from, never the body ([DefaultAgent] when the client named none).
@@ -89,6 +92,8 @@ func (r *RunRequest) Validate() error {
 		return invalid("tool_timeout_ms", "must be >= 0 (0 or absent: the operator's limit)")
 	case len(r.RequireApproval) > MaxRequireApproval:
 		return invalid("require_approval", "lists more than 64 tools")
+	case r.Class != "" && !Class(r.Class).Valid():
+		return invalid("class", `must be "interactive" or "batch"`)
 	}
 	for _, name := range r.RequireApproval {
 		if name != "*" && !ValidToken(name) {

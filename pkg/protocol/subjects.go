@@ -53,8 +53,47 @@ func (s Subjects) join(kind string, tokens ...string) (string, error) {
 	return s.p() + "." + kind + "." + strings.Join(tokens, "."), nil
 }
 
-// Call is the subject a call to tool is published on: <prefix>.call.<tool>.
-func (s Subjects) Call(tool ToolName) (string, error) { return s.join("call", string(tool)) }
+// Call is the subject a call to tool of a run of client, in class, is
+// published on: <prefix>.call.<tool>.<class>.<client>. The calls stream
+// caps the calls each such subject holds (max_msgs_per_subject, with
+// discard_new_per_subject): that is each client's share of a tool, per
+// class, which the server enforces fleet-wide. Each class of a tool has
+// its own consumer ([Subjects.ClassConsumer]) filtered on
+// [Subjects.CallsOf].
+func (s Subjects) Call(tool ToolName, class Class, client string) (string, error) {
+	if !class.Valid() {
+		return "", &Error{Code: CodeInvalidField, Field: "class", Msg: `must be "interactive" or "batch"`}
+	}
+	return s.join("call", string(tool), string(class), client)
+}
+
+// CallsOf is the wildcard of every call to tool in class, whoever the
+// client: <prefix>.call.<tool>.<class>.*, the filter of the class's
+// consumer.
+func (s Subjects) CallsOf(tool ToolName, class Class) (string, error) {
+	if !class.Valid() {
+		return "", &Error{Code: CodeInvalidField, Field: "class", Msg: `must be "interactive" or "batch"`}
+	}
+	subj, err := s.join("call", string(tool), string(class))
+	if err != nil {
+		return "", err
+	}
+	return subj + ".*", nil
+}
+
+// ParseCall splits a call subject ([Subjects.Call]) into its tool, class
+// and client tokens.
+func (s Subjects) ParseCall(subject string) (tool ToolName, class Class, client string, ok bool) {
+	rest, ok := strings.CutPrefix(subject, s.p()+".call.")
+	if !ok {
+		return "", "", "", false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 3 || !ValidToken(parts[0]) || !Class(parts[1]).Valid() || !ValidToken(parts[2]) {
+		return "", "", "", false
+	}
+	return ToolName(parts[0]), Class(parts[1]), parts[2], true
+}
 
 // Calls is the wildcard covering every call subject.
 func (s Subjects) Calls() string { return s.p() + ".call.>" }
@@ -148,12 +187,29 @@ func (s Subjects) ApprovalsStream() string { return s.upper() + "_APPROVALS" }
 func (s Subjects) CatalogBucket() string { return strings.ReplaceAll(s.p(), "-", "_") + "_tools" }
 
 // Consumer names the durable pull consumer shared by every worker serving
-// tool. The tool must be a valid token.
+// tool, of its interactive calls (see [Subjects.ClassConsumer]). The tool
+// must be a valid token.
 func (s Subjects) Consumer(tool ToolName) (string, error) {
 	if !tool.Valid() {
 		return "", &Error{Code: CodeInvalidField, Field: "tool", Msg: "must match " + TokenPattern}
 	}
 	return "tool_" + string(tool), nil
+}
+
+// ClassConsumer names the durable pull consumer of tool's calls in
+// class: [Subjects.Consumer] for interactive calls (the name every tool's
+// consumer had before classes existed), batch_<tool> for batch calls.
+func (s Subjects) ClassConsumer(tool ToolName, class Class) (string, error) {
+	if class == ClassBatch {
+		if !tool.Valid() {
+			return "", &Error{Code: CodeInvalidField, Field: "tool", Msg: "must match " + TokenPattern}
+		}
+		return "batch_" + string(tool), nil
+	}
+	if !class.Valid() {
+		return "", &Error{Code: CodeInvalidField, Field: "class", Msg: `must be "interactive" or "batch"`}
+	}
+	return s.Consumer(tool)
 }
 
 // ClientRunResult is the subject a client's run result is announced on:
