@@ -6,6 +6,8 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -143,14 +145,14 @@ func (ru *run) dispatch(ctx context.Context, round int, slots []callState) {
 		ru.callEvent(round, s, CallQueued)
 		ru.trackProgress(s)
 		if batcher != nil {
-			batch = append(batch, Outgoing{Ctx: publishContext(ru.spanContext(ctx, s), s), Call: call})
+			batch = append(batch, ru.outgoing(ctx, s, call))
 			batchSlots = append(batchSlots, i)
 			continue
 		}
 		go func() {
-			pctx, cancel := context.WithDeadline(publishContext(ru.spanContext(ctx, s), s), call.Deadline)
+			pctx, cancel := context.WithDeadline(ru.spanContext(ctx, s), call.Deadline)
 			defer cancel()
-			ch <- publishResult{i: i, err: ru.r.disp.Publish(pctx, call)}
+			ch <- publishResult{i: i, err: ru.r.disp.Publish(pctx, ru.outgoing(ctx, s, call))}
 		}()
 	}
 	if len(batch) > 0 {
@@ -218,13 +220,11 @@ wait:
 	ru.flushJournal(ctx)
 }
 
-// publishContext is ctx for the publish of s: marked [WithAtMostOnce] when
+// outgoing is call, the publish of s, with its facts: at most once when
 // the catalog says the call's tool is not idempotent.
-func publishContext(ctx context.Context, s *callState) context.Context {
-	if s.entry.spec.Idempotent {
-		return ctx
-	}
-	return WithAtMostOnce(ctx)
+func (ru *run) outgoing(ctx context.Context, s *callState, call protocol.Call) Outgoing {
+	return Outgoing{Call: call, AtMostOnce: !s.entry.spec.Idempotent, StartedNotices: ru.startedNotices,
+		Trace: trace.SpanContextFromContext(ru.spanContext(ctx, s))}
 }
 
 // resumedCall reports whether key is a call of the round being resumed,

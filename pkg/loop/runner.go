@@ -151,6 +151,9 @@ type run struct {
 	b budgetState
 	// sum is the last summary of the run's window (window.go).
 	sum summaryState
+	// startedNotices: the run's context asks for a started notice of
+	// every call ([WithStartedNotices]).
+	startedNotices bool
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -163,6 +166,7 @@ func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
 // execute runs the loop within the run's wall-clock budget, in the run's
 // span.
 func (ru *run) execute(ctx context.Context) (*Result, error) {
+	ru.startedNotices = wantsStartedNotices(ctx)
 	ctx, cancel := context.WithTimeoutCause(ctx, ru.cfg.MaxRunDuration, ErrRunBudget)
 	defer cancel()
 	ctx, endRun := ru.startRunSpan(ctx)
