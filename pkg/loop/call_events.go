@@ -67,8 +67,8 @@ func (m multiObserver) CallEvent(ev CallEvent) {
 
 // A call's events, each with its sinks: callStarted (its span opens and
 // its "tool call start" line), callQueued (the CallObserver, progress
-// tracking), answer (the CallObserver), callStartedOnWorker (the
-// CallObserver) and callRecorded (its "tool call end" line, its span's
+// tracking), callStartedOnWorker (the CallObserver, a debug line), answer
+// (the CallObserver) and callRecorded (its "tool call end" line, its span's
 // end and the Observer; the Result is written by record).
 
 // callStarted: the call is validated (or answered by its validation).
@@ -111,8 +111,22 @@ func (ru *run) callRecorded(c *roundCall, rec *CallRecord, tools map[protocol.To
 	}
 }
 
-// answer closes a call with its outcome and observation; the first
-// answer counts.
+// callStartedOnWorker: a worker said it started the call (a started
+// notice, which may come more than once); the CallObserver hears of the
+// first.
+func (ru *run) callStartedOnWorker(round int, c *roundCall, p protocol.Started) {
+	first := !c.started
+	c.started = true
+	c.ans.Worker, c.ans.Attempt = clipName(p.Worker), p.Attempt
+	if first {
+		ru.callEvent(round, c, CallStartedPhase)
+	}
+	ru.log.Debug().Str(logKeyEvent, evProgress).Int(logKeyRound, round).
+		Str(logKeyCallKey, string(p.CallKey)).Str(logKeyWorker, c.ans.Worker).Send()
+}
+
+// answer closes a call with its outcome and observation (a later answer
+// replaces them); the CallObserver hears of the first.
 func (ru *run) answer(c *roundCall, o protocol.Outcome, obs string) {
 	first := !c.done
 	c.done, c.ans.Outcome, c.ans.Content, c.end = true, o, obs, ru.cfg.Now()

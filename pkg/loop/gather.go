@@ -226,14 +226,7 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*roundCa
 			drop(p.CallKey, dropOtherRun)
 		default:
 			if s := pending[p.CallKey]; s != nil {
-				first := !s.started
-				s.started = true
-				s.ans.Worker, s.ans.Attempt = clipName(p.Worker), p.Attempt
-				if first {
-					ru.callEvent(round, s, CallStartedPhase)
-				}
-				ru.log.Debug().Str(logKeyEvent, evProgress).Int(logKeyRound, round).
-					Str(logKeyCallKey, string(p.CallKey)).Str(logKeyWorker, s.ans.Worker).Send()
+				ru.callStartedOnWorker(round, s, p)
 			} else if _, known := ru.keys[p.CallKey]; !known {
 				drop(p.CallKey, dropUnknownKey)
 			}
