@@ -321,13 +321,14 @@ func runSecret(j Journal, entries []JournalEntry) (secret string, lost bool) {
 // cancelledAppendTimeout bounds an append of a run being cancelled.
 const cancelledAppendTimeout = time.Second
 
-// runJournal is where a run meets its journal, at named points: before a
-// step takes effect it is appended (append, or hold to store it with the
-// next, or appendAsync for one nothing waits on, which flush waits for);
-// at a step boundary checkpoint says whether the run must stop. A plain
-// run's is [noJournal]: it journals nothing, replays nothing and never
-// stops the run; a durable run's is a *journalState. What a journal
-// replays, and the round's points that use it, are in replay.go.
+// runJournal is where a run meets its journal, at named points: the run's
+// own steps (its tools, its model response, its end) are appended before
+// they take effect, and a round calls one method for each of its points,
+// from replayObserved to observed; at a step boundary checkpoint says
+// whether the run must stop. A plain run's is [noJournal]: it journals
+// nothing, replays nothing and never stops the run; a durable run's is a
+// *journalState, whose round points, and what they replay, are in
+// replay.go.
 type runJournal interface {
 	// append journals e before it takes effect; false: the run must stop
 	// (checkpoint returns why).
@@ -336,18 +337,14 @@ type runJournal interface {
 	// (BatchJournal), else at once as append does. Nothing e decides may
 	// take effect before that next entry.
 	hold(ctx context.Context, e JournalEntry) bool
-	// appendAsync journals e as append does, but with a
-	// [PipelinedJournal] lets the run go on while e is stored; flush (or
-	// the next append) waits for it. Only for an entry nothing waits on.
-	appendAsync(ctx context.Context, e JournalEntry) bool
-	// flush waits for the entry appendAsync left in flight, before the
+	// flush waits for the entry published left in flight, before the
 	// run's next effect; false: the run must stop.
 	flush(ctx context.Context) bool
 	// storeHeld stores an entry hold kept back, alone, before an effect
 	// that follows no append of its own (a cancel); false: the run must
 	// stop.
 	storeHeld(ctx context.Context) bool
-	// settled is closed when the entry appendAsync left in flight is
+	// settled is closed when the entry published left in flight is
 	// settled; nil when none is.
 	settled() <-chan struct{}
 	// checkpoint is a step boundary: it returns the error that stops the
@@ -391,14 +388,13 @@ type runJournal interface {
 // noJournal is a plain run's [runJournal].
 type noJournal struct{}
 
-func (noJournal) append(context.Context, JournalEntry) bool      { return true }
-func (noJournal) hold(context.Context, JournalEntry) bool        { return true }
-func (noJournal) appendAsync(context.Context, JournalEntry) bool { return true }
-func (noJournal) flush(context.Context) bool                     { return true }
-func (noJournal) storeHeld(context.Context) bool                 { return true }
-func (noJournal) settled() <-chan struct{}                       { return nil }
-func (noJournal) checkpoint() error                              { return nil }
-func (noJournal) replay() *replay                                { return nil }
+func (noJournal) append(context.Context, JournalEntry) bool { return true }
+func (noJournal) hold(context.Context, JournalEntry) bool   { return true }
+func (noJournal) flush(context.Context) bool                { return true }
+func (noJournal) storeHeld(context.Context) bool            { return true }
+func (noJournal) settled() <-chan struct{}                  { return nil }
+func (noJournal) checkpoint() error                         { return nil }
+func (noJournal) replay() *replay                           { return nil }
 
 func (noJournal) replayObserved(int, []roundCall) bool { return false }
 func (noJournal) approvalsRequested(_ context.Context, _ int, _ []roundCall, waiting []int, deadline time.Time) (time.Time, []int, bool) {
@@ -513,7 +509,9 @@ func (js *journalState) appended(ctx context.Context, kind string, err error) bo
 	return true
 }
 
-// appendAsync implements [runJournal].
+// appendAsync journals e as append does, but with a [PipelinedJournal]
+// lets the run go on while e is stored; flush (or the next append) waits
+// for it. Only for an entry nothing waits on (EntryPublished).
 func (js *journalState) appendAsync(ctx context.Context, e JournalEntry) bool {
 	if js.err != nil || js.lost || ctx.Err() != nil {
 		return js.append(ctx, e)
