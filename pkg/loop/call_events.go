@@ -174,7 +174,7 @@ func (ru *run) startToolSpan(ctx context.Context, round int, s *roundCall, raw s
 		v, _ := protocol.Truncate(args, maxLoggedArgBytes)
 		attrs = append(attrs, attribute.String(attrToolArguments, v))
 	}
-	_, s.span = ru.tracer().Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindProducer),
+	_, s.span = ru.tr.Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithTimestamp(s.start), trace.WithAttributes(attrs...))
 }
 

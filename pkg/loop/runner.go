@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/schema"
@@ -154,6 +155,8 @@ type run struct {
 	b budgetState
 	// sum is the last summary of the run's window (window.go).
 	sum summaryState
+	// tr is the run's tracer, from its span's start (tracing.go).
+	tr trace.Tracer
 	// handoff is a durable run's [Durable.Handoff]; nil for a plain run.
 	handoff <-chan struct{}
 	// secret is a durable run's secret (EntryStart), from which its call

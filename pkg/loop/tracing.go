@@ -75,7 +75,8 @@ func cachedTracer(tp trace.TracerProvider) trace.Tracer {
 
 // startRunSpan opens the run's span: "invoke_agent toolfleet".
 func (ru *run) startRunSpan(ctx context.Context) (context.Context, func(*Result, error)) {
-	ctx, span := ru.tracer().Start(ctx, "invoke_agent toolfleet", trace.WithSpanKind(trace.SpanKindInternal),
+	ru.tr = ru.tracer()
+	ctx, span := ru.tr.Start(ctx, "invoke_agent toolfleet", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String(attrOperation, "invoke_agent"), attribute.String(attrRunID, string(ru.id)),
 			attribute.String(attrConversationID, string(ru.id))))
 	return ctx, func(res *Result, err error) {
@@ -94,7 +95,7 @@ func (ru *run) startRunSpan(ctx context.Context) (context.Context, func(*Result,
 // startRoundSpan opens a round's span, the parent of its model call and
 // tool calls.
 func (ru *run) startRoundSpan(ctx context.Context, round int) (context.Context, func()) {
-	ctx, span := ru.tracer().Start(ctx, "round", trace.WithAttributes(attribute.Int(attrRound, round)))
+	ctx, span := ru.tr.Start(ctx, "round", trace.WithAttributes(attribute.Int(attrRound, round)))
 	return ctx, func() { span.End() }
 }
 
@@ -112,7 +113,7 @@ func (ru *run) startModelSpan(ctx context.Context, round int) (context.Context, 
 			attrs = append(attrs, attribute.String(attrProvider, clipName(provider)))
 		}
 	}
-	ctx, span := ru.tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, span := ru.tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	return ctx, func(resp *Response, err error) {
 		if err != nil {
 			span.SetStatus(codes.Error, "")
