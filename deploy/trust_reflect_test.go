@@ -330,7 +330,7 @@ func TestHostileReflectedResult(t *testing.T) {
 	in := li.(*natsbus.Inbox)
 	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "c1", Tool: "deploy",
 		Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(10 * time.Minute), Attempt: 1}
-	if err := d.Publish(ctx, call); err != nil {
+	if err := d.Publish(ctx, loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := protocol.Encode(&protocol.Result{V: protocol.Version, RunID: run, CallKey: call.CallKey,

@@ -102,7 +102,7 @@ func TestHostileApprovalReplayRunsOnce(t *testing.T) {
 		t.Fatalf("operator: storing the decision: %v", err)
 	}
 	call.Approval = &protocol.ApprovalProof{RequestSeq: reqAck.Sequence, DecisionSeq: decAck.Sequence}
-	if err := d.Publish(t.Context(), call); err != nil {
+	if err := d.Publish(t.Context(), loop.Outgoing{Call: call}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	res := nextResultOf(t, in, call.CallKey)

@@ -65,7 +65,7 @@ func TestForgedApprovalsNeverRun(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "c1", Tool: "deploy_a",
 				Arguments: args, Deadline: time.Now().Add(20 * time.Second), Attempt: 1, Approval: proof}
-			if err := d.Publish(t.Context(), call); err != nil {
+			if err := d.Publish(t.Context(), loop.Outgoing{Call: call}); err != nil {
 				t.Fatalf("Publish: %v", err)
 			}
 			res := waitResult(t, in, call.CallKey, 30*time.Second)

@@ -96,7 +96,7 @@ func TestClientShareWithRealWorkers(t *testing.T) {
 		for i := range n {
 			c := call(runL, fmt.Sprintf("light-%d", len(lights)))
 			lc := lightCall{id: string(c.CallID), key: string(c.CallKey), before: len(f.runs()), published: time.Now()}
-			if err := d.Publish(loop.WithStartedNotices(t.Context()), c); err != nil {
+			if err := d.Publish(t.Context(), loop.Outgoing{Call: c, StartedNotices: true}); err != nil {
 				t.Fatalf("light call: %v", err)
 			}
 			lights = append(lights, lc)
@@ -111,7 +111,7 @@ func TestClientShareWithRealWorkers(t *testing.T) {
 
 	var batch []loop.Outgoing
 	for i := range flood {
-		batch = append(batch, loop.Outgoing{Ctx: context.Background(), Call: call(runF, fmt.Sprintf("flood-%d", i))})
+		batch = append(batch, loop.Outgoing{Call: call(runF, fmt.Sprintf("flood-%d", i))})
 	}
 	for i, err := range d.PublishBatch(t.Context(), batch) {
 		if err != nil {

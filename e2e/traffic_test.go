@@ -69,7 +69,7 @@ func TestToolPauseStopsEveryWorker(t *testing.T) {
 		t.Helper()
 		call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: protocol.CallID(id),
 			Tool: toolWork, Arguments: json.RawMessage(`{"id":"` + id + `"}`), Deadline: time.Now().Add(2 * time.Minute), Attempt: 1}
-		if err := d.Publish(t.Context(), call); err != nil {
+		if err := d.Publish(t.Context(), loop.Outgoing{Call: call}); err != nil {
 			t.Errorf("Publish %s: %v", id, err)
 			return
 		}
@@ -265,7 +265,7 @@ func TestRateLimitHoldsAcrossWorkers(t *testing.T) {
 		batch := make([]loop.Outgoing, perTick)
 		for j := range batch {
 			id := fmt.Sprintf("c%d-%d", i, j)
-			batch[j] = loop.Outgoing{Ctx: t.Context(), Call: protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(),
+			batch[j] = loop.Outgoing{Call: protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(),
 				CallID: protocol.CallID(id), Tool: toolWork, Arguments: json.RawMessage(`{"id":"` + id + `"}`),
 				Deadline: time.Now().Add(4 * time.Minute), Attempt: 1}}
 			keys = append(keys, batch[j].Call.CallKey)

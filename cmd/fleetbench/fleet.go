@@ -270,14 +270,14 @@ func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protoc
 			MaxOutputChars: loop.DefaultMaxObservationChars,
 		}
 		open[call.CallKey] = true
-		batch = append(batch, loop.Outgoing{Ctx: ctx, Call: call})
+		batch = append(batch, loop.Outgoing{Call: call})
 	}
 	errs := make(chan error, 1)
 	go func() {
 		pctx, cancel := context.WithDeadline(ctx, deadline)
 		defer cancel()
 		if n == 1 {
-			errs <- f.disp.Publish(pctx, batch[0].Call)
+			errs <- f.disp.Publish(pctx, batch[0])
 			return
 		}
 		errs <- errors.Join(f.disp.PublishBatch(pctx, batch)...)

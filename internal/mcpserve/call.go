@@ -169,9 +169,9 @@ type progressDispatcher struct {
 	p *progress
 }
 
-func (d *progressDispatcher) Publish(ctx context.Context, call protocol.Call) error {
+func (d *progressDispatcher) Publish(ctx context.Context, call loop.Outgoing) error {
 	if d.p != nil {
-		ctx = loop.WithStartedNotices(ctx) // "started on worker W"
+		call.StartedNotices = true // "started on worker W"
 	}
 	err := d.Dispatcher.Publish(ctx, call)
 	if err == nil {

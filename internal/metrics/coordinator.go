@@ -43,11 +43,13 @@ var catalogAnomalies = []string{natsbus.AnomalyApprovalConflict, natsbus.Anomaly
 
 // Closed vocabularies of the coordinator's labels.
 var (
-	terminationReasons = []string{
-		string(loop.TerminationNatural), string(loop.TerminationMaxRounds),
-		string(loop.TerminationCancelled), string(loop.TerminationError), string(loop.TerminationJournalLost),
-		string(loop.TerminationBudgetExhausted),
-	}
+	terminationReasons = func() []string {
+		out := make([]string, len(loop.TerminationReasons))
+		for i, r := range loop.TerminationReasons {
+			out[i] = string(r)
+		}
+		return out
+	}()
 	approvalResults = []string{
 		string(loop.ApprovalApproved), string(loop.ApprovalDenied), string(loop.ApprovalExpired),
 		string(loop.ApprovalUnavailable), string(loop.ApprovalCancelled),

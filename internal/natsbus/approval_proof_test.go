@@ -14,6 +14,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -172,7 +173,7 @@ func TestWorkerRunsApprovedCallsOnly(t *testing.T) {
 				}
 				return
 			}
-			if err := d.Publish(ctx(t), call); err != nil {
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 				t.Fatalf("Publish: %v", err)
 			}
 			r := nextResult(t, in, call.CallKey, 10*time.Second)

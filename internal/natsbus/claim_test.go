@@ -120,7 +120,7 @@ func TestTwoDeliveriesClaimAtOnce(t *testing.T) {
 			d, run, _ := f.openRun(t)
 			for i := range 8 {
 				call := newCall(run, "charge", `{}`, 30*time.Second)
-				if err := d.Publish(ctx(t), call); err != nil {
+				if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 					t.Fatal(err)
 				}
 				if tt.copy {
@@ -191,7 +191,7 @@ func TestWithdrawalRacesAClaim(t *testing.T) {
 	wins := map[string]int{}
 	for i := range 12 {
 		call := newCall(run, "charge", `{}`, 30*time.Second)
-		if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: call, AtMostOnce: true}); err != nil {
 			t.Fatal(err)
 		}
 		m := fetchOne(t, calls)
@@ -265,7 +265,7 @@ func TestForgedStartRecords(t *testing.T) {
 	if err := forge(first, map[string]string{jetstream.MsgTTLHeader: "never"}); err != nil {
 		t.Fatalf("storing the forged record: %v", err)
 	}
-	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), first); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: first, AtMostOnce: true}); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -284,7 +284,7 @@ func TestForgedStartRecords(t *testing.T) {
 	// Claimed first: nothing forged afterwards is stored, nothing removes
 	// the claim, and the call runs once.
 	second := newCall(run, "charge", `{}`, 30*time.Second)
-	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), second); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: second, AtMostOnce: true}); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -374,7 +374,7 @@ func TestStartsStreamFullFailsClosed(t *testing.T) {
 	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, 0, false)), natsbus.WorkerConfig{Name: "w1"})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "charge", `{}`, 30*time.Second)
-	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call, AtMostOnce: true}); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -414,7 +414,7 @@ func TestStartRecordExpiryDoesNotReopenACall(t *testing.T) {
 	calls := f.takeCalls(t, "charge", 30*time.Second)
 	d, run, in := f.openRun(t)
 	call := newCall(run, "charge", `{}`, time.Second)
-	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call, AtMostOnce: true}); err != nil {
 		t.Fatal(err)
 	}
 	m := fetchOne(t, calls)

@@ -17,6 +17,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -107,7 +108,7 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 	_, run, in := f.openRun(t)
 	d := f.dispatcher(natsbus.DispatcherConfig{})
 	call := newCall(run, "calculator", `{"expression":"1+1"}`, 10*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	if r := nextResult(t, in, call.CallKey, 10*time.Second); r.Outcome != protocol.OutcomeOK {

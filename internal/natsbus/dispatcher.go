@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 	"github.com/toolfleet/toolfleet/internal/tracing"
@@ -180,31 +181,31 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 // Publish stores call in the calls stream on its tool's subject, with the
 // headers workers need: dedup id, reply subject, deadline and version. A
 // call published twice within the duplicate window is stored once.
-func (d *Dispatcher) Publish(ctx context.Context, call protocol.Call) error {
-	msg, err := d.callMsg(ctx, call)
+func (d *Dispatcher) Publish(ctx context.Context, o loop.Outgoing) error {
+	msg, err := d.callMsg(ctx, o)
 	if err != nil {
 		return err
 	}
 	pctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
-	ack, held, err := d.publishOrHold(pctx, msg, call)
+	ack, held, err := d.publishOrHold(pctx, msg, o)
 	if err != nil {
 		return fmt.Errorf("natsbus: publishing call to %s: %w", msg.Subject, err)
 	}
 	if !held {
-		d.stored(ctx, call, ack)
+		d.stored(o, ack)
 	}
 	return nil
 }
 
 // stored tells the inbox of call's run where the calls stream stored it,
 // for [Inbox.Withdraw], when the call is one to withdraw at its deadline:
-// published under loop.WithAtMostOnce.
-func (d *Dispatcher) stored(ctx context.Context, call protocol.Call, ack *jetstream.PubAck) {
-	if !loop.AtMostOnce(ctx) {
+// published [loop.Outgoing.AtMostOnce].
+func (d *Dispatcher) stored(o loop.Outgoing, ack *jetstream.PubAck) {
+	if !o.AtMostOnce {
 		return
 	}
-	d.storedSeq(call, ack)
+	d.storedSeq(o.Call, ack)
 }
 
 // storedSeq tells the inbox of call's run where the calls stream stored it.
@@ -230,13 +231,13 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 	msgs := make([]*nats.Msg, len(calls))
 	futures := make([]jetstream.PubAckFuture, len(calls))
 	for i, o := range calls {
-		msg, err := d.callMsg(o.Ctx, o.Call)
+		msg, err := d.callMsg(ctx, o)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
 		if d.shares.waiting(msg.Subject) {
-			d.shares.hold(o.Ctx, msg, o.Call)
+			d.shares.hold(msg, o)
 			continue
 		}
 		msgs[i] = msg
@@ -255,11 +256,11 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 		if f != nil && waiting {
 			select {
 			case ack := <-f.Ok():
-				d.stored(calls[i].Ctx, calls[i].Call, ack)
+				d.stored(calls[i], ack)
 				continue
 			case err := <-f.Err():
 				if overShare(err) {
-					d.shares.hold(calls[i].Ctx, msgs[i], calls[i].Call)
+					d.shares.hold(msgs[i], calls[i])
 					continue
 				}
 				if !transient(err) {
@@ -274,18 +275,18 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 		} else if f != nil {
 			select {
 			case ack := <-f.Ok():
-				d.stored(calls[i].Ctx, calls[i].Call, ack)
+				d.stored(calls[i], ack)
 				continue
 			default:
 			}
 		}
-		ack, held, err := d.publishOrHold(pctx, msgs[i], calls[i].Call)
+		ack, held, err := d.publishOrHold(pctx, msgs[i], calls[i])
 		if err != nil {
 			errs[i] = fmt.Errorf("natsbus: publishing call to %s: %w", msgs[i].Subject, err)
 			continue
 		}
 		if !held {
-			d.stored(calls[i].Ctx, calls[i].Call, ack)
+			d.stored(calls[i], ack)
 		}
 	}
 	return errs
@@ -293,7 +294,8 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 
 // callMsg checks call and builds its message: the call on its tool's
 // subject with the headers workers need.
-func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg, error) {
+func (d *Dispatcher) callMsg(ctx context.Context, o loop.Outgoing) (*nats.Msg, error) {
+	call := o.Call
 	if err := call.Validate(); err != nil {
 		return nil, fmt.Errorf("natsbus: call: %w", err)
 	}
@@ -324,17 +326,20 @@ func (d *Dispatcher) callMsg(ctx context.Context, call protocol.Call) (*nats.Msg
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
-	if !loop.WantsStartedNotices(ctx) {
+	if !o.StartedNotices {
 		// The run's inbox withdraws an unclaimed non-idempotent call at
 		// its deadline, which tells whether it started: no notice needed.
 		msg.Header.Set(protocol.HeaderStartedNotice, protocol.StartedNoticeNone)
 	}
-	if loop.AtMostOnce(ctx) {
+	if o.AtMostOnce {
 		msg.Header.Set(protocol.HeaderAtMostOnce, "1")
 	}
 	// This Dispatcher's inboxes read a worker's batch of results, of up
 	// to the size they decode.
 	msg.Header.Set(protocol.HeaderResultBatch, d.batchHeader)
+	if o.Trace.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, o.Trace)
+	}
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil
 }

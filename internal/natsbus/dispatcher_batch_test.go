@@ -25,7 +25,7 @@ func TestPublishBatch(t *testing.T) {
 	const n = 9
 	calls := make([]loop.Outgoing, n)
 	for i := range calls {
-		calls[i] = loop.Outgoing{Ctx: ctx(t), Call: newCall(run, "echo", `{"text":"hello"}`, time.Minute)}
+		calls[i] = loop.Outgoing{Call: newCall(run, "echo", `{"text":"hello"}`, time.Minute)}
 	}
 	calls[4].Call.Tool = "" // invalid: refused before it is published
 	for range 2 {

@@ -133,7 +133,7 @@ func TestGarbageOnEverySubject(t *testing.T) {
 	})
 	f.waitIdle(t, "echo")
 
-	if err := d.Publish(ctx(t), valid); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: valid}); err != nil {
 		t.Fatal(err)
 	}
 	if r := nextResult(t, in, valid.CallKey, 10*time.Second); r.Outcome != protocol.OutcomeOK || r.Output != "x" {
@@ -211,12 +211,12 @@ func TestACallPublishedAgainAfterItRanIsNotStoredAgain(t *testing.T) {
 	w, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, harness.Echo()), natsbus.WorkerConfig{})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "echo", `{"text":"once"}`, 20*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	nextResult(t, in, call.CallKey, 10*time.Second)
 	f.waitIdle(t, "echo")
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatalf("publishing the same call again: %v", err)
 	}
 	s, err := f.js.Stream(ctx(t), f.subjects.CallsStream())
@@ -244,7 +244,7 @@ func TestInboxTakesAResultOnlyFromItsToolsSubject(t *testing.T) {
 	f := newFleet(t)
 	d, run, in := f.openRun(t)
 	call := newCall(run, "deploy", `{"text":"x"}`, 20*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	publish := func(tool protocol.ToolName, output string) {

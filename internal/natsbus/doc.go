@@ -113,7 +113,7 @@
 // Started notices (protocol.Started, on the progress subject) and cancels
 // travel on core NATS. A worker sends a started notice only when the
 // call's protocol.HeaderStartedNotice asks for it: the Dispatcher asks for
-// none unless its context came from loop.WithStartedNotices, as its
+// none unless the call asks (loop.Outgoing.StartedNotices), as its
 // inboxes learn whether a non-idempotent call started by withdrawing it at
 // its deadline (Inbox.Withdraw, which fails only when a worker claimed
 // it). A started notice sent while the coordinator is disconnected is

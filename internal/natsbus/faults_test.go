@@ -50,7 +50,7 @@ func TestDeadWorkersCallsAreRedelivered(t *testing.T) {
 
 			d, run, in := f.openRun(t)
 			call := newCall(run, "job", `{}`, 20*time.Second)
-			if err := d.Publish(loop.WithStartedNotices(ctx(t)), call); err != nil {
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: call, StartedNotices: true}); err != nil {
 				t.Fatal(err)
 			}
 			nextProgress(t, in, call.CallKey, 10*time.Second)
@@ -91,7 +91,7 @@ func TestWorkerSurvivesAServerRestart(t *testing.T) {
 	// Publish until the dispatcher's connection is back; then the worker
 	// must answer over its own reconnected connection.
 	call := newCall(run, "echo", `{"text":"after restart"}`, 20*time.Second)
-	natstest.WaitFor(t, 10*time.Second, func() error { return d.Publish(ctx(t), call) })
+	natstest.WaitFor(t, 10*time.Second, func() error { return d.Publish(ctx(t), loop.Outgoing{Call: call}) })
 	if r := nextResult(t, in, call.CallKey, 15*time.Second); r.Output != "after restart" {
 		t.Fatalf("result = %+v", r)
 	}
@@ -110,7 +110,7 @@ func TestMoreToolsThanSlots(t *testing.T) {
 			tool, args = "static", `{}`
 		}
 		call := newCall(run, tool, args, 20*time.Second)
-		if err := d.Publish(ctx(t), call); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 			t.Fatal(err)
 		}
 		if r := nextResult(t, in, call.CallKey, 5*time.Second); r.Outcome != protocol.OutcomeOK {

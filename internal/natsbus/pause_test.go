@@ -8,6 +8,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -47,7 +48,7 @@ func TestToolPauseSurvivesWorkerRestart(t *testing.T) {
 
 	d, run, in := f.openRun(t)
 	call := newCall(run, "echo", `{"text":"hi"}`, 30*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	// Not a timing assertion: the call is still stored once every worker
@@ -103,7 +104,7 @@ func TestOperatorRateLimitReachesWorkers(t *testing.T) {
 	d, run, in := f.openRun(t)
 	call := func() protocol.Result {
 		c := newCall(run, "echo", `{"text":"hi"}`, 30*time.Second)
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatal(err)
 		}
 		return nextResult(t, in, c.CallKey, 20*time.Second)

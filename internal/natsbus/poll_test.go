@@ -30,7 +30,7 @@ func TestPollsDropNoCallOnASlowLink(t *testing.T) {
 	const n = 40
 	for i := range n {
 		call := newCall(run, "echo", `{"text":"e"}`, 30*time.Second)
-		if err := d.Publish(ctx(t), call); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 			t.Fatal(err)
 		}
 		r, ok := awaitResult(in, call.CallKey, 10*time.Second)

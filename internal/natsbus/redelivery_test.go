@@ -13,6 +13,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/harness/harnesstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -59,7 +60,7 @@ func TestAStalledWorkerDoesNotRunANonIdempotentCallTwice(t *testing.T) {
 
 	d, run, in := f.openRun(t)
 	call := newCall(run, "charge", `{}`, 30*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -107,7 +108,7 @@ func TestARedeliveryToTheWorkerRunningTheCallDoesNotRunItAgain(t *testing.T) {
 	}
 	d, run, in := f.openRun(t)
 	call := newCall(run, "long", `{}`, 30*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	hb, err := acks.NextMsg(10 * time.Second) // the running attempt's first heartbeat

@@ -198,7 +198,7 @@ func TestWorkerBatchesTheResultsOfABurst(t *testing.T) {
 		d, _, in = f.openRunOf(t, calls[0].RunID)
 		out := make([]loop.Outgoing, len(calls))
 		for i, c := range calls {
-			out[i] = loop.Outgoing{Ctx: ctx(t), Call: c}
+			out[i] = loop.Outgoing{Call: c}
 		}
 		for i, err := range d.PublishBatch(ctx(t), out) {
 			if err != nil {
@@ -238,7 +238,7 @@ func TestWorkerKeepsABatchWithinItsCoordinatorsLimit(t *testing.T) {
 		var d *natsbus.Dispatcher
 		d, _, in = f.openRunWith(t, calls[0].RunID, natsbus.DispatcherConfig{MaxMessageBytes: limit})
 		for _, c := range calls {
-			if err := d.Publish(ctx(t), c); err != nil {
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -294,7 +294,7 @@ func TestWorkerPublishesARefusedBatchResultByResult(t *testing.T) {
 		var d *natsbus.Dispatcher
 		d, _, in = f.openRunOf(t, calls[0].RunID)
 		for _, c := range calls {
-			if err := d.Publish(ctx(t), c); err != nil {
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -414,7 +414,7 @@ func TestInboxChecksEachResultOfABatch(t *testing.T) {
 	d, run, in := f.openRun(t)
 	k1, k2, k3 := newCall(run, "echo", `{}`, time.Minute), newCall(run, "echo", `{}`, time.Minute), newCall(run, "echo", `{}`, time.Minute)
 	for _, c := range []protocol.Call{k1, k2, k3} {
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatal(err)
 		}
 	}

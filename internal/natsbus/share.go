@@ -160,11 +160,12 @@ func (s *shares) waiting(subject string) bool {
 
 // hold queues a call the stream refused (or that must wait behind those
 // it refused) for another attempt.
-func (s *shares) hold(ctx context.Context, msg *nats.Msg, call protocol.Call) {
+func (s *shares) hold(msg *nats.Msg, o loop.Outgoing) {
+	call := o.Call
 	now := time.Now()
 	timeout := call.Deadline.Sub(now)
 	margin := min(max(timeout/4, 0), shareGiveUpMax)
-	h := &heldCall{msg: msg, call: call, atMostOnce: loop.AtMostOnce(ctx), since: now, giveUp: call.Deadline.Add(-margin)}
+	h := &heldCall{msg: msg, call: call, atMostOnce: o.AtMostOnce, since: now, giveUp: call.Deadline.Add(-margin)}
 	if o := s.d.cfg.ShareObserver; o != nil {
 		o.CallHeld(call.Tool, s.d.route(call.RunID).Client)
 	}
@@ -271,14 +272,14 @@ func (d *Dispatcher) callSubject(call protocol.Call) (string, error) {
 // holds it when the stream refuses it for its client's share. held is
 // true when the call was held (it is then answered once, by its worker or
 // rate_limited, without more from the caller).
-func (d *Dispatcher) publishOrHold(ctx context.Context, msg *nats.Msg, call protocol.Call) (ack *jetstream.PubAck, held bool, err error) {
+func (d *Dispatcher) publishOrHold(ctx context.Context, msg *nats.Msg, o loop.Outgoing) (ack *jetstream.PubAck, held bool, err error) {
 	if d.shares.waiting(msg.Subject) {
-		d.shares.hold(ctx, msg, call)
+		d.shares.hold(msg, o)
 		return nil, true, nil
 	}
 	ack, err = publishRetrying(ctx, d.js, msg)
 	if err != nil && overShare(err) {
-		d.shares.hold(ctx, msg, call)
+		d.shares.hold(msg, o)
 		return nil, true, nil
 	}
 	return ack, false, err

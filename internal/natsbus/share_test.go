@@ -202,7 +202,7 @@ func TestClientShareBoundsTheWaitBehindAFlood(t *testing.T) {
 		for range n {
 			c := newCall(runL, "work", `{}`, time.Minute)
 			lc := lightCall{key: c.CallKey, before: s.count(), published: time.Now()}
-			if err := d.Publish(ctx(t), c); err != nil {
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 				t.Fatalf("light call: %v", err)
 			}
 			out = append(out, lc)
@@ -236,7 +236,7 @@ func TestClientShareBoundsTheWaitBehindAFlood(t *testing.T) {
 	floodKeys := map[protocol.CallKey]bool{}
 	for range flood {
 		c := newCall(runF, "work", `{}`, time.Minute)
-		batch = append(batch, loop.Outgoing{Ctx: context.Background(), Call: c})
+		batch = append(batch, loop.Outgoing{Call: c})
 		floodKeys[c.CallKey] = true
 		keys = append(keys, c.CallKey)
 	}
@@ -294,7 +294,7 @@ func TestHeldCallsAnsweredOnce(t *testing.T) {
 		} else {
 			held = append(held, c.CallKey)
 		}
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatalf("Publish %d: %v", i, err)
 		}
 	}
@@ -339,7 +339,7 @@ func TestInteractiveCallsStartBeforeQueuedBatch(t *testing.T) {
 	for range 20 {
 		c := newCall(runB, "work", `{}`, time.Minute)
 		keys = append(keys, c.CallKey)
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -347,7 +347,7 @@ func TestInteractiveCallsStartBeforeQueuedBatch(t *testing.T) {
 		c := newCall(runI, "work", `{}`, time.Minute)
 		keys = append(keys, c.CallKey)
 		interactive[c.CallKey] = true
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -380,7 +380,7 @@ func TestBatchIsNotStarved(t *testing.T) {
 	for range 5 {
 		c := newCall(runB, "work", `{}`, time.Minute)
 		keys = append(keys, c.CallKey)
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -388,7 +388,7 @@ func TestBatchIsNotStarved(t *testing.T) {
 		c := newCall(runI, "work", `{}`, time.Minute)
 		keys = append(keys, c.CallKey)
 		interactive[c.CallKey] = true
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -33,13 +33,13 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 	d, run, in := f.openRun(t)
 	wi := withdrawer(t, in)
 	a, b, c := newCall(run, "charge", `{}`, 30*time.Second), newCall(run, "charge", `{}`, 30*time.Second), newCall(run, "charge", `{}`, 30*time.Second)
-	once := loop.WithAtMostOnce(ctx(t)) // as the loop publishes a non-idempotent call
-	for i, err := range d.PublishBatch(ctx(t), []loop.Outgoing{{Ctx: once, Call: a}, {Ctx: once, Call: b}}) {
+	// As the loop publishes a non-idempotent call.
+	for i, err := range d.PublishBatch(ctx(t), []loop.Outgoing{{Call: a, AtMostOnce: true}, {Call: b, AtMostOnce: true}}) {
 		if err != nil {
 			t.Fatalf("PublishBatch: call %d: %v", i, err)
 		}
 	}
-	if err := d.Publish(once, c); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: c, AtMostOnce: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, call := range []protocol.Call{a, b, c} {
@@ -58,7 +58,7 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 		t.Fatal("Withdraw of a call never published: no error, want one (it cannot tell)")
 	}
 	idem := newCall(run, "other", `{}`, 30*time.Second) // no worker serves it
-	if err := d.Publish(ctx(t), idem); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: idem}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := wi.Withdraw(ctx(t), idem.CallKey); err == nil {
@@ -68,7 +68,7 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 	var runs atomic.Int64
 	f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, 0, false)), natsbus.WorkerConfig{Name: "w1"})
 	next := newCall(run, "charge", `{}`, 30*time.Second)
-	if err := d.Publish(ctx(t), next); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: next}); err != nil {
 		t.Fatal(err)
 	}
 	if r := nextResult(t, in, next.CallKey, 15*time.Second); r.Outcome != protocol.OutcomeOK {
@@ -103,7 +103,7 @@ func TestWithdrawFindsAClaimedCall(t *testing.T) {
 			f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, time.Second, tt.staleManifest)), natsbus.WorkerConfig{Name: "w1"})
 			d, run, in := f.openRun(t)
 			call := newCall(run, "charge", `{}`, 30*time.Second)
-			if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: call, AtMostOnce: true}); err != nil {
 				t.Fatal(err)
 			}
 			natstest.WaitFor(t, 10*time.Second, func() error {
@@ -134,7 +134,7 @@ func TestExpiredNonIdempotentCallIsAnsweredNotRun(t *testing.T) {
 	f := newFleet(t)
 	d, run, in := f.openRun(t)
 	call := newCall(run, "charge", `{}`, 200*time.Millisecond)
-	if err := d.Publish(loop.WithAtMostOnce(ctx(t)), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call, AtMostOnce: true}); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 5*time.Second, func() error {

@@ -57,7 +57,7 @@ func TestWorkerCountsEachFactOnceInEverySink(t *testing.T) {
 	failed := newCall(run, "fail", `{}`, 10*time.Second)
 	expired := newCall(run, "echo", `{"text":"late"}`, -time.Second)
 	for _, c := range []protocol.Call{ok, failed, expired} {
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatalf("Publish: %v", err)
 		}
 	}

@@ -50,7 +50,7 @@ func TestCallRoundTrip(t *testing.T) {
 	d, run, in := f.openRun(t)
 
 	call := newCall(run, "echo", `{"text":"hello"}`, 10*time.Second)
-	if err := d.Publish(loop.WithStartedNotices(ctx(t)), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call, StartedNotices: true}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	// Progress and result travel on two subscriptions: either may come
@@ -125,15 +125,15 @@ func TestStartedNoticeOnlyWhenAsked(t *testing.T) {
 			return answered[key] && started[key] == wantStarted
 		})
 	}
-	if err := d.Publish(ctx(t), quiet); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: quiet}); err != nil {
 		t.Fatal(err)
 	}
 	await(quiet.CallKey, false)
-	if err := d.Publish(ctx(t), once); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: once}); err != nil {
 		t.Fatal(err)
 	}
 	await(once.CallKey, false)
-	if err := d.Publish(loop.WithStartedNotices(ctx(t)), asked); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: asked, StartedNotices: true}); err != nil {
 		t.Fatal(err)
 	}
 	await(asked.CallKey, true)
@@ -154,7 +154,7 @@ func TestPublishDeduplicatesAndAppliesBackPressure(t *testing.T) {
 	run := protocol.NewRunID()
 	first := newCall(run, "nobody", `{}`, time.Minute)
 	for range 2 {
-		if err := d.Publish(ctx(t), first); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: first}); err != nil {
 			t.Fatalf("Publish: %v", err)
 		}
 	}
@@ -163,19 +163,19 @@ func TestPublishDeduplicatesAndAppliesBackPressure(t *testing.T) {
 	if info.State.Msgs != 1 {
 		t.Fatalf("calls stream holds %d messages after publishing one call twice, want 1", info.State.Msgs)
 	}
-	if err := d.Publish(ctx(t), newCall(run, "nobody", `{}`, time.Minute)); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: newCall(run, "nobody", `{}`, time.Minute)}); err != nil {
 		t.Fatalf("second call: %v", err)
 	}
 	// The third is over the client's share: held in the Dispatcher (which
 	// answers it rate_limited if it never gets in), not stored.
-	if err := d.Publish(ctx(t), newCall(run, "nobody", `{}`, time.Minute)); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: newCall(run, "nobody", `{}`, time.Minute)}); err != nil {
 		t.Fatalf("third call: %v", err)
 	}
 	if info, _ := s.Info(ctx(t)); info.State.Msgs != 2 {
 		t.Fatalf("calls stream holds %d messages after a third call over the share of 2, want 2", info.State.Msgs)
 	}
 	// Another tool is not blocked by the full one.
-	if err := d.Publish(ctx(t), newCall(run, "other", `{}`, time.Minute)); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: newCall(run, "other", `{}`, time.Minute)}); err != nil {
 		t.Fatalf("call to another tool: %v", err)
 	}
 }
@@ -195,7 +195,7 @@ func TestPublishRefusesInvalidCalls(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := d.Publish(ctx(t), tc.call); err == nil {
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: tc.call}); err == nil {
 				t.Fatal("Publish accepted an invalid call")
 			}
 		})
@@ -214,7 +214,7 @@ func TestWorkersShareAToolsConsumer(t *testing.T) {
 	for range n {
 		c := newCall(run, "slow", `{}`, 20*time.Second)
 		keys[c.CallKey] = true
-		if err := d.Publish(ctx(t), c); err != nil {
+		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -251,7 +251,7 @@ func TestExpiredCallIsNeverRun(t *testing.T) {
 	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{})
 	d := f.dispatcher(natsbus.DispatcherConfig{})
 	call := newCall(protocol.NewRunID(), "effect", `{}`, -time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -288,7 +288,7 @@ func TestCancelStopsARunningExecTool(t *testing.T) {
 	w, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, tools...), natsbus.WorkerConfig{})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "sleepy", `{}`, 30*time.Second)
-	if err := d.Publish(loop.WithStartedNotices(ctx(t)), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call, StartedNotices: true}); err != nil {
 		t.Fatal(err)
 	}
 	nextProgress(t, in, call.CallKey, 10*time.Second)
@@ -338,7 +338,7 @@ func TestMalformedCallIsTerminated(t *testing.T) {
 	// The worker still serves calls.
 	d, run, in := f.openRun(t)
 	call := newCall(run, "echo", `{"text":"still here"}`, 10*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	if r := nextResult(t, in, call.CallKey, 10*time.Second); r.Output != "still here" {
@@ -367,7 +367,7 @@ func TestNonIdempotentCallIsClaimedBeforeItRuns(t *testing.T) {
 	f.startWorker(t, harnesstest.New(t, harness.Config{}, tool), natsbus.WorkerConfig{AckWait: 30 * time.Second})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "charge", `{}`, 20*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -412,7 +412,7 @@ func TestHeartbeatPreventsRedeliveryOfALongCall(t *testing.T) {
 	w, _ := f.startWorker(t, h, natsbus.WorkerConfig{AckWait: 3 * time.Second, Heartbeat: 50 * time.Millisecond, Concurrency: 4})
 	d, run, in := f.openRun(t)
 	call := newCall(run, "long", `{}`, 10*time.Second)
-	if err := d.Publish(ctx(t), call); err != nil {
+	if err := d.Publish(ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	r := nextResult(t, in, call.CallKey, 10*time.Second)
@@ -510,7 +510,7 @@ func TestShutdown(t *testing.T) {
 			_, stop := f.startWorker(t, h, natsbus.WorkerConfig{ShutdownGrace: tc.grace})
 			d, run, in := f.openRun(t)
 			call := newCall(run, "work", `{}`, 30*time.Second)
-			if err := d.Publish(loop.WithStartedNotices(ctx(t)), call); err != nil {
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: call, StartedNotices: true}); err != nil {
 				t.Fatal(err)
 			}
 			nextProgress(t, in, call.CallKey, 10*time.Second)

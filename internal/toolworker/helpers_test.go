@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -52,7 +53,7 @@ func callTool(t *testing.T, nc *nats.Conn, tool protocol.ToolName, args string, 
 	defer in.Close()
 	c := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), Tool: tool,
 		Arguments: []byte(args), Deadline: time.Now().Add(deadline), Attempt: 1}
-	if err := d.Publish(ctx, c); err != nil {
+	if err := d.Publish(ctx, loop.Outgoing{Call: c}); err != nil {
 		t.Fatal(err)
 	}
 	for {

@@ -16,6 +16,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -92,7 +93,7 @@ func TestRunServesMetricsAndProbes(t *testing.T) {
 	defer in.Close()
 	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), Tool: "calculator",
 		Arguments: []byte(`{"expression":"2+3"}`), Deadline: time.Now().Add(10 * time.Second), Attempt: 1}
-	if err := d.Publish(t.Context(), call); err != nil {
+	if err := d.Publish(t.Context(), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	for ev := range in.Events() {

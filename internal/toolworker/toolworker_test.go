@@ -16,6 +16,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -115,7 +116,7 @@ func TestRunServesItsTools(t *testing.T) {
 	defer in.Close()
 	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), Tool: "calculator",
 		Arguments: []byte(`{"expression":"2+3"}`), Deadline: time.Now().Add(10 * time.Second), Attempt: 1}
-	if err := d.Publish(c, call); err != nil {
+	if err := d.Publish(c, loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	for r := range in.Events() {

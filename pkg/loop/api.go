@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -95,52 +97,45 @@ type Dispatcher interface {
 	Open(ctx context.Context, run protocol.RunID) (Inbox, error)
 	// Publish hands one call to the fleet. An error means the call was not
 	// accepted; the loop answers it itself.
-	Publish(ctx context.Context, call protocol.Call) error
+	Publish(ctx context.Context, call Outgoing) error
 	// Cancel asks whichever worker runs a call to stop. Best effort.
 	Cancel(ctx context.Context, c protocol.Cancel) error
 }
 
-// WithStartedNotices returns a context under which a [Dispatcher] asks the
-// fleet for a started notice ([Event].Started) of every call it publishes,
-// for a caller that shows a call's progress (coordinator mcp). Without it a
-// dispatcher may ask for notices only of non-idempotent calls, the only
-// ones whose start the loop needs: it decides outcome_unknown against
-// timeout.
+// WithStartedNotices returns a context under which a run asks the fleet
+// for a started notice ([Event].Started) of every call it publishes
+// ([Outgoing].StartedNotices), for a caller that shows a call's progress
+// (coordinator mcp). Without it the loop asks for notices only where it
+// needs them.
 func WithStartedNotices(ctx context.Context) context.Context {
 	return context.WithValue(ctx, startedNoticesKey{}, true)
 }
 
-// WantsStartedNotices reports whether ctx came from [WithStartedNotices].
-func WantsStartedNotices(ctx context.Context) bool {
+// wantsStartedNotices reports whether ctx came from [WithStartedNotices].
+func wantsStartedNotices(ctx context.Context) bool {
 	v, _ := ctx.Value(startedNoticesKey{}).(bool)
 	return v
 }
 
 type startedNoticesKey struct{}
 
-// WithAtMostOnce returns a context under which a [Dispatcher] publishes a
-// call as one to run at most once: the loop marks so every call the
-// catalog says is not idempotent, and a fleet then runs it only after
-// claiming it, whatever a worker's own manifest says. It is what makes a
-// withdrawal ([WithdrawInbox]) true: a call a worker runs unclaimed could
-// be withdrawn while it runs.
-func WithAtMostOnce(ctx context.Context) context.Context {
-	return context.WithValue(ctx, atMostOnceKey{}, true)
-}
-
-// AtMostOnce reports whether ctx came from [WithAtMostOnce].
-func AtMostOnce(ctx context.Context) bool {
-	v, _ := ctx.Value(atMostOnceKey{}).(bool)
-	return v
-}
-
-type atMostOnceKey struct{}
-
-// Outgoing is one call of a batch and the context it is published under
-// (its trace span; the batch's context bounds the wait).
+// Outgoing is one call to publish and the facts the transport needs about
+// it that the call itself does not carry on the wire.
 type Outgoing struct {
-	Ctx  context.Context
 	Call protocol.Call
+	// AtMostOnce marks a call the catalog says is not idempotent: a fleet
+	// runs it only after claiming it, whatever a worker's own manifest
+	// says. It is what makes a withdrawal ([WithdrawInbox]) true: a call a
+	// worker runs unclaimed could be withdrawn while it runs.
+	AtMostOnce bool
+	// StartedNotices asks the fleet for a started notice ([Event].Started)
+	// of the call. Without it a dispatcher may ask for notices only of
+	// at-most-once calls, the only ones whose start the loop needs: it
+	// decides outcome_unknown against timeout.
+	StartedNotices bool
+	// Trace is the call's span, for the transport to carry to the worker;
+	// the zero value carries none.
+	Trace trace.SpanContext
 }
 
 // BatchDispatcher is a [Dispatcher] that publishes a round's calls

@@ -1,7 +1,6 @@
 package loop
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -156,7 +155,7 @@ func (ru *run) requestBytes(defs []ToolDef) int64 {
 // would pass. A journaled response is not asked again, and not checked.
 func (ru *run) budgetBeforeModel(round int, defs []ToolDef) *BudgetReport {
 	b := &ru.cfg.Budget
-	if !b.limited() || (ru.j != nil && ru.j.rp.model[round] != nil) {
+	if !b.limited() || ru.j.replay().response(round) != nil {
 		return nil
 	}
 	s := &ru.b
@@ -211,28 +210,6 @@ func (ru *run) spend(u Usage) {
 	s.in += in
 	s.out += out
 	s.estimate = 0
-}
-
-// callLimit is the number of a round's calls that may be attempted: the
-// per-round cap, or what is left of the tool-call budget if less.
-func (ru *run) callLimit(n int) int {
-	limit := ru.cfg.MaxToolCallsPerRound
-	if b := ru.cfg.Budget.ToolCalls; b > 0 {
-		left := max(b-ru.res.Metadata.ToolCallsMade, 0)
-		if left < limit && n > left {
-			ru.b.cut = true
-			return left
-		}
-	}
-	return limit
-}
-
-// capRejected is the observation of a call past the round's limit.
-func (ru *run) capRejected(requested, limit int) string {
-	if ru.b.cut {
-		return fmt.Sprintf("Tool call rejected: the run's tool-call budget allows %d more calls; this round requested %d. The run ends here.", limit, requested)
-	}
-	return obsCapRejected(requested, limit)
 }
 
 // report is the run's spending, with the bound that ended it (if any).

@@ -256,10 +256,3 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// validToolName reports whether name may be a tool's name (and so a subject
-// token). The length check keeps a huge model-written name away from the
-// regular expression.
-func validToolName(name string) bool {
-	return len(name) <= 64 && protocol.ValidToken(name)
-}

@@ -10,6 +10,14 @@
 //
 // # A round
 //
+// A round runs in five phases, called in order from round.go, each in the
+// file named for it: validate (steps 1 to 3 below), approve (4), dispatch
+// (5: publish, and wait until the fleet stored the calls), gather (6) and
+// record (7). Each call of the round is a roundCall from its validation to
+// its answer; its events (started, queued, answered, recorded) are emitted
+// once each, in call_events.go, to their sinks: the Result, the log
+// lines, the call's span, the Observer and the CallObserver.
+//
 // For the tool calls of one assistant message, in request order:
 //
 //  1. Calls beyond MaxToolCallsPerRound are never validated, traced, sent
@@ -106,8 +114,8 @@
 // the global provider): a span for the run, each round, each model call
 // ("chat") and each tool call ("execute_tool", from validation to the
 // answer), with GenAI semantic-convention attributes. The call span's
-// context is in the context given to [Dispatcher.Publish], for the
-// transport to carry to the worker. Spans carry what trace lines carry.
+// context travels in [Outgoing].Trace, for the transport to carry to the
+// worker. Spans carry what trace lines carry.
 //
 // # Durable runs
 //
@@ -125,6 +133,13 @@
 // step boundary; neither answers, cancels or publishes anything more. The
 // loop itself stays transport-free: the JetStream journal lives in
 // internal/natsbus, the in-memory one in looptest.
+//
+// Durability enters a round through one seam: the run's runJournal, which
+// the phases call at named points (the round replayed, approvals
+// requested and decided, calls dispatched, all published, observed, and
+// checkpoint at each step boundary). A plain run's is a no-op; a durable
+// run's journals each point and replays what it finds (replay.go, beside
+// journal.go).
 //
 // # Caveats
 //

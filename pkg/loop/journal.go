@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -239,51 +241,50 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 	}
 	ru := r.newRun(cloneMessages(msgs), d.RunID)
 	entries := d.Journal.Entries()
-	ru.j = &journalState{j: d.Journal, handoff: d.Handoff, rp: indexEntries(entries)}
+	js := &journalState{ru: ru, j: d.Journal, log: ru.log, handoffC: d.Handoff, rp: indexEntries(entries)}
+	ru.j, ru.handoff = js, d.Handoff
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
 	secret, lost := runSecret(d.Journal, entries)
 	switch {
 	case lost:
 		// Nothing of it is appended: the journal is not the run's.
-		ru.j.lost = true
+		js.lost = true
 		ru.log.Error().Str(logKeyEvent, evJournalLost).Int(logKeyCount, len(entries)).Send()
 		return ru.finish(TerminationJournalLost, "", nil)
 	case secret == "":
 		secret = newSecret()
-		if !ru.appendEntry(ctx, JournalEntry{Kind: EntryStart, Secret: secret}) {
-			return nil, ru.j.err
+		if !js.append(ctx, JournalEntry{Kind: EntryStart, Secret: secret}) {
+			return nil, js.err
 		}
 	}
-	ru.j.secret = secret
+	ru.secret = secret
 	res, err := ru.execute(ctx)
-	ru.flushJournal(ctx)
-	ru.storeHeld(ctx)
-	if ru.j.err != nil {
-		return nil, ru.j.err
+	js.flush(ctx)
+	js.storeHeldAlone(ctx)
+	if js.err != nil {
+		return nil, js.err
 	}
 	return res, err
 }
 
-// journalState is a durable run's journal and what it replays.
+// journalState is a durable run's journal and what it replays: its
+// [runJournal].
 type journalState struct {
-	j       Journal
-	handoff <-chan struct{}
-	rp      replay
-	err     error // the first append failure or hand-off: the run stops
-	lost    bool  // a cancelled run's append failed: it ends unjournaled
-	secret  string
+	ru       *run
+	j        Journal
+	log      zerolog.Logger
+	handoffC <-chan struct{}
+	rp       *replay
+	err      error // the first append failure or hand-off: the run stops
+	lost     bool  // a cancelled run's append failed: it ends unjournaled
 	// pending: an entry of this kind is being appended (PipelinedJournal);
-	// settled is closed when it is stored or failed.
-	pending string
-	settled <-chan struct{}
+	// pendingC is closed when it is stored or failed.
+	pending  string
+	pendingC <-chan struct{}
 	// held is an entry kept back (BatchJournal) to be stored with the
 	// next one, or alone when the run stops first.
 	held *JournalEntry
-	// tools is what the catalog offered in the last round, journaled in
-	// the last tools entry: a round offered the same is not journaled
-	// again.
-	tools []protocol.ToolSpec
 }
 
 // minSecretLen bounds a journaled secret from below.
@@ -320,131 +321,162 @@ func runSecret(j Journal, entries []JournalEntry) (secret string, lost bool) {
 // cancelledAppendTimeout bounds an append of a run being cancelled.
 const cancelledAppendTimeout = time.Second
 
-// replay indexes journaled entries by what they decide.
-type replay struct {
-	tools      map[int][]protocol.ToolSpec
-	model      map[int]*JournaledResponse
-	approvals  map[int]JournalEntry
-	decisions  map[protocol.CallKey]JournaledDecision
-	dispatched map[int][]JournaledCall
-	published  map[int]bool
-	observed   map[int][]JournaledObservation
-	finished   *JournalEntry
+// runJournal is where a run meets its journal, at named points: the run's
+// own steps (its tools, its model response, its end) are appended before
+// they take effect, and a round calls one method for each of its points,
+// from replayObserved to observed; at a step boundary checkpoint says
+// whether the run must stop. A plain run's is [noJournal]: it journals
+// nothing, replays nothing and never stops the run; a durable run's is a
+// *journalState, whose round points, and what they replay, are in
+// replay.go.
+type runJournal interface {
+	// append journals e before it takes effect; false: the run must stop
+	// (checkpoint returns why).
+	append(ctx context.Context, e JournalEntry) bool
+	// hold journals e with the run's next entry when the journal can
+	// (BatchJournal), else at once as append does. Nothing e decides may
+	// take effect before that next entry.
+	hold(ctx context.Context, e JournalEntry) bool
+	// flush waits for the entry published left in flight, before the
+	// run's next effect; false: the run must stop.
+	flush(ctx context.Context) bool
+	// storeHeld stores an entry hold kept back, alone, before an effect
+	// that follows no append of its own (a cancel); false: the run must
+	// stop.
+	storeHeld(ctx context.Context) bool
+	// settled is closed when the entry published left in flight is
+	// settled; nil when none is.
+	settled() <-chan struct{}
+	// checkpoint is a step boundary: it returns the error that stops the
+	// run, if any — the first failed append, or ErrHandedOff, which it
+	// records once the hand-off signal came.
+	checkpoint() error
+	// replay is what the journal held when the run (re)started; nil for a
+	// plain run.
+	replay() *replay
+
+	// The round's points, in the order it reaches them (replay.go):
+
+	// replayObserved answers every call of a round whose observations
+	// are journaled, as they were; false when the round was not observed.
+	replayObserved(round int, calls []roundCall) bool
+	// approvalsRequested journals the round's wait for approvals of the
+	// waiting calls, with its deadline, before it starts; a resumed wait
+	// keeps its journaled deadline and applies the decisions journaled.
+	// It returns the deadline and the calls still waiting; ok false: the
+	// run must stop.
+	approvalsRequested(ctx context.Context, round int, calls []roundCall, waiting []int, deadline time.Time) (time.Time, []int, bool)
+	// approvalDecided journals how the gate settled c, before it takes
+	// effect.
+	approvalDecided(ctx context.Context, c *roundCall) bool
+	// dispatched journals the round's calls to publish (todo), with their
+	// deadlines, before the first publish. A resumed round tells the
+	// inbox of its calls and, when not every publish returned before,
+	// reads the results stored meanwhile first; it returns the resumed
+	// round (nil: a new one), which says which calls are only awaited.
+	dispatched(ctx context.Context, round int, calls []roundCall, todo []int) (*resumedRound, bool)
+	// published journals that every publish of the round returned
+	// (unless interrupted), while the results are gathered: nothing
+	// waits on it but the round's next effect, which waits for it first
+	// (flush). A resumed round then waits for its inbox to catch up.
+	published(ctx context.Context, round int, rr *resumedRound, interrupted bool) bool
+	// observed journals the round's observations, before the next model
+	// call.
+	observed(ctx context.Context, round int, calls []roundCall) bool
 }
 
-func indexEntries(es []JournalEntry) replay {
-	rp := replay{
-		tools: map[int][]protocol.ToolSpec{}, model: map[int]*JournaledResponse{},
-		approvals: map[int]JournalEntry{}, decisions: map[protocol.CallKey]JournaledDecision{},
-		dispatched: map[int][]JournaledCall{}, published: map[int]bool{}, observed: map[int][]JournaledObservation{},
-	}
-	for i := range es {
-		e := es[i]
-		switch e.Kind {
-		case EntryTools:
-			rp.tools[e.Round] = e.Tools
-		case EntryModel:
-			if e.Response != nil {
-				rp.model[e.Round] = e.Response
-			}
-		case EntryApprovalRequested:
-			rp.approvals[e.Round] = e
-		case EntryApprovalDecided:
-			if e.Decision != nil {
-				rp.decisions[e.Decision.CallKey] = *e.Decision
-			}
-		case EntryDispatched:
-			rp.dispatched[e.Round] = e.Calls
-		case EntryPublished:
-			rp.published[e.Round] = true
-		case EntryObserved:
-			rp.observed[e.Round] = e.Observations
-		case EntryFinished:
-			rp.finished = &e
-		}
-	}
-	return rp
-}
+// noJournal is a plain run's [runJournal].
+type noJournal struct{}
 
-// journaledTools returns the tools round offered, as journaled: its own
-// tools entry, or, for a round whose model response is journaled without
-// one (it was offered what the round before was), the last tools entry
-// before it.
-func (rp replay) journaledTools(round int) ([]protocol.ToolSpec, bool) {
-	if specs, ok := rp.tools[round]; ok {
-		return specs, true
-	}
-	if rp.model[round] == nil {
-		return nil, false
-	}
-	for r := round - 1; r >= 0; r-- {
-		if specs, ok := rp.tools[r]; ok {
-			return specs, true
-		}
-	}
-	return nil, false
-}
+func (noJournal) append(context.Context, JournalEntry) bool { return true }
+func (noJournal) hold(context.Context, JournalEntry) bool   { return true }
+func (noJournal) flush(context.Context) bool                { return true }
+func (noJournal) storeHeld(context.Context) bool            { return true }
+func (noJournal) settled() <-chan struct{}                  { return nil }
+func (noJournal) checkpoint() error                         { return nil }
+func (noJournal) replay() *replay                           { return nil }
 
-// appendEntry journals e; false means the run must stop (ru.j.err is set).
-// A run without a journal always goes on.
-func (ru *run) appendEntry(ctx context.Context, e JournalEntry) bool {
-	if ru.j == nil {
-		return true
-	}
-	if ru.j.err != nil {
+func (noJournal) replayObserved(int, []roundCall) bool { return false }
+func (noJournal) approvalsRequested(_ context.Context, _ int, _ []roundCall, waiting []int, deadline time.Time) (time.Time, []int, bool) {
+	return deadline, waiting, true
+}
+func (noJournal) approvalDecided(context.Context, *roundCall) bool { return true }
+func (noJournal) dispatched(context.Context, int, []roundCall, []int) (*resumedRound, bool) {
+	return nil, true
+}
+func (noJournal) published(context.Context, int, *resumedRound, bool) bool { return true }
+func (noJournal) observed(context.Context, int, []roundCall) bool          { return true }
+
+var (
+	_ runJournal = noJournal{}
+	_ runJournal = (*journalState)(nil)
+)
+
+func (js *journalState) replay() *replay { return js.rp }
+
+// append implements [runJournal].
+func (js *journalState) append(ctx context.Context, e JournalEntry) bool {
+	if js.err != nil {
 		return false
 	}
-	if ru.j.lost {
+	if js.lost {
 		return true
 	}
 	actx, cancel := appendContext(ctx)
 	var err error
-	if held := ru.j.held; held != nil {
-		ru.j.held = nil
-		err = ru.j.j.(BatchJournal).AppendBatch(actx, []JournalEntry{*held, e})
+	if held := js.held; held != nil {
+		js.held = nil
+		err = js.j.(BatchJournal).AppendBatch(actx, []JournalEntry{*held, e})
 	} else {
-		err = ru.j.j.Append(actx, e)
+		err = js.j.Append(actx, e)
 	}
 	cancel()
-	ru.j.pending, ru.j.settled = "", nil
-	return ru.appended(ctx, e.Kind, err)
+	js.pending, js.pendingC = "", nil
+	return js.appended(ctx, e.Kind, err)
 }
 
-// holdEntry journals e with the run's next entry when the journal can
-// (BatchJournal), else at once as appendEntry does. Nothing e decides
-// may take effect before that next entry: the run's effects all follow an
-// append, and a run that stops first journals e alone (storeHeld).
-func (ru *run) holdEntry(ctx context.Context, e JournalEntry) bool {
-	if ru.j == nil || ru.j.err != nil || ru.j.lost || ru.j.held != nil || ctx.Err() != nil {
-		return ru.appendEntry(ctx, e)
+// hold implements [runJournal]. A run that stops first journals e alone
+// (storeHeldAlone).
+func (js *journalState) hold(ctx context.Context, e JournalEntry) bool {
+	if js.err != nil || js.lost || js.held != nil || ctx.Err() != nil {
+		return js.append(ctx, e)
 	}
-	if _, ok := ru.j.j.(BatchJournal); !ok {
-		return ru.appendEntry(ctx, e)
+	if _, ok := js.j.(BatchJournal); !ok {
+		return js.append(ctx, e)
 	}
-	ru.j.held = &e
+	js.held = &e
 	return true
 }
 
-// storeHeld journals the entry holdEntry kept back, alone, as a run
+// storeHeld implements [runJournal].
+func (js *journalState) storeHeld(ctx context.Context) bool {
+	if js.held == nil {
+		return true
+	}
+	js.storeHeldAlone(ctx)
+	return js.checkpoint() == nil
+}
+
+// storeHeldAlone journals the entry hold kept back, alone, as a run
 // stops: one handed off keeps what it was told (a model response is not
 // asked again); one whose journal failed stores nothing more.
-func (ru *run) storeHeld(ctx context.Context) {
-	if ru.j == nil || ru.j.held == nil {
+func (js *journalState) storeHeldAlone(ctx context.Context) {
+	if js.held == nil {
 		return
 	}
-	held := ru.j.held
-	ru.j.held = nil
-	if ru.j.lost || (ru.j.err != nil && !errors.Is(ru.j.err, ErrHandedOff)) {
+	held := js.held
+	js.held = nil
+	if js.lost || (js.err != nil && !errors.Is(js.err, ErrHandedOff)) {
 		return
 	}
 	actx, cancel := appendContext(ctx)
-	err := ru.j.j.Append(actx, *held)
+	err := js.j.Append(actx, *held)
 	cancel()
-	if err != nil && ru.j.err == nil {
-		ru.appended(ctx, held.Kind, err)
+	if err != nil && js.err == nil {
+		js.appended(ctx, held.Kind, err)
 	} else if err != nil {
-		ru.j.err = errors.Join(ErrJournal, err)
-		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, held.Kind).Str(logKeyErrorType, errType(err)).Send()
+		js.err = errors.Join(ErrJournal, err)
+		js.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, held.Kind).Str(logKeyErrorType, errType(err)).Send()
 	}
 }
 
@@ -460,87 +492,67 @@ func appendContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // appended applies the outcome of an append of kind; false means the run
-// must stop (ru.j.err is set).
-func (ru *run) appended(ctx context.Context, kind string, err error) bool {
+// must stop (js.err is set).
+func (js *journalState) appended(ctx context.Context, kind string, err error) bool {
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrFenced) {
 		// The run is cancelled whatever the journal says: it ends without
 		// it (a resume continues it from its last entry).
-		ru.j.lost = true
-		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, kind).Str(logKeyErrorType, errType(err)).Send()
+		js.lost = true
+		js.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, kind).Str(logKeyErrorType, errType(err)).Send()
 		return true
 	}
 	if err != nil {
-		ru.j.err = errors.Join(ErrJournal, err)
-		ru.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, kind).Str(logKeyErrorType, errType(err)).Send()
+		js.err = errors.Join(ErrJournal, err)
+		js.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, kind).Str(logKeyErrorType, errType(err)).Send()
 		return false
 	}
 	return true
 }
 
-// appendEntryAsync journals e as appendEntry does, but with a
-// [PipelinedJournal] lets the run go on while e is stored; flushJournal
-// (or the next append) waits for it. Only for an entry nothing waits on.
-func (ru *run) appendEntryAsync(ctx context.Context, e JournalEntry) bool {
-	if ru.j == nil || ru.j.err != nil || ru.j.lost || ctx.Err() != nil {
-		return ru.appendEntry(ctx, e)
+// appendAsync journals e as append does, but with a [PipelinedJournal]
+// lets the run go on while e is stored; flush (or the next append) waits
+// for it. Only for an entry nothing waits on (EntryPublished).
+func (js *journalState) appendAsync(ctx context.Context, e JournalEntry) bool {
+	if js.err != nil || js.lost || ctx.Err() != nil {
+		return js.append(ctx, e)
 	}
-	pj, ok := ru.j.j.(PipelinedJournal)
-	if !ok || ru.j.held != nil || !ru.flushJournal(ctx) {
-		return ru.appendEntry(ctx, e)
+	pj, ok := js.j.(PipelinedJournal)
+	if !ok || js.held != nil || !js.flush(ctx) {
+		return js.append(ctx, e)
 	}
-	ru.j.settled = pj.AppendAsync(context.WithoutCancel(ctx), e)
-	ru.j.pending = e.Kind
+	js.pendingC = pj.AppendAsync(context.WithoutCancel(ctx), e)
+	js.pending = e.Kind
 	return true
 }
 
-// flushJournal waits for the entry appendEntryAsync left in flight, before
-// the run's next effect; false means the run must stop.
-func (ru *run) flushJournal(ctx context.Context) bool {
-	if ru.j == nil || ru.j.pending == "" {
-		return ru.j == nil || ru.j.err == nil
+// flush implements [runJournal].
+func (js *journalState) flush(ctx context.Context) bool {
+	if js.pending == "" {
+		return js.err == nil
 	}
-	kind := ru.j.pending
-	ru.j.pending, ru.j.settled = "", nil
+	kind := js.pending
+	js.pending, js.pendingC = "", nil
 	actx, cancel := appendContext(ctx)
-	err := ru.j.j.(PipelinedJournal).Flush(actx)
+	err := js.j.(PipelinedJournal).Flush(actx)
 	cancel()
-	return ru.appended(ctx, kind, err)
+	return js.appended(ctx, kind, err)
 }
 
-// stopped reports whether a durable run must stop: an append failed, or
-// the hand-off signal came (then it records ErrHandedOff).
-func (ru *run) stopped() bool {
-	if ru.j == nil {
-		return false
-	}
-	if ru.j.err != nil {
-		return true
+// checkpoint implements [runJournal].
+func (js *journalState) checkpoint() error {
+	if js.err != nil {
+		return js.err
 	}
 	select {
-	case <-ru.j.handoff:
-		ru.j.err = ErrHandedOff
-		return true
+	case <-js.handoffC:
+		js.err = ErrHandedOff
+		return js.err
 	default:
-		return false
+		return nil
 	}
 }
 
-// journalSettled is closed when the entry appendEntryAsync left in flight
-// is settled; nil when none is.
-func (ru *run) journalSettled() <-chan struct{} {
-	if ru.j == nil {
-		return nil
-	}
-	return ru.j.settled
-}
-
-// handoffC is the hand-off channel, or nil.
-func (ru *run) handoffC() <-chan struct{} {
-	if ru.j == nil {
-		return nil
-	}
-	return ru.j.handoff
-}
+func (js *journalState) settled() <-chan struct{} { return js.pendingC }
 
 var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
@@ -552,26 +564,4 @@ func derivedToken(secret string, run protocol.RunID, purpose string, round, i in
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write([]byte(string(run) + "\x00" + purpose + "\x00" + strconv.Itoa(round) + "\x00" + strconv.Itoa(i)))
 	return keyEncoding.EncodeToString(mac.Sum(nil)[:16])
-}
-
-// dispatchedCalls is the journal form of the calls about to be published.
-func dispatchedCalls(slots []callState, todo []int) []JournaledCall {
-	out := make([]JournaledCall, 0, len(todo))
-	for _, i := range todo {
-		s := &slots[i]
-		out = append(out, JournaledCall{CallKey: s.key, Tool: s.name, TimeoutMS: s.timeout.Milliseconds(), Deadline: s.deadline.At})
-	}
-	return out
-}
-
-// observations is the journal form of a round's answered calls.
-func observations(slots []callState) []JournaledObservation {
-	out := make([]JournaledObservation, len(slots))
-	for i := range slots {
-		s := &slots[i]
-		out[i] = JournaledObservation{CallKey: s.key, Outcome: s.outcome, Content: s.obs, Worker: s.worker,
-			Attempt: s.attempt, Truncated: s.truncated, ErrorType: s.errorType,
-			DurationMS: ms(s.end.Sub(s.start)), GateResult: s.gateResult}
-	}
-	return out
 }

@@ -3,7 +3,6 @@ package loop
 import (
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 )
@@ -107,8 +106,6 @@ func argKeys(obj map[string]any) []string {
 	}
 	return keys
 }
-
-func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // errType names an error's Go type, which is all a trace line says of it.
 func errType(err error) string {

@@ -124,6 +124,13 @@ func clipName(s string) string {
 	return b.String()
 }
 
+// validToolName reports whether name may be a tool's name (and so a subject
+// token). The length check keeps a huge model-written name away from the
+// regular expression.
+func validToolName(name string) bool {
+	return len(name) <= 64 && protocol.ValidToken(name)
+}
+
 // quoteClipped is clipName for values in errors and logs.
 func quoteClipped(s string) string { return "'" + clipName(s) + "'" }
 
@@ -157,10 +164,6 @@ func fmtDuration(d time.Duration) string {
 	}
 	return s
 }
-
-// bound truncates an observation to max runes with the protocol's marker,
-// reporting whether it cut anything.
-func bound(obs string, max int) (string, bool) { return protocol.Truncate(obs, max) }
 
 // obsInputUnanswered answers a call of the input transcript that has no
 // tool message: an earlier run stopped (crashed) before answering it, so

@@ -75,15 +75,15 @@ func (NopObserver) Approval(ApprovalResult) {}
 
 // approvalResult maps how the gate answered a call onto the fixed
 // vocabulary of [ApprovalResult].
-func approvalResult(s *callState) ApprovalResult {
-	switch {
-	case s.gateResult == "approved":
+func approvalResult(c *roundCall) ApprovalResult {
+	switch g := c.ans.GateResult; {
+	case g == "approved":
 		return ApprovalApproved
-	case s.gateResult == "denied":
+	case g == "denied":
 		return ApprovalDenied
-	case s.gateResult == "expired" || s.gateResult == "no_answer":
+	case g == "expired" || g == "no_answer":
 		return ApprovalExpired
-	case s.gateResult == "" && s.outcome == protocol.OutcomeCancelled:
+	case g == "" && c.ans.Outcome == protocol.OutcomeCancelled:
 		return ApprovalCancelled
 	default:
 		return ApprovalUnavailable

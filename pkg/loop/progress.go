@@ -76,12 +76,3 @@ func (ru *run) progressContext(ctx context.Context) context.Context {
 		f(p)
 	})
 }
-
-// trackProgress records a call about to be published, when the run's
-// progress goes somewhere.
-func (ru *run) trackProgress(s *callState) {
-	if !ru.progress.on || s.entry == nil {
-		return
-	}
-	ru.progress.calls.Store(s.key, progressCall{id: protocol.CallID(clipName(s.id)), tool: s.entry.spec.Name, span: s.span})
-}

@@ -24,8 +24,9 @@ const (
 	TerminationJournalLost TerminationReason = "journal_lost"
 )
 
-// TerminationReasons lists every termination reason; docs/result.schema.json
-// names the same (TestResultSchemaEnums).
+// TerminationReasons lists every termination reason: the metrics' closed
+// label vocabulary is derived from it, and docs/result.schema.json names
+// the same (TestResultSchemaEnums).
 var TerminationReasons = []TerminationReason{
 	TerminationNatural, TerminationMaxRounds, TerminationCancelled, TerminationError,
 	TerminationJournalLost, TerminationBudgetExhausted,

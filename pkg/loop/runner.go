@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/schema"
@@ -140,17 +140,31 @@ type run struct {
 	keys map[protocol.CallKey]keyState
 	// skipped remembers catalog entries already logged as unusable.
 	skipped map[string]bool
-	// j is the journal of a durable run; nil otherwise.
-	j *journalState
+	// j is the run's journal: a durable run's, or noJournal.
+	j runJournal
+	// tools is what the catalog offered in the last round, journaled in
+	// the last tools entry: a round offered the same is not journaled
+	// again.
+	tools []protocol.ToolSpec
 	// early holds results a durable run read before it reached their call.
 	early map[protocol.CallKey]protocol.Result
-	// resumedCalls are the journaled calls of the round being resumed,
-	// the only ones an early result is kept for.
-	resumedCalls map[protocol.CallKey]JournaledCall
+	// resumed is the round being resumed, whose calls are the only ones
+	// an early result is kept for.
+	resumed *resumedRound
 	// b is the run's spending against Config.Budget (budget.go).
 	b budgetState
 	// sum is the last summary of the run's window (window.go).
 	sum summaryState
+	// tr is the run's tracer, from its span's start (tracing.go).
+	tr trace.Tracer
+	// handoff is a durable run's [Durable.Handoff]; nil for a plain run.
+	handoff <-chan struct{}
+	// secret is a durable run's secret (EntryStart), from which its call
+	// keys and replacement call ids are derived; "" for a plain run.
+	secret string
+	// startedNotices: the run's context asks for a started notice of
+	// every call ([WithStartedNotices]).
+	startedNotices bool
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -163,6 +177,7 @@ func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
 // execute runs the loop within the run's wall-clock budget, in the run's
 // span.
 func (ru *run) execute(ctx context.Context) (*Result, error) {
+	ru.startedNotices = wantsStartedNotices(ctx)
 	ctx, cancel := context.WithTimeoutCause(ctx, ru.cfg.MaxRunDuration, ErrRunBudget)
 	defer cancel()
 	ctx, endRun := ru.startRunSpan(ctx)
@@ -173,7 +188,7 @@ func (ru *run) execute(ctx context.Context) (*Result, error) {
 
 // newRun returns a run's state; an empty id is drawn from Config.NewID.
 func (r *Runner) newRun(msgs []Message, id protocol.RunID) *run {
-	ru := &run{r: r, cfg: &r.cfg, msgs: msgs, ids: map[string]struct{}{},
+	ru := &run{r: r, cfg: &r.cfg, msgs: msgs, ids: map[string]struct{}{}, j: noJournal{},
 		keys: map[protocol.CallKey]keyState{}, skipped: map[string]bool{}, early: map[protocol.CallKey]protocol.Result{}}
 	ru.id = id
 	if ru.id == "" {
@@ -220,8 +235,8 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 		endRound()
 		ctx, end := ru.startRoundSpan(runCtx, round)
 		endRound = end
-		if ru.stopped() {
-			return nil, ru.j.err
+		if err := ru.j.checkpoint(); err != nil {
+			return nil, err
 		}
 		if ctx.Err() != nil {
 			return ru.ended(ctx)
@@ -231,15 +246,14 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 				Int(logKeyCount, n).Int(logKeyLimit, ru.cfg.MaxTranscriptBytes).Send()
 			return ru.finish(TerminationError, "", ErrTranscriptTooLarge)
 		}
-		if ru.j != nil && ru.j.rp.finished != nil && ru.j.rp.model[round] == nil {
+		if f := ru.j.replay().end(); f != nil && ru.j.replay().response(round) == nil {
 			// The run ended before this round's model answered (cancelled,
 			// or a model failure): it is not asked again.
-			f := ru.j.rp.finished
 			return ru.finish(f.Termination, f.Answer, nil)
 		}
 		tools, defs, err := ru.roundTools(ctx, round)
-		if ru.stopped() {
-			return nil, ru.j.err
+		if err := ru.j.checkpoint(); err != nil {
+			return nil, err
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -251,8 +265,8 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			return ru.finishBudget(rep)
 		}
 		resp, err := ru.roundResponse(ctx, round, defs)
-		if ru.stopped() {
-			return nil, ru.j.err
+		if err := ru.j.checkpoint(); err != nil {
+			return nil, err
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -274,8 +288,8 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			return ru.finish(TerminationNatural, msg.Content, nil)
 		}
 		ru.round(ctx, round, msg, tools, dropped)
-		if ru.stopped() {
-			return nil, ru.j.err
+		if err := ru.j.checkpoint(); err != nil {
+			return nil, err
 		}
 		if ctx.Err() != nil {
 			return ru.ended(ctx)
@@ -319,12 +333,10 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 
 // roundTools is the round's catalog: journaled, or read and journaled.
 func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName]*toolEntry, []ToolDef, error) {
-	if ru.j != nil {
-		if specs, ok := ru.j.rp.journaledTools(round); ok {
-			ru.j.tools = specs
-			m, defs := ru.usable(specs)
-			return m, defs, nil
-		}
+	if specs, ok := ru.j.replay().journaledTools(round); ok {
+		ru.tools = specs
+		m, defs := ru.usable(specs)
+		return m, defs, nil
 	}
 	specs, err := ru.r.catalog.Tools(ctx)
 	if err != nil {
@@ -332,11 +344,11 @@ func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName
 	}
 	// A round offered what the round before was offered journals no
 	// tools entry: a resumed run takes the last one before it.
-	if ru.j != nil && (ru.j.tools == nil || !reflect.DeepEqual(specs, ru.j.tools)) {
-		if !ru.appendEntry(ctx, JournalEntry{Kind: EntryTools, Round: round, Tools: specs}) {
-			return nil, nil, ru.j.err
+	if ru.j.replay() != nil && (ru.tools == nil || !reflect.DeepEqual(specs, ru.tools)) {
+		if !ru.j.append(ctx, JournalEntry{Kind: EntryTools, Round: round, Tools: specs}) {
+			return nil, nil, ru.j.checkpoint()
 		}
-		ru.j.tools = specs
+		ru.tools = specs
 	}
 	m, defs := ru.usable(specs)
 	return m, defs, nil
@@ -345,13 +357,11 @@ func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName
 // roundResponse is the round's model response: journaled, or asked for and
 // journaled before it takes effect.
 func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*Response, error) {
-	if ru.j != nil {
-		if jr := ru.j.rp.model[round]; jr != nil {
-			ru.res.Metadata.ModelCalls++
-			ru.res.Metadata.PromptTokens += max(jr.Usage.PromptTokens, 0)
-			ru.res.Metadata.CompletionTokens += max(jr.Usage.CompletionTokens, 0)
-			return &Response{Message: jr.Message, Usage: jr.Usage, FinishReason: jr.FinishReason}, nil
-		}
+	if jr := ru.j.replay().response(round); jr != nil {
+		ru.res.Metadata.ModelCalls++
+		ru.res.Metadata.PromptTokens += max(jr.Usage.PromptTokens, 0)
+		ru.res.Metadata.CompletionTokens += max(jr.Usage.CompletionTokens, 0)
+		return &Response{Message: jr.Message, Usage: jr.Usage, FinishReason: jr.FinishReason}, nil
 	}
 	resp, err := ru.complete(ctx, round, defs)
 	if err != nil {
@@ -360,17 +370,17 @@ func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*R
 	jr := &JournaledResponse{Message: resp.Message, Usage: resp.Usage, FinishReason: resp.FinishReason}
 	jr.Message.ToolCalls = cloneToolCalls(jr.Message.ToolCalls)
 	// Stored with the round's next entry, before any of its effects.
-	if !ru.holdEntry(ctx, JournalEntry{Kind: EntryModel, Round: round, Response: jr}) {
-		return nil, ru.j.err
+	if !ru.j.hold(ctx, JournalEntry{Kind: EntryModel, Round: round, Response: jr}) {
+		return nil, ru.j.checkpoint()
 	}
 	return resp, nil
 }
 
 // finish completes the Result, journaling its end first.
 func (ru *run) finish(reason TerminationReason, answer string, err error) (*Result, error) {
-	if ru.j != nil && ru.j.rp.finished == nil {
-		if !ru.appendEntry(context.Background(), JournalEntry{Kind: EntryFinished, Termination: reason, Answer: answer}) {
-			return nil, ru.j.err
+	if rp := ru.j.replay(); rp != nil && rp.end() == nil {
+		if !ru.j.append(context.Background(), JournalEntry{Kind: EntryFinished, Termination: reason, Answer: answer}) {
+			return nil, ru.j.checkpoint()
 		}
 	}
 	if ru.res.Budget == nil && ru.cfg.Budget.limited() {
@@ -397,50 +407,6 @@ func (ru *run) closeInbox() {
 	if err := ru.inbox.Close(); err != nil {
 		ru.log.Warn().Str(logKeyEvent, evInboxClose).Str(logKeyErrorType, errType(err)).Send()
 	}
-}
-
-// token returns a fresh id from newID that is a valid subject token and
-// not in used (falling back to protocol.NewID for a bad newID), as a run
-// id, a call key or the text of a call id: it is where the loop mints them.
-func token[T ~string](newID func() string, used func(T) bool) T {
-	for i := 0; ; i++ {
-		id := newID()
-		if i > 0 || !validToolName(id) {
-			id = protocol.NewID()
-		}
-		if used == nil || !used(T(id)) {
-			return T(id)
-		}
-	}
-}
-
-// newKey returns a call key unused in this run: derived from the run's
-// secret, id, round and index in a durable run, so a resumed run
-// addresses the same calls.
-func (ru *run) newKey(round, i int) protocol.CallKey {
-	if ru.j != nil {
-		for n := 0; ; n++ {
-			k := protocol.CallKey(derivedToken(ru.j.secret, ru.id, "key"+strconv.Itoa(n), round, i))
-			if _, used := ru.keys[k]; !used {
-				return k
-			}
-		}
-	}
-	return token(ru.cfg.NewID, func(k protocol.CallKey) bool { _, ok := ru.keys[k]; return ok })
-}
-
-// freshCallID returns a coordinator-made call id unused in the transcript
-// (derived, in a durable run, like newKey).
-func (ru *run) freshCallID(round, i int) string {
-	if ru.j != nil {
-		for n := 0; ; n++ {
-			id := "call_" + derivedToken(ru.j.secret, ru.id, "id"+strconv.Itoa(n), round, i)
-			if _, used := ru.ids[id]; !used {
-				return id
-			}
-		}
-	}
-	return "call_" + token(ru.cfg.NewID, func(k string) bool { _, ok := ru.ids["call_"+k]; return ok })
 }
 
 // toolEntry is one usable catalog entry.

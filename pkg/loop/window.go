@@ -3,6 +3,8 @@ package loop
 import (
 	"context"
 	"strings"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // SummaryPrefix opens the system message that carries a summary of the
@@ -128,7 +130,7 @@ func (ru *run) summary(ctx context.Context, from, to int) string {
 		return ""
 	}
 	ru.spendSummary(resp.Usage, in)
-	s, _ := bound(resp.Message.Content, maxSummaryChars)
+	s, _ := protocol.Truncate(resp.Message.Content, maxSummaryChars)
 	ru.res.Metadata.Summarized++
 	ru.sum.from, ru.sum.to, ru.sum.text = from, to, s
 	return s

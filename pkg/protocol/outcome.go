@@ -38,19 +38,63 @@ const (
 	OutcomeRateLimited Outcome = "rate_limited"
 )
 
-// Outcomes lists every outcome in the order they were added.
-var Outcomes = []Outcome{
-	OutcomeOK, OutcomeFailed, OutcomeInvalidArguments, OutcomeUnknownTool,
-	OutcomeTimeout, OutcomeRejected, OutcomeDenied, OutcomeApprovalExpired,
-	OutcomeCancelled, OutcomeUnknown, OutcomeRateLimited,
+// outcomeSpec is one row of the outcome table.
+type outcomeSpec struct {
+	outcome Outcome
+	// byWorker: a worker may report it in a Result. The others are the
+	// coordinator's own, and a result carrying one is dropped.
+	byWorker bool
 }
+
+// outcomeTable is the one table of outcomes, in the order they were added.
+// Everything else is derived from it or tested against it: [Outcomes],
+// [Outcome.Valid], [Outcome.ByWorker] (the results the loop takes), the
+// metrics' outcome label (any valid outcome, as itself), the loop's
+// observation of a worker's result (loop.TestWorkerOutcomesAnswered) and
+// docs/result.schema.json's enums (loop.TestResultSchemaEnums). Adding an
+// outcome is a constant above, a row here and its producer; a place
+// forgotten fails one of those tests.
+var outcomeTable = []outcomeSpec{
+	{OutcomeOK, true},
+	{OutcomeFailed, true},
+	{OutcomeInvalidArguments, true},
+	{OutcomeUnknownTool, true},
+	{OutcomeTimeout, true},
+	{OutcomeRejected, false},
+	{OutcomeDenied, true},
+	{OutcomeApprovalExpired, false},
+	{OutcomeCancelled, true},
+	{OutcomeUnknown, false},
+	{OutcomeRateLimited, true},
+}
+
+// Outcomes lists every outcome in the order they were added.
+var Outcomes = func() []Outcome {
+	out := make([]Outcome, len(outcomeTable))
+	for i, row := range outcomeTable {
+		out[i] = row.outcome
+	}
+	return out
+}()
 
 // Valid reports whether o is one of [Outcomes].
 func (o Outcome) Valid() bool {
-	for _, k := range Outcomes {
-		if o == k {
-			return true
+	_, ok := o.spec()
+	return ok
+}
+
+// ByWorker reports whether a worker may report o in a [Result]; the other
+// outcomes are the coordinator's own.
+func (o Outcome) ByWorker() bool {
+	row, ok := o.spec()
+	return ok && row.byWorker
+}
+
+func (o Outcome) spec() (outcomeSpec, bool) {
+	for _, row := range outcomeTable {
+		if row.outcome == o {
+			return row, true
 		}
 	}
-	return false
+	return outcomeSpec{}, false
 }

@@ -61,7 +61,12 @@ func (c *caller) call(tool protocol.ToolName, args string, d time.Duration) prot
 
 func (c *caller) publish(t *testing.T, ctx context.Context, call protocol.Call) {
 	t.Helper()
-	if err := c.d.Publish(ctx, call); err != nil {
+	c.publishOutgoing(t, ctx, loop.Outgoing{Call: call})
+}
+
+func (c *caller) publishOutgoing(t *testing.T, ctx context.Context, o loop.Outgoing) {
+	t.Helper()
+	if err := c.d.Publish(ctx, o); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 }
@@ -252,7 +257,7 @@ func TestPublicWorkerRedeliversADeadWorkersIdempotentCall(t *testing.T) {
 	doomed := start("doomed")
 	c := newCaller(t, fleet)
 	call := c.call("job", `{}`, 30*time.Second)
-	c.publish(t, loop.WithStartedNotices(t.Context()), call)
+	c.publishOutgoing(t, t.Context(), loop.Outgoing{Call: call, StartedNotices: true})
 	c.next(t, func(ev loop.Event) bool { return ev.Started != nil && ev.Started.CallKey == call.CallKey })
 	doomed.Close() // the worker's process dies: no heartbeat, no result
 

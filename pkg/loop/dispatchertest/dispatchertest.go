@@ -96,7 +96,7 @@ func testPublishAndGather(t *testing.T, newFleet NewFleet) {
 	keys := []protocol.CallKey{"k1", "k2", "k3"}
 	for i, key := range keys {
 		c := call(run, key, "echo", i+1)
-		if err := f.Dispatcher.Publish(ctx, c); err != nil {
+		if err := f.Dispatcher.Publish(ctx, loop.Outgoing{Call: c}); err != nil {
 			t.Fatalf("Publish(%s): %v", key, err)
 		}
 	}

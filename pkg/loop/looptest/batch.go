@@ -28,11 +28,7 @@ func (b *Batcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []err
 	errs := make([]error, len(calls))
 	for i, o := range calls {
 		batch[i] = o.Call
-		pctx := o.Ctx
-		if pctx == nil {
-			pctx = ctx
-		}
-		errs[i] = b.Publish(pctx, o.Call)
+		errs[i] = b.Publish(ctx, o)
 	}
 	b.mu.Lock()
 	b.batches = append(b.batches, batch)

@@ -70,7 +70,7 @@ type Dispatcher struct {
 	queued    map[protocol.CallKey]bool            // held by Hold, not withdrawn
 	asked     []protocol.CallKey                   // Withdraw's calls, in order
 	withdrawn []protocol.CallKey
-	atMost    map[protocol.CallKey]bool // published under loop.WithAtMostOnce
+	atMost    map[protocol.CallKey]bool // published AtMostOnce
 }
 
 var _ loop.Dispatcher = (*Dispatcher)(nil)
@@ -114,7 +114,8 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 
 // Publish implements [loop.Dispatcher]. It refuses invalid calls and calls
 // of runs that have not opened an inbox.
-func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
+func (d *Dispatcher) Publish(ctx context.Context, o loop.Outgoing) error {
+	c := o.Call
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("looptest: invalid call: %w", err)
 	}
@@ -154,7 +155,7 @@ func (d *Dispatcher) Publish(ctx context.Context, c protocol.Call) error {
 		d.seen[c.CallKey] = true
 	}
 	d.published = append(d.published, c)
-	if loop.AtMostOnce(ctx) {
+	if o.AtMostOnce {
 		if d.atMost == nil {
 			d.atMost = map[protocol.CallKey]bool{}
 		}
@@ -251,8 +252,8 @@ func (d *Dispatcher) Store(run protocol.RunID, res protocol.Result) {
 	d.stored[run] = append(d.stored[run], res)
 }
 
-// AtMostOnce reports whether the call of key was published under
-// loop.WithAtMostOnce.
+// AtMostOnce reports whether the call of key was published
+// [loop.Outgoing.AtMostOnce].
 func (d *Dispatcher) AtMostOnce(key protocol.CallKey) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()

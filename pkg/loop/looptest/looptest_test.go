@@ -74,12 +74,12 @@ func TestDispatcher(t *testing.T) {
 	})
 	call := protocol.Call{V: 1, RunID: "run1", Round: 1, CallKey: "k1", CallID: "c1", Tool: "echo",
 		Arguments: []byte(`{}`), Deadline: time.Now().Add(time.Minute), Attempt: 1}
-	if err := d.Publish(t.Context(), call); err == nil {
+	if err := d.Publish(t.Context(), loop.Outgoing{Call: call}); err == nil {
 		t.Fatal("Publish before Open succeeded")
 	}
 	bad := call
 	bad.Tool = "a.b"
-	if err := d.Publish(t.Context(), bad); err == nil {
+	if err := d.Publish(t.Context(), loop.Outgoing{Call: bad}); err == nil {
 		t.Fatal("Publish of an invalid call succeeded")
 	}
 	ib, err := d.Open(t.Context(), "run1")
@@ -90,7 +90,7 @@ func TestDispatcher(t *testing.T) {
 	if _, err := d.Open(t.Context(), "run1"); err == nil {
 		t.Fatal("second Open of a run succeeded")
 	}
-	if err := d.Publish(t.Context(), call); err != nil {
+	if err := d.Publish(t.Context(), loop.Outgoing{Call: call}); err != nil {
 		t.Fatal(err)
 	}
 	ev := <-ib.Events()
@@ -99,7 +99,7 @@ func TestDispatcher(t *testing.T) {
 	}
 	hang := call
 	hang.CallKey, hang.Tool = "k2", "hang"
-	if err := d.Publish(t.Context(), hang); err != nil {
+	if err := d.Publish(t.Context(), loop.Outgoing{Call: hang}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Cancel(t.Context(), protocol.Cancel{V: 1, RunID: "run1", CallKey: "k2"}); err != nil {

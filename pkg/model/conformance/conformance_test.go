@@ -405,8 +405,8 @@ func TestModelSpansNameProviderAndModel(t *testing.T) {
 				for _, a := range sp.Attributes {
 					got[string(a.Key)] = a.Value.Emit()
 				}
-				if sp.Name != "chat "+p.genAI[1] || got[loop.AttrProvider] != p.genAI[0] || got[loop.AttrRequestModel] != p.genAI[1] {
-					t.Errorf("span %q: provider %q model %q, want %q %q", sp.Name, got[loop.AttrProvider], got[loop.AttrRequestModel], p.genAI[0], p.genAI[1])
+				if sp.Name != "chat "+p.genAI[1] || got["gen_ai.provider.name"] != p.genAI[0] || got["gen_ai.request.model"] != p.genAI[1] {
+					t.Errorf("span %q: provider %q model %q, want %q %q", sp.Name, got["gen_ai.provider.name"], got["gen_ai.request.model"], p.genAI[0], p.genAI[1])
 				}
 			}
 			if chats != 2 {
