@@ -29,8 +29,12 @@ phase() {
   phase_name=$1 phase_start=$SECONDS
   [ -z "$1" ] || echo "== ${2:-$1}"
 }
+e2epid= e2elog=
 on_exit() {
   local code=$?
+  # a background step still running (this run failed or was stopped)
+  [ -z "$e2epid" ] || kill -- "-$e2epid" 2>/dev/null || true
+  [ -z "$e2elog" ] || rm -f "$e2elog"
   phase ""
   echo "== wall time by phase:"
   printf '%s\n' "${phases[@]}"
@@ -86,17 +90,39 @@ fi
 # and each line it prints is a package being compiled.
 phase build "build $race ./... (minutes on a fresh machine; quiet when the cache is warm)"
 go build $race -v ./... 2>&1 | sed 's/^/  /'
+# and what deploy's tests build as the Dockerfile does (static, -trimpath,
+# so their copy of the tree hits this cache)
+CGO_ENABLED=0 go build -trimpath -o /dev/null ./cmd/coordinator
+CGO_ENABLED=0 go build -trimpath -o /dev/null ./cmd/toolworker
 phase "nats CLI" "the nats CLI the tests drive (built once into the Go cache)"
 go run ./internal/natscli/install
 
-# The end-to-end tests run two at a time (most are parallel: they wait on
-# processes, ack waits and deadlines) and by themselves, after the other
-# packages: beside another package's tests they would starve each other's
-# heartbeats on a two-core machine.
-phase "go test" "go test $race ./... (all but ./e2e)"
-go test $race -count=1 -timeout 20m $(go list ./... | grep -v '/e2e$')
-phase "go test e2e" "go test $race ./e2e"
-go test $race -count=1 -timeout 20m ./e2e
+# The tests, in two steps. Most tests wait (on processes, ack waits,
+# deadlines, elections), not compute, so they share the machine: every
+# package but ./e2e ($TESTP packages and $TESTP parallel tests at a time)
+# runs beside the e2e package's parallel tests ($TESTP at a time). Then the
+# e2e tests marked "// Not parallel:" run by themselves, as before: the
+# chaos and load tests keep both cores busy, and a few bound how long an
+# answer takes. Each step's output is printed whole when it ends.
+TESTP=${TESTP:-4}
+alone=$(awk '/^func Test/ { name = $2; sub(/\(.*/, "", name) }
+  /^[[:space:]]*\/\/ Not parallel:/ { print name }' e2e/*_test.go | sort -u | paste -sd'|' -)
+[ -n "$alone" ] || alone='^$' # none marked: all run in the first step
+phase "go test" "go test $race ./... beside go test $race ./e2e -skip '$alone' ($TESTP at a time)"
+e2elog=$(mktemp)
+set -m # the e2e step in a process group of its own, so an early exit can stop it
+go test $race -count=1 -timeout 20m -parallel "$TESTP" -skip "^($alone)\$" ./e2e >"$e2elog" 2>&1 &
+e2epid=$!
+set +m
+status=0
+go test $race -count=1 -timeout 20m -p "$TESTP" -parallel "$TESTP" $(go list ./... | grep -v '/e2e$') || status=$?
+echo "   (./e2e's parallel tests, beside those:)"
+wait "$e2epid" || status=$?
+e2epid=
+sed 's/^/  /' "$e2elog"
+[ "$status" = 0 ] || exit "$status"
+phase "go test e2e" "go test $race ./e2e -run '$alone' (by themselves)"
+go test $race -count=1 -timeout 20m -run "^($alone)\$" ./e2e
 
 # fuzz_one DIR TARGET fuzzes one target for $FUZZTIME with one worker
 # process, and prints what happened in one write (targets run $FUZZJOBS at
