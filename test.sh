@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (see README): formatting, vet, the test suite
-# (race-enabled where cgo is available) and a short run of a rotating
-# quarter of the fuzz targets (plus every target of a package the last
-# commit changed).
+# (race-enabled where cgo is available; the e2e package's parallel tests
+# beside the other packages, then its chaos, load and time-bounded tests by
+# themselves) and a short run of a rotating quarter of the fuzz targets
+# (plus every target of a package the last commit changed).
 #
 #   ./test.sh                  what CI runs
 #   ./test.sh fast [PKG...]    the inner loop: gofmt, vet and go test -short
@@ -12,6 +13,8 @@
 #   FUZZTIME=30s ./test.sh     fuzz each chosen target longer (default 5s; 0 skips fuzzing)
 #   FUZZJOBS=1 ./test.sh       fuzz one target at a time (default 2, one worker each)
 #   FUZZALL=1 ./test.sh        fuzz every target, not the rotating quarter
+#   TESTP=1 ./test.sh          test one package at a time (default 3)
+#   E2E_BESIDE=0 ./test.sh     the e2e package after the others, not beside them
 set -euo pipefail
 cd "$(dirname "$0")"
 FUZZTIME=${FUZZTIME:-5s}
@@ -98,31 +101,42 @@ phase "nats CLI" "the nats CLI the tests drive (built once into the Go cache)"
 go run ./internal/natscli/install
 
 # The tests, in two steps. Most tests wait (on processes, ack waits,
-# deadlines, elections), not compute, so they share the machine: every
-# package but ./e2e ($TESTP packages and $TESTP parallel tests at a time)
-# runs beside the e2e package's parallel tests ($TESTP at a time). Then the
-# e2e tests marked "// Not parallel:" run by themselves, as before: the
-# chaos and load tests keep both cores busy, and a few bound how long an
-# answer takes. Each step's output is printed whole when it ends.
-TESTP=${TESTP:-4}
+# deadlines, elections) rather than compute: run one package after another
+# and a two-core machine sits mostly idle. So every package but ./e2e
+# ($TESTP packages at a time) runs beside the e2e package's parallel tests
+# (two at a time, as go test runs parallel tests on two cores). Then the
+# e2e tests marked "// Not parallel:" run by themselves: the chaos and load
+# tests keep both cores busy, and a few bound how long an answer takes.
+# Each step's output is printed whole when it ends. On a machine loaded by
+# other work, TESTP=1 (and E2E_BESIDE=0: the e2e package after the others,
+# as a whole) trade time for headroom.
+TESTP=${TESTP:-3}
 alone=$(awk '/^func Test/ { name = $2; sub(/\(.*/, "", name) }
   /^[[:space:]]*\/\/ Not parallel:/ { print name }' e2e/*_test.go | sort -u | paste -sd'|' -)
 [ -n "$alone" ] || alone='^$' # none marked: all run in the first step
-phase "go test" "go test $race ./... beside go test $race ./e2e -skip '$alone' ($TESTP at a time)"
-e2elog=$(mktemp)
-set -m # the e2e step in a process group of its own, so an early exit can stop it
-go test $race -count=1 -timeout 20m -parallel "$TESTP" -skip "^($alone)\$" ./e2e >"$e2elog" 2>&1 &
-e2epid=$!
-set +m
-status=0
-go test $race -count=1 -timeout 20m -p "$TESTP" -parallel "$TESTP" $(go list ./... | grep -v '/e2e$') || status=$?
-echo "   (./e2e's parallel tests, beside those:)"
-wait "$e2epid" || status=$?
-e2epid=
-sed 's/^/  /' "$e2elog"
-[ "$status" = 0 ] || exit "$status"
-phase "go test e2e" "go test $race ./e2e -run '$alone' (by themselves)"
-go test $race -count=1 -timeout 20m -run "^($alone)\$" ./e2e
+others=$(go list ./... | grep -v '/e2e$')
+if [ "${E2E_BESIDE:-1}" = 0 ]; then
+  phase "go test" "go test $race ./... (all but ./e2e, $TESTP packages at a time)"
+  go test $race -count=1 -timeout 20m -p "$TESTP" $others
+  phase "go test e2e" "go test $race ./e2e"
+  go test $race -count=1 -timeout 20m ./e2e
+else
+  phase "go test" "go test $race ./... ($TESTP packages at a time) beside go test $race ./e2e -skip '$alone'"
+  e2elog=$(mktemp)
+  set -m # the e2e step in a process group of its own, so an early exit can stop it
+  go test $race -count=1 -timeout 20m -skip "^($alone)\$" ./e2e >"$e2elog" 2>&1 &
+  e2epid=$!
+  set +m
+  status=0
+  go test $race -count=1 -timeout 20m -p "$TESTP" $others || status=$?
+  echo "   (and ./e2e's parallel tests, beside those:)"
+  wait "$e2epid" || status=$?
+  e2epid=
+  sed 's/^/  /' "$e2elog"
+  [ "$status" = 0 ] || exit "$status"
+  phase "go test e2e" "go test $race ./e2e -run '$alone' (by themselves)"
+  go test $race -count=1 -timeout 20m -run "^($alone)\$" ./e2e
+fi
 
 # fuzz_one DIR TARGET fuzzes one target for $FUZZTIME with one worker
 # process, and prints what happened in one write (targets run $FUZZJOBS at
