@@ -32,12 +32,13 @@ phase() {
   phase_name=$1 phase_start=$SECONDS
   [ -z "$1" ] || echo "== ${2:-$1}"
 }
-e2epid= e2elog=
+e2epid= e2elog= e2ebin=
 on_exit() {
   local code=$?
   # a background step still running (this run failed or was stopped)
   [ -z "$e2epid" ] || kill -- "-$e2epid" 2>/dev/null || true
   [ -z "$e2elog" ] || rm -f "$e2elog"
+  [ -z "$e2ebin" ] || rm -rf "$e2ebin"
   phase ""
   echo "== wall time by phase:"
   printf '%s\n' "${phases[@]}"
@@ -97,6 +98,12 @@ go build $race -v ./... 2>&1 | sed 's/^/  /'
 # so their copy of the tree hits this cache)
 CGO_ENABLED=0 go build -trimpath -o /dev/null ./cmd/coordinator
 CGO_ENABLED=0 go build -trimpath -o /dev/null ./cmd/toolworker
+# and the commands the e2e tests run, once for both of the steps below
+e2ebin=$(mktemp -d)
+go build $race -o "$e2ebin" ./cmd/coordinator ./cmd/toolworker
+go build -o "$e2ebin/mcptestserver" ./pkg/mcptool/mcptooltest/cmd/mcptestserver
+go build -o "$e2ebin/sidefx" ./e2e/sidefx
+export TOOLFLEET_E2E_BIN=$e2ebin
 phase "nats CLI" "the nats CLI the tests drive (built once into the Go cache)"
 go run ./internal/natscli/install
 
