@@ -118,8 +118,8 @@ go run ./internal/natscli/install
 # other work, TESTP=1 (and E2E_BESIDE=0: the e2e package after the others,
 # as a whole) trade time for headroom.
 TESTP=${TESTP:-3}
-alone=$(awk '/^func Test/ { name = $2; sub(/\(.*/, "", name) }
-  /^[[:space:]]*\/\/ Not parallel:/ { print name }' e2e/*_test.go | sort -u | paste -sd'|' -)
+alone=$(awk '/^func / { name = "" } /^func Test/ { name = $2; sub(/\(.*/, "", name) }
+  /^[[:space:]]*\/\/ Not parallel:/ && name != "" { print name }' e2e/*_test.go | sort -u | paste -sd'|' -)
 [ -n "$alone" ] || alone='^$' # none marked: all run in the first step
 others=$(go list ./... | grep -v '/e2e$')
 if [ "${E2E_BESIDE:-1}" = 0 ]; then
