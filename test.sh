@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (see README): formatting, vet, the test suite
-# (race-enabled where cgo is available) and a short run of a rotating
-# quarter of the fuzz targets (plus every target of a package the last
-# commit changed).
+# (race-enabled where cgo is available; the e2e package's parallel tests
+# beside the other packages, then its chaos, load and time-bounded tests by
+# themselves) and a short run of a rotating quarter of the fuzz targets
+# (plus every target of a package the last commit changed).
 #
 #   ./test.sh                  what CI runs
 #   ./test.sh fast [PKG...]    the inner loop: gofmt, vet and go test -short
@@ -12,6 +13,8 @@
 #   FUZZTIME=30s ./test.sh     fuzz each chosen target longer (default 5s; 0 skips fuzzing)
 #   FUZZJOBS=1 ./test.sh       fuzz one target at a time (default 2, one worker each)
 #   FUZZALL=1 ./test.sh        fuzz every target, not the rotating quarter
+#   TESTP=1 ./test.sh          test one package at a time (default 3)
+#   E2E_BESIDE=0 ./test.sh     the e2e package after the others, not beside them
 set -euo pipefail
 cd "$(dirname "$0")"
 FUZZTIME=${FUZZTIME:-5s}
@@ -29,8 +32,13 @@ phase() {
   phase_name=$1 phase_start=$SECONDS
   [ -z "$1" ] || echo "== ${2:-$1}"
 }
+e2epid= e2elog= e2ebin=
 on_exit() {
   local code=$?
+  # a background step still running (this run failed or was stopped)
+  [ -z "$e2epid" ] || kill -- "-$e2epid" 2>/dev/null || true
+  [ -z "$e2elog" ] || rm -f "$e2elog"
+  [ -z "$e2ebin" ] || rm -rf "$e2ebin"
   phase ""
   echo "== wall time by phase:"
   printf '%s\n' "${phases[@]}"
@@ -50,6 +58,17 @@ changed_packages() {
     done
 }
 
+# race is -race where cgo works. go vet takes it too: vet type-checks
+# against its dependencies' compiled export data, so with the same build
+# flags as the tests it shares their compile cache instead of compiling
+# every dependency a second time (a full compile on a fresh machine). The
+# project has no race-tagged files, so vet reads the same sources.
+race=-race
+if [ "$(go env CGO_ENABLED)" != "1" ] || ! command -v "$(go env CC)" >/dev/null 2>&1; then
+  echo "note: no C compiler for cgo, so the race detector is off for this run"
+  race=
+fi
+
 if [ "${1:-}" = fast ]; then
   shift
   pkgs=("$@")
@@ -58,10 +77,10 @@ if [ "${1:-}" = fast ]; then
   phase "gofmt"
   unformatted=$(gofmt -l "${pkgs[@]}")
   [ -z "$unformatted" ] || { echo "gofmt would change:"; echo "$unformatted"; exit 1; }
-  phase "go vet" "go vet ${pkgs[*]}"
-  go vet "${pkgs[@]}"
-  phase "go test" "go test -short -race ${pkgs[*]}"
-  go test -short -race -count=1 "${pkgs[@]}"
+  phase "go vet" "go vet $race ${pkgs[*]}"
+  go vet $race "${pkgs[@]}"
+  phase "go test" "go test -short $race ${pkgs[*]}"
+  go test -short $race -count=1 "${pkgs[@]}"
   echo "== fast checks passed (CI runs everything: ./test.sh)"
   exit 0
 fi
@@ -72,31 +91,65 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-phase "go vet"
-go vet ./...
+phase "go vet" "go vet $race ./..."
+go vet $race ./...
 
-race=-race
-if [ "$(go env CGO_ENABLED)" != "1" ] || ! command -v "$(go env CC)" >/dev/null 2>&1; then
-  echo "note: no C compiler for cgo, so the race detector is off for this run"
-  race=
-fi
 
 # Everything the tests run is built here, before any test starts a clock:
 # on a fresh machine (empty module and build caches) this is the slow part,
 # and each line it prints is a package being compiled.
 phase build "build $race ./... (minutes on a fresh machine; quiet when the cache is warm)"
 go build $race -v ./... 2>&1 | sed 's/^/  /'
+# and what deploy's tests build as the Dockerfile does (static, -trimpath,
+# so their copy of the tree hits this cache)
+CGO_ENABLED=0 go build -trimpath -o /dev/null ./cmd/coordinator
+CGO_ENABLED=0 go build -trimpath -o /dev/null ./cmd/toolworker
+# and the commands the e2e tests run, once for both of the steps below
+e2ebin=$(mktemp -d)
+go build $race -o "$e2ebin" ./cmd/coordinator ./cmd/toolworker
+go build -o "$e2ebin/mcptestserver" ./pkg/mcptool/mcptooltest/cmd/mcptestserver
+go build -o "$e2ebin/sidefx" ./e2e/sidefx
+export TOOLFLEET_E2E_BIN=$e2ebin
 phase "nats CLI" "the nats CLI the tests drive (built once into the Go cache)"
 go run ./internal/natscli/install
 
-# The end-to-end tests run two at a time (most are parallel: they wait on
-# processes, ack waits and deadlines) and by themselves, after the other
-# packages: beside another package's tests they would starve each other's
-# heartbeats on a two-core machine.
-phase "go test" "go test $race ./... (all but ./e2e)"
-go test $race -count=1 -timeout 20m $(go list ./... | grep -v '/e2e$')
-phase "go test e2e" "go test $race ./e2e"
-go test $race -count=1 -timeout 20m ./e2e
+# The tests, in two steps. Most tests wait (on processes, ack waits,
+# deadlines, elections) rather than compute: run one package after another
+# and a two-core machine sits mostly idle. So every package but ./e2e
+# ($TESTP packages at a time) runs beside the e2e package's parallel tests
+# (two at a time, as go test runs parallel tests on two cores). Then the
+# e2e tests marked "// Not parallel:" run by themselves: the chaos and load
+# tests keep both cores busy, and a few bound how long an answer takes.
+# Each step's output is printed whole when it ends. On a machine loaded by
+# other work, TESTP=1 (and E2E_BESIDE=0: the e2e package after the others,
+# as a whole) trade time for headroom.
+TESTP=${TESTP:-3}
+alone=$(awk '/^func / { name = "" } /^func Test/ { name = $2; sub(/\(.*/, "", name) }
+  /^[[:space:]]*\/\/ Not parallel:/ && name != "" { print name }' e2e/*_test.go | sort -u | paste -sd'|' -)
+[ -n "$alone" ] || alone='^$' # none marked: all run in the first step
+others=$(go list ./... | grep -v '/e2e$')
+if [ "${E2E_BESIDE:-1}" = 0 ]; then
+  phase "go test" "go test $race ./... (all but ./e2e, $TESTP packages at a time)"
+  go test $race -count=1 -timeout 20m -p "$TESTP" $others
+  phase "go test e2e" "go test $race ./e2e"
+  go test $race -count=1 -timeout 20m ./e2e
+else
+  phase "go test" "go test $race ./... ($TESTP packages at a time) beside go test $race ./e2e -skip '$alone'"
+  e2elog=$(mktemp)
+  set -m # the e2e step in a process group of its own, so an early exit can stop it
+  go test $race -count=1 -timeout 20m -skip "^($alone)\$" ./e2e >"$e2elog" 2>&1 &
+  e2epid=$!
+  set +m
+  status=0
+  go test $race -count=1 -timeout 20m -p "$TESTP" $others || status=$?
+  echo "   (and ./e2e's parallel tests, beside those:)"
+  wait "$e2epid" || status=$?
+  e2epid=
+  sed 's/^/  /' "$e2elog"
+  [ "$status" = 0 ] || exit "$status"
+  phase "go test e2e" "go test $race ./e2e -run '$alone' (by themselves)"
+  go test $race -count=1 -timeout 20m -run "^($alone)\$" ./e2e
+fi
 
 # fuzz_one DIR TARGET fuzzes one target for $FUZZTIME with one worker
 # process, and prints what happened in one write (targets run $FUZZJOBS at

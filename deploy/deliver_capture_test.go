@@ -20,6 +20,7 @@ import (
 // coordinator may not subscribe under fleet.approval.>, the push consumer
 // stays unbound and delivers nothing, and the audit log stays as it was.
 func TestHostileDeliverSubjectIntoTheAuditLog(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	ctx := t.Context()

@@ -22,6 +22,7 @@ import (
 // arrives on the foreign subject, and a request with the requester's inbox
 // is answered.
 func TestHostileDiscoveryReplySubject(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	worker := connectAs(t, s, "worker")
 	svc, err := micro.AddService(worker.nc, micro.Config{Name: "toolworker", Version: "0.1.0"})

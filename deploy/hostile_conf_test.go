@@ -42,6 +42,7 @@ var streamAttacks = map[string]func(c *jetstream.StreamConfig){
 // JetStream client; afterwards every stream still has exactly its expected
 // configuration.
 func TestHostileStreamRewrites(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	subjects := protocol.Subjects{}
@@ -137,6 +138,7 @@ func TestHostileStreamRewrites(t *testing.T) {
 // not the shared _INBOX.>, not another role's prefix, not everything — and
 // each role's own replies still work on its own prefix.
 func TestHostileInboxSniffing(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	for _, role := range append([]string{"admin"}, fleetRoles...) {
@@ -181,6 +183,7 @@ func TestHostileInboxSniffing(t *testing.T) {
 // cannot read calls, results, approvals or the run queue, nor publish
 // anything but a submission.
 func TestHostileWorkerAndClient(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	worker := connectAs(t, s, "worker")
@@ -262,6 +265,7 @@ func TestHostileWorkerAndClient(t *testing.T) {
 // consumer first), nor by publishing deploy's results or catalog entry;
 // and deploy's workers serve deploy only.
 func TestHostileWorkerOfAnotherTool(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	admin := connectAs(t, s, "admin")

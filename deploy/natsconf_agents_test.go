@@ -23,6 +23,7 @@ const agentDoc = `{"name":"support","model":{"provider":"anthropic","name":"clau
 // read them (by revision too) and may neither write nor remove one, and
 // workers and clients may do neither.
 func TestConfAgentsWrittenByAdminAndOperatorOnly(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	ctx := t.Context()
 	provision(t, s)
@@ -87,6 +88,7 @@ func TestConfAgentsWrittenByAdminAndOperatorOnly(t *testing.T) {
 // TestConfAgentsNatsCLI: the nats kv commands docs/agents.md gives work
 // as the operator user.
 func TestConfAgentsNatsCLI(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	ctx := t.Context()
 	provision(t, s)

@@ -13,6 +13,7 @@ import (
 // user may read a run's progress, and the client may neither forge it nor
 // read another client's.
 func TestConfRunProgress(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	coord := connectAs(t, s, "coordinator")
 	worker := connectAs(t, s, "worker")

@@ -42,6 +42,7 @@ func TestConfNeedsEachPassword(t *testing.T) {
 // result, the coordinator user takes it and stores and announces its
 // result; nobody else can forge any of it.
 func TestConfServeAndSubmit(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	ctx := t.Context()
 	coord := connectAs(t, s, "coordinator")
@@ -187,6 +188,7 @@ func TestConfServeAndSubmit(t *testing.T) {
 // submission also goes to the publisher's reply subject: it is checked
 // apart (TestConfSubmissionAckReflection).
 func TestConfSubmissionReplyReachesNoStream(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	ctx := t.Context()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,13 +35,12 @@ var passwords = map[string]string{
 
 // startFromConf starts a server from nats-server.conf, parsed by
 // nats-server's own parser, on a random loopback port with its store in a
-// temporary directory.
+// temporary directory. It sets the passwords the file reads only while it
+// parses (not with t.Setenv), so the tests that call it may run in
+// parallel.
 func startFromConf(t *testing.T) *server.Server {
 	t.Helper()
-	for user, pw := range passwords {
-		t.Setenv(passwordVar(user), pw)
-	}
-	opts, err := server.ProcessConfigFile("nats-server.conf")
+	opts, err := processConfWithPasswords("nats-server.conf")
 	if err != nil {
 		t.Fatalf("ProcessConfigFile: %v", err)
 	}
@@ -59,6 +59,29 @@ func startFromConf(t *testing.T) *server.Server {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s
+}
+
+// confEnv serialises processConfWithPasswords: the environment is the
+// process's, and parallel tests parse at the same time.
+var confEnv sync.Mutex
+
+// processConfWithPasswords parses the server config at path with each
+// user's password of passwords in the environment variable it reads, and
+// restores the environment before it returns.
+func processConfWithPasswords(path string) (*server.Options, error) {
+	confEnv.Lock()
+	defer confEnv.Unlock()
+	for user, pw := range passwords {
+		v := passwordVar(user)
+		old, had := os.LookupEnv(v)
+		os.Setenv(v, pw)
+		if had {
+			defer os.Setenv(v, old)
+		} else {
+			defer os.Unsetenv(v)
+		}
+	}
+	return server.ProcessConfigFile(path)
 }
 
 type client struct {
@@ -129,6 +152,7 @@ func violated(t *testing.T, c client, op, subj string) bool {
 }
 
 func TestConfRefusesUnknownClients(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	for name, opts := range map[string][]nats.Option{
 		"anonymous":      nil,
@@ -162,6 +186,7 @@ func TestConfNeedsEveryPassword(t *testing.T) {
 }
 
 func TestConfPermissions(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	ctx := t.Context()
 	coord := connectAs(t, s, "coordinator")
@@ -399,6 +424,7 @@ func TestConfPermissions(t *testing.T) {
 // permissions: the coordinator user runs the gate, the operator user lists
 // and answers with the approvals commands and with the nats CLI.
 func TestConfOperatorWorkflow(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	ctx := t.Context()
 	coord := connectAs(t, s, "coordinator")

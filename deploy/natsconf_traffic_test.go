@@ -24,6 +24,7 @@ import (
 // the pause; the operator pauses and resumes with "coordinator tools" and
 // with the nats CLI.
 func TestConfToolPause(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	ctx := t.Context()
 	provision(t, s)
@@ -135,6 +136,7 @@ func TestConfToolPause(t *testing.T) {
 // workers of a coordinator may advance the token buckets (bucket.<tool>)
 // and read the limits, never set one; a client may do neither.
 func TestConfToolLimits(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	ctx := t.Context()
 	provision(t, s)

@@ -36,6 +36,7 @@ import (
 // call must still be published and run by deploy's workers, and the
 // model must see its real result, never the forged one.
 func TestHostileForgedResultOfAnotherTool(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	admin := connectAs(t, s, "admin")

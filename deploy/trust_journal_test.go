@@ -33,6 +33,7 @@ import (
 //     them) ends journal_lost when it is resumed: the model is not asked
 //     again, no call is published again, the tool ran once.
 func TestHostileJournalLoss(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	admin := connectAs(t, s, "admin")
 	subjects := protocol.Subjects{}

@@ -187,11 +187,10 @@ func lastSeqOf(t *testing.T, c client, stream string) uint64 {
 // was stored for a decision: the gated call expires, and a call carrying
 // it as its proof is refused.
 func TestHostileReflectedDecision(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	admin := connectAs(t, s, "admin")
-	coord := connectAs(t, s, "coordinator")
-	worker := connectAs(t, s, "worker")
 	subjects := protocol.Subjects{}
 	if !refusedPub(t, connectAs(t, s, "worker"), "fleet.approval.decision.R.K") {
 		t.Fatal("a worker may publish a decision itself")
@@ -235,6 +234,16 @@ func TestHostileReflectedDecision(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each case waits out a gate's deadline, so they run at the
+			// same time, each on a server of its own: imitated_headers
+			// predicts the sequence its reflected copy gets, which another
+			// case's writes to the audit log would change.
+			t.Parallel()
+			s := startFromConf(t)
+			provision(t, s)
+			admin := connectAs(t, s, "admin")
+			coord := connectAs(t, s, "coordinator")
+			worker := connectAs(t, s, "worker")
 			ctx := t.Context()
 			gate := approval.NewGate(coord.nc, coord.js, subjects, approval.GateConfig{Logger: zerolog.Nop()})
 			run, key := protocol.NewRunID(), protocol.NewCallKey()
@@ -309,6 +318,7 @@ func TestHostileReflectedDecision(t *testing.T) {
 // message get's answer, a JSON envelope, is stored in the results stream
 // on deploy's subject, and the coordinator's inbox refuses it.
 func TestHostileReflectedResult(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	admin := connectAs(t, s, "admin")

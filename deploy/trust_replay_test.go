@@ -62,6 +62,7 @@ func startDeployWorker(t *testing.T, c client, name string, runs *atomic.Int64) 
 // shipped deploy/nats-server.conf the approval buys exactly one
 // execution: every copy is refused as replayed.
 func TestHostileApprovalReplayRunsOnce(t *testing.T) {
+	t.Parallel()
 	s := startFromConf(t)
 	provision(t, s)
 	admin := connectAs(t, s, "admin")

@@ -77,7 +77,7 @@ func TestForgedApprovalsNeverRun(t *testing.T) {
 			}
 		})
 	}
-	worker.waitLog(10*time.Second, "refused a call that needs approval")
+	worker.waitLog(30*time.Second, "refused a call that needs approval")
 }
 
 // waitResult reads in until the result for key arrives.

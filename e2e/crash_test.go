@@ -204,7 +204,7 @@ func TestRedeliveryAfterTheDeadlineNeverStarts(t *testing.T) {
 	if rec := recs["c1"]; rec.Outcome != protocol.OutcomeTimeout {
 		t.Fatalf("call = %+v, want timeout", rec)
 	}
-	survivor.waitLog(10*time.Second, "call expired before it started: not run")
+	survivor.waitLog(30*time.Second, "call expired before it started: not run")
 	f.waitDrained(toolWork, 5*time.Second)
 	if runs := f.runsOf("late"); len(runs) != 1 {
 		t.Fatalf("the call ran %d times, want once (the redelivery must not start): %+v", len(runs), runs)

@@ -29,7 +29,7 @@ func TestNatsMicroListsWorkers(t *testing.T) {
 	f.startWorker("disc-w1")
 	w2 := startProc(t, "disc-w2", bins.toolworker, "--nats-url", f.url(), "--builtin", "calculator",
 		"--name", "disc-w2", "--log-level", "debug")
-	w2.waitLog(10*time.Second, "worker started")
+	w2.waitLog(time.Minute, "worker started")
 
 	cli := func(args ...string) string {
 		t.Helper()

@@ -68,7 +68,7 @@ func TestStreamDriftStopsAServingFleet(t *testing.T) {
 		})
 	}
 	for _, p := range []*proc{worker, coord} {
-		p.waitLog(10*time.Second, `"level":"error"`, `"stream":"FLEET_RESULTS"`, `"field":"republish"`)
+		p.waitLog(30*time.Second, `"level":"error"`, `"stream":"FLEET_RESULTS"`, `"field":"republish"`)
 	}
 	// A submission is still accepted (the server stores it); no
 	// coordinator takes it while a stream differs.

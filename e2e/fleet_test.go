@@ -138,7 +138,7 @@ func (f *fleet) startWorker(name string, extra ...string) *proc {
 	args := append([]string{"--nats-url", f.url(), "--tools", f.manifest, "--builtin", "echo",
 		"--name", name, "--ack-wait", testAckWait.String(), "--log-level", "debug"}, extra...)
 	p := startProc(f.t, name, bins.toolworker, args...)
-	p.waitLog(10*time.Second, "worker started")
+	p.waitLog(time.Minute, "worker started") // a condition: generous for a loaded machine, free otherwise
 	return p
 }
 

@@ -20,16 +20,29 @@ var bins struct {
 	race                            bool   // built with the race detector
 }
 
+// binEnv names a directory holding the binaries buildBinaries would build
+// (test.sh builds them once for its two runs of this package); unset, the
+// package builds its own.
+const binEnv = "TOOLFLEET_E2E_BIN"
+
 func TestMain(m *testing.M) {
+	code := 1
+	// Everything the tests run is built before the first test starts a
+	// deadline: on a fresh machine these builds take minutes.
+	natscli.Prepare()
+	if dir := os.Getenv(binEnv); dir != "" {
+		if err := useBinaries(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			os.Exit(1)
+		}
+		installNPMServers()
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "toolfleet-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	code := 1
-	// Everything the tests run is built before the first test starts a
-	// deadline: on a fresh machine these builds take minutes.
-	natscli.Prepare()
 	fmt.Fprintln(os.Stderr, "e2e: building coordinator, toolworker and sidefx")
 	if err := buildBinaries(dir); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -39,6 +52,22 @@ func TestMain(m *testing.M) {
 	}
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// useBinaries takes the commands under test from dir, built as
+// buildBinaries builds them.
+func useBinaries(dir string) error {
+	bins.coordinator = filepath.Join(dir, "coordinator")
+	bins.toolworker = filepath.Join(dir, "toolworker")
+	bins.sidefx = filepath.Join(dir, "sidefx")
+	bins.mcpserver = filepath.Join(dir, "mcptestserver")
+	bins.race = raceAvailable()
+	for _, b := range []string{bins.coordinator, bins.toolworker, bins.sidefx, bins.mcpserver} {
+		if _, err := os.Stat(b); err != nil {
+			return fmt.Errorf("%s=%s: %w", binEnv, dir, err)
+		}
+	}
+	return nil
 }
 
 // buildBinaries builds the coordinator and toolworker (race-enabled when

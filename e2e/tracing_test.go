@@ -100,7 +100,7 @@ func TestTraceAcrossCoordinatorAndWorker(t *testing.T) {
 	f := newFleet(t)
 	worker := startProcEnv(t, "w1", recv.env("tf-worker"), bins.toolworker, "--nats-url", f.url(), "--builtin", "echo",
 		"--name", "w1", "--ack-wait", testAckWait.String())
-	worker.waitLog(15*time.Second, "worker started")
+	worker.waitLog(time.Minute, "worker started")
 	file := f.writeJSON("trace-script.json", map[string]any{"turns": script{
 		turn(call("c1", "echo", map[string]any{"text": canary})),
 		final("done"),

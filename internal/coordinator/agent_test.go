@@ -1,13 +1,17 @@
 package coordinator_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
@@ -55,9 +59,6 @@ func TestAgentScopeNothingPublishedOutOfScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Conn().Flush(); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]protocol.Outcome{}
 	for _, r := range res.Calls {
 		out[r.CallID] = r.Outcome
@@ -65,18 +66,24 @@ func TestAgentScopeNothingPublishedOutOfScope(t *testing.T) {
 	if out["c1"] != protocol.OutcomeUnknownTool || out["c2"] != protocol.OutcomeOK {
 		t.Fatalf("outcomes %v, want calculator unknown_tool and echo ok", out)
 	}
-	mu.Lock()
-	seen := append([]string(nil), subjects...)
-	mu.Unlock()
-	sawEcho := false
+	// The subscription's handler runs on its own goroutine, so the echo
+	// call may reach it after the run has its answer: wait for it, then
+	// look at everything seen by then (a call on calculator would have
+	// been published in the same round, before echo's answer came back).
+	var seen []string
+	testsync.WaitFor(t, 10*time.Second, func() error {
+		mu.Lock()
+		seen = append([]string(nil), subjects...)
+		mu.Unlock()
+		if !slices.ContainsFunc(seen, func(s string) bool { return strings.HasPrefix(s, "fleet.call.echo.") }) {
+			return fmt.Errorf("the subscription saw %v, not the echo call", seen)
+		}
+		return nil
+	})
 	for _, s := range seen {
 		if strings.HasPrefix(s, "fleet.call.calculator.") {
 			t.Fatalf("a call was published on %s", s)
 		}
-		sawEcho = sawEcho || strings.HasPrefix(s, "fleet.call.echo.")
-	}
-	if !sawEcho {
-		t.Fatalf("the subscription saw %v, not the echo call", seen)
 	}
 	reqs := model.Requests()
 	for _, r := range reqs {

@@ -155,6 +155,7 @@ func TestMultiRoundWithRemoteWorkers(t *testing.T) {
 // dispatcher handed out by Fleet (coordinator mcp's) is deleted when the
 // coordinator closes, not left for the server to expire.
 func TestCloseDeletesTheResultsConsumers(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	srv := natstest.Start(t)
 	model, err := scripted.Parse([]byte(`{"turns": [{"content": "done"}]}`))
 	if err != nil {

@@ -127,6 +127,7 @@ func TestMetricsAddrRefused(t *testing.T) {
 // the catalog's schema, and — once only the stale worker is left — the
 // stale worker must refuse the call (invalid_arguments), never run it.
 func TestSchemaConflictIsReportedAndNeverMixed(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv)
 	js, _ := jetstream.New(nc)

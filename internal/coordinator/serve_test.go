@@ -412,6 +412,7 @@ func TestServeTerminatesMalformedQueuedRequests(t *testing.T) {
 }
 
 func TestTwoServersSplitRunsWithOneResultEach(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	f := newServeFleet(t)
 	announced := map[string]int{}
 	var mu sync.Mutex
@@ -557,6 +558,7 @@ func waitRunStarted(t *testing.T, f *serveFleet) {
 // wait of its last delivery ends: the ack wait is long enough for the next
 // coordinator to start and listen before then on a loaded machine.
 func TestServeGivesAbandonedRunsAResult(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	f := newServeFleet(t)
 	sc := coordinator.ServeConfig{AckWait: 5 * time.Second, MaxDeliver: 1}
 	first := f.start(serveOpts{script: echoThenAnswer, serve: sc})

@@ -32,6 +32,7 @@ func firstHangs(name string, runs *atomic.Int64, idempotent bool) harness.Tool {
 // vanishes mid-run is redelivered to another worker after AckWait; a
 // non-idempotent one is never run twice.
 func TestDeadWorkersCallsAreRedelivered(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	tests := []struct {
 		name       string
 		idempotent bool
@@ -82,6 +83,7 @@ func TestDeadWorkersCallsAreRedelivered(t *testing.T) {
 }
 
 func TestWorkerSurvivesAServerRestart(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	f := newFleet(t)
 	h := harnesstest.New(t, harness.Config{}, harness.Echo())
 	f.startWorker(t, h, natsbus.WorkerConfig{})

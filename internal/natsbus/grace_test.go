@@ -27,6 +27,7 @@ import (
 // grace past the call's deadline (2s from its start) are over: the result
 // is stored all the same.
 func TestWorkerResultGraceFollowsTheCoordinator(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	f := newFleet(t)
 	var gone atomic.Int64 // when the tool removed the results stream (Unix ns)
 	outage := harness.Tool{Name: "outage", Parameters: emptyObject, Idempotent: true,

@@ -44,10 +44,11 @@ func newFleet(t *testing.T) *fleet {
 	return f
 }
 
-// ctx is the test's context bounded to 30s, so a hung NATS call fails the
-// test instead of timing out the whole suite.
+// ctx is the test's context bounded to a minute (a loaded machine elects
+// a cluster's stream leaders slowly), so a hung NATS call fails the test
+// instead of timing out the whole suite.
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	c, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	return c
 }

@@ -91,6 +91,7 @@ func waitWaitingPulls(t *testing.T, f *fleet) {
 // to try again) and does not run; lifting the limit (rate 0) lets calls
 // run again. Each change is in the audit log.
 func TestOperatorRateLimitReachesWorkers(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	f := newFleet(t)
 	h, err := harness.New(harness.Config{}, harness.Echo())
 	if err != nil {

@@ -55,6 +55,7 @@ var twoWorkersDiscover = discovery.DiscoverConfig{Wait: 5 * time.Second, Quiet: 
 // both workers and both digests, count it once, and report the resolution
 // once the catalog and the live workers agree again.
 func TestSchemaMonitorReportsDisagreeingWorkers(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	f := newFleet(t)
 	hOld := harnesstest.New(t, harness.Config{}, harness.Echo())
 	hNew := harnesstest.New(t, harness.Config{}, echoWithSchema(`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"]}`))

@@ -66,6 +66,7 @@ func TestProvisionIsIdempotentAndMatchesTheCheck(t *testing.T) {
 // names the stream and field, refuses (Err, Wait), reports to its
 // observer, and that Provision restores the stream.
 func TestStreamGuardDetectsEveryKindOfRewrite(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	srv := natstest.Start(t)
 	js, err := jetstream.New(natstest.Connect(t, srv))
 	if err != nil {

@@ -90,6 +90,7 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 // loop.WithAtMostOnce, so the worker claims it before it runs, and a
 // withdrawal at the deadline never reports a running call as not run.
 func TestWithdrawFindsAClaimedCall(t *testing.T) {
+	t.Parallel() // its own server; it waits on the fleet, not the CPU
 	for _, tt := range []struct {
 		name          string
 		staleManifest bool // the worker's manifest says idempotent
