@@ -48,13 +48,15 @@ on_exit() {
 trap on_exit EXIT
 
 # changed_packages prints the package directories holding Go files changed
-# against main (or against HEAD~1 when on main), committed or not.
+# against main (or against HEAD~1 when on main), committed or not, leaving
+# out those of a module of their own (bench/peers): this module's go
+# commands cannot name them.
 changed_packages() {
   local base=main
   [ "$(git rev-parse --abbrev-ref HEAD 2>/dev/null)" = main ] && base=HEAD~1
   { git diff --name-only "$base" 2>/dev/null; git ls-files --others --exclude-standard; } |
     grep '\.go$' | xargs -r -n1 dirname | sort -u | while read -r d; do
-      [ -d "$d" ] && echo "./$d"
+      [ -d "$d" ] && [ "$(cd "$d" && go env GOMOD)" = "$PWD/go.mod" ] && echo "./$d"
     done
 }
 
