@@ -37,6 +37,7 @@ on_exit() {
   local code=$?
   # a background step still running (this run failed or was stopped)
   [ -z "$e2epid" ] || kill -- "-$e2epid" 2>/dev/null || true
+  [ -z "${fuzzwarm:-}" ] || kill -- "-$fuzzwarm" 2>/dev/null || true
   [ -z "$e2elog" ] || rm -f "$e2elog"
   [ -z "$e2ebin" ] || rm -rf "$e2ebin"
   phase ""
@@ -125,6 +126,39 @@ go run ./internal/natscli/install
 # Each step's output is printed whole when it ends. On a machine loaded by
 # other work, TESTP=1 (and E2E_BESIDE=0: the e2e package after the others,
 # as a whole) trade time for headroom.
+# The fuzz targets this run fuzzes (after the tests), chosen now so that
+# their instrumented test binaries compile beside the tests. Which: every
+# func FuzzX in a _test.go file, with its package directory, split into
+# four quarters by position; a run fuzzes the quarter numbered by the
+# commit count modulo 4, so four landings in a row fuzz every target, plus
+# every target in a package the last commit changed (where new bugs are
+# likeliest). Each target's seed corpus runs in every go test run. A run
+# fuzzes a quarter for longer rather than all of them briefly because
+# compiling an instrumented binary per package is most of the fuzz phase
+# on a fresh machine.
+targets= fuzzwarm=
+if [ "$FUZZTIME" != "0" ]; then
+  FUZZJOBS=${FUZZJOBS:-2}
+  turn=$(( $(git rev-list --count HEAD 2>/dev/null || echo 0) % 4 ))
+  touched=$(git diff --name-only HEAD~1 2>/dev/null | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
+  targets=$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' . | sort | while read -r file; do
+    grep -oE '^func Fuzz[A-Za-z0-9_]*' "$file" | sed "s|^func |$(dirname "$file") |"
+  done | awk -v turn="$turn" -v all="${FUZZALL:-}" -v touched="$touched" '
+    BEGIN { n = split(touched, t, "\n"); for (i = 1; i <= n; i++) changed[t[i]] = 1 }
+    all != "" || (NR - 1) % 4 == turn || ($1 in changed)')
+  # The tests mostly wait (on processes, ack waits, deadlines): the
+  # instrumented binaries compile meanwhile, one package at a time at the
+  # lowest CPU priority, so the tests keep the cores when they need them
+  # and a fresh machine's fuzz phase finds them built. Warm, each is a
+  # cache hit and a link.
+  set -m
+  echo "$targets" | sort -u -k1,1 | while read -r dir target; do
+    nice -n 19 go test -c -o /dev/null -fuzz="^${target}\$" "$dir" >/dev/null 2>&1 || true
+  done &
+  fuzzwarm=$!
+  set +m
+fi
+
 TESTP=${TESTP:-3}
 alone=$(awk '/^func / { name = "" } /^func Test/ { name = $2; sub(/\(.*/, "", name) }
   /^[[:space:]]*\/\/ Not parallel:/ && name != "" { print name }' e2e/*_test.go | sort -u | paste -sd'|' -)
@@ -180,23 +214,9 @@ fuzz_one() {
 }
 
 if [ "$FUZZTIME" != "0" ]; then
-  # Which targets: every func FuzzX in a _test.go file, with its package
-  # directory, split into four quarters by position; a run fuzzes the
-  # quarter numbered by the commit count modulo 4, so four landings in a
-  # row fuzz every target, plus every target in a package the last commit
-  # changed (where new bugs are likeliest). Each target's seed corpus runs
-  # in every go test run above. Compiling an instrumented test binary per
-  # target was most of this phase's time, which is why a run fuzzes a
-  # quarter for longer rather than all of them briefly.
-  FUZZJOBS=${FUZZJOBS:-2}
-  turn=$(( $(git rev-list --count HEAD 2>/dev/null || echo 0) % 4 ))
-  touched=$(git diff --name-only HEAD~1 2>/dev/null | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
-  targets=$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' . | sort | while read -r file; do
-    grep -oE '^func Fuzz[A-Za-z0-9_]*' "$file" | sed "s|^func |$(dirname "$file") |"
-  done | awk -v turn="$turn" -v all="${FUZZALL:-}" -v touched="$touched" '
-    BEGIN { n = split(touched, t, "\n"); for (i = 1; i <= n; i++) changed[t[i]] = 1 }
-    all != "" || (NR - 1) % 4 == turn || ($1 in changed)')
   phase fuzz "fuzz ($(echo "$targets" | grep -c .) targets: quarter $turn of 4 and the last commit's packages; each for $FUZZTIME, $FUZZJOBS at a time)"
+  wait "$fuzzwarm" 2>/dev/null || true # the binaries still compiling
+  fuzzwarm=
   export -f fuzz_one
   export FUZZTIME
   echo "$targets" | xargs -P "$FUZZJOBS" -L 1 bash -c 'fuzz_one "$@"' fuzz_one
