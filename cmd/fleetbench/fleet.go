@@ -114,7 +114,11 @@ func openFleet(ctx context.Context, url string, log zerolog.Logger, short bool, 
 		f.close()
 		return nil, err
 	}
-	if err := natsbus.EnsureStreams(ctx, f.js, f.subjects, natsbus.StreamConfig{Replicas: replicas}); err != nil {
+	// fleetbench is one client: its share of a tool is as many calls as
+	// the calls stream holds, as a fleet with one client would be
+	// provisioned (the runs phase holds 4 calls of each of --runs runs).
+	streams := natsbus.StreamConfig{Replicas: replicas, MaxCallsPerClient: natsbus.DefaultMaxPendingCalls}
+	if err := natsbus.EnsureStreams(ctx, f.js, f.subjects, streams); err != nil {
 		f.close()
 		return nil, err
 	}
