@@ -151,10 +151,10 @@ if [ "$FUZZTIME" != "0" ]; then
   # lowest CPU priority, so the tests keep the cores when they need them
   # and a fresh machine's fuzz phase finds them built. Warm, each is a
   # cache hit and a link.
-  set -m
-  echo "$targets" | sort -u -k1,1 | while read -r dir target; do
+  set -m # in a process group of its own (the subshell leads it), so an early exit can stop it
+  (echo "$targets" | sort -u -k1,1 | while read -r dir target; do
     nice -n 19 go test -c -o /dev/null -fuzz="^${target}\$" "$dir" >/dev/null 2>&1 || true
-  done &
+  done) &
   fuzzwarm=$!
   set +m
 fi
