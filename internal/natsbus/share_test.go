@@ -334,23 +334,7 @@ func TestInteractiveCallsStartBeforeQueuedBatch(t *testing.T) {
 	runB, inB := routedRun(t, d, "nightly", protocol.ClassBatch)
 	runI, inI := routedRun(t, d, "alice", protocol.ClassInteractive)
 	got := collect(t, inB, inI)
-	var keys []protocol.CallKey
-	interactive := map[protocol.CallKey]bool{}
-	for range 20 {
-		c := newCall(runB, "work", `{}`, time.Minute)
-		keys = append(keys, c.CallKey)
-		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 5 {
-		c := newCall(runI, "work", `{}`, time.Minute)
-		keys = append(keys, c.CallKey)
-		interactive[c.CallKey] = true
-		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	keys, interactive := queueClasses(t, d, runB, 20, runI, 5)
 	f.startWorker(t, h, natsbus.WorkerConfig{Name: "w1", Concurrency: 2})
 	got.waitAll(t, keys, 30*time.Second)
 	s.mu.Lock()
@@ -375,23 +359,7 @@ func TestBatchIsNotStarved(t *testing.T) {
 	runB, inB := routedRun(t, d, "nightly", protocol.ClassBatch)
 	runI, inI := routedRun(t, d, "alice", protocol.ClassInteractive)
 	got := collect(t, inB, inI)
-	var keys []protocol.CallKey
-	interactive := map[protocol.CallKey]bool{}
-	for range 5 {
-		c := newCall(runB, "work", `{}`, time.Minute)
-		keys = append(keys, c.CallKey)
-		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 4 * natsbus.BatchEvery {
-		c := newCall(runI, "work", `{}`, time.Minute)
-		keys = append(keys, c.CallKey)
-		interactive[c.CallKey] = true
-		if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	keys, interactive := queueClasses(t, d, runB, 5, runI, 4*natsbus.BatchEvery)
 	f.startWorker(t, h, natsbus.WorkerConfig{Name: "w1", Concurrency: 1})
 	got.waitAll(t, keys, 30*time.Second)
 	s.mu.Lock()
@@ -418,4 +386,26 @@ func classes(order []protocol.CallKey, interactive map[protocol.CallKey]bool) st
 		}
 	}
 	return string(b)
+}
+
+// queueClasses publishes nBatch calls of tool work in run runB, then
+// nInteractive in run runI, and returns every call's key and which are
+// interactive.
+func queueClasses(t *testing.T, d *natsbus.Dispatcher, runB protocol.RunID, nBatch int, runI protocol.RunID, nInteractive int) ([]protocol.CallKey, map[protocol.CallKey]bool) {
+	t.Helper()
+	var keys []protocol.CallKey
+	interactive := map[protocol.CallKey]bool{}
+	publish := func(run protocol.RunID, n int, isInteractive bool) {
+		for range n {
+			c := newCall(run, "work", `{}`, time.Minute)
+			keys = append(keys, c.CallKey)
+			interactive[c.CallKey] = isInteractive
+			if err := d.Publish(ctx(t), loop.Outgoing{Call: c}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(runB, nBatch, false)
+	publish(runI, nInteractive, true)
+	return keys, interactive
 }
