@@ -68,6 +68,7 @@ func (f *fleet) republish(t *testing.T, call protocol.Call) {
 	msg.Data = data
 	msg.Header.Set(protocol.HeaderMsgID, "replay-"+protocol.NewID())
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
+	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
 	if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func TestTwoDeliveriesClaimAtOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				if tt.copy {
-					publishCopy(t, f, call)
+					f.republish(t, call)
 				}
 				m1 := fetchOne(t, calls)
 				m2 := fetchOne(t, calls) // the copy, or the redelivery once the ack wait passed
@@ -153,26 +153,6 @@ func TestTwoDeliveriesClaimAtOnce(t *testing.T) {
 				return nil
 			})
 		})
-	}
-}
-
-// publishCopy stores a copy of call on its tool's subject under a fresh
-// Nats-Msg-Id.
-func publishCopy(t *testing.T, f *fleet, call protocol.Call) {
-	t.Helper()
-	subject, _ := f.subjects.Call(call.Tool, protocol.ClassInteractive, protocol.DefaultClient)
-	replyTo, _ := f.subjects.Result(call.RunID, call.Tool)
-	data, err := protocol.Encode(&call)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := nats.NewMsg(subject)
-	msg.Data = data
-	msg.Header.Set(protocol.HeaderMsgID, "copy-"+protocol.NewID())
-	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
-	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
-	if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
-		t.Fatal(err)
 	}
 }
 
