@@ -230,7 +230,7 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	}
 	// A retry of a submission past the stream's duplicate window is a new
 	// message on the same subject, so the same run: it never runs twice.
-	if s.answered(log, client, run) {
+	if s.answered(client, run) {
 		log.Info().Msg("the run already has a result: its submission is acknowledged, not run again")
 		return natsbus.Ack
 	}
@@ -454,19 +454,13 @@ func (s *service) runner(ctx context.Context, run protocol.RunID, req protocol.R
 // answered reports whether run already has its result in the bucket:
 // a value under its key that decodes as a result of run. Any other value
 // there (a server's acknowledgement a stream stored, another run's result)
-// is logged and counted, and the run runs: its result replaces it.
-func (s *service) answered(log zerolog.Logger, client string, run protocol.RunID) bool {
+// answers nothing: the run runs, and its result replaces the value (put,
+// which logs and counts it).
+func (s *service) answered(client string, run protocol.RunID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	data, _, err := s.results.Entry(ctx, protocol.RunKey(client, run))
-	if err != nil {
-		return false
-	}
-	if err := resultOf(data, run); err != nil {
-		s.refusedResult(log, err)
-		return false
-	}
-	return true
+	return err == nil && resultOf(data, run) == nil
 }
 
 // resultOf checks that data is a result of run.
@@ -476,15 +470,6 @@ func resultOf(data []byte, run protocol.RunID) error {
 		err = &protocol.Error{Code: protocol.CodeInvalidField, Field: "run_id", Msg: "another run's"}
 	}
 	return err
-}
-
-// refusedResult logs and counts a value under a run's key that is not a
-// result of the run (err says why): it is replaced by the run's result.
-func (s *service) refusedResult(log zerolog.Logger, err error) {
-	s.c.refused(metrics.RefusedRunResult)
-	code, field := protoError(err)
-	log.Warn().Str(logCode, code).Str(logField, field).
-		Msg("the run's key holds a value that is not a result of the run: the run runs and its result replaces it")
 }
 
 // finish stores rec (once per run id, whichever coordinator is first),
@@ -542,10 +527,13 @@ func (s *service) put(ctx context.Context, client string, run protocol.RunID, da
 	if bad == nil {
 		return false, nil
 	}
-	s.refusedResult(s.log.With().Str(logRun, string(run)).Str(logClient, client).Logger(), bad)
 	if err := s.results.Replace(ctx, key, data, rev); err != nil {
 		return false, fmt.Errorf("replacing a value that is not a result of the run: %w", err)
 	}
+	s.c.refused(metrics.RefusedRunResult)
+	code, field := protoError(bad)
+	s.log.Warn().Str(logRun, string(run)).Str(logClient, client).Str(logCode, code).Str(logField, field).
+		Msg("the run's key held a value that is not a result of the run: the run's result replaced it")
 	return true, nil
 }
 

@@ -50,14 +50,14 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 	}
 	client, agent, submission, ok := s.subjects.ParseRunSubmission(raw.Subject)
 	run := protocol.SubmissionRunID(client, submission)
-	log := s.log.With().Str(logRun, string(run)).Int(logAttempt, int(adv.Deliveries)).Logger()
-	if ok && !s.answered(log, client, run) {
+	if ok && !s.answered(client, run) {
 		rec := &protocol.RunResult{
 			V: protocol.Version, RunID: run, Submission: submission, Agent: agent, Coordinator: s.cfg.Name, Attempt: int(adv.Deliveries),
 			SubmittedAt: raw.Time.UTC(),
 			Error: &protocol.RunError{Code: protocol.CodeAbandoned, Message: fmt.Sprintf(
 				"the run was taken %d times and never finished: each coordinator that took it stopped mid-run", adv.Deliveries)},
 		}
+		log := s.log.With().Str(logRun, string(run)).Int(logAttempt, rec.Attempt).Logger()
 		data, created, err := s.store(client, rec)
 		switch {
 		case err != nil:

@@ -171,7 +171,7 @@ func TestServeRunsOverAForeignStoredValue(t *testing.T) {
 		}
 		s.waitRefused(t, metrics.RefusedRunResult, float64(i+1))
 	}
-	if !logs.Contains(`"message":"the run's key holds a value that is not a result of the run: the run runs and its result replaces it"`) {
+	if !logs.Contains(`"message":"the run's key held a value that is not a result of the run: the run's result replaced it"`) {
 		t.Error("no log line for the refused values")
 	}
 	// A run's own stored result: its submission is acknowledged, not run.
