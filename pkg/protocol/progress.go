@@ -23,7 +23,7 @@ type Progress struct {
 	// Tool is the tool of the call: a worker names its call's tool, and
 	// a coordinator passes on only the reports whose tool is the one it
 	// published the call to.
-	Tool ToolName `json:"tool,omitempty"`
+	Tool   ToolName `json:"tool,omitempty"`
 	Worker string   `json:"worker,omitempty"`
 	// Seq numbers the reports of one call from 1, the dropped ones
 	// included, so a gap shows what was dropped on the way.
