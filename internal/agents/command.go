@@ -42,7 +42,7 @@ commands:
   rm NAME                     remove an agent (runs that started on it still resume)
 
 The same with the nats CLI (prefix "fleet"; nothing is validated then, and
-a coordinator refuses a definition that does not validate):
+a coordinator passes over a revision that does not validate: agents show):
   nats kv put fleet_agents NAME "$(cat FILE)"
   nats kv get fleet_agents NAME [--revision N]
   nats kv ls fleet_agents
