@@ -1,9 +1,12 @@
 package deploy_test
 
 import (
+	"encoding/json"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -55,16 +58,36 @@ var embeddedDifferences = map[string]struct {
 var notEmbedded = []string{"admin", "worker_deploy", "leaf"}
 
 // TestEmbeddedRolesMatchConf: every role of a listening embedded server
-// (embedded.FleetUsers, default prefix) has exactly the permissions of the
-// same user in deploy/nats-server.conf, but for the differences named in
-// embeddedDifferences. A change to either that the other lacks fails here.
+// (embedded.FleetAccounts, default prefix) is in the same account and has
+// exactly the permissions of the same user in deploy/nats-server.conf, but
+// for the differences named in embeddedDifferences; and each account of
+// the embedded server exports and imports exactly what the conf's does,
+// as both servers report it once started. A change to either that the
+// other lacks fails here.
 func TestEmbeddedRolesMatchConf(t *testing.T) {
 	_, opts := confUsers(t, "nats-server.conf", confVars(t))
 	conf := map[string]*server.Permissions{}
+	confAccount := map[string]string{}
 	for _, u := range opts.Users {
 		conf[u.Username] = u.Permissions
+		if u.Account != nil {
+			confAccount[u.Username] = u.Account.Name
+		}
 	}
-	users := embedded.FleetUsers(protocol.Subjects{}, func(role string) string { return "pw-" + role })
+	if opts.SystemAccount == "" || slices.Contains(slices.Collect(maps.Values(confAccount)), opts.SystemAccount) {
+		t.Errorf("system account %q: want one, with no user", opts.SystemAccount)
+	}
+	accounts := embedded.FleetAccounts(protocol.Subjects{}, func(role string) string { return "pw-" + role })
+	var users []embedded.User
+	for _, a := range accounts {
+		for _, u := range a.Users {
+			if confAccount[u.Name] != a.Name {
+				t.Errorf("embedded user %s: in account %s, in nats-server.conf %q", u.Name, a.Name, confAccount[u.Name])
+			}
+		}
+		users = append(users, a.Users...)
+	}
+	compareAccounts(t, opts, accounts)
 	seen := map[string]bool{}
 	for _, u := range users {
 		seen[u.Name] = true
@@ -95,6 +118,53 @@ func TestEmbeddedRolesMatchConf(t *testing.T) {
 	for name := range embeddedDifferences {
 		if !seen[name] {
 			t.Errorf("embeddedDifferences names %s, not an embedded user", name)
+		}
+	}
+}
+
+// compareAccounts fails t unless each of accounts, on a started embedded
+// server, exports and imports what the same account of a server started
+// from nats-server.conf (parsed into opts) does, as each server's account
+// report says.
+func compareAccounts(t *testing.T, opts *server.Options, accounts []embedded.Account) {
+	t.Helper()
+	opts.Host, opts.Port, opts.StoreDir, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, t.TempDir(), true, true
+	conf, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf.Start()
+	defer func() { conf.Shutdown(); conf.WaitForShutdown() }()
+	if !conf.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	emb, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Accounts: accounts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Shutdown()
+	report := func(s *server.Server, name string) (exports, imports []string) {
+		z, err := s.Accountz(&server.AccountzOptions{Account: name})
+		if err != nil || z.Account == nil {
+			t.Fatalf("account %s: %v", name, err)
+		}
+		for _, e := range z.Account.Exports {
+			b, _ := json.Marshal(e)
+			exports = append(exports, string(b))
+		}
+		for _, i := range z.Account.Imports {
+			b, _ := json.Marshal(i)
+			imports = append(imports, string(b))
+		}
+		return exports, imports
+	}
+	for _, a := range accounts {
+		ce, ci := report(conf, a.Name)
+		ee, ei := report(emb.NATSServer(), a.Name)
+		same(t, "account "+a.Name, "exports", ee, ce)
+		same(t, "account "+a.Name, "imports", ei, ci)
+		if len(ce)+len(ci) == 0 {
+			t.Errorf("account %s: neither exports nor imports", a.Name)
 		}
 	}
 }
