@@ -250,6 +250,8 @@ func serveRuns(t *testing.T, s *server.Server, script string) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- c.Serve(ctx, coordinator.ServeConfig{Name: "accounts", PollWait: 100 * time.Millisecond}) }()
+	go func() {
+		served <- c.Serve(ctx, coordinator.ServeConfig{Name: "accounts", PollWait: 100 * time.Millisecond})
+	}()
 	t.Cleanup(func() { stop(); <-served; c.Close() })
 }

@@ -128,45 +128,58 @@ func TestEmbeddedRolesMatchConf(t *testing.T) {
 // report says.
 func compareAccounts(t *testing.T, opts *server.Options, accounts []embedded.Account) {
 	t.Helper()
-	opts.Host, opts.Port, opts.StoreDir, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, t.TempDir(), true, true
-	conf, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf.Start()
-	defer func() { conf.Shutdown(); conf.WaitForShutdown() }()
-	if !conf.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	conf := startOpts(t, opts)
 	emb, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Accounts: accounts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer emb.Shutdown()
-	report := func(s *server.Server, name string) (exports, imports []string) {
-		z, err := s.Accountz(&server.AccountzOptions{Account: name})
-		if err != nil || z.Account == nil {
-			t.Fatalf("account %s: %v", name, err)
-		}
-		for _, e := range z.Account.Exports {
-			b, _ := json.Marshal(e)
-			exports = append(exports, string(b))
-		}
-		for _, i := range z.Account.Imports {
-			b, _ := json.Marshal(i)
-			imports = append(imports, string(b))
-		}
-		return exports, imports
-	}
 	for _, a := range accounts {
-		ce, ci := report(conf, a.Name)
-		ee, ei := report(emb.NATSServer(), a.Name)
+		ce, ci := accountReport(t, conf, a.Name)
+		ee, ei := accountReport(t, emb.NATSServer(), a.Name)
 		same(t, "account "+a.Name, "exports", ee, ce)
 		same(t, "account "+a.Name, "imports", ei, ci)
 		if len(ce)+len(ci) == 0 {
 			t.Errorf("account %s: neither exports nor imports", a.Name)
 		}
 	}
+}
+
+// startOpts starts a server from opts (a parsed configuration) on a
+// random loopback port with its store in a temporary directory, until the
+// test ends.
+func startOpts(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.StoreDir, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, t.TempDir(), true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return s
+}
+
+// accountReport returns the exports and imports of account name on s, as
+// its account report (accountz) gives them, each as JSON.
+func accountReport(t *testing.T, s *server.Server, name string) (exports, imports []string) {
+	t.Helper()
+	z, err := s.Accountz(&server.AccountzOptions{Account: name})
+	if err != nil || z.Account == nil {
+		t.Fatalf("account %s: %v", name, err)
+	}
+	for _, e := range z.Account.Exports {
+		b, _ := json.Marshal(e)
+		exports = append(exports, string(b))
+	}
+	for _, i := range z.Account.Imports {
+		b, _ := json.Marshal(i)
+		imports = append(imports, string(b))
+	}
+	return exports, imports
 }
 
 // edit returns l with add appended and drop removed (each of which must
