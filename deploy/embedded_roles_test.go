@@ -102,10 +102,10 @@ func TestEmbeddedRolesMatchConf(t *testing.T) {
 			t.Errorf("embedded user %s: no publish or subscribe permissions", u.Name)
 			continue
 		}
-		same(t, u.Name, "publish allow", got.Publish.Allow, edit(want.Publish.Allow, d.pubAllowAdd, nil))
-		same(t, u.Name, "publish deny", got.Publish.Deny, edit(want.Publish.Deny, d.pubDenyAdd, d.pubDenyDrop))
-		same(t, u.Name, "subscribe allow", got.Subscribe.Allow, want.Subscribe.Allow)
-		same(t, u.Name, "subscribe deny", got.Subscribe.Deny, edit(want.Subscribe.Deny, nil, d.subDenyDrop))
+		same(t, "embedded user "+u.Name, "publish allow", got.Publish.Allow, edit(want.Publish.Allow, d.pubAllowAdd, nil))
+		same(t, "embedded user "+u.Name, "publish deny", got.Publish.Deny, edit(want.Publish.Deny, d.pubDenyAdd, d.pubDenyDrop))
+		same(t, "embedded user "+u.Name, "subscribe allow", got.Subscribe.Allow, want.Subscribe.Allow)
+		same(t, "embedded user "+u.Name, "subscribe deny", got.Subscribe.Deny, edit(want.Subscribe.Deny, nil, d.subDenyDrop))
 		if !reflect.DeepEqual(got.Response, want.Response) {
 			t.Errorf("embedded user %s: allow_responses %+v, conf %+v", u.Name, got.Response, want.Response)
 		}
@@ -137,8 +137,8 @@ func compareAccounts(t *testing.T, opts *server.Options, accounts []embedded.Acc
 	for _, a := range accounts {
 		ce, ci := accountReport(t, conf, a.Name)
 		ee, ei := accountReport(t, emb.NATSServer(), a.Name)
-		same(t, "account "+a.Name, "exports", ee, ce)
-		same(t, "account "+a.Name, "imports", ei, ci)
+		same(t, "embedded account "+a.Name, "exports", ee, ce)
+		same(t, "embedded account "+a.Name, "imports", ei, ci)
 		if len(ce)+len(ci) == 0 {
 			t.Errorf("account %s: neither exports nor imports", a.Name)
 		}
@@ -194,18 +194,19 @@ func edit(l, add, drop []string) []string {
 	return append(out, add...)
 }
 
-// same fails t unless got and want hold the same subjects, in any order.
-func same(t *testing.T, user, what string, got, want []string) {
+// same fails t unless got and want (of who) hold the same subjects, in any
+// order.
+func same(t *testing.T, who, what string, got, want []string) {
 	t.Helper()
 	g, w := slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))
 	for _, s := range w {
 		if !slices.Contains(g, s) {
-			t.Errorf("embedded user %s: %s lacks %q (in nats-server.conf)", user, what, s)
+			t.Errorf("%s: %s lacks %q (in nats-server.conf)", who, what, s)
 		}
 	}
 	for _, s := range g {
 		if !slices.Contains(w, s) {
-			t.Errorf("embedded user %s: %s has %q (not in nats-server.conf)", user, what, s)
+			t.Errorf("%s: %s has %q (not in nats-server.conf)", who, what, s)
 		}
 	}
 }

@@ -845,6 +845,7 @@ func TestHelmValuesMatchConf(t *testing.T) {
 	if h, c := accountOf(helmOpts), accountOf(confOpts); !reflect.DeepEqual(h, c) || helmOpts.SystemAccount != confOpts.SystemAccount {
 		t.Errorf("accounts: values %v (system %q), conf %v (system %q)", h, helmOpts.SystemAccount, c, confOpts.SystemAccount)
 	}
+	helmOpts.JetStream = true // config.jetstream.enabled, checked above
 	helmSrv, confSrv := startOpts(t, helmOpts), startOpts(t, confOpts)
 	for _, name := range slices.Compact(slices.Sorted(maps.Values(accountOf(confOpts)))) {
 		he, hi := accountReport(t, helmSrv, name)
