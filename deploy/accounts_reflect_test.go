@@ -147,9 +147,10 @@ func TestHostileReflectedAcksOntoFleetSubjects(t *testing.T) {
 		t.Errorf("attack 1: FLEET_APPROVALS went from %d messages (last %d) to %d (last %d)",
 			before.State.Msgs, before.State.LastSeq, after.State.Msgs, after.State.LastSeq)
 	}
-	e, err := agents.Get(ctx, "support")
-	if err != nil || e.Revision() != rev || string(e.Value()) != agentDoc {
-		t.Errorf("attack 2: agent support = %v, %v; want the operator's revision %d", e, err, rev)
+	if e, err := agents.Get(ctx, "support"); err != nil {
+		t.Errorf("attack 2: agent support: %v", err)
+	} else if e.Revision() != rev || string(e.Value()) != agentDoc {
+		t.Errorf("attack 2: agent support is revision %d, %.200s; want the operator's revision %d", e.Revision(), e.Value(), rev)
 	}
 	if got := storedOn(t, admin, "KV_fleet_agents", "$KV.fleet_agents.support"); !strings.HasPrefix(got, fmt.Sprintf("seq %d:", rev)) {
 		t.Errorf("attack 2: the newest revision of support is %s, want the operator's %d", got, rev)
