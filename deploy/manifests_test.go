@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -830,7 +831,27 @@ func TestHelmValuesMatchConf(t *testing.T) {
 		return out
 	}
 	if h, c := perms(helmOpts), perms(confOpts); !reflect.DeepEqual(h, c) {
-		t.Errorf("values-nats.yaml config.merge.authorization differs from nats-server.conf; replace its users with:\n%s", usersYAML(confOpts))
+		t.Errorf("values-nats.yaml config.merge.accounts differs from nats-server.conf; replace its users with:\n%s", usersYAML(confOpts))
+	}
+	accountOf := func(o *server.Options) map[string]string {
+		out := map[string]string{}
+		for _, u := range o.Users {
+			if u.Account != nil {
+				out[u.Username] = u.Account.Name
+			}
+		}
+		return out
+	}
+	if h, c := accountOf(helmOpts), accountOf(confOpts); !reflect.DeepEqual(h, c) || helmOpts.SystemAccount != confOpts.SystemAccount {
+		t.Errorf("accounts: values %v (system %q), conf %v (system %q)", h, helmOpts.SystemAccount, c, confOpts.SystemAccount)
+	}
+	helmOpts.JetStream = true // config.jetstream.enabled, checked above
+	helmSrv, confSrv := startOpts(t, helmOpts), startOpts(t, confOpts)
+	for _, name := range slices.Compact(slices.Sorted(maps.Values(accountOf(confOpts)))) {
+		he, hi := accountReport(t, helmSrv, name)
+		ce, ci := accountReport(t, confSrv, name)
+		same(t, "values-nats.yaml account "+name, "exports", he, ce)
+		same(t, "values-nats.yaml account "+name, "imports", hi, ci)
 	}
 }
 
@@ -907,8 +928,8 @@ func TestKubernetesCluster(t *testing.T) {
 	if get(values, "config", "leafnodes", "enabled") != true || get(values, "config", "leafnodes", "port") != conf.LeafNode.Port {
 		t.Errorf("values-nats.yaml: leafnodes %v on %v, want enabled on %d as in %s", get(values, "config", "leafnodes", "enabled"), get(values, "config", "leafnodes", "port"), conf.LeafNode.Port, clusterConf)
 	}
-	if get(values, "config", "merge", "authorization") == nil {
-		t.Error("values-nats.yaml: no authorization")
+	if get(values, "config", "merge", "accounts") == nil {
+		t.Error("values-nats.yaml: no accounts")
 	}
 	spread := get(values, "podTemplate", "topologySpreadConstraints", "kubernetes.io/hostname")
 	if str(spread, "whenUnsatisfiable") != "DoNotSchedule" || get(spread, "maxSkew") != 1 {
