@@ -25,25 +25,27 @@ const (
 // calls that fit in ToolCalls (the rest are answered rejected).
 type Budget struct {
 	// InputTokens bounds the prompt tokens of the run's model requests.
-	InputTokens int64
+	InputTokens int64 `json:"input_tokens,omitempty"`
 	// OutputTokens bounds the completion tokens of the run's answers.
-	OutputTokens int64
+	OutputTokens int64 `json:"output_tokens,omitempty"`
 	// CostUSD bounds the run's model cost, priced by InputPrice and
 	// OutputPrice.
-	CostUSD float64
+	CostUSD float64 `json:"cost_usd,omitempty"`
 	// ToolCalls bounds the tool calls the run attempts (Metadata.ToolCallsMade).
-	ToolCalls int
+	ToolCalls int `json:"tool_calls,omitempty"`
 	// InputPrice and OutputPrice are the model's price, in USD per million
 	// tokens.
-	InputPrice, OutputPrice float64
+	InputPrice  float64 `json:"input_price,omitempty"`
+	OutputPrice float64 `json:"output_price,omitempty"`
 	// SummarizerInputPrice and SummarizerOutputPrice are the price of
 	// Config.Summarizer, whose tokens count against the token bounds too.
-	SummarizerInputPrice, SummarizerOutputPrice float64
+	SummarizerInputPrice  float64 `json:"summarizer_input_price,omitempty"`
+	SummarizerOutputPrice float64 `json:"summarizer_output_price,omitempty"`
 	// MaxTokens is the most an answer can cost in completion tokens (the
 	// model's max_tokens): a request is made only if that much still fits.
 	// 0 reserves nothing: the request is then made while anything is left,
 	// and its answer may overshoot by one answer.
-	MaxTokens int
+	MaxTokens int `json:"max_tokens,omitempty"`
 }
 
 // limited reports whether any bound is set.
