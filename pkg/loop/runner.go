@@ -317,8 +317,6 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 	}
 	ru.cfg.Observer.ModelCall(took, resp.Usage, nil)
 	ev := ru.log.Info().Str(logKeyEvent, evModelCallEnd).Int(logKeyRound, round).Int64(logKeyDurationMS, elapsed)
-	ru.res.Metadata.PromptTokens += max(resp.Usage.PromptTokens, 0)
-	ru.res.Metadata.CompletionTokens += max(resp.Usage.CompletionTokens, 0)
 	ev.Int(logKeyPromptTokens, resp.Usage.PromptTokens).Int(logKeyCompletionTokens, resp.Usage.CompletionTokens).
 		Str(logKeyFinishReason, clipName(resp.FinishReason)).Int(logKeyToolCalls, len(resp.Message.ToolCalls)).Send()
 	return resp, nil
@@ -352,8 +350,6 @@ func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName
 func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*Response, error) {
 	if jr := ru.j.replay().response(round); jr != nil {
 		ru.res.Metadata.ModelCalls++
-		ru.res.Metadata.PromptTokens += max(jr.Usage.PromptTokens, 0)
-		ru.res.Metadata.CompletionTokens += max(jr.Usage.CompletionTokens, 0)
 		return &Response{Message: jr.Message, Usage: jr.Usage, FinishReason: jr.FinishReason}, nil
 	}
 	resp, err := ru.complete(ctx, round, defs)
