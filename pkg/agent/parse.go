@@ -369,12 +369,22 @@ func (b *Budget) validate(m Model, sum *Model) error {
 
 // CheckEnv checks what only the process that runs the agent can: that the
 // variables holding the keys of its model and summarizer are set (lookup
-// is os.LookupEnv, or the secrets store's). The error is a [config.Error]
-// for model.api_key_env (or summarizer.api_key_env); it never holds the
-// value.
+// is os.LookupEnv, or the secrets store's), and that each key goes only to
+// a host allowed for it ([Definition.CheckKeyHosts], with the hosts of
+// [EnvKeyHosts] and the base URL variables that lookup reads). The error
+// is a [config.Error] for model.api_key_env or model.base_url (or the
+// summarizer's); it never holds a value. A nil lookup, or an
+// EnvKeyHosts that does not parse, checks the hosts against the
+// providers' own only.
 func (d *Definition) CheckEnv(lookup func(string) (string, bool)) error {
 	if lookup == nil {
-		return nil
+		return d.CheckKeyHosts(nil, nil)
+	}
+	getenv := func(n string) string { v, _ := lookup(n); return v }
+	// A value that does not parse allows no host more.
+	allow, _ := ParseKeyHosts(getenv(EnvKeyHosts))
+	if err := d.CheckKeyHosts(allow, getenv); err != nil {
+		return err
 	}
 	check := func(field string, m *Model) error {
 		name := m.KeyEnv()
