@@ -373,12 +373,13 @@ func (b *Budget) validate(m Model, sum *Model) error {
 // a host allowed for it ([Definition.CheckKeyHosts], with the hosts of
 // [EnvKeyHosts] and the base URL variables that lookup reads). The error
 // is a [config.Error] for model.api_key_env or model.base_url (or the
-// summarizer's); it never holds a value. A nil lookup, or an
-// EnvKeyHosts that does not parse, checks the hosts against the
-// providers' own only.
+// summarizer's); it never holds a value. A nil lookup checks nothing (a
+// definition put from a machine that does not run it: where it runs, the
+// model client is refused all the same); an EnvKeyHosts that does not
+// parse allows no host but the providers' own.
 func (d *Definition) CheckEnv(lookup func(string) (string, bool)) error {
 	if lookup == nil {
-		return d.CheckKeyHosts(nil, nil)
+		return nil
 	}
 	getenv := func(n string) string { v, _ := lookup(n); return v }
 	// A value that does not parse allows no host more.
