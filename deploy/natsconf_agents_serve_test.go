@@ -68,7 +68,6 @@ func TestConfTwoAgentsOneCoordinator(t *testing.T) {
 	t.Setenv("OPS_TEST_API_KEY", "tf-ops-key")
 	// The fake API's host may receive that key (docs/agents.md, key hosts).
 	t.Setenv("TOOLFLEET_MODEL_KEY_HOSTS", "OPS_TEST_API_KEY=127.0.0.1")
-	reg.LookupEnv = os.LookupEnv
 	for _, doc := range []string{
 		`{"name":"support","instructions":"Answer with echo only.","tools":["echo"],
 		  "model":{"provider":"scripted","script":{"turns":[
