@@ -427,6 +427,12 @@ func (s *service) runner(ctx context.Context, run protocol.RunID, req protocol.R
 			// No default agent defined: the coordinator's own.
 		case errors.Is(err, agents.ErrNotFound):
 			return nil, nil, lim, &protocol.Error{Code: protocol.CodeInvalidField, Field: "agent", Msg: "the fleet has no agent of that name"}
+		case agents.IsConfig(err):
+			// A stored definition this coordinator refuses to run (one
+			// that sends a key to a host not allowed for it, or needs a
+			// variable not set here): the error names the field, never
+			// a value.
+			return nil, nil, lim, &protocol.Error{Code: protocol.CodeInvalidField, Field: "agent", Msg: "the agent's definition is refused here: " + err.Error()}
 		default:
 			return nil, nil, lim, err
 		}
