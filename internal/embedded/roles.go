@@ -67,6 +67,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				p + ".journal.cancel.>",
 				// withdrawals: a call's start record, never an execution record
 				s.Starts(),
+				p + ".own.*.start.>",
 				"$SRV.*.toolworker",
 				s.ToolInfos(),
 			}, Deny: []string{
@@ -81,6 +82,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.API.STREAM.PEER.>",
 				"$JS.API.STREAM.LEADER.>",
 				"$JS.API.STREAM.MSG.DELETE." + approvals,
+				"$JS.API.STREAM.MSG.DELETE." + s.TrafficStream(),
 				"$JS.API.STREAM.MSG.DELETE." + claims,
 				"$JS.API.STREAM.MSG.DELETE." + starts,
 				"$JS.API.STREAM.MSG.DELETE." + s.ResultsStream(),
@@ -107,12 +109,9 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				s.Results(),
 				p + ".progress.>",
 				"$JS.API.INFO",
-				"$JS.API.STREAM.INFO." + calls,
-				"$JS.API.STREAM.INFO." + s.ResultsStream(),
-				"$JS.API.STREAM.INFO." + approvals,
-				"$JS.API.STREAM.INFO." + tools,
-				"$JS.API.STREAM.INFO." + claims,
-				"$JS.API.STREAM.INFO." + starts,
+				// the streams it checks, and whether a tool has record
+				// streams of its own: configurations and sizes only
+				"$JS.API.STREAM.INFO.*",
 				// each tool's two consumers, on its interactive and batch calls
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.interactive.*",
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.batch.*",
@@ -130,7 +129,6 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				s.Claims(),
 				"$JS.API.STREAM.MSG.GET." + claims,
 				// rate limits: read the operator's, advance the shared buckets
-				"$JS.API.STREAM.INFO." + limits,
 				"$JS.API.STREAM.MSG.GET." + limits,
 				"$KV." + s.LimitsBucket() + ".bucket.>",
 				// discovery answers, on the requesters' own inboxes only
@@ -192,7 +190,12 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				"$JS.FC." + approvals + ".>",
 				// traffic control: pause a tool's consumer and record it,
 				// set its rate limit (coordinator tools)
-				p + ".approval.traffic.>",
+				s.TrafficNotes(),
+				"$JS.API.STREAM.INFO." + s.TrafficStream(),
+				"$JS.API.CONSUMER.CREATE." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.INFO." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.DELETE." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.MSG.NEXT." + s.TrafficStream() + ".>",
 				"$JS.API.CONSUMER.INFO." + calls + ".*",
 				"$JS.API.CONSUMER.PAUSE." + calls + ".*",
 				"$JS.API.STREAM.INFO." + limits,
