@@ -19,9 +19,9 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// storeRequest stores an approval request of a fresh call of tool, with
-// deadline, as the coordinator's gate does, and returns it.
-func storeRequest(t *testing.T, coord client, tool protocol.ToolName, deadline time.Time) protocol.ApprovalRequest {
+// newRequest returns an approval request of a fresh call of tool, with
+// deadline, as the coordinator's gate writes it, its subject and its data.
+func newRequest(t *testing.T, tool protocol.ToolName, deadline time.Time) (protocol.ApprovalRequest, string, []byte) {
 	t.Helper()
 	subjects := protocol.Subjects{}
 	run, key := protocol.NewRunID(), protocol.NewCallKey()
@@ -35,7 +35,15 @@ func storeRequest(t *testing.T, coord client, tool protocol.ToolName, deadline t
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := coord.js.Publish(t.Context(), reqSubj, data); err != nil {
+	return req, reqSubj, data
+}
+
+// storeRequest stores an approval request of a fresh call of tool, with
+// deadline, as the coordinator's gate does, and returns it.
+func storeRequest(t *testing.T, coord client, tool protocol.ToolName, deadline time.Time) protocol.ApprovalRequest {
+	t.Helper()
+	req, subj, data := newRequest(t, tool, deadline)
+	if _, err := coord.js.Publish(t.Context(), subj, data); err != nil {
 		t.Fatalf("coordinator: storing a request: %v", err)
 	}
 	return req
@@ -140,22 +148,30 @@ func TestConfApprovalsListFindsPendingBehindAFlood(t *testing.T) {
 	operator := connectAs(t, srv, "operator")
 
 	const decided = 3_000
+	stored := func(n int) func() error {
+		return func() error {
+			if got := msgsIn(t, operator, subjects.ApprovalsStream()); got < uint64(n) {
+				return fmt.Errorf("the approvals stream holds %d messages, want %d", got, n)
+			}
+			return nil
+		}
+	}
 	var reqs []protocol.ApprovalRequest
 	for range decided {
-		reqs = append(reqs, storeRequest(t, coord, "deploy", time.Now().Add(30*time.Minute)))
+		req, subj, data := newRequest(t, "deploy", time.Now().Add(30*time.Minute))
+		if err := coord.nc.Publish(subj, data); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
 	}
+	testsync.WaitFor(t, 2*time.Minute, stored(decided)) // each decision after its request
 	for _, r := range reqs {
 		if err := operator.nc.Publish(r.DecisionSubject, []byte(`{"digest":"`+r.Digest+`","approved":false,"approver":"alice","reason":"no"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	flood(t, operator, 200_000, nil, func(i int) string { return fmt.Sprintf("fleet.approval.decision.x%d.y%d", i, i) })
-	testsync.WaitFor(t, 2*time.Minute, func() error {
-		if n := msgsIn(t, operator, subjects.ApprovalsStream()); n < 2*decided+200_000 {
-			return fmt.Errorf("the approvals stream holds %d messages, want the flood stored", n)
-		}
-		return nil
-	})
+	testsync.WaitFor(t, 2*time.Minute, stored(2*decided+200_000))
 	pending := storeRequest(t, coord, "deploy", time.Now().Add(30*time.Minute))
 	if !listsPending(t, s, pending) {
 		t.Fatal("approvals list does not show the request stored after the flood")
