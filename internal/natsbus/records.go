@@ -3,6 +3,7 @@ package natsbus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -23,8 +24,9 @@ import (
 //
 // Every writer of a tool's records — its workers, and the coordinator
 // that withdraws its calls — writes them where the tool's own starts
-// stream says: its own streams when that stream exists, the shared ones
-// otherwise. A worker looks once per tool and keeps the answer for its
+// stream says: its own streams when a stream captures its own start
+// subjects (a stream-names lookup by subject, which reveals names only),
+// the shared ones otherwise. A worker looks once per tool and keeps the answer for its
 // life; a coordinator looks at each withdrawal. So a tool's own streams
 // are created (coordinator provision --tool-consumer) before its workers
 // start, and never removed.
@@ -81,16 +83,18 @@ func (r recordRoute) ttl(d protocol.CallDeadline, now time.Time) time.Duration {
 }
 
 // routeOf looks up where tool's records go: its own streams when its own
-// starts stream exists. An error other than "no such stream" leaves it
+// starts stream captures the tool's own start subjects. An error other than "no such stream" leaves it
 // unknown, and the record is not written (the call does not run).
 func routeOf(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, tool protocol.ToolName) (recordRoute, error) {
 	if !tool.Valid() {
 		return recordRoute{}, errors.New("natsbus: invalid tool name")
 	}
-	_, err := js.Stream(ctx, s.OwnStartsStream(tool))
+	name, err := js.StreamNameBySubject(ctx, s.OwnStarts(tool))
 	switch {
-	case err == nil:
+	case err == nil && name == s.OwnStartsStream(tool):
 		return recordRoute{s: s, tool: tool, own: true}, nil
+	case err == nil:
+		return recordRoute{}, fmt.Errorf("natsbus: the stream %s captures the start records of %s", name, tool)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return recordRoute{s: s, tool: tool}, nil
 	}
