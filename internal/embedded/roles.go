@@ -109,9 +109,14 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				s.Results(),
 				p + ".progress.>",
 				"$JS.API.INFO",
-				// the streams it checks, and whether a tool has record
-				// streams of its own: configurations and sizes only
-				"$JS.API.STREAM.INFO.*",
+				"$JS.API.STREAM.INFO." + calls,
+				"$JS.API.STREAM.INFO." + s.ResultsStream(),
+				"$JS.API.STREAM.INFO." + approvals,
+				"$JS.API.STREAM.INFO." + tools,
+				"$JS.API.STREAM.INFO." + claims,
+				"$JS.API.STREAM.INFO." + starts,
+				// whether a tool has record streams of its own (names only)
+				"$JS.API.STREAM.NAMES",
 				// each tool's two consumers, on its interactive and batch calls
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.interactive.*",
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.batch.*",
@@ -129,6 +134,7 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				s.Claims(),
 				"$JS.API.STREAM.MSG.GET." + claims,
 				// rate limits: read the operator's, advance the shared buckets
+				"$JS.API.STREAM.INFO." + limits,
 				"$JS.API.STREAM.MSG.GET." + limits,
 				"$KV." + s.LimitsBucket() + ".bucket.>",
 				// discovery answers, on the requesters' own inboxes only
