@@ -66,7 +66,10 @@ func flood(t *testing.T, c client, n int, hdr nats.Header, subject func(i int) s
 // msgsIn is the number of messages stream holds.
 func msgsIn(t *testing.T, c client, stream string) uint64 {
 	t.Helper()
-	st, err := c.js.Stream(t.Context(), stream)
+	// A server still storing a flood answers slowly.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	st, err := c.js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatalf("stream %s: %v", stream, err)
 	}
