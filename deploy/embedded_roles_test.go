@@ -26,7 +26,9 @@ var embeddedDifferences = map[string]struct {
 	// neither delete nor purge one, nor remove an audit record or an
 	// execution record.
 	embedded.RoleCoordinator: {
-		pubDenyDrop: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>"},
+		pubDenyDrop: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>",
+			// deploy's own record streams, which the embedded server lacks
+			"$JS.API.STREAM.MSG.DELETE.FLEET_CLAIMS_deploy", "$JS.API.STREAM.MSG.DELETE.FLEET_STARTS_deploy"},
 	},
 	// "deploy" is the conf's example of a tool with workers of its own
 	// (user worker_deploy, absent from the embedded server): the generic

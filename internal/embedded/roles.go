@@ -97,6 +97,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				p + ".journal.cancel.>",
 				// withdrawals: a call's start record, never an execution record
 				s.Starts(),
+				p + ".own.*.start.>",
 				"$SRV.*.toolworker",
 				s.ToolInfos(),
 			}, Deny: []string{
@@ -111,6 +112,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				"$JS.API.STREAM.PEER.>",
 				"$JS.API.STREAM.LEADER.>",
 				"$JS.API.STREAM.MSG.DELETE." + approvals,
+				"$JS.API.STREAM.MSG.DELETE." + s.TrafficStream(),
 				"$JS.API.STREAM.MSG.DELETE." + claims,
 				"$JS.API.STREAM.MSG.DELETE." + starts,
 				"$JS.API.STREAM.MSG.DELETE." + s.ResultsStream(),
@@ -143,6 +145,8 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				"$JS.API.STREAM.INFO." + tools,
 				"$JS.API.STREAM.INFO." + claims,
 				"$JS.API.STREAM.INFO." + starts,
+				// whether a tool has record streams of its own (names only)
+				"$JS.API.STREAM.NAMES",
 				// each tool's two consumers, on its interactive and batch calls
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.interactive.*",
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.batch.*",
@@ -217,7 +221,12 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				"$JS.FC." + approvals + ".>",
 				// traffic control: pause a tool's consumer and record it,
 				// set its rate limit (coordinator tools)
-				p + ".approval.traffic.>",
+				s.TrafficNotes(),
+				"$JS.API.STREAM.INFO." + s.TrafficStream(),
+				"$JS.API.CONSUMER.CREATE." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.INFO." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.DELETE." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.MSG.NEXT." + s.TrafficStream() + ".>",
 				"$JS.API.CONSUMER.INFO." + calls + ".*",
 				"$JS.API.CONSUMER.PAUSE." + calls + ".*",
 				"$JS.API.STREAM.INFO." + limits,

@@ -63,6 +63,9 @@ type Worker struct {
 
 	// calls is the calls stream, looked up by Run before it serves.
 	calls jetstream.Stream
+	// routes says where each tool's execution and start records go
+	// (records.go).
+	routes *recordRoutes
 
 	mu      sync.Mutex
 	running map[string]map[uint64]context.CancelCauseFunc // run.key → cancels
@@ -117,6 +120,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		sem:     semaphore.NewWeighted(int64(cfg.Concurrency)),
 		running: make(map[string]map[uint64]context.CancelCauseFunc),
 		active:  make(map[string]uint64),
+		routes:  &recordRoutes{js: js, s: subjects},
 	}
 	// As many calls again may be storing their result out of their slots
 	// (Delivery.FreeSlot): a pull is not held back by PubAcks.
