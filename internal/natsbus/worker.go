@@ -276,7 +276,7 @@ func (w *Worker) ensureConsumer(ctx context.Context, config jetstream.ConsumerCo
 	defer cancel()
 	found, err := w.js.Consumer(lctx, stream, config.Durable)
 	switch {
-	case err == nil && !pullOf(found.CachedInfo().Config, config):
+	case errors.Is(err, jetstream.ErrNotPullConsumer), err == nil && !pullOf(found.CachedInfo().Config, config):
 		return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", config.Durable, stream, errForeignConsumer)
 	case err == nil && sameSettings(found.CachedInfo().Config, config):
 		return found, nil
