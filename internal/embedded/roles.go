@@ -44,9 +44,7 @@ const (
 // is readable by the tools it runs.
 func FleetAccounts(s protocol.Subjects, password func(role string) string) []Account {
 	p := strings.TrimSuffix(s.Calls(), ".call.>")
-	users := fleetUsers(s, password)
-	client := users[2]
-	users = append(users[:2], users[3:]...)
+	users, client := fleetUsers(s, password)
 	runs := "$JS.API.DIRECT.GET.KV_" + s.RunsBucket() + ".$KV." + s.RunsBucket() + "."
 	return []Account{
 		{Name: FleetAccount, JetStream: true, Users: users, Exports: []Export{
@@ -66,9 +64,9 @@ func FleetAccounts(s protocol.Subjects, password func(role string) string) []Acc
 }
 
 // fleetUsers returns the users of FleetAccounts, each with its role's
-// permissions: coordinator, worker, client, then the operator if it has a
-// password.
-func fleetUsers(s protocol.Subjects, password func(role string) string) []User {
+// permissions: those of the fleet's account (coordinator, worker, then the
+// operator if it has a password) and the client.
+func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet []User, client User) {
 	if password == nil {
 		password = func(string) string { return "" }
 	}
@@ -174,18 +172,18 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				Deny:  []string{s.Approvals()},
 			},
 		}},
-		{Name: RoleClient, Password: password(RoleClient), Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{
-				p + ".run.submit." + RoleClient + ".>",
-				"$JS.API.DIRECT.GET." + runs + ".$KV." + s.RunsBucket() + "." + RoleClient + ".>",
-			}},
-			Subscribe: &server.SubjectPermission{Allow: []string{
-				p + ".run.result." + RoleClient + ".>",
-				p + ".run.progress." + RoleClient + ".>",
-				"_INBOX_" + RoleClient + ".>",
-			}},
-		}},
 	}
+	client = User{Name: RoleClient, Password: password(RoleClient), Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			p + ".run.submit." + RoleClient + ".>",
+			"$JS.API.DIRECT.GET." + runs + ".$KV." + s.RunsBucket() + "." + RoleClient + ".>",
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{
+			p + ".run.result." + RoleClient + ".>",
+			p + ".run.progress." + RoleClient + ".>",
+			"_INBOX_" + RoleClient + ".>",
+		}},
+	}}
 	if pw := password(RoleOperator); pw != "" {
 		journal, cancels := s.JournalStream(), s.CancelsStream()
 		users = append(users, User{Name: RoleOperator, Password: pw, Permissions: &server.Permissions{
@@ -242,5 +240,5 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) []User {
 			}},
 		}})
 	}
-	return users
+	return users, client
 }
