@@ -3,6 +3,7 @@ package fleettest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -28,12 +29,28 @@ type sumIn struct {
 var sum = tool.Must(tool.New(tool.Config{Name: "sum", Idempotent: true},
 	func(_ context.Context, in sumIn) (int, error) { return in.A + in.B, nil }))
 
-// TestEachConnectionIsItsRole: every connection the fleet hands out is the
-// user of deploy/nats-server.conf that does its job, in that user's
-// account, as the server reports it: the coordinator, the workers and the
-// operator in FLEET, the client in an account of its own.
+// TestEachConnectionIsItsRole: the fleet's server runs the accounts of
+// embedded.FleetAccounts with every password drawn, every role included
+// (those deploy's TestEmbeddedRolesMatchConf holds to
+// deploy/nats-server.conf), and every connection the fleet hands out is the
+// user that does its job, in that user's account, as the server reports
+// it: the coordinator, the workers and the operator in FLEET, the client in
+// an account of its own.
 func TestEachConnectionIsItsRole(t *testing.T) {
-	fleet := Start(t, Config{Tools: []harness.Tool{sum}})
+	fleet := Start(t, Config{Tools: []harness.Tool{sum}, Prefix: "team"})
+	subjects, _ := protocol.NewSubjects("team")
+	withoutPasswords := func(accounts []embedded.Account) []embedded.Account {
+		for _, a := range accounts {
+			for i := range a.Users {
+				a.Users[i].Password = ""
+			}
+		}
+		return accounts
+	}
+	got := withoutPasswords(fleet.server.Config().Accounts)
+	if want := withoutPasswords(embedded.FleetAccounts(subjects, embedded.DrawPasswords)); !reflect.DeepEqual(got, want) {
+		t.Errorf("the fleet's accounts:\n%+v\nwant embedded.FleetAccounts with every password drawn:\n%+v", got, want)
+	}
 	fleet.ConnectWorker()
 	fleet.ConnectClient()
 	fleet.ConnectOperator()
