@@ -39,7 +39,7 @@ type Config struct {
 	// Prefix is the fleet's subject prefix. Default: "fleet".
 	Prefix string
 	// Listen opens the server's TCP listener on 127.0.0.1 and a random
-	// port, for programs in other processes ([Fleet.URL]). Default: false,
+	// port, for a worker in another process ([Fleet.URL]). Default: false,
 	// in-process connections only.
 	Listen bool
 	// Logger receives the workers' and runners' logs. The zero value
