@@ -66,13 +66,29 @@ var notEmbedded = []string{"admin", "worker_deploy", "leaf"}
 var notEmbeddedAccounts = []string{"DEPLOY", "EDGE"}
 
 // TestEmbeddedRolesMatchConf: every role of a listening embedded server
-// (embedded.FleetAccounts, default prefix) is in the same account and has
-// exactly the permissions of the same user in deploy/nats-server.conf, but
-// for the differences named in embeddedDifferences; and each account of
-// the embedded server exports and imports exactly what the conf's does,
-// as both servers report it once started. A change to either that the
-// other lacks fails here.
+// (embedded.FleetAccounts, default prefix), the one of "coordinator serve"
+// (with an operator password) and the one of pkg/fleettest (every password
+// drawn, embedded.DrawPasswords), is in the same account and has exactly
+// the permissions of the same user in deploy/nats-server.conf, but for the
+// differences named in embeddedDifferences; and each account of the
+// embedded server exports and imports exactly what the conf's does, as
+// both servers report it once started. A change to either that the other
+// lacks fails here.
 func TestEmbeddedRolesMatchConf(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		password func(role string) string
+	}{
+		{"coordinator serve", func(role string) string { return "pw-" + role }},
+		{"fleettest", embedded.DrawPasswords},
+	} {
+		t.Run(c.name, func(t *testing.T) { embeddedRolesMatchConf(t, c.password) })
+	}
+}
+
+// embeddedRolesMatchConf is TestEmbeddedRolesMatchConf for the accounts
+// embedded.FleetAccounts gives with password.
+func embeddedRolesMatchConf(t *testing.T, password func(role string) string) {
 	_, opts := confUsers(t, "nats-server.conf", confVars(t))
 	conf := map[string]*server.Permissions{}
 	confAccount := map[string]string{}
@@ -85,7 +101,7 @@ func TestEmbeddedRolesMatchConf(t *testing.T) {
 	if opts.SystemAccount == "" || slices.Contains(slices.Collect(maps.Values(confAccount)), opts.SystemAccount) {
 		t.Errorf("system account %q: want one, with no user", opts.SystemAccount)
 	}
-	accounts := embedded.FleetAccounts(protocol.Subjects{}, func(role string) string { return "pw-" + role })
+	accounts := embedded.FleetAccounts(protocol.Subjects{}, password)
 	var users []embedded.User
 	for _, a := range accounts {
 		for _, u := range a.Users {

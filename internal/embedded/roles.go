@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"crypto/rand"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -62,6 +63,12 @@ func FleetAccounts(s protocol.Subjects, password func(role string) string) []Acc
 		}},
 	}
 }
+
+// DrawPasswords is a password function for [FleetAccounts] that draws
+// every role's password, the operator's included (so the operator is one of
+// the users): the accounts of a server whose users all connect from the
+// process that started it and learn their passwords from it (pkg/fleettest).
+func DrawPasswords(string) string { return "tf-" + rand.Text() }
 
 // fleetUsers returns the users of FleetAccounts, each with its role's
 // permissions: those of the fleet's account (coordinator, worker, then the
