@@ -147,7 +147,7 @@ func TestConfApprovalsListFindsPendingBehindAFlood(t *testing.T) {
 	coord := connectAs(t, srv, "coordinator")
 	operator := connectAs(t, srv, "operator")
 
-	const decided = 3_000
+	const decided = 200
 	stored := func(n int) func() error {
 		return func() error {
 			if got := msgsIn(t, operator, subjects.ApprovalsStream()); got < uint64(n) {

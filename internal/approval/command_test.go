@@ -179,9 +179,10 @@ func TestCommandRefuses(t *testing.T) {
 		t.Errorf("expired request: exit=%d stderr=%q, want 1 and expired", code, errs)
 	}
 
-	// A request the gate let expire.
-	req, res := f.waiting(t, `{}`, 150*time.Millisecond)
-	if r := recv(t, res, 5*time.Second); !r.d.Expired {
+	// A request the gate let expire (a TTL long enough for the request to
+	// be stored first on a loaded machine).
+	req, res := f.waiting(t, `{}`, time.Second)
+	if r := recv(t, res, 30*time.Second); !r.d.Expired {
 		t.Fatalf("Decision=%+v, want expired", r.d)
 	}
 	code, _, errs = runCommand(t, f, "deny", "run1", string(req.CallKey), "--reason", "late")
