@@ -161,6 +161,8 @@ func (w *KeyWatch) watchOnce(ctx context.Context, reconnected <-chan nats.Status
 			return "", m.err
 		}
 		kw = m.kw
+	case <-ctx.Done():
+		return "stopped", nil
 	case <-time.After(w.cfg.MakeTimeout):
 		return "", fmt.Errorf("no answer within %v", w.cfg.MakeTimeout) // cancel ends the request, and a late watch
 	}
