@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/natstest"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// TestClusterChaos is issue 42's load, sized for the suite: a 3-node
+// JetStream cluster (every stream R3), three serving coordinators and two
+// workers as processes, and 40 runs submitted by "coordinator submit
+// --wait" processes, 8 at a time, each three rounds of a non-idempotent
+// tool that records its executions. Meanwhile a random node is SIGKILLed
+// 1-3s after the last one is back and started again 1-3s later (one down at a time: the next
+// kill waits until every stream's replicas are current again), and a
+// random coordinator is SIGKILLed every 2-5s and started again. Every
+// submit gets its run's result (natural, every tool_call_id answered once
+// and ok), no call key runs twice, and every charge ran.
+//
+// It also measures how long the streams go without a leader: from each
+// node's kill until every stream answers with a leader, and from each
+// restart until every replica is current.
+func TestClusterChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute or two of churn")
+	}
+	// Not parallel: the cluster, the processes and the kill loops keep
+	// both cores busy.
+	const runs, parallel = 40, 8
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 42))
+	var rngMu sync.Mutex
+	between := func(lo, hi int) time.Duration {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond
+	}
+
+	c := natstest.StartCluster(t, 3)
+	f := newFleetAt(t, c.URLs())
+	if code := startProc(t, "provision", bins.coordinator, "provision", "--nats-url", c.URLs(), "--replicas", "3").wait(time.Minute); code != 0 {
+		t.Fatalf("coordinator provision --replicas 3 exited %d", code)
+	}
+	var streams []string
+	for name := range f.js.StreamNames(t.Context()).Name() {
+		streams = append(streams, name)
+	}
+	slices.Sort(streams)
+	t.Logf("streams: %s", strings.Join(streams, ", "))
+	natstest.WaitStreamsCurrent(t, f.js, time.Minute, streams...)
+	for _, name := range []string{"w1", "w2"} {
+		p := startProc(t, name, bins.toolworker, "--nats-url", c.URLs(), "--tools", f.manifest, "--name", name,
+			"--ack-wait", testAckWait.String(), "--log-level", "info")
+		p.waitLog(time.Minute, "worker started")
+	}
+	model := f.writeJSON("cluster-chaos.json", map[string]any{"turns": script{
+		turn(call("c1", toolCharge, map[string]any{"id": "r1", "output": "a"})),
+		turn(call("c2", toolCharge, map[string]any{"id": "r2", "output": "b"})),
+		turn(call("c3", toolCharge, map[string]any{"id": "r3", "output": "c"})),
+		final(`done {{result "c1"}}{{result "c2"}}{{result "c3"}}`),
+	}})
+
+	var mu sync.Mutex
+	procs := map[string]*proc{}
+	var all []*proc
+	start := func(name string) {
+		p := startProc(t, name, bins.coordinator, "serve", "--nats-url", c.URLs(), "--workers", "0",
+			"--model", "scripted:"+model, "--name", name, "--run-ack-wait", durableRunAckWait,
+			"--max-concurrent-runs", "8", "--shutdown-grace", "5s", "--log-level", "info")
+		p.waitLog(2*time.Minute, `"serving runs"`)
+		mu.Lock()
+		procs[name] = p
+		all = append(all, p)
+		mu.Unlock()
+	}
+	coordinators := []string{"c1", "c2", "c3"}
+	for _, name := range coordinators {
+		start(name)
+	}
+
+	stop := make(chan struct{})
+	stopped := func(d time.Duration) bool {
+		select {
+		case <-stop:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	var loops sync.WaitGroup
+
+	// The node loop: one node down at a time, and the next kill only once
+	// every stream's replicas are current again (quorum holds throughout).
+	var nodeKills int
+	var leaderless, catchUp []time.Duration
+	loops.Go(func() {
+		for !stopped(between(1000, 3000)) {
+			rngMu.Lock()
+			node := rng.IntN(c.Len())
+			rngMu.Unlock()
+			killed := time.Now()
+			c.Kill(node)
+			nodeKills++
+			natstest.WaitFor(t, 2*time.Minute, func() error {
+				for _, s := range streams {
+					if c.StreamLeader("", s) < 0 {
+						return fmt.Errorf("waiting for stream %s to have a leader after node %d was killed", s, node)
+					}
+				}
+				return nil
+			})
+			leaderless = append(leaderless, time.Since(killed))
+			stopped(between(1000, 3000)) // the outage; ends early when the load is done
+			c.Restart(node)
+			restarted := time.Now()
+			c.WaitForMetaLeader(2 * time.Minute)
+			natstest.WaitStreamsCurrent(t, f.js, 2*time.Minute, streams...)
+			catchUp = append(catchUp, time.Since(restarted))
+		}
+	})
+
+	// The coordinator loop: a random live one every 2-5s, started again
+	// in the background.
+	var coordKills int
+	var restarts sync.WaitGroup
+	down := map[string]bool{}
+	loops.Go(func() {
+		defer restarts.Wait()
+		for !stopped(between(2000, 5000)) {
+			rngMu.Lock()
+			name := coordinators[rng.IntN(len(coordinators))]
+			rngMu.Unlock()
+			mu.Lock()
+			p, isDown := procs[name], down[name]
+			down[name] = true
+			mu.Unlock()
+			if isDown {
+				continue
+			}
+			p.kill()
+			coordKills++
+			restarts.Go(func() {
+				start(name)
+				mu.Lock()
+				down[name] = false
+				mu.Unlock()
+			})
+		}
+	})
+
+	// The submitters: each a "coordinator submit --wait" process, which
+	// waits for its run's result across everything the cluster does.
+	type outcome struct {
+		code   int
+		result protocol.RunResult
+		out    string
+	}
+	outcomes := make([]outcome, runs)
+	sem := make(chan struct{}, parallel)
+	var sub sync.WaitGroup
+	for i := range runs {
+		sem <- struct{}{}
+		sub.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bins.coordinator, "submit", "--nats-url", c.URLs(), "--wait", "--output", "json",
+				"--id", fmt.Sprintf("cc-%d", i), "--timeout", "3m", "--wait-timeout", "4m", fmt.Sprintf("run %d", i))
+			cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			o := outcome{code: exitCode(err), out: stderr.String()}
+			json.Unmarshal(stdout.Bytes(), &o.result)
+			outcomes[i] = o
+		})
+	}
+	sub.Wait()
+	close(stop)
+	loops.Wait()
+
+	for i, o := range outcomes {
+		want := protocol.SubmissionRunID("default", fmt.Sprintf("cc-%d", i))
+		if o.code != 0 || o.result.RunID != want || o.result.TerminationReason != "natural" || o.result.Answer != "done abc" {
+			t.Errorf("submit %d: exit %d, run %s (want %s), %q %q %+v\n%s", i, o.code, o.result.RunID, want,
+				o.result.TerminationReason, o.result.Answer, o.result.Error, tail(o.out, 2000))
+			continue
+		}
+		var res loop.Result
+		if err := json.Unmarshal(o.result.Messages, &res.Messages); err != nil {
+			t.Errorf("submit %d: the transcript: %v", i, err)
+			continue
+		}
+		if err := json.Unmarshal(o.result.Calls, &res.Calls); err != nil {
+			t.Errorf("submit %d: the call records: %v", i, err)
+			continue
+		}
+		if err := json.Unmarshal(o.result.Metadata, &res.Metadata); err != nil {
+			t.Errorf("submit %d: the metadata: %v", i, err)
+			continue
+		}
+		recs, _ := answered(t, &res) // every tool_call_id answered once
+		for _, id := range []string{"c1", "c2", "c3"} {
+			if recs[id].Outcome != protocol.OutcomeOK {
+				t.Errorf("submit %d: call %s = %+v, want ok", i, id, recs[id])
+			}
+		}
+	}
+
+	// No call key ran twice, and every round of every run ran.
+	byKey := map[string]int{}
+	perRound := map[string]int{}
+	data, err := os.ReadFile(f.effects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) == 3 && fields[0] == "key" {
+			byKey[fields[2]]++
+			perRound[fields[1]]++
+		}
+	}
+	for key, n := range byKey {
+		if n != 1 {
+			t.Errorf("charge under call key %s ran %d times, want once", key, n)
+		}
+	}
+	if len(byKey) != 3*runs {
+		t.Errorf("%d charges ran under distinct call keys, want %d (three rounds of %d runs); by round: %v", len(byKey), 3*runs, runs, perRound)
+	}
+	again := 0
+	for _, p := range all {
+		again += strings.Count(p.log(), "another coordinator stored this run's result first")
+	}
+	if again != 0 {
+		t.Errorf("%d runs finished by a second coordinator after another had stored their result", again)
+	}
+	if nodeKills == 0 || coordKills == 0 {
+		t.Errorf("%d node kills, %d coordinator kills: the chaos did not happen", nodeKills, coordKills)
+	}
+	t.Logf("%d runs, %d node kills, %d coordinator kills", runs, nodeKills, coordKills)
+	t.Logf("every stream led again after a node kill within: %s", spread(leaderless))
+	t.Logf("every replica current again after a restart within: %s", spread(catchUp))
+}
+
+// spread summarises durations: how many, the median and the longest.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none measured"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return fmt.Sprintf("%d measured, median %v, longest %v", len(s), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
+}
