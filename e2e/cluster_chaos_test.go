@@ -25,7 +25,8 @@ import (
 // workers as processes, and 40 runs submitted by "coordinator submit
 // --wait" processes, 8 at a time, each three rounds of a non-idempotent
 // tool that records its executions. Meanwhile a random node is SIGKILLed
-// 1-3s after the last one is back and started again 1-3s later (one down at a time: the next
+// 1-3s after the last one is back and started again 1-3s later (in turn
+// a random node, the meta leader and the runs bucket's leader) (one down at a time: the next
 // kill waits until every stream's replicas are current again), and a
 // random coordinator is SIGKILLed every 2-5s and started again. Every
 // submit gets its run's result (natural, every tool_call_id answered once
@@ -110,9 +111,22 @@ func TestClusterChaos(t *testing.T) {
 	var leaderless, catchUp []time.Duration
 	loops.Go(func() {
 		for !stopped(between(1000, 3000)) {
+			// In turn: a random node, the meta group's leader (which
+			// answers every watch's consumer creation) and the leader of
+			// the runs bucket (where the results are, and the waiting
+			// clients' watches).
 			rngMu.Lock()
 			node := rng.IntN(c.Len())
 			rngMu.Unlock()
+			switch nodeKills % 3 {
+			case 1:
+				node = metaLeader(c)
+			case 2:
+				node = c.StreamLeader("", "KV_"+protocol.Subjects{}.RunsBucket())
+			}
+			if node < 0 {
+				continue // no leader now: the next turn
+			}
 			killed := time.Now()
 			c.Kill(node)
 			nodeKills++
@@ -267,4 +281,15 @@ func spread(ds []time.Duration) string {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return fmt.Sprintf("%d measured, median %v, longest %v", len(s), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
+}
+
+// metaLeader returns the index of the node that leads the JetStream meta
+// group, or -1.
+func metaLeader(c *natstest.Cluster) int {
+	for i := range c.Len() {
+		if srv := c.Server(i); srv != nil && srv.JetStreamIsLeader() {
+			return i
+		}
+	}
+	return -1
 }
