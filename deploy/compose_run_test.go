@@ -306,11 +306,15 @@ func TestComposeServesARun(t *testing.T) {
 	resp := protocol.RunResponse{ResultBucket: "fleet_runs", ResultKey: protocol.RunKey("client", protocol.SubmissionRunID("client", "compose1"))}
 	var stored string
 	if err := eventually(30*time.Second, func() error {
-		out, err := cli("client", "kv", "get", resp.ResultBucket, resp.ResultKey, "--raw")
+		// The direct get the client's account imports (the docs' way).
+		out, err := cli("client", "req", "--raw", "$JS.API.DIRECT.GET.KV_"+resp.ResultBucket+".$KV."+resp.ResultBucket+"."+resp.ResultKey, "")
 		stored = out
+		if err == nil && !strings.Contains(out, `"run_id"`) {
+			err = fmt.Errorf("no result stored yet")
+		}
 		return err
 	}); err != nil {
-		t.Fatalf("nats kv get %s %s: %v\n%s", resp.ResultBucket, resp.ResultKey, err, stored)
+		t.Fatalf("nats req a direct get of %s %s: %v\n%s", resp.ResultBucket, resp.ResultKey, err, stored)
 	}
 	res, err := protocol.DecodeRunResult(bytes.TrimSpace([]byte(stored)), 0)
 	if err != nil {

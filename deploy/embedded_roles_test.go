@@ -1,9 +1,12 @@
 package deploy_test
 
 import (
+	"encoding/json"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -55,16 +58,36 @@ var embeddedDifferences = map[string]struct {
 var notEmbedded = []string{"admin", "worker_deploy", "leaf"}
 
 // TestEmbeddedRolesMatchConf: every role of a listening embedded server
-// (embedded.FleetUsers, default prefix) has exactly the permissions of the
-// same user in deploy/nats-server.conf, but for the differences named in
-// embeddedDifferences. A change to either that the other lacks fails here.
+// (embedded.FleetAccounts, default prefix) is in the same account and has
+// exactly the permissions of the same user in deploy/nats-server.conf, but
+// for the differences named in embeddedDifferences; and each account of
+// the embedded server exports and imports exactly what the conf's does,
+// as both servers report it once started. A change to either that the
+// other lacks fails here.
 func TestEmbeddedRolesMatchConf(t *testing.T) {
 	_, opts := confUsers(t, "nats-server.conf", confVars(t))
 	conf := map[string]*server.Permissions{}
+	confAccount := map[string]string{}
 	for _, u := range opts.Users {
 		conf[u.Username] = u.Permissions
+		if u.Account != nil {
+			confAccount[u.Username] = u.Account.Name
+		}
 	}
-	users := embedded.FleetUsers(protocol.Subjects{}, func(role string) string { return "pw-" + role })
+	if opts.SystemAccount == "" || slices.Contains(slices.Collect(maps.Values(confAccount)), opts.SystemAccount) {
+		t.Errorf("system account %q: want one, with no user", opts.SystemAccount)
+	}
+	accounts := embedded.FleetAccounts(protocol.Subjects{}, func(role string) string { return "pw-" + role })
+	var users []embedded.User
+	for _, a := range accounts {
+		for _, u := range a.Users {
+			if confAccount[u.Name] != a.Name {
+				t.Errorf("embedded user %s: in account %s, in nats-server.conf %q", u.Name, a.Name, confAccount[u.Name])
+			}
+		}
+		users = append(users, a.Users...)
+	}
+	compareAccounts(t, opts, accounts)
 	seen := map[string]bool{}
 	for _, u := range users {
 		seen[u.Name] = true
@@ -79,10 +102,10 @@ func TestEmbeddedRolesMatchConf(t *testing.T) {
 			t.Errorf("embedded user %s: no publish or subscribe permissions", u.Name)
 			continue
 		}
-		same(t, u.Name, "publish allow", got.Publish.Allow, edit(want.Publish.Allow, d.pubAllowAdd, nil))
-		same(t, u.Name, "publish deny", got.Publish.Deny, edit(want.Publish.Deny, d.pubDenyAdd, d.pubDenyDrop))
-		same(t, u.Name, "subscribe allow", got.Subscribe.Allow, want.Subscribe.Allow)
-		same(t, u.Name, "subscribe deny", got.Subscribe.Deny, edit(want.Subscribe.Deny, nil, d.subDenyDrop))
+		same(t, "embedded user "+u.Name, "publish allow", got.Publish.Allow, edit(want.Publish.Allow, d.pubAllowAdd, nil))
+		same(t, "embedded user "+u.Name, "publish deny", got.Publish.Deny, edit(want.Publish.Deny, d.pubDenyAdd, d.pubDenyDrop))
+		same(t, "embedded user "+u.Name, "subscribe allow", got.Subscribe.Allow, want.Subscribe.Allow)
+		same(t, "embedded user "+u.Name, "subscribe deny", got.Subscribe.Deny, edit(want.Subscribe.Deny, nil, d.subDenyDrop))
 		if !reflect.DeepEqual(got.Response, want.Response) {
 			t.Errorf("embedded user %s: allow_responses %+v, conf %+v", u.Name, got.Response, want.Response)
 		}
@@ -99,6 +122,66 @@ func TestEmbeddedRolesMatchConf(t *testing.T) {
 	}
 }
 
+// compareAccounts fails t unless each of accounts, on a started embedded
+// server, exports and imports what the same account of a server started
+// from nats-server.conf (parsed into opts) does, as each server's account
+// report says.
+func compareAccounts(t *testing.T, opts *server.Options, accounts []embedded.Account) {
+	t.Helper()
+	conf := startOpts(t, opts)
+	emb, err := embedded.Start(embedded.Config{StoreDir: t.TempDir(), Accounts: accounts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Shutdown()
+	for _, a := range accounts {
+		ce, ci := accountReport(t, conf, a.Name)
+		ee, ei := accountReport(t, emb.NATSServer(), a.Name)
+		same(t, "embedded account "+a.Name, "exports", ee, ce)
+		same(t, "embedded account "+a.Name, "imports", ei, ci)
+		if len(ce)+len(ci) == 0 {
+			t.Errorf("account %s: neither exports nor imports", a.Name)
+		}
+	}
+}
+
+// startOpts starts a server from opts (a parsed configuration) on a
+// random loopback port with its store in a temporary directory, until the
+// test ends.
+func startOpts(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port, opts.StoreDir, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, t.TempDir(), true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return s
+}
+
+// accountReport returns the exports and imports of account name on s, as
+// its account report (accountz) gives them, each as JSON.
+func accountReport(t *testing.T, s *server.Server, name string) (exports, imports []string) {
+	t.Helper()
+	z, err := s.Accountz(&server.AccountzOptions{Account: name})
+	if err != nil || z.Account == nil {
+		t.Fatalf("account %s: %v", name, err)
+	}
+	for _, e := range z.Account.Exports {
+		b, _ := json.Marshal(e)
+		exports = append(exports, string(b))
+	}
+	for _, i := range z.Account.Imports {
+		b, _ := json.Marshal(i)
+		imports = append(imports, string(b))
+	}
+	return exports, imports
+}
+
 // edit returns l with add appended and drop removed (each of which must
 // be in l).
 func edit(l, add, drop []string) []string {
@@ -111,18 +194,19 @@ func edit(l, add, drop []string) []string {
 	return append(out, add...)
 }
 
-// same fails t unless got and want hold the same subjects, in any order.
-func same(t *testing.T, user, what string, got, want []string) {
+// same fails t unless got and want (of who) hold the same subjects, in any
+// order.
+func same(t *testing.T, who, what string, got, want []string) {
 	t.Helper()
 	g, w := slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))
 	for _, s := range w {
 		if !slices.Contains(g, s) {
-			t.Errorf("embedded user %s: %s lacks %q (in nats-server.conf)", user, what, s)
+			t.Errorf("%s: %s lacks %q (in nats-server.conf)", who, what, s)
 		}
 	}
 	for _, s := range g {
 		if !slices.Contains(w, s) {
-			t.Errorf("embedded user %s: %s has %q (not in nats-server.conf)", user, what, s)
+			t.Errorf("%s: %s has %q (not in nats-server.conf)", who, what, s)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -137,6 +138,9 @@ func TestHostileStreamRewrites(t *testing.T) {
 // TestHostileInboxSniffing: no role may read replies meant for another —
 // not the shared _INBOX.>, not another role's prefix, not everything — and
 // each role's own replies still work on its own prefix.
+// ownResultGet is a direct get of a result key of the client's own.
+const ownResultGet = "$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.client.none"
+
 func TestHostileInboxSniffing(t *testing.T) {
 	t.Parallel()
 	s := startFromConf(t)
@@ -156,9 +160,19 @@ func TestHostileInboxSniffing(t *testing.T) {
 				t.Errorf("%s: subscribe on %s not refused", role, subj)
 			}
 		}
-		// Its own inbox answers: a JetStream API request round trip.
+		// Its own inbox answers: a JetStream API request round trip (for
+		// the client, the one its account imports: a direct get of a key
+		// of its own, not found).
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		_, err := c.js.AccountInfo(ctx)
+		var err error
+		if role == "client" {
+			var m *nats.Msg
+			if m, err = c.nc.RequestWithContext(ctx, ownResultGet, nil); err == nil && m.Header.Get("Status") != "404" {
+				err = fmt.Errorf("direct get answered %v, want 404", m.Header)
+			}
+		} else {
+			_, err = c.js.AccountInfo(ctx)
+		}
 		cancel()
 		if err != nil {
 			t.Errorf("%s: a request on its own inbox failed: %v", role, err)
@@ -172,7 +186,7 @@ func TestHostileInboxSniffing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if _, err := nc.Request("$JS.API.INFO", nil, 500*time.Millisecond); err == nil {
+	if _, err := nc.Request(ownResultGet, nil, 500*time.Millisecond); err == nil {
 		t.Error("a request with the default _INBOX prefix was answered")
 	}
 }

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -830,7 +831,27 @@ func TestHelmValuesMatchConf(t *testing.T) {
 		return out
 	}
 	if h, c := perms(helmOpts), perms(confOpts); !reflect.DeepEqual(h, c) {
-		t.Errorf("values-nats.yaml config.merge.authorization differs from nats-server.conf; replace its users with:\n%s", usersYAML(confOpts))
+		t.Errorf("values-nats.yaml config.merge.accounts differs from nats-server.conf; replace its users with:\n%s", usersYAML(confOpts))
+	}
+	accountOf := func(o *server.Options) map[string]string {
+		out := map[string]string{}
+		for _, u := range o.Users {
+			if u.Account != nil {
+				out[u.Username] = u.Account.Name
+			}
+		}
+		return out
+	}
+	if h, c := accountOf(helmOpts), accountOf(confOpts); !reflect.DeepEqual(h, c) || helmOpts.SystemAccount != confOpts.SystemAccount {
+		t.Errorf("accounts: values %v (system %q), conf %v (system %q)", h, helmOpts.SystemAccount, c, confOpts.SystemAccount)
+	}
+	helmOpts.JetStream = true // config.jetstream.enabled, checked above
+	helmSrv, confSrv := startOpts(t, helmOpts), startOpts(t, confOpts)
+	for _, name := range slices.Compact(slices.Sorted(maps.Values(accountOf(confOpts)))) {
+		he, hi := accountReport(t, helmSrv, name)
+		ce, ci := accountReport(t, confSrv, name)
+		same(t, "values-nats.yaml account "+name, "exports", he, ce)
+		same(t, "values-nats.yaml account "+name, "imports", hi, ci)
 	}
 }
 

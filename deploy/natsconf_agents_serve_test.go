@@ -28,25 +28,21 @@ import (
 // TestConfTwoAgentsOneCoordinator: two agents with disjoint tool scopes and
 // different providers (the scripted model for "support", a strict fake of
 // the OpenAI API for "ops") served by one coordinator, on the shipped
-// configuration with its client block narrowed as its comment shows: the
-// client "client" may submit to "support" only, and a copy of the block,
+// configuration with its client account narrowed as its comment shows: the
+// client "client" may submit to "support" only, and a copy of the account,
 // "client2", to "ops" only. The server refuses client's submission to
 // "ops"; support's model calls ops's tool (calculator) and gets
 // unknown_tool, and nothing is published on fleet.call.calculator; ops's
 // run, from client2, calls calculator and gets 42.
 func TestConfTwoAgentsOneCoordinator(t *testing.T) {
 	s := startFromEditedConf(t, func(conf string) string {
-		start := strings.Index(conf, "    {\n      user: client\n")
-		end := start + strings.Index(conf[start:], "\n    }\n") + len("\n    }\n")
-		block := conf[start:end]
-		narrowed := strings.Replace(block, `"fleet.run.submit.client.>"`, `"fleet.run.submit.client.support.*"`, 1)
-		second := strings.NewReplacer("user: client\n", "user: client2\n", "$TOOLFLEET_CLIENT_PASSWORD", "$TOOLFLEET_CLIENT2_PASSWORD",
-			".client.", ".client2.", "_INBOX_client.", "_INBOX_client2.").Replace(block)
-		second = strings.Replace(second, `"fleet.run.submit.client2.>"`, `"fleet.run.submit.client2.ops.*"`, 1)
-		if narrowed == block || !strings.Contains(second, `"fleet.run.submit.client2.ops.*"`) {
-			t.Fatal("the shipped client block no longer grants fleet.run.submit.client.>")
+		conf = withClient(t, "client2")(conf)
+		narrowed := strings.NewReplacer(`"fleet.run.submit.client.>"`, `"fleet.run.submit.client.support.>"`,
+			`"fleet.run.submit.client2.>"`, `"fleet.run.submit.client2.ops.>"`).Replace(conf)
+		if strings.Count(narrowed, `"fleet.run.submit.client.support.>"`) != 2 || strings.Count(narrowed, `"fleet.run.submit.client2.ops.>"`) != 2 {
+			t.Fatal("the shipped client account no longer grants and imports fleet.run.submit.client.>")
 		}
-		return conf[:start] + narrowed + "\n" + second + conf[end:]
+		return narrowed
 	})
 	provision(t, s)
 	ctx := t.Context()

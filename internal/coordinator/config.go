@@ -29,7 +29,7 @@ type Config struct {
 	StoreDir string
 	// Listen, with the embedded server, opens its TCP client listener on
 	// this HOST:PORT (port 0: a random one). The server then accepts the
-	// users of embedded.FleetUsers, with the permissions of their roles in
+	// users of embedded.FleetAccounts, with the permissions of their roles in
 	// deploy/nats-server.conf: coordinator (this process, in process only,
 	// its password drawn and never written), worker and client (passwords
 	// from TOOLFLEET_WORKER_PASSWORD and TOOLFLEET_CLIENT_PASSWORD, else

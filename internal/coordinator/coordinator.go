@@ -205,7 +205,7 @@ func (c *Coordinator) startEmbedded() error {
 			p = -1
 		}
 		ec.Listen, ec.Host, ec.Port = true, host, p
-		ec.Users = embedded.FleetUsers(c.subjects, c.rolePassword)
+		ec.Accounts = embedded.FleetAccounts(c.subjects, c.rolePassword)
 	}
 	s, err := embedded.Start(ec)
 	if err != nil {

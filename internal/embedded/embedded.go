@@ -34,7 +34,7 @@ type Config struct {
 	// ([Server.Credentials]); [Server.InProcess] presents it. Ignored when
 	// Users is set or ConfigText sets an authorization of its own. A fleet
 	// whose server listens uses Users with the roles' permissions
-	// ([FleetUsers]) instead: a superuser's password must not be written
+	// ([FleetAccounts]) instead: a superuser's password must not be written
 	// where the tools can read it.
 	GenerateCredentials bool
 	// Users are the only users the server accepts, each with its own
@@ -42,8 +42,13 @@ type Config struct {
 	// Ignored when ConfigText sets an authorization of its own. Default:
 	// none (see GenerateCredentials).
 	Users []User
-	// InProcessUser names the user of Users that [Server.InProcess]
-	// presents. Default: the first.
+	// Accounts, when set, are the server's accounts, each with its users,
+	// exports and imports, and Users is ignored; the server also gets a
+	// system account with no user ([SystemAccount]). Not with
+	// ConfigText. Default: none (one account).
+	Accounts []Account
+	// InProcessUser names the user of Users (or of Accounts) that
+	// [Server.InProcess] presents. Default: the first.
 	InProcessUser string
 	// StoreDir is JetStream's directory (the server adds "jetstream/" below
 	// it). Default: a new temporary directory, removed by Shutdown.
@@ -193,10 +198,18 @@ func Start(cfg Config) (*Server, error) {
 // configured authorization) and returns the in-process user, its password
 // and every user's password.
 func configureUsers(opts *server.Options, cfg Config) (user, password string, passwords map[string]string, err error) {
+	if len(cfg.Accounts) > 0 && cfg.ConfigText != "" {
+		return "", "", nil, errors.New("embedded: Accounts with ConfigText")
+	}
 	if opts.Username != "" || len(opts.Users) > 0 || len(opts.Nkeys) > 0 || opts.Authorization != "" {
 		return "", "", nil, nil
 	}
 	users := cfg.Users
+	if len(cfg.Accounts) > 0 {
+		if users, err = accountUsers(cfg.Accounts); err != nil {
+			return "", "", nil, err
+		}
+	}
 	if len(users) == 0 {
 		if !cfg.GenerateCredentials {
 			return "", "", nil, nil
@@ -218,7 +231,18 @@ func configureUsers(opts *server.Options, cfg Config) (user, password string, pa
 			}
 		}
 		passwords[u.Name] = pw
-		opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: pw, Permissions: u.Permissions})
+		if len(cfg.Accounts) == 0 {
+			opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: pw, Permissions: u.Permissions})
+		}
+	}
+	if len(cfg.Accounts) > 0 {
+		text, err := accountsConfig(cfg.Accounts, passwords)
+		if err != nil {
+			return "", "", nil, err
+		}
+		if err := opts.ProcessConfigString(text); err != nil {
+			return "", "", nil, fmt.Errorf("embedded: the accounts' configuration: %w", err)
+		}
 	}
 	user = cfg.InProcessUser
 	if user == "" {

@@ -8,9 +8,12 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// The users of a fleet's listening embedded server ([FleetUsers]): the
-// roles of deploy/nats-server.conf, with the same names.
+// The accounts and users of a fleet's listening embedded server
+// ([FleetAccounts]): those of deploy/nats-server.conf, with the same names.
 const (
+	// FleetAccount is the fleet's account: its streams and buckets, the
+	// coordinator, workers and operator.
+	FleetAccount = "FLEET"
 	// RoleCoordinator is the coordinator's own user: it connects in
 	// process only and its password, drawn at start, never leaves the
 	// process. It may do everything but decide approvals or erase the
@@ -19,15 +22,18 @@ const (
 	// RoleWorker is the user of remote toolworkers.
 	RoleWorker = "worker"
 	// RoleClient is the user of clients submitting runs, on their own
-	// subject (<prefix>.run.submit.client).
+	// subject (<prefix>.run.submit.client), and the name of its account.
 	RoleClient = "client"
 	// RoleOperator is the user of the human who approves calls: the only
 	// user that may publish approval decisions.
 	RoleOperator = "operator"
 )
 
-// FleetUsers returns the users of a fleet's listening embedded server for
-// subjects s, each with the permissions of its role in
+// FleetAccounts returns the accounts of a fleet's listening embedded
+// server for subjects s, those of deploy/nats-server.conf: [FleetAccount]
+// with the fleet's users, and the client's account ([RoleClient]), which
+// imports only its own submissions, reads of its own results and its own
+// runs' results and progress. Each user has the permissions of its role in
 // deploy/nats-server.conf; [RoleCoordinator] comes first (the in-process
 // user, which must ask with the inbox prefix _INBOX_coordinator: workers
 // answer discovery requests on the coordinator's and the operator's inboxes
@@ -36,7 +42,31 @@ const (
 // reach the operator from outside the fleet (an environment variable the
 // process takes out of its environment), since anything the fleet writes
 // is readable by the tools it runs.
-func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
+func FleetAccounts(s protocol.Subjects, password func(role string) string) []Account {
+	p := strings.TrimSuffix(s.Calls(), ".call.>")
+	users, client := fleetUsers(s, password)
+	runs := "$JS.API.DIRECT.GET.KV_" + s.RunsBucket() + ".$KV." + s.RunsBucket() + "."
+	return []Account{
+		{Name: FleetAccount, JetStream: true, Users: users, Exports: []Export{
+			// the client token (4 and 8) must be the importer's name
+			{Subject: p + ".run.submit.*.>", AccountTokenPosition: 4},
+			{Subject: runs + "*.>", AccountTokenPosition: 8},
+			{Subject: p + ".run.result.*.>", Stream: true, AccountTokenPosition: 4},
+			{Subject: p + ".run.progress.*.>", Stream: true, AccountTokenPosition: 4},
+		}},
+		{Name: RoleClient, Users: []User{client}, Imports: []Import{
+			{Account: FleetAccount, Subject: p + ".run.submit." + RoleClient + ".>"},
+			{Account: FleetAccount, Subject: runs + RoleClient + ".>"},
+			{Account: FleetAccount, Subject: p + ".run.result." + RoleClient + ".>", Stream: true},
+			{Account: FleetAccount, Subject: p + ".run.progress." + RoleClient + ".>", Stream: true},
+		}},
+	}
+}
+
+// fleetUsers returns the users of FleetAccounts, each with its role's
+// permissions: those of the fleet's account (coordinator, worker, then the
+// operator if it has a password) and the client.
+func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet []User, client User) {
 	if password == nil {
 		password = func(string) string { return "" }
 	}
@@ -142,23 +172,18 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 				Deny:  []string{s.Approvals()},
 			},
 		}},
-		{Name: RoleClient, Password: password(RoleClient), Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{
-				p + ".run.submit." + RoleClient + ".>",
-				"$JS.API.INFO",
-				"$JS.API.STREAM.INFO." + runs,
-				"$JS.API.DIRECT.GET." + runs + ".$KV." + s.RunsBucket() + "." + RoleClient + ".>",
-				"$JS.API.CONSUMER.CREATE." + runs + ".*.$KV." + s.RunsBucket() + "." + RoleClient + ".>",
-				"$JS.API.CONSUMER.DELETE." + runs + ".*",
-				"$JS.FC." + runs + ".>",
-			}},
-			Subscribe: &server.SubjectPermission{Allow: []string{
-				p + ".run.result." + RoleClient + ".>",
-				p + ".run.progress." + RoleClient + ".>",
-				"_INBOX_" + RoleClient + ".>",
-			}},
-		}},
 	}
+	client = User{Name: RoleClient, Password: password(RoleClient), Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			p + ".run.submit." + RoleClient + ".>",
+			"$JS.API.DIRECT.GET." + runs + ".$KV." + s.RunsBucket() + "." + RoleClient + ".>",
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{
+			p + ".run.result." + RoleClient + ".>",
+			p + ".run.progress." + RoleClient + ".>",
+			"_INBOX_" + RoleClient + ".>",
+		}},
+	}}
 	if pw := password(RoleOperator); pw != "" {
 		journal, cancels := s.JournalStream(), s.CancelsStream()
 		users = append(users, User{Name: RoleOperator, Password: pw, Permissions: &server.Permissions{
@@ -215,5 +240,5 @@ func FleetUsers(s protocol.Subjects, password func(role string) string) []User {
 			}},
 		}})
 	}
-	return users
+	return users, client
 }

@@ -43,6 +43,7 @@ type Client struct {
 	js       natsbus.JetStream
 	subjects protocol.Subjects
 	name     string
+	domain   string
 	attempt  time.Duration
 }
 
@@ -79,7 +80,7 @@ func New(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, config.Errorf("Domain", "%v", err)
 	}
-	return &Client{nc: nc, js: js, subjects: subjects, name: name, attempt: cfg.AttemptTimeout}, nil
+	return &Client{nc: nc, js: js, subjects: subjects, name: name, domain: cfg.Domain, attempt: cfg.AttemptTimeout}, nil
 }
 
 // Name returns the client's name: the <client> token of its subjects.

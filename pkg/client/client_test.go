@@ -8,10 +8,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/pkg/fleettest"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // TestNewRefusesBadConfig: a bad configuration is a config.Error naming
@@ -109,5 +113,64 @@ func TestClientUnknownAgentIsRefused(t *testing.T) {
 	var refused *client.RefusedError
 	if !errors.As(err, &refused) || refused.Field != "agent" || res == nil || res.Agent != "helper" {
 		t.Fatalf("Wait = %+v, %v; want refused on field agent", res, err)
+	}
+}
+
+// TestWaitReadsAResultNeverAnnounced: a result stored while the waiting
+// client heard nothing of it (stored while its subscription was down, or
+// its announcement lost) is read all the same. Once Wait has read the key
+// and found nothing, the result is stored with no announcement; Wait
+// returns it.
+func TestWaitReadsAResultNeverAnnounced(t *testing.T) {
+	fleet := fleettest.Start(t, fleettest.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(fleet.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsbus.Provision(ctx, js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	nc := fleet.Connect()
+	c, err := client.New(nc, client.Config{Client: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.RunOf("", "stored-quietly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type waited struct {
+		res *protocol.RunResult
+		err error
+	}
+	done := make(chan waited, 1)
+	go func() {
+		res, err := c.Wait(ctx, run)
+		done <- waited{res, err}
+	}()
+	// The first read's answer (not found) has come back.
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		if nc.Stats().InMsgs == 0 {
+			return errors.New("Wait has not read the key yet")
+		}
+		return nil
+	})
+	kv, err := js.KeyValue(ctx, "fleet_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := protocol.Encode(&protocol.RunResult{V: protocol.Version, RunID: run.ID, Submission: run.Submission,
+		Agent: protocol.DefaultAgent, Answer: "quiet", TerminationReason: "natural"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, run.Key, data); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if got.err != nil || got.res.Answer != "quiet" || got.res.RunID != run.ID {
+		t.Fatalf("Wait = %+v, %v; want the result stored without an announcement", got.res, got.err)
 	}
 }

@@ -6,33 +6,65 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // maxResultBytes bounds a stored result this client decodes.
 const maxResultBytes = 64 << 20
 
+// rereadEvery bounds how long Wait goes without reading the result's key
+// once more, whatever it hears: a backstop for an announcement lost with
+// no reconnect seen.
+const rereadEvery = 5 * time.Second
+
+// errNoResult: no result is stored under the key (yet, or any more), or
+// there is no runs bucket to hold one.
+var errNoResult = errors.New("no result stored")
+
 // Wait waits until run's result is stored and returns it, however long
 // before the call it was stored. A run that was refused or failed returns
 // its result with a [*RefusedError] or [*FailedError]. It waits until ctx
-// ends, across coordinator restarts.
+// ends, across coordinator restarts, server restarts, reconnects and
+// leader changes.
+//
+// It subscribes to the run's announcement ([Run.Subject]) and reads the
+// result's key (a direct get, the only JetStream request a client's
+// account imports) right after subscribing, after every announcement,
+// after every reconnect and at least every 5s: a result stored while the
+// subscription was down is read all the same.
 func (c *Client) Wait(ctx context.Context, run Run) (*protocol.RunResult, error) {
-	for attempt := 1; ; attempt++ {
-		// The bucket may not exist yet (no coordinator has started), and a
-		// watch ends when the server restarts: both are waited out.
-		results, err := natsbus.OpenRunResults(ctx, c.js, c.subjects)
-		if err == nil {
-			var data []byte
-			if data, err = results.Wait(ctx, run.Key); err == nil {
-				return decodeResult(run, data)
-			}
-		}
+	// Reconnects first, so that none between the subscription and the
+	// first read goes unseen.
+	reconnected := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(reconnected)
+	announced := make(chan *nats.Msg, 1)
+	sub, err := c.nc.ChanSubscribe(run.Subject, announced)
+	if err != nil {
+		return nil, fmt.Errorf("client: subscribing to the result of run %s: %w", run.ID, err)
+	}
+	defer sub.Unsubscribe()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last error
+	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("client: waiting for the result of run %s: %w (last: %v)", run.ID, ctx.Err(), err)
-		case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
+			if last == nil {
+				last = errNoResult
+			}
+			return nil, fmt.Errorf("client: waiting for the result of run %s: %w (last: %v)", run.ID, ctx.Err(), last)
+		case <-announced:
+		case <-reconnected:
+		case <-timer.C:
 		}
+		data, err := c.get(ctx, run.Key)
+		if err == nil {
+			return decodeResult(run, data)
+		}
+		last = err
+		timer.Reset(rereadEvery)
 	}
 }
 
@@ -40,21 +72,42 @@ func (c *Client) Wait(ctx context.Context, run Run) (*protocol.RunResult, error)
 // stored (yet, or any more). A refused or failed run returns its result
 // with a [*RefusedError] or [*FailedError].
 func (c *Client) Result(ctx context.Context, run Run) (*protocol.RunResult, error) {
-	results, err := natsbus.OpenRunResults(ctx, c.js, c.subjects)
-	if errors.Is(err, natsbus.ErrNoRunsBucket) {
-		return nil, fmt.Errorf("client: run %s: %w (no runs bucket)", run.ID, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("client: bucket %s: %w", c.subjects.RunsBucket(), err)
-	}
-	data, err := results.Get(ctx, run.Key)
+	data, err := c.get(ctx, run.Key)
 	switch {
-	case errors.Is(err, natsbus.ErrNoResult):
+	case errors.Is(err, errNoResult):
 		return nil, fmt.Errorf("client: run %s: %w", run.ID, ErrNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("client: reading the result of run %s: %w", run.ID, err)
 	}
 	return decodeResult(run, data)
+}
+
+// get reads the value of key in the runs bucket with a direct get, or
+// returns errNoResult.
+func (c *Client) get(ctx context.Context, key string) ([]byte, error) {
+	api := "$JS.API."
+	if c.domain != "" {
+		api = "$JS." + c.domain + ".API."
+	}
+	bucket := c.subjects.RunsBucket()
+	actx, cancel := context.WithTimeout(ctx, c.attempt)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(actx, api+"DIRECT.GET.KV_"+bucket+".$KV."+bucket+"."+key, nil)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, errNoResult // no runs bucket (yet)
+	case err != nil:
+		return nil, err
+	}
+	switch {
+	case m.Header.Get("Status") == "404":
+		return nil, errNoResult
+	case m.Header.Get("Status") != "":
+		return nil, fmt.Errorf("direct get: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+	case m.Header.Get("KV-Operation") != "":
+		return nil, errNoResult // deleted or purged
+	}
+	return m.Data, nil
 }
 
 func decodeResult(run Run, data []byte) (*protocol.RunResult, error) {
