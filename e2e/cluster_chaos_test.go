@@ -211,8 +211,8 @@ func TestClusterChaos(t *testing.T) {
 	for i, o := range outcomes {
 		want := protocol.SubmissionRunID("default", fmt.Sprintf("cc-%d", i))
 		if o.code != 0 || o.result.RunID != want || o.result.TerminationReason != "natural" || o.result.Answer != "done abc" {
-			t.Errorf("submit %d: exit %d, run %s (want %s), %q %q %+v\n%s", i, o.code, o.result.RunID, want,
-				o.result.TerminationReason, o.result.Answer, o.result.Error, tail(o.out, 2000))
+			t.Errorf("submit %d: exit %d, run %s (want %s), %q %q %+v; %s\n%s", i, o.code, o.result.RunID, want,
+				o.result.TerminationReason, o.result.Answer, o.result.Error, storedResult(t, f, want), tail(o.out, 2000))
 			continue
 		}
 		var res loop.Result
@@ -292,4 +292,19 @@ func metaLeader(c *natstest.Cluster) int {
 		}
 	}
 	return -1
+}
+
+// storedResult says whether the runs bucket holds run's result: a client
+// that gave up on a stored result lost its wait, not its run.
+func storedResult(t *testing.T, f *fleet, run protocol.RunID) string {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	kv, err := f.js.KeyValue(ctx, protocol.Subjects{}.RunsBucket())
+	if err != nil {
+		return fmt.Sprintf("the runs bucket: %v", err)
+	}
+	if _, err := kv.Get(ctx, protocol.RunKey("default", run)); err != nil {
+		return fmt.Sprintf("its result is not stored (%v)", err)
+	}
+	return "its result IS stored in the runs bucket"
 }
