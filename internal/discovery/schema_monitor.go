@@ -92,7 +92,7 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	if cfg.Settle <= 0 {
 		cfg.Settle = DefaultSchemaCheckSettle
 	}
-	kv, err := js.KeyValue(ctx, s.CatalogBucket())
+	kv, err := natsbus.OpenBucket(ctx, js, s.CatalogBucket(), natsbus.KeyWatchConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("discovery: catalog bucket %s: %w", s.CatalogBucket(), err)
 	}

@@ -140,7 +140,7 @@ func NewCatalog(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 // NewCatalogWith is [NewCatalog] with an observer for the catalog's
 // anomalies.
 func NewCatalogWith(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg CatalogConfig) (*Catalog, error) {
-	kv, err := js.KeyValue(ctx, s.CatalogBucket())
+	kv, err := OpenBucket(ctx, js, s.CatalogBucket(), KeyWatchConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: catalog bucket %s: %w", s.CatalogBucket(), err)
 	}

@@ -29,6 +29,7 @@ const (
 	DefaultKeyWatchResync   = time.Minute
 	DefaultKeyWatchMaxRetry = 2 * time.Second
 	DefaultKeyWatchMake     = 5 * time.Second
+	DefaultKeyWatchStart    = 30 * time.Second
 )
 
 // KeyWatchConfig configures [WatchKeys]. The zero value means the
@@ -43,6 +44,11 @@ type KeyWatchConfig struct {
 	// while the bucket cannot be read (no stream leader, no connection).
 	// Default: 2s.
 	MaxRetry time.Duration
+	// StartWait bounds how long [WatchKeys] waits for the first full
+	// read, and [OpenBucket] for the bucket to answer, when the caller's
+	// context allows longer: a process started while the cluster elects a
+	// leader waits for it, one that finds no cluster fails. Default: 30s.
+	StartWait time.Duration
 	// MakeTimeout bounds one attempt to make the watch (its consumer's
 	// creation). Default: 5s.
 	MakeTimeout time.Duration
@@ -73,17 +79,12 @@ type KeyWatch struct {
 
 // WatchKeys watches every key of kv for view until Close, over js's
 // connection, and returns once view has had its first [KeyView.Load], or
-// with an error when ctx ends first. ctx bounds only that first load.
+// with an error when ctx ends or StartWait passes first. ctx bounds only
+// that first load.
 func WatchKeys(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, view KeyView, cfg KeyWatchConfig) (*KeyWatch, error) {
-	if cfg.Resync <= 0 {
-		cfg.Resync = DefaultKeyWatchResync
-	}
-	if cfg.MakeTimeout <= 0 {
-		cfg.MakeTimeout = DefaultKeyWatchMake
-	}
-	if cfg.MaxRetry <= 0 {
-		cfg.MaxRetry = DefaultKeyWatchMaxRetry
-	}
+	cfg = cfg.withDefaults()
+	ctx, cancelStart := context.WithTimeout(ctx, cfg.StartWait)
+	defer cancelStart()
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w := &KeyWatch{
 		kv: kv, nc: js.Conn(), view: view, cfg: cfg, cancel: cancel,
@@ -97,6 +98,49 @@ func WatchKeys(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValu
 	case <-ctx.Done():
 		w.Close()
 		return nil, fmt.Errorf("natsbus: loading bucket %s: %w", kv.Bucket(), context.Cause(ctx))
+	}
+}
+
+// withDefaults fills the zero fields of c.
+func (c KeyWatchConfig) withDefaults() KeyWatchConfig {
+	if c.StartWait <= 0 {
+		c.StartWait = DefaultKeyWatchStart
+	}
+	if c.MakeTimeout <= 0 {
+		c.MakeTimeout = DefaultKeyWatchMake
+	}
+	if c.Resync <= 0 {
+		c.Resync = DefaultKeyWatchResync
+	}
+	if c.MaxRetry <= 0 {
+		c.MaxRetry = DefaultKeyWatchMaxRetry
+	}
+	return c
+}
+
+// OpenBucket returns the bucket named bucket, asking again (each attempt
+// bounded by cfg's MakeTimeout) while the cluster does not answer, for up
+// to cfg's StartWait. A bucket that does not exist fails at once
+// (jetstream.ErrBucketNotFound).
+func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, cfg KeyWatchConfig) (jetstream.KeyValue, error) {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartWait)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, cancelAttempt := context.WithTimeout(ctx, cfg.MakeTimeout)
+		kv, err := js.KeyValue(actx, bucket)
+		cancelAttempt()
+		switch {
+		case err == nil:
+			return kv, nil
+		case errors.Is(err, jetstream.ErrBucketNotFound):
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (waited for the cluster to answer: %w)", err, context.Cause(ctx))
+		case <-time.After(min(time.Duration(attempt)*50*time.Millisecond, cfg.MaxRetry)):
+		}
 	}
 }
 

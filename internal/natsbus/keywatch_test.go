@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,9 +26,11 @@ type watchTap struct {
 	jetstream.JetStream
 	mu       sync.Mutex
 	watchers []jetstream.KeyWatcher
+	tries    atomic.Int32 // bucket lookups and watches asked for
 }
 
 func (j *watchTap) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	j.tries.Add(1)
 	kv, err := j.JetStream.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, err
@@ -47,6 +50,7 @@ type tappedKV struct {
 }
 
 func (kv tappedKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	kv.tap.tries.Add(1)
 	w, err := kv.KeyValue.WatchAll(ctx, opts...)
 	if err == nil {
 		kv.tap.mu.Lock()
@@ -183,4 +187,46 @@ func waitToolsWithin(t *testing.T, cat *natsbus.Catalog, want string, timeout ti
 		}
 		return nil
 	})
+}
+
+// TestCatalogStartsWhileTheBucketHasNoLeader starts a catalog (as a
+// coordinator does at start) while two nodes of three are down, so that
+// the bucket's stream has no leader: it asks again until a node is back,
+// and then lists the bucket's tools, instead of failing its first request.
+func TestCatalogStartsWhileTheBucketHasNoLeader(t *testing.T) {
+	// Not parallel: elections slow down on a starved machine.
+	c := natstest.StartCluster(t, 3)
+	s := protocol.Subjects{}
+	admin := connectJS(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if _, err := natsbus.Provision(ctx(t), admin, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
+		t.Fatalf("Provision R3: %v", err)
+	}
+	publishTool(t, admin, s, "t0")
+	c.Kill(1)
+	c.Kill(2)
+	tap := &watchTap{JetStream: connectJS(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))}
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		// Once the catalog has asked (the bucket, a watch) and asked
+		// again, a node comes back.
+		deadline := time.Now().Add(25 * time.Second)
+		for tap.tries.Load() < 3 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := c.Cluster.Restart(1); err != nil {
+			t.Errorf("restarting node 1: %v", err)
+		}
+	}()
+	log := natstest.NewLogBuffer(t)
+	cat, err := natsbus.NewCatalog(t.Context(), tap, s, log.Logger())
+	<-back
+	if err != nil {
+		t.Fatalf("NewCatalog while the bucket had no leader: %v", err)
+	}
+	defer cat.Close()
+	if n := tap.tries.Load(); n < 3 {
+		t.Fatalf("the catalog asked for the bucket and its watch %d times, want it to ask again while the bucket had no leader", n)
+	}
+	waitToolsWithin(t, cat, "t0", time.Minute)
 }
