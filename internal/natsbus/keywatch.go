@@ -49,11 +49,12 @@ type KeyWatchConfig struct {
 	// context allows longer: a process started while the cluster elects a
 	// leader waits for it, one that finds no cluster fails. Default: 30s.
 	StartWait time.Duration
-	// MakeTimeout bounds one attempt to make the watch (its consumer's
-	// creation). Default: 5s.
+	// MakeTimeout bounds one attempt to look the bucket up or to make the
+	// watch (its consumer's creation): an answer lost with a node is asked
+	// again, never waited on. Default: 5s.
 	MakeTimeout time.Duration
-	// Logger receives a debug line each time the watch is made again and
-	// why. Default: discard.
+	// Logger receives a debug line each time the watch is made again,
+	// with why, and each failed attempt. Default: discard.
 	Logger zerolog.Logger
 }
 
