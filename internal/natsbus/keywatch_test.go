@@ -202,8 +202,14 @@ func TestCatalogStartsWhileTheBucketHasNoLeader(t *testing.T) {
 		t.Fatalf("Provision R3: %v", err)
 	}
 	publishTool(t, admin, s, "t0")
-	c.Kill(1)
-	c.Kill(2)
+	// The bucket's leader goes with one other node: the one left is a
+	// follower and cannot elect itself (a leader left alone would answer
+	// for a while).
+	leader := c.WaitForStreamLeader("", "KV_"+s.CatalogBucket(), time.Minute)
+	gone := []int{leader, (leader + 2) % 3}
+	for _, n := range gone {
+		c.Kill(n)
+	}
 	tap := &watchTap{JetStream: connectJS(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))}
 	back := make(chan struct{})
 	go func() {
@@ -214,8 +220,8 @@ func TestCatalogStartsWhileTheBucketHasNoLeader(t *testing.T) {
 		for tap.tries.Load() < 3 && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if err := c.Cluster.Restart(1); err != nil {
-			t.Errorf("restarting node 1: %v", err)
+		if err := c.Cluster.Restart(gone[1]); err != nil {
+			t.Errorf("restarting node %d: %v", gone[1], err)
 		}
 	}()
 	log := natstest.NewLogBuffer(t)

@@ -47,8 +47,13 @@ func TestStreamInfoWaitsForALeader(t *testing.T) {
 	if _, err := js.Publish(ctx, "s.1", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	c.Kill(1)
-	c.Kill(2)
+	// The leader goes with one other node: the one left is a follower and
+	// cannot elect itself (a leader left alone would answer for a while).
+	leader := c.WaitForStreamLeader("", "S", time.Minute)
+	gone := []int{leader, (leader + 2) % 3}
+	for _, n := range gone {
+		c.Kill(n)
+	}
 	js.lookups.Store(0)
 	back := make(chan struct{})
 	go func() {
@@ -58,8 +63,8 @@ func TestStreamInfoWaitsForALeader(t *testing.T) {
 		for js.lookups.Load() < 2 && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if err := c.Cluster.Restart(1); err != nil {
-			t.Errorf("restarting node 1: %v", err)
+		if err := c.Cluster.Restart(gone[1]); err != nil {
+			t.Errorf("restarting node %d: %v", gone[1], err)
 		}
 	}()
 	info := natstest.StreamInfo(t, js, "S", 3*time.Minute)
@@ -70,6 +75,6 @@ func TestStreamInfoWaitsForALeader(t *testing.T) {
 	if info.State.Msgs != 1 {
 		t.Fatalf("stream S holds %d messages, want 1", info.State.Msgs)
 	}
-	c.Restart(2)
+	c.Restart(gone[0])
 	natstest.WaitStreamsCurrent(t, js, 2*time.Minute, "S")
 }
