@@ -16,7 +16,7 @@ import (
 
 // embeddedDifferences are the intended differences between a role of
 // deploy/nats-server.conf and the same role on a fleet's listening
-// embedded server (embedded.FleetUsers), by user: what the embedded role
+// embedded server (embedded.FleetAccounts), by user: what the embedded role
 // adds to and removes from each list of the conf's.
 var embeddedDifferences = map[string]struct {
 	pubAllowAdd, pubDenyDrop, pubDenyAdd, subDenyDrop []string

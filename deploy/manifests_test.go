@@ -928,8 +928,8 @@ func TestKubernetesCluster(t *testing.T) {
 	if get(values, "config", "leafnodes", "enabled") != true || get(values, "config", "leafnodes", "port") != conf.LeafNode.Port {
 		t.Errorf("values-nats.yaml: leafnodes %v on %v, want enabled on %d as in %s", get(values, "config", "leafnodes", "enabled"), get(values, "config", "leafnodes", "port"), conf.LeafNode.Port, clusterConf)
 	}
-	if get(values, "config", "merge", "authorization") == nil {
-		t.Error("values-nats.yaml: no authorization")
+	if get(values, "config", "merge", "accounts") == nil {
+		t.Error("values-nats.yaml: no accounts")
 	}
 	spread := get(values, "podTemplate", "topologySpreadConstraints", "kubernetes.io/hostname")
 	if str(spread, "whenUnsatisfiable") != "DoNotSchedule" || get(spread, "maxSkew") != 1 {

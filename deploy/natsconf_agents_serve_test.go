@@ -62,6 +62,8 @@ func TestConfTwoAgentsOneCoordinator(t *testing.T) {
 		return openaitest.Reply{Content: "ops done"}
 	})
 	t.Setenv("OPS_TEST_API_KEY", "tf-ops-key")
+	// The fake API's host may receive that key (docs/agents.md, key hosts).
+	t.Setenv("TOOLFLEET_MODEL_KEY_HOSTS", "OPS_TEST_API_KEY=127.0.0.1")
 	for _, doc := range []string{
 		`{"name":"support","instructions":"Answer with echo only.","tools":["echo"],
 		  "model":{"provider":"scripted","script":{"turns":[

@@ -209,7 +209,7 @@ func TestConfSubmissionReplyReachesNoStream(t *testing.T) {
 		"fleet.approval.decision.R.K":            "FLEET_APPROVALS",
 		"$KV.fleet_runs.otherclient.R":           "KV_fleet_runs",
 		"fleet.call.deploy":                      "FLEET_CALLS",
-		"fleet.journal.cancel.R":                 "FLEET_JOURNAL",
+		"fleet.journal.cancel.R":                 "FLEET_CANCELS",
 		"fleet.run.result.otherclient.R":         "",
 		"fleet.run.submit.otherclient.default.R": "FLEET_RUNS",
 	}

@@ -124,6 +124,8 @@ func TestMCPConfigErrors(t *testing.T) {
 		c("http without tokens", "needs bearer tokens in env TOOLFLEET_MCP_TOKENS", "--transport", "http"),
 		c("relative path", "--http-path must start with /", "--http-path", "mcp"),
 		c("zero concurrent calls", "--max-concurrent-calls must be 1..10000, got 0", "--max-concurrent-calls", "0"),
+		c("zero connections per address", "--http-max-conns-per-addr must be >= 1, got 0", "--http-max-conns-per-addr", "0"),
+		c("zero idle timeout", "--http-idle-timeout, --http-read-timeout and --http-write-timeout must be > 0", "--http-idle-timeout", "0s"),
 		c("an argument", "coordinator mcp: takes no arguments", "extra"),
 		c("zero tool timeout", "coordinator mcp: --tool-timeout must not be 0", "--tool-timeout", "0s"),
 		c("negative observation bound", "coordinator mcp: --max-observation-chars: must be >= 1", "--max-observation-chars", "-1"),

@@ -33,6 +33,10 @@ type mcpFlags struct {
 	noLocalhost bool
 	maxCalls    int
 	origins     string
+	connsPerIP  int
+	idle        time.Duration
+	read        time.Duration
+	write       time.Duration
 }
 
 // mcpFleetFlags are the fleet flags "coordinator mcp" uses. The others
@@ -63,7 +67,11 @@ func newMCPFlagSet(f *mcpFlags, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.noAuth, "no-auth", false, "serve HTTP without bearer tokens (for a reverse proxy that authenticates); otherwise env "+envMCPTokens+" must hold at least one token")
 	fs.BoolVar(&f.noLocalhost, "disable-localhost-protection", false, "accept any Host header on a loopback listener (a reverse proxy on the same host)")
 	fs.IntVar(&f.maxCalls, "max-concurrent-calls", mcpserve.DefaultMaxConcurrentCalls, fmt.Sprintf("tools/call requests run at once, over every client; more are refused with an \"overloaded\" error (1..%d)", mcpserve.MaxMaxConcurrentCalls))
-	fs.StringVar(&f.origins, "allowed-origin", "", "browser origins (comma list of scheme://host[:port]) whose HTTP requests are served; a request with any other Origin header is refused (403). Default: none")
+	fs.StringVar(&f.origins, "allowed-origin", "", "browser origins (comma list of scheme://host[:port]) whose HTTP requests are served besides the server's own (http(s) on --http-addr, and localhost, 127.0.0.1, [::1] at its port on a loopback address); a request with any other Origin header is refused (403). Default: none")
+	fs.IntVar(&f.connsPerIP, "http-max-conns-per-addr", mcpserve.DefaultMaxConnsPerAddr, "connections one client address (IP) holds open at once; more are closed as accepted (>= 1)")
+	fs.DurationVar(&f.idle, "http-idle-timeout", mcpserve.DefaultIdleTimeout, "close a keep-alive connection idle this long (> 0)")
+	fs.DurationVar(&f.read, "http-read-timeout", mcpserve.DefaultReadTimeout, "bound on reading one request, body included (> 0)")
+	fs.DurationVar(&f.write, "http-write-timeout", mcpserve.DefaultWriteTimeout, "bound on one response, from its request's headers: longer than the longest call, approval wait included (> 0)")
 	return fs
 }
 
@@ -116,6 +124,12 @@ Flags:`)
 	case !strings.HasPrefix(f.path, "/"):
 		fmt.Fprintf(stderr, "coordinator mcp: --http-path must start with /, got %q\n", f.path)
 		return exitUsage
+	case f.connsPerIP < 1:
+		fmt.Fprintf(stderr, "coordinator mcp: --http-max-conns-per-addr must be >= 1, got %d\n", f.connsPerIP)
+		return exitUsage
+	case f.idle <= 0 || f.read <= 0 || f.write <= 0:
+		fmt.Fprintln(stderr, "coordinator mcp: --http-idle-timeout, --http-read-timeout and --http-write-timeout must be > 0")
+		return exitUsage
 	case f.maxCalls < 1 || f.maxCalls > mcpserve.MaxMaxConcurrentCalls:
 		fmt.Fprintf(stderr, "coordinator mcp: --max-concurrent-calls must be 1..%d, got %d\n", mcpserve.MaxMaxConcurrentCalls, f.maxCalls)
 		return exitUsage
@@ -148,15 +162,17 @@ Flags:`)
 		}
 		return exitOK
 	}
-	mux := http.NewServeMux()
-	mux.Handle(f.path, srv.Handler(mcpserve.HTTPConfig{Tokens: tokens, DisableLocalhostProtection: f.noLocalhost,
-		AllowedOrigins: splitList(f.origins)}))
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator mcp: --http-addr:", err)
 		return exitUsage
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle(f.path, srv.Handler(mcpserve.HTTPConfig{Tokens: tokens, DisableLocalhostProtection: f.noLocalhost,
+		AllowedOrigins: splitList(f.origins), Addr: ln.Addr().String()}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: f.read, WriteTimeout: f.write, IdleTimeout: f.idle}
+	ln = mcpserve.LimitPerAddr(ln, f.connsPerIP)
 	log.Info().Str("addr", ln.Addr().String()).Str("path", f.path).Bool("auth", len(tokens) > 0).
 		Int("tools", len(srv.Tools())).Msg("serving MCP over streamable HTTP")
 	errc := make(chan error, 1)

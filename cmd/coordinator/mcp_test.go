@@ -31,7 +31,7 @@ func TestMCPTakesOnlyTheFlagsItUses(t *testing.T) {
 		}
 	}
 	want := append(append([]string{}, mcpFleetFlags...), "transport", "http-addr", "http-path", "no-auth", "disable-localhost-protection",
-		"max-concurrent-calls", "allowed-origin")
+		"max-concurrent-calls", "allowed-origin", "http-max-conns-per-addr", "http-idle-timeout", "http-read-timeout", "http-write-timeout")
 	slices.Sort(want)
 	if !slices.Equal(listed, want) {
 		t.Fatalf("--help lists %v, want %v", listed, want)

@@ -25,6 +25,10 @@ type Registry struct {
 	// LookupEnv checks that an agent's key variable is set; nil checks
 	// nothing (a definition put from a machine that does not run it).
 	LookupEnv func(string) (string, bool)
+	// Invalid is told of each revision of an agent that [Registry.Resolve]
+	// passed over because it does not validate (err says why); nil tells
+	// nothing.
+	Invalid func(name string, rev uint64, err error)
 }
 
 // Put validates a definition and stores it: a new revision of its agent,
@@ -50,10 +54,13 @@ func (r *Registry) Put(ctx context.Context, doc []byte) (agent.Definition, uint6
 	return d, rev, nil
 }
 
-// Resolve returns the newest definition of agent name ("" is
+// Resolve returns the newest valid definition of agent name ("" is
 // [agent.DefaultName]) and its revision, validated again (the bucket may
 // have been written by other means than Put) and with its key variable
-// checked. ErrNotFound says the fleet has no such agent.
+// checked. Newer revisions that do not validate are passed over (each
+// told to Invalid): the agent runs on its newest valid revision. When none
+// of the kept revisions validates, the newest one's error is returned.
+// ErrNotFound says the fleet has no such agent (or it was removed).
 func (r *Registry) Resolve(ctx context.Context, name string) (agent.Definition, uint64, error) {
 	if name == "" {
 		name = agent.DefaultName
@@ -62,8 +69,77 @@ func (r *Registry) Resolve(ctx context.Context, name string) (agent.Definition, 
 	if err != nil {
 		return agent.Definition{}, 0, err
 	}
-	d, err := r.decode(name, data)
-	return d, rev, err
+	d, err := r.parse(name, data)
+	if err != nil {
+		if d, rev, err = r.newestValid(ctx, name, rev, err); err != nil {
+			return agent.Definition{}, 0, err
+		}
+	}
+	if err := d.CheckEnv(r.LookupEnv); err != nil {
+		return agent.Definition{}, 0, fmt.Errorf("agents: %s: %w", name, err)
+	}
+	return d, rev, nil
+}
+
+// newestValid is the newest kept revision of name that validates, newer
+// than none removed, after newest (which failed with newestErr) was found
+// invalid.
+func (r *Registry) newestValid(ctx context.Context, name string, newest uint64, newestErr error) (agent.Definition, uint64, error) {
+	hist, err := r.Store.History(ctx, name)
+	if err != nil {
+		return agent.Definition{}, 0, err
+	}
+	for _, h := range hist {
+		if h.Revision > newest {
+			continue // written since the Get: the next run reads it
+		}
+		if h.Removed {
+			return agent.Definition{}, 0, ErrNotFound
+		}
+		d, err := r.parse(name, h.Data)
+		if err == nil {
+			return d, h.Revision, nil
+		}
+		if r.Invalid != nil {
+			r.Invalid(name, h.Revision, err)
+		}
+	}
+	return agent.Definition{}, 0, fmt.Errorf("agents: no kept revision of %s validates; the newest: %w", name, newestErr)
+}
+
+// Revision is one kept revision of an agent, as [Registry.Revisions]
+// reports it.
+type Revision struct {
+	Revision uint64
+	// Removed: the agent was removed at this revision.
+	Removed bool
+	// Err says why the revision does not validate; nil for a valid one.
+	Err error
+	// Used: runs of the agent start on this revision (the newest valid
+	// one, newer than any removal).
+	Used bool
+}
+
+// Revisions returns the kept revisions of agent name, newest first, each
+// with whether it validates (its key variable is not checked) and which
+// one runs start on. ErrNotFound says none is kept.
+func (r *Registry) Revisions(ctx context.Context, name string) ([]Revision, error) {
+	hist, err := r.Store.History(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Revision, len(hist))
+	searching := true
+	for i, h := range hist {
+		out[i] = Revision{Revision: h.Revision, Removed: h.Removed}
+		if !h.Removed {
+			_, out[i].Err = r.parse(name, h.Data)
+		}
+		if searching && (h.Removed || out[i].Err == nil) {
+			out[i].Used, searching = !h.Removed, false
+		}
+	}
+	return out, nil
 }
 
 // ResolveRevision returns the definition ref names: a resumed run's agent
@@ -77,15 +153,24 @@ func (r *Registry) ResolveRevision(ctx context.Context, ref agent.Ref) (agent.De
 }
 
 func (r *Registry) decode(name string, data []byte) (agent.Definition, error) {
+	d, err := r.parse(name, data)
+	if err != nil {
+		return agent.Definition{}, err
+	}
+	if err := d.CheckEnv(r.LookupEnv); err != nil {
+		return agent.Definition{}, fmt.Errorf("agents: %s: %w", name, err)
+	}
+	return d, nil
+}
+
+// parse decodes and validates the definition stored as name.
+func (r *Registry) parse(name string, data []byte) (agent.Definition, error) {
 	d, err := agent.Parse(data)
 	if err != nil {
 		return agent.Definition{}, fmt.Errorf("agents: the stored definition of %s: %w", name, err)
 	}
 	if d.Name != name {
 		return agent.Definition{}, fmt.Errorf("agents: the definition stored as %s is named %s", name, d.Name)
-	}
-	if err := d.CheckEnv(r.LookupEnv); err != nil {
-		return agent.Definition{}, fmt.Errorf("agents: %s: %w", name, err)
 	}
 	return d, nil
 }

@@ -9,11 +9,13 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/termsafe"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -32,11 +34,15 @@ commands:
                               prints its revision. The key variable it names must
                               be set here, unless --no-env-check
   get NAME [--revision N]     print a definition (the newest, or revision N)
-  ls                          every agent and its revision
+  ls                          every agent and the revision its runs start on (the
+                              newest that validates); newer revisions that do
+                              not validate are marked INVALID
+  show NAME                   every kept revision of an agent: valid, INVALID (and
+                              why), or removed, and the one runs start on
   rm NAME                     remove an agent (runs that started on it still resume)
 
 The same with the nats CLI (prefix "fleet"; nothing is validated then, and
-a coordinator refuses a definition that does not validate):
+a coordinator passes over a revision that does not validate: agents show):
   nats kv put fleet_agents NAME "$(cat FILE)"
   nats kv get fleet_agents NAME [--revision N]
   nats kv ls fleet_agents
@@ -77,7 +83,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	want := map[string]int{"put": 1, "get": 1, "ls": 0, "list": 0, "rm": 1}
+	want := map[string]int{"put": 1, "get": 1, "ls": 0, "list": 0, "rm": 1, "show": 1}
 	n, ok := want[name]
 	switch {
 	case name == "help" || name == "-h" || name == "--help":
@@ -139,12 +145,14 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 	case "get":
 		err = get(ctx, store, pos[0], *revision, stdout)
+	case "show":
+		err = show(ctx, reg, pos[0], stdout)
 	case "rm":
 		if err = store.Delete(ctx, pos[0]); err == nil {
 			fmt.Fprintf(stdout, "agent %s removed\n", pos[0])
 		}
 	default:
-		err = ls(ctx, store, stdout)
+		err = ls(ctx, reg, store, stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "agents %s: %v\n", name, err)
@@ -186,7 +194,7 @@ func get(ctx context.Context, store *natsbus.AgentStore, name string, rev uint64
 	return nil
 }
 
-func ls(ctx context.Context, store *natsbus.AgentStore, w io.Writer) error {
+func ls(ctx context.Context, reg *Registry, store *natsbus.AgentStore, w io.Writer) error {
 	names, err := store.Names(ctx)
 	if err != nil {
 		return err
@@ -196,11 +204,58 @@ func ls(ctx context.Context, store *natsbus.AgentStore, w io.Writer) error {
 		return nil
 	}
 	for _, n := range names {
-		_, rev, err := store.Get(ctx, n)
-		if err != nil {
+		revs, err := reg.Revisions(ctx, n)
+		if err != nil || len(revs) == 0 || revs[0].Removed {
 			continue
 		}
-		fmt.Fprintf(w, "%-32s revision %d\n", clip(n), rev)
+		fmt.Fprintf(w, "%-32s %s\n", clip(n), summary(revs))
+	}
+	return nil
+}
+
+// summary says which revision an agent's runs start on, and marks the
+// newer ones that do not validate.
+func summary(revs []Revision) string {
+	var invalid []string
+	for _, r := range revs {
+		switch {
+		case r.Used && len(invalid) == 0:
+			return fmt.Sprintf("revision %d", r.Revision)
+		case r.Used:
+			return fmt.Sprintf("revision %d (newer revision %s INVALID: runs start on %d)", r.Revision, strings.Join(invalid, ", "), r.Revision)
+		case r.Removed:
+			return fmt.Sprintf("no valid revision (revision %s INVALID, older ones removed)", strings.Join(invalid, ", "))
+		}
+		if len(invalid) < 8 {
+			invalid = append(invalid, strconv.FormatUint(r.Revision, 10))
+		} else if len(invalid) == 8 {
+			invalid = append(invalid, "…")
+		}
+	}
+	return fmt.Sprintf("no valid revision (revision %s INVALID): its runs fail", strings.Join(invalid, ", "))
+}
+
+// show prints every kept revision of agent name, newest first.
+func show(ctx context.Context, reg *Registry, name string, w io.Writer) error {
+	revs, err := reg.Revisions(ctx, name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "agent %s: %d kept revisions, newest first\n", clip(name), len(revs))
+	for _, r := range revs {
+		var state string
+		switch {
+		case r.Removed:
+			state = "removed"
+		case r.Err != nil:
+			state = "INVALID: " + termsafe.Line(r.Err.Error(), 160)
+		default:
+			state = "valid"
+		}
+		if r.Used {
+			state += " (runs start on it)"
+		}
+		fmt.Fprintf(w, "  revision %-8d %s\n", r.Revision, state)
 	}
 	return nil
 }

@@ -26,7 +26,9 @@ const MaxModels = 256
 // same: a serving coordinator runs many agents, each on its own provider
 // and model, with one client each. Keys are read from the environment
 // when a client is made, by the variable's name; no key is ever in a
-// definition, a cache key, a journal, a log or a span.
+// definition, a cache key, a journal, a log or a span, and a key is sent
+// only to a host allowed for its variable ([agent.Definition.CheckKeyHosts],
+// with the hosts of agent.EnvKeyHosts): a client for another is refused.
 type Models struct {
 	// Getenv reads a key variable (procsec.Getenv). Required.
 	Getenv func(string) string
@@ -72,9 +74,24 @@ func modelKey(m agent.Model) string {
 }
 
 func (ms *Models) make(m agent.Model) (loop.Model, error) {
+	// Checked here, where the key is read, whatever was checked where the
+	// definition was put: a key never leaves for a host not allowed for it.
+	getenv := ms.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	allow, err := agent.ParseKeyHosts(getenv(agent.EnvKeyHosts))
+	if err != nil {
+		// Fail closed: no host more than the providers' own.
+		ms.Logger.Warn().Msg("the model key hosts variable does not parse: keys go to their providers' hosts only")
+	}
+	d := agent.Definition{Model: m}
+	if err := d.CheckKeyHosts(allow, getenv); err != nil {
+		return nil, fmt.Errorf("agents: %w", err)
+	}
 	key := ""
 	if name := m.KeyEnv(); name != "" {
-		key = ms.Getenv(name)
+		key = getenv(name)
 		if key == "" {
 			return nil, fmt.Errorf("agents: the environment variable %s (the model's key) is not set", name)
 		}

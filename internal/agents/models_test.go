@@ -74,8 +74,11 @@ func TestKeyNeverJournaledLoggedOrTraced(t *testing.T) {
 	var logs testsync.Buffer
 	log := zerolog.New(&logs).Level(zerolog.DebugLevel)
 	ms := &agents.Models{Getenv: func(n string) string {
-		if n == "CANARY_API_KEY" {
+		switch n {
+		case "CANARY_API_KEY":
 			return canary
+		case agent.EnvKeyHosts:
+			return "CANARY_API_KEY=127.0.0.1" // the fake API's host
 		}
 		return ""
 	}, Logger: log}

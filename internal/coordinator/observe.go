@@ -29,6 +29,7 @@ type observability struct {
 	streams *metrics.Streams
 	agents  *metrics.Agents
 	shares  *metrics.Shares
+	refused *metrics.Refused
 	srv     *metrics.Server
 	nc      atomic.Pointer[nats.Conn]
 	probe   atomic.Pointer[natsbus.Probe]
@@ -52,7 +53,7 @@ func (c *Coordinator) startMetrics() error {
 		return nil
 	}
 	reg := metrics.NewRegistry()
-	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg), agents: metrics.NewAgents(reg), shares: metrics.NewShares(reg)}
+	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg), agents: metrics.NewAgents(reg), shares: metrics.NewShares(reg), refused: metrics.NewRefused(reg)}
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()
@@ -166,4 +167,12 @@ func (c *Coordinator) agentMetrics() *metrics.Agents {
 		return nil
 	}
 	return c.obs.agents
+}
+
+// refused counts a message of kind the coordinator refused to act on
+// (metrics.Refused*), when it has metrics.
+func (c *Coordinator) refused(kind string) {
+	if c.obs != nil {
+		c.obs.refused.Refused(kind)
+	}
 }

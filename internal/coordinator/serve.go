@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
@@ -130,7 +131,8 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 		},
 	}, s.handle)
 	s.queue.SetConsumer(cons)
-	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard, ShareObserver: c.shareObserver()})
+	s.disp = natsbus.NewDispatcher(c.nc, c.js, c.subjects, natsbus.DispatcherConfig{Logger: c.cfg.Logger, Guard: c.guard, ShareObserver: c.shareObserver(),
+		OnForeignProgress: func() { c.refused(metrics.RefusedProgress) }})
 	defer s.disp.Close() // once every run handed off or ended: its results consumer goes
 	s.gate = approval.NewGate(c.nc, c.js, c.subjects, approval.GateConfig{Logger: c.cfg.Logger})
 	store, err := natsbus.OpenAgents(octx, c.js, c.subjects)
@@ -138,7 +140,7 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 		return fmt.Errorf("coordinator: the agents bucket %s (coordinator provision creates it): %w", c.subjects.AgentsBucket(), err)
 	}
 	s.agents = &agents.Serving{
-		Registry: &agents.Registry{Store: store},
+		Registry: &agents.Registry{Store: store, Invalid: s.invalidAgentRevision},
 		Models:   &agents.Models{Getenv: procsec.Getenv, Logger: c.cfg.Logger},
 		Metrics:  c.agentMetrics(),
 	}
@@ -228,7 +230,7 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	}
 	// A retry of a submission past the stream's duplicate window is a new
 	// message on the same subject, so the same run: it never runs twice.
-	if s.stored(protocol.RunKey(client, run)) {
+	if s.answered(client, run) {
 		log.Info().Msg("the run already has a result: its submission is acknowledged, not run again")
 		return natsbus.Ack
 	}
@@ -352,6 +354,15 @@ func (s *service) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decis
 	return s.finish(log, client, rec, false)
 }
 
+// invalidAgentRevision logs and counts a revision of agent name that does
+// not validate, passed over for an older one. Its text is not logged: it
+// may quote what whoever wrote the revision chose.
+func (s *service) invalidAgentRevision(name string, rev uint64, _ error) {
+	s.c.refused(metrics.RefusedAgentRevision)
+	s.limited.Warn().Str(logAgent, name).Uint64("revision", rev).
+		Msg("a revision of the agent does not validate: its runs start on the newest one that does (coordinator agents show)")
+}
+
 // waitStreams waits until every stream the service uses is as expected,
 // or ctx ends, or the service hands its runs off.
 func (s *service) waitStreams(ctx context.Context) error {
@@ -416,6 +427,12 @@ func (s *service) runner(ctx context.Context, run protocol.RunID, req protocol.R
 			// No default agent defined: the coordinator's own.
 		case errors.Is(err, agents.ErrNotFound):
 			return nil, nil, lim, &protocol.Error{Code: protocol.CodeInvalidField, Field: "agent", Msg: "the fleet has no agent of that name"}
+		case agents.IsConfig(err):
+			// A stored definition this coordinator refuses to run (one
+			// that sends a key to a host not allowed for it, or needs a
+			// variable not set here): the error names the field, never
+			// a value.
+			return nil, nil, lim, &protocol.Error{Code: protocol.CodeInvalidField, Field: "agent", Msg: "the agent's definition is refused here: " + err.Error()}
 		default:
 			return nil, nil, lim, err
 		}
@@ -440,12 +457,25 @@ func (s *service) runner(ctx context.Context, run protocol.RunID, req protocol.R
 	return r, msgs, lim, err
 }
 
-// stored reports whether the run of key ([protocol.RunKey]) already has
-// a result in the bucket.
-func (s *service) stored(key string) bool {
+// answered reports whether run already has its result in the bucket:
+// a value under its key that decodes as a result of run. Any other value
+// there (a server's acknowledgement a stream stored, another run's result)
+// answers nothing: the run runs, and its result replaces the value (put,
+// which logs and counts it).
+func (s *service) answered(client string, run protocol.RunID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	return s.results.Has(ctx, key)
+	data, _, err := s.results.Entry(ctx, protocol.RunKey(client, run))
+	return err == nil && resultOf(data, run) == nil
+}
+
+// resultOf checks that data is a result of run.
+func resultOf(data []byte, run protocol.RunID) error {
+	res, err := protocol.DecodeRunResult(data, len(data)+1)
+	if err == nil && res.RunID != run {
+		err = &protocol.Error{Code: protocol.CodeInvalidField, Field: "run_id", Msg: "another run's"}
+	}
+	return err
 }
 
 // finish stores rec (once per run id, whichever coordinator is first),
@@ -485,6 +515,34 @@ func (s *service) finish(log zerolog.Logger, client string, rec *protocol.RunRes
 	return dec
 }
 
+// put stores data, the result of run, under its key unless a result of
+// run is there already (created is then false). A value there that is not
+// a result of run is logged, counted and replaced; a write between the
+// read and the replacement fails, for store to retry.
+func (s *service) put(ctx context.Context, client string, run protocol.RunID, data []byte) (created bool, err error) {
+	key := protocol.RunKey(client, run)
+	created, err = s.results.Create(ctx, key, data)
+	if err != nil || created {
+		return created, err
+	}
+	old, rev, err := s.results.Entry(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	bad := resultOf(old, run)
+	if bad == nil {
+		return false, nil
+	}
+	if err := s.results.Replace(ctx, key, data, rev); err != nil {
+		return false, fmt.Errorf("replacing a value that is not a result of the run: %w", err)
+	}
+	s.c.refused(metrics.RefusedRunResult)
+	code, field := protoError(bad)
+	s.log.Warn().Str(logRun, string(run)).Str(logClient, client).Str(logCode, code).Str(logField, field).
+		Msg("the run's key held a value that is not a result of the run: the run's result replaced it")
+	return true, nil
+}
+
 // store writes rec under its key (the client's and run id) unless a
 // result is already there, retrying transient failures for up to
 // storeTimeout.
@@ -496,7 +554,7 @@ func (s *service) store(client string, rec *protocol.RunResult) (data []byte, cr
 	deadline := time.Now().Add(storeTimeout)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		created, err = s.results.Create(ctx, protocol.RunKey(client, rec.RunID), data)
+		created, err = s.put(ctx, client, rec.RunID, data)
 		cancel()
 		switch {
 		case err == nil:

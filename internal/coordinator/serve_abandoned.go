@@ -50,7 +50,7 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 	}
 	client, agent, submission, ok := s.subjects.ParseRunSubmission(raw.Subject)
 	run := protocol.SubmissionRunID(client, submission)
-	if ok && !s.stored(protocol.RunKey(client, run)) {
+	if ok && !s.answered(client, run) {
 		rec := &protocol.RunResult{
 			V: protocol.Version, RunID: run, Submission: submission, Agent: agent, Coordinator: s.cfg.Name, Attempt: int(adv.Deliveries),
 			SubmittedAt: raw.Time.UTC(),

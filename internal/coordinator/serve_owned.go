@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -29,13 +30,21 @@ func (s *service) own(run protocol.RunID, cancel context.CancelCauseFunc) func()
 }
 
 // onCancelRequest cancels the run named by a cancel request's subject, if
-// this coordinator runs it. The request is stored in the journal stream,
-// so a coordinator that takes the run later sees it too (cancelRequested).
+// this coordinator runs it and the message is a valid cancel request of
+// that run, naming its author ([protocol.DecodeRunCancelRequest]): any
+// other message there (a server's acknowledgement stored by the cancels
+// stream, a request for another run) is logged, counted and ignored. The
+// request is stored in the cancels stream, so a coordinator that takes
+// the run later sees it too (cancelRequested).
 func (s *service) onCancelRequest(m *nats.Msg) {
 	prefix := strings.TrimSuffix(s.subjects.JournalCancels(), "*")
 	token, ok := strings.CutPrefix(m.Subject, prefix)
 	run, err := protocol.ParseRunID(token)
 	if !ok || err != nil {
+		return
+	}
+	if _, err := protocol.DecodeRunCancelRequest(m.Data, run, natsbus.MaxCancelRequestBytes); err != nil {
+		s.refusedCancel(run, err)
 		return
 	}
 	s.mu.Lock()
@@ -52,10 +61,24 @@ func (s *service) cancelRequested(run protocol.RunID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	ok, err := natsbus.CancelRequested(ctx, s.c.js, s.subjects, run)
-	if err != nil {
+	var perr *protocol.Error
+	switch {
+	case errors.As(err, &perr):
+		s.refusedCancel(run, err)
+	case err != nil:
 		s.limited.Warn().Err(err).Str(logRun, string(run)).Msg("could not read the run's cancel requests")
 	}
 	return ok
+}
+
+// refusedCancel logs and counts a message on run's cancel subject that is
+// not a valid cancel request of run (err, a *protocol.Error): it cancels
+// nothing.
+func (s *service) refusedCancel(run protocol.RunID, err error) {
+	s.c.refused(metrics.RefusedCancelRequest)
+	code, field := protoError(err)
+	s.limited.Warn().Str(logRun, string(run)).Str(logCode, code).Str(logField, field).
+		Msg("ignored a message on the run's cancel subject that is not a cancel request of the run naming its author")
 }
 
 // hookedJournal calls after once each entry is stored.
@@ -86,4 +109,14 @@ func (h hookedJournal) AppendBatch(ctx context.Context, es []loop.JournalEntry) 
 // AppendAsync calls after once e is stored, as Append does.
 func (h hookedJournal) AppendAsync(ctx context.Context, e loop.JournalEntry) <-chan struct{} {
 	return h.Journal.AppendAsyncThen(ctx, e, h.after)
+}
+
+// protoError is err's protocol code and field, for a log line: never its
+// text, which may quote what a stranger wrote.
+func protoError(err error) (code, field string) {
+	var perr *protocol.Error
+	if errors.As(err, &perr) {
+		return perr.Code, perr.Field
+	}
+	return "internal", ""
 }

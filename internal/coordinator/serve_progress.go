@@ -3,6 +3,8 @@ package coordinator
 import (
 	"context"
 
+	"github.com/toolfleet/toolfleet/internal/termsafe"
+	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -11,7 +13,9 @@ import (
 // run's calls are passed on to the run's client, on core NATS, on
 // [protocol.Subjects.ClientRunProgress]: a deployment lets each client
 // subscribe to its own subjects only. The reports come bounded in rate
-// from the dispatcher; publishing never waits.
+// from the dispatcher, each from its call's own tool; their text (the
+// message and the worker's name) is made terminal-safe ([termsafe.Line])
+// before it is passed on. Publishing never waits.
 func (s *service) withClientProgress(ctx context.Context, client string, run protocol.RunID) context.Context {
 	subject, err := s.subjects.ClientRunProgress(client, run)
 	if err != nil {
@@ -23,6 +27,8 @@ func (s *service) withClientProgress(ctx context.Context, client string, run pro
 		if next != nil {
 			next(p)
 		}
+		p.Message = harness.ClipProgress(termsafe.Line(p.Message, 0))
+		p.Worker = termsafe.Line(p.Worker, 64)
 		if data, err := protocol.Encode(&p); err == nil {
 			_ = nc.Publish(subject, data)
 		}

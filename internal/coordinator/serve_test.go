@@ -84,6 +84,7 @@ type serveOpts struct {
 	serve     coordinator.ServeConfig
 	toolsFile string
 	logs      io.Writer // default: the test's log
+	metrics   bool      // serve metrics on a free port (server.refused)
 }
 
 // start opens a coordinator with one in-process worker (built-in tools plus
@@ -106,6 +107,9 @@ func (f *serveFleet) start(o serveOpts) *server {
 	cfg.Workers = 1
 	cfg.Builtins = []string{"calculator", "echo"}
 	cfg.ToolsFile = o.toolsFile
+	if o.metrics {
+		cfg.MetricsAddr = "127.0.0.1:0"
+	}
 	c, err := coordinator.Open(f.t.Context(), cfg)
 	if err != nil {
 		f.t.Fatal(err)

@@ -66,7 +66,11 @@ func accountsConfig(accounts []Account, passwords map[string]string) (string, er
 		}
 		users := []m{}
 		for _, u := range a.Users {
-			users = append(users, m{"user": u.Name, "password": passwords[u.Name], "permissions": permissionsConfig(u.Permissions)})
+			user := m{"user": u.Name, "password": passwords[u.Name]}
+			if u.Permissions != nil {
+				user["permissions"] = permissionsConfig(u.Permissions)
+			}
+			users = append(users, user)
 		}
 		acc := m{"users": users}
 		if a.JetStream {
@@ -109,12 +113,8 @@ func accountsConfig(accounts []Account, passwords map[string]string) (string, er
 	return b.String(), nil
 }
 
-// permissionsConfig is p in configuration form; nil for nil (every
-// permission).
+// permissionsConfig is p in configuration form.
 func permissionsConfig(p *server.Permissions) map[string]any {
-	if p == nil {
-		return nil
-	}
 	out := map[string]any{}
 	subj := func(sp *server.SubjectPermission) map[string]any {
 		x := map[string]any{}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -172,5 +173,60 @@ func TestGeneratedCredentials(t *testing.T) {
 	s.Shutdown()
 	if buf.Contains(password) {
 		t.Error("the server logged the generated password")
+	}
+}
+
+// TestAccountsKeepTheirSubjectsApart: a server with Accounts keeps each
+// account's subjects to itself but for what one exports and the other
+// imports, and refuses a configuration it cannot hold (Accounts with
+// ConfigText, an account twice).
+func TestAccountsKeepTheirSubjectsApart(t *testing.T) {
+	s, err := embedded.Start(embedded.Config{InProcessUser: "a", Accounts: []embedded.Account{
+		{Name: "A", Users: []embedded.User{{Name: "a"}}, Exports: []embedded.Export{{Subject: "shared.*.>", Stream: true, AccountTokenPosition: 2}}},
+		{Name: "B", Users: []embedded.User{{Name: "b"}}, Imports: []embedded.Import{{Account: "A", Subject: "shared.B.>", Stream: true}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	a, err := nats.Connect("", s.InProcess())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := nats.Connect("", nats.InProcessServer(s.NATSServer()), nats.UserInfo("b", s.Password("b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sub, err := b.SubscribeSync(">")
+	if err != nil || b.Flush() != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{"private.x", "shared.C.x", "shared.B.x"} {
+		if err := a.Publish(subj, []byte(subj)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil || m.Subject != "shared.B.x" {
+		t.Fatalf("B received %v, %v; want shared.B.x, its import, first", m, err)
+	}
+	if n, _, _ := sub.Pending(); n != 0 {
+		t.Errorf("B received %d more messages of A's, want only its import", n)
+	}
+
+	for name, cfg := range map[string]embedded.Config{
+		"with ConfigText": {ConfigText: "max_payload: 1MB", Accounts: []embedded.Account{{Name: "A", Users: []embedded.User{{Name: "a"}}}}},
+		"twice":           {Accounts: []embedded.Account{{Name: "A", Users: []embedded.User{{Name: "a"}}}, {Name: "A", Users: []embedded.User{{Name: "b"}}}}},
+		"system":          {Accounts: []embedded.Account{{Name: embedded.SystemAccount, Users: []embedded.User{{Name: "a"}}}}},
+	} {
+		if s, err := embedded.Start(cfg); err == nil {
+			s.Shutdown()
+			t.Errorf("accounts %s: started", name)
+		}
 	}
 }

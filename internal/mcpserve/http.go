@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"strings"
 
@@ -54,12 +55,14 @@ func (s *Server) requestContext(ctx context.Context, req *mcp.CallToolRequest) (
 var errClientGone = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client disconnected"}
 
 // checkOrigin refuses, with 403, a request whose Origin header is present
-// and not one of allowed (the MCP specification: servers must validate
-// Origin, against DNS rebinding and cross-site requests from web pages).
-// A request without an Origin header is not from a browser and passes.
-func checkOrigin(allowed []string, next http.Handler) http.Handler {
+// and neither one of allowed nor an origin of the server itself (see
+// ownOrigins; addr is its listen address). The MCP specification: servers
+// must validate Origin, against DNS rebinding and cross-site requests from
+// web pages. A request without an Origin header is not from a browser and
+// passes.
+func checkOrigin(allowed []string, addr string, next http.Handler) http.Handler {
 	ok := map[string]bool{}
-	for _, o := range allowed {
+	for _, o := range append(ownOrigins(addr), allowed...) {
 		ok[normOrigin(o)] = true
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -71,6 +74,31 @@ func checkOrigin(allowed []string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// ownOrigins are the origins of a server listening on addr (host:port):
+// http and https on the bound address, and on a loopback or unspecified
+// address the names of this host's loopback too (localhost, 127.0.0.1,
+// [::1]) at that port. Empty for an address without a port.
+func ownOrigins(addr string) []string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" || port == "0" {
+		return nil
+	}
+	hosts := []string{host}
+	ip := net.ParseIP(host)
+	if host == "localhost" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
+		hosts = append(hosts, "localhost", "127.0.0.1", "::1")
+	}
+	var out []string
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
+			continue // no browser is on 0.0.0.0
+		}
+		hp := net.JoinHostPort(h, port)
+		out = append(out, "http://"+hp, "https://"+hp)
+	}
+	return out
 }
 
 // normOrigin is an origin in the form compared: lower case, no trailing

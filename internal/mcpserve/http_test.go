@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -215,6 +216,49 @@ func TestHTTPRefusesAForeignOrigin(t *testing.T) {
 	} {
 		if got := post(tc.origin...); got != tc.want {
 			t.Errorf("Origin %q: %d, want %d", tc.origin, got, tc.want)
+		}
+	}
+}
+
+// Issue 35, finding 5: a server bound to 127.0.0.1 serves a browser page
+// of its own host — Origin http://localhost:PORT, http://127.0.0.1:PORT,
+// http://[::1]:PORT — and refuses every other origin not listed, another
+// port of localhost and a look-alike name among them.
+func TestHTTPAcceptsItsOwnOrigins(t *testing.T) {
+	f := newFleet(t, 0)
+	srv := httptest.NewUnstartedServer(nil)
+	addr := srv.Listener.Addr().String()
+	srv.Config.Handler = f.ms.Handler(mcpserve.HTTPConfig{Tokens: []string{"good-token"}, Addr: addr})
+	srv.Start()
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	list := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`)
+	for _, tc := range []struct {
+		origin string
+		want   int
+	}{
+		{"http://localhost:" + port, http.StatusOK},
+		{"http://127.0.0.1:" + port, http.StatusOK},
+		{"http://[::1]:" + port, http.StatusOK},
+		{"HTTP://LOCALHOST:" + port + "/", http.StatusOK},
+		{"http://localhost:1", http.StatusForbidden},
+		{"http://localhost", http.StatusForbidden},
+		{"http://evil.example:" + port, http.StatusForbidden},
+		{"http://localhost.evil.example:" + port, http.StatusForbidden},
+		{"null", http.StatusForbidden},
+	} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, bytes.NewReader(list))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer good-token")
+		req.Header.Set("Origin", tc.origin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Origin %q: %d, want %d", tc.origin, resp.StatusCode, tc.want)
 		}
 	}
 }

@@ -239,12 +239,18 @@ type HTTPConfig struct {
 	// with 403, whatever its token. Default: none, so no web page can
 	// call the tools.
 	AllowedOrigins []string
+	// Addr is the address the server listens on (host:port, as the
+	// listener reports it): a browser on this host may call from the
+	// server's own origins — http(s) on Addr, and on a loopback or
+	// unspecified address localhost, 127.0.0.1 and [::1] at its port —
+	// besides AllowedOrigins. Default: none but AllowedOrigins.
+	Addr string
 }
 
 // Handler serves streamable HTTP, stateless: no session lives in this
 // process, so replicas behind a load balancer answer alike. A request body
 // over protocol.DefaultMaxMessageBytes is refused (413), a request from a
-// browser origin not in AllowedOrigins too (403); a client that
+// browser origin neither the server's own nor in AllowedOrigins too (403); a client that
 // disconnects cancels its call, at any protocol version (even while it
 // waits for an approval: it then never runs).
 func (s *Server) Handler(cfg HTTPConfig) http.Handler {
@@ -262,5 +268,5 @@ func (s *Server) Handler(cfg HTTPConfig) http.Handler {
 	if len(cfg.Tokens) > 0 {
 		h = auth.RequireBearerToken(tokenVerifier(cfg.Tokens), &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 	}
-	return checkOrigin(cfg.AllowedOrigins, h)
+	return checkOrigin(cfg.AllowedOrigins, cfg.Addr, h)
 }

@@ -35,6 +35,7 @@
 //	toolfleet_coordinator_calls_held_total{tool,client}    calls over their client's share, held (fed by natsbus.ShareObserver)
 //	toolfleet_coordinator_calls_share_limited_total{tool,client} held calls answered rate_limited
 //	toolfleet_coordinator_approvals_total{result}          approved, denied, expired, unavailable, cancelled
+//	toolfleet_coordinator_refused_messages_total{kind}     cancel_request, run_result, agent_revision, progress: refused, not acted on
 //	toolfleet_model_call_duration_seconds{result}          model latency (ok or error)
 //	toolfleet_model_tokens_total{kind}                     prompt and completion tokens
 //	toolfleet_schema_conflicts_total{tool}                 conflicts found (new or changed)

@@ -51,6 +51,32 @@ func (a *AgentStore) GetRevision(ctx context.Context, name string, rev uint64) (
 	return data, err
 }
 
+// AgentRevision is one kept revision of an agent: its stored bytes, or
+// its removal.
+type AgentRevision struct {
+	Revision uint64
+	Data     []byte
+	Removed  bool
+}
+
+// History returns the kept revisions of agent name (at most
+// [AgentHistory]), newest first; [ErrAgentNotFound] when none is kept.
+func (a *AgentStore) History(ctx context.Context, name string) ([]AgentRevision, error) {
+	es, err := a.kv.History(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, ErrAgentNotFound
+	case err != nil:
+		return nil, err
+	}
+	out := make([]AgentRevision, 0, len(es))
+	for i := len(es) - 1; i >= 0; i-- {
+		e := es[i]
+		out = append(out, AgentRevision{Revision: e.Revision(), Data: e.Value(), Removed: e.Operation() != jetstream.KeyValuePut})
+	}
+	return out, nil
+}
+
 // Names lists the stored agents, sorted.
 func (a *AgentStore) Names(ctx context.Context) ([]string, error) {
 	l, err := a.kv.ListKeys(ctx)

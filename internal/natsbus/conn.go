@@ -47,7 +47,8 @@ const (
 // ConnConfig says how to reach NATS. Empty fields are read from the
 // standard environment variables (EnvURL, ...). The auth variables are read
 // only when no auth field is set, so flags and environment never mix into
-// two credentials.
+// two credentials; the one exception is a User set alone, whose Password
+// is then $NATS_PASSWORD.
 type ConnConfig struct {
 	// URL is one server URL or a comma-separated list. Default: $NATS_URL,
 	// else nats://127.0.0.1:4222. Ignored when an in-process option is given.
@@ -57,7 +58,7 @@ type ConnConfig struct {
 	// CredsFile is a JWT credentials file. Default: $NATS_CREDS.
 	CredsFile string
 	// User and Password authenticate with a user name. Default: $NATS_USER,
-	// $NATS_PASSWORD.
+	// $NATS_PASSWORD; a User set without a Password takes $NATS_PASSWORD.
 	User     string
 	Password string
 	// Token authenticates with a token. Default: $NATS_TOKEN.
@@ -141,6 +142,12 @@ func (cfg ConnConfig) resolved() (ConnConfig, error) {
 		cfg.User, cfg.Password = getenv(EnvUser), getenv(EnvPassword)
 		cfg.Token = getenv(EnvToken)
 		cfg.NKeyFile = getenv(EnvNKey)
+	}
+	if cfg.User != "" && cfg.Password == "" && cfg.CredsFile == "" && cfg.Token == "" && cfg.NKeyFile == "" {
+		// A user named by flag (--user NAME) with its password kept out of
+		// the process list, in the environment: the form the shipped conf
+		// recommends.
+		cfg.Password = getenv(EnvPassword)
 	}
 	if cfg.InboxPrefix == "" {
 		cfg.InboxPrefix = getenv(EnvInboxPrefix)

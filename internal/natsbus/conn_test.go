@@ -121,3 +121,23 @@ func TestConnectRefusesConflictingAuth(t *testing.T) {
 		})
 	}
 }
+
+// A user named by flag with its password in the environment (--user NAME,
+// NATS_PASSWORD=...) logs in: the form deploy/nats-server.conf recommends.
+func TestConnectTakesAFlagUsersPasswordFromTheEnvironment(t *testing.T) {
+	srv := natstest.StartWithConfig(t, `authorization { user: "operator", password: "pw-canary-731" }`)
+	nc, err := natsbus.Connect(ctx(t), natsbus.ConnConfig{
+		URL:    srv.ClientURL(),
+		User:   "operator",
+		Getenv: env(map[string]string{natsbus.EnvPassword: "pw-canary-731"}),
+	})
+	if err != nil {
+		t.Fatalf("Connect with --user and NATS_PASSWORD: %v", err)
+	}
+	nc.Close()
+	// A token from the environment is still not mixed with a flag's user.
+	err = natsbus.ConnConfig{User: "operator", Getenv: env(map[string]string{natsbus.EnvToken: "t"})}.Validate()
+	if err != nil {
+		t.Fatalf("Validate with a flag's user and NATS_TOKEN set: %v (the token must be ignored)", err)
+	}
+}

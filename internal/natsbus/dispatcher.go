@@ -54,6 +54,10 @@ type DispatcherConfig struct {
 	// ShareObserver, when set, is told about calls held for their
 	// client's share of a tool (share.go). Default: nil.
 	ShareObserver ShareObserver
+	// OnForeignProgress, when set, is called for each progress report
+	// dropped because it names another tool than its call's (only a
+	// call's own tool reports its progress). Default: nil.
+	OnForeignProgress func()
 }
 
 // Dispatcher publishes a coordinator's calls into the calls stream and
@@ -161,7 +165,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 		return nil, fmt.Errorf("natsbus: subscribing to %s: %w", progressSubj, err)
 	}
 	in.subs = append(in.subs, sub)
-	if err := in.followProgress(ctx, d.nc, d.subjects); err != nil {
+	if err := in.followProgress(ctx, d.nc, d.subjects, d.cfg.OnForeignProgress); err != nil {
 		in.Close()
 		return nil, err
 	}

@@ -494,7 +494,10 @@ func RequestCancel(ctx context.Context, js jetstream.JetStream, subjects protoco
 	if err != nil {
 		return fmt.Errorf("natsbus: cancel: %w", err)
 	}
-	req.V = protocol.Version
+	req.V, req.RunID = protocol.Version, run
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("natsbus: cancel: %w", err)
+	}
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -508,7 +511,10 @@ func RequestCancel(ctx context.Context, js jetstream.JetStream, subjects protoco
 	return nil
 }
 
-// CancelRequested reports whether a cancel request is stored for run.
+// CancelRequested reports whether a cancel request is stored for run. A
+// stored message that is not a valid request for run
+// ([protocol.DecodeRunCancelRequest]) requests nothing: it returns false
+// and the decoder's *protocol.Error.
 func CancelRequested(ctx context.Context, js jetstream.JetStream, subjects protocol.Subjects, run protocol.RunID) (bool, error) {
 	subject, err := subjects.JournalCancel(run)
 	if err != nil {
@@ -518,9 +524,12 @@ func CancelRequested(ctx context.Context, js jetstream.JetStream, subjects proto
 	if err != nil {
 		return false, err
 	}
-	_, err = s.GetLastMsgForSubject(ctx, subject)
+	m, err := s.GetLastMsgForSubject(ctx, subject)
 	switch {
 	case err == nil:
+		if _, err := protocol.DecodeRunCancelRequest(m.Data, run, MaxCancelRequestBytes); err != nil {
+			return false, fmt.Errorf("natsbus: the stored cancel request of %s: %w", run, err)
+		}
 		return true, nil
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return false, nil

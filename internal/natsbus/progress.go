@@ -79,7 +79,7 @@ func (w *Worker) withProgress(ctx context.Context, call protocol.Call) (context.
 	}
 	p := &callProgress{
 		nc: w.nc, subject: subject, limit: newRateBucket(ProgressRate, time.Now()),
-		base: protocol.Progress{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Worker: w.cfg.Name},
+		base: protocol.Progress{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Tool: call.Tool, Worker: w.cfg.Name},
 	}
 	return harness.WithProgress(ctx, p.report), p.end
 }
@@ -133,9 +133,10 @@ func (p *callProgress) publish(msg string) {
 // followProgress subscribes the inbox to the progress reports of the run's
 // calls when ctx carries a sink (loop.WithProgress), and passes them on at
 // most RunProgressRate a second. Reports are decoded, checked against
-// their subject and run, and never enter the inbox's events: a flood of
+// their subject, run and the tool of their call (foreign, when set, is told
+// of each report that names another tool), and never enter the inbox's events: a flood of
 // them cannot crowd out a result.
-func (in *Inbox) followProgress(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects) error {
+func (in *Inbox) followProgress(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, foreign func()) error {
 	f := loop.ProgressFrom(ctx)
 	if f == nil {
 		return nil
@@ -152,6 +153,14 @@ func (in *Inbox) followProgress(ctx context.Context, nc *nats.Conn, subjects pro
 		p, err := protocol.DecodeProgress(m.Data, protocol.MaxProgressBytes*4)
 		if err == nil && (p.RunID != in.run || m.Subject != prefix+string(p.CallKey)) {
 			err = codedError("subject_mismatch")
+		}
+		// Only the call's own tool reports its progress: a report that
+		// names another tool (or none) for a call of this run is dropped.
+		if tool, ok := in.tools.Load(p.CallKey); err == nil && ok && tool.(protocol.ToolName) != p.Tool {
+			err = codedError("foreign_tool")
+			if foreign != nil {
+				foreign()
+			}
 		}
 		if err != nil {
 			in.refuse(m.Subject, err)

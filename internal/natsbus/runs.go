@@ -56,6 +56,26 @@ func (r *RunResults) Create(ctx context.Context, key string, data []byte) (creat
 	return false, err
 }
 
+// Entry returns the value under key and its revision: [ErrNoResult] when
+// there is none.
+func (r *RunResults) Entry(ctx context.Context, key string) ([]byte, uint64, error) {
+	e, err := r.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, 0, ErrNoResult
+	case err != nil:
+		return nil, 0, err
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+// Replace stores data under key in place of the value at revision rev;
+// it fails when another write came since.
+func (r *RunResults) Replace(ctx context.Context, key string, data []byte, rev uint64) error {
+	_, err := r.kv.Update(ctx, key, data, rev)
+	return err
+}
+
 // Wait returns the result under key as stored, whether it was stored
 // before Wait was called or later. It waits until ctx ends (returning
 // ctx.Err()) or the watch ends ([ErrWatchEnded]).

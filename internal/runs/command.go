@@ -31,13 +31,18 @@ const usage = `usage: runs <command> [flags]
 commands:
   list                        every run with a journal: status, owner, round
   show RUN [--json]           one run: owner, round, pending calls and approvals
-  cancel RUN [--reason R]     cancel a run (its owner stops it at once; a
-                              coordinator that takes it later cancels it too)
+  cancel RUN [--reason R] [--by NAME]
+                              cancel a run (its owner stops it at once; a
+                              coordinator that takes it later cancels it too);
+                              --by names who asks (default: $USER; required)
 
 The same with the nats CLI (prefix "fleet"):
   nats stream subjects FLEET_JOURNAL 'fleet.journal.run.*'    runs with a journal
   nats stream view FLEET_JOURNAL --subject fleet.journal.run.RUN
-  nats pub fleet.journal.cancel.RUN '{"v":1,"reason":"..."}'  cancel (stored in FLEET_CANCELS)
+  nats pub fleet.journal.cancel.RUN '{"v":1,"run_id":"RUN","by":"NAME","reason":"..."}'
+                                                              cancel (stored in FLEET_CANCELS; a
+                                                              message that is not such a request
+                                                              for RUN cancels nothing)
   nats kv get fleet_runs RUN                                  the result, once stored
 `
 
@@ -59,6 +64,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on the command's NATS work")
 	asJSON := fs.Bool("json", false, "print JSON (show, list)")
 	reason := fs.String("reason", "", "why (cancel)")
+	by := fs.String("by", os.Getenv("USER"), "who asks (cancel; default: $USER)")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -83,6 +89,10 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		return exitUsage
 	case len(pos) != n:
 		fmt.Fprintf(stderr, "runs %s: takes %d argument(s), got %d\n%s", name, n, len(pos), usage)
+		return exitUsage
+	}
+	if name == "cancel" && *by == "" {
+		fmt.Fprintf(stderr, "runs cancel: --by is required ($USER is not set): a cancel request names who asks\n")
 		return exitUsage
 	}
 	var run protocol.RunID
@@ -115,8 +125,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	case "show":
 		err = show(ctx, js, subjects, run, *asJSON, stdout)
 	case "cancel":
-		by := os.Getenv("USER")
-		err = natsbus.RequestCancel(ctx, js, subjects, run, protocol.RunCancelRequest{By: by, Reason: *reason, At: time.Now().UTC()})
+		err = Cancel(ctx, js, subjects, run, *by, *reason)
 		if err == nil {
 			fmt.Fprintf(stdout, "cancel requested for run %s\n", run)
 		}

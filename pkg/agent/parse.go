@@ -369,12 +369,23 @@ func (b *Budget) validate(m Model, sum *Model) error {
 
 // CheckEnv checks what only the process that runs the agent can: that the
 // variables holding the keys of its model and summarizer are set (lookup
-// is os.LookupEnv, or the secrets store's). The error is a [config.Error]
-// for model.api_key_env (or summarizer.api_key_env); it never holds the
-// value.
+// is os.LookupEnv, or the secrets store's), and that each key goes only to
+// a host allowed for it ([Definition.CheckKeyHosts], with the hosts of
+// [EnvKeyHosts] and the base URL variables that lookup reads). The error
+// is a [config.Error] for model.api_key_env or model.base_url (or the
+// summarizer's); it never holds a value. A nil lookup checks nothing (a
+// definition put from a machine that does not run it: where it runs, the
+// model client is refused all the same); an EnvKeyHosts that does not
+// parse allows no host but the providers' own.
 func (d *Definition) CheckEnv(lookup func(string) (string, bool)) error {
 	if lookup == nil {
 		return nil
+	}
+	getenv := func(n string) string { v, _ := lookup(n); return v }
+	// A value that does not parse allows no host more.
+	allow, _ := ParseKeyHosts(getenv(EnvKeyHosts))
+	if err := d.CheckKeyHosts(allow, getenv); err != nil {
+		return err
 	}
 	check := func(field string, m *Model) error {
 		name := m.KeyEnv()

@@ -8,5 +8,9 @@
 // the same submission id again never creates a second run, so [Client.Submit]
 // retries by itself until its context ends. The result is kept in the runs
 // bucket under <client>.<run> ([Run.Key]), where [Client.Wait] and
-// [Client.Result] read it.
+// [Client.Result] read it with a direct get: on the shipped configuration
+// each client is an account of its own, which imports its submissions, that
+// direct get of its own keys and its runs' announcements and progress, and
+// no other JetStream request. [Client.Catalog], the approvals, [Client.ListRuns]
+// and [Client.CancelRun] need the fleet's roles (an operator's credentials).
 package client

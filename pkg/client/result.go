@@ -26,8 +26,8 @@ var errNoResult = errors.New("no result stored")
 // Wait waits until run's result is stored and returns it, however long
 // before the call it was stored. A run that was refused or failed returns
 // its result with a [*RefusedError] or [*FailedError]. It waits until ctx
-// ends, across coordinator restarts, server restarts, reconnects and
-// leader changes.
+// ends (or the connection is closed), across coordinator restarts, server
+// restarts, reconnects and leader changes.
 //
 // It subscribes to the run's announcement ([Run.Subject]) and reads the
 // result's key (a direct get, the only JetStream request a client's
@@ -60,8 +60,11 @@ func (c *Client) Wait(ctx context.Context, run Run) (*protocol.RunResult, error)
 		case <-timer.C:
 		}
 		data, err := c.get(ctx, run.Key)
-		if err == nil {
+		switch {
+		case err == nil:
 			return decodeResult(run, data)
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return nil, fmt.Errorf("client: waiting for the result of run %s: %w", run.ID, err)
 		}
 		last = err
 		timer.Reset(rereadEvery)

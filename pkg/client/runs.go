@@ -37,9 +37,12 @@ func (c *Client) ShowRun(ctx context.Context, run protocol.RunID) (RunState, err
 	return st, err
 }
 
-// CancelRun asks the fleet to cancel run, naming who asks (by) and why:
-// the request is stored, so a coordinator that takes the run later cancels
-// it too. The run's result says "cancelled".
+// CancelRun asks the fleet to cancel run, naming who asks (by, required:
+// a request without its author is refused here and ignored by the fleet)
+// and why: the request is stored, so a coordinator that takes the run
+// later cancels it too. The run's result says "cancelled". It needs the
+// operator's or a coordinator's credential: a client's account imports no
+// cancel subject.
 func (c *Client) CancelRun(ctx context.Context, run protocol.RunID, by, reason string) error {
 	if !run.Valid() {
 		return fmt.Errorf("client: run id %q must match %s", run, protocol.TokenPattern)

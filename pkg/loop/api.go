@@ -51,7 +51,11 @@ type Request struct {
 	Tools    []ToolDef
 }
 
-// Usage counts tokens when the model reports them.
+// Usage counts tokens when the model reports them: 0 when it reports
+// none, -1 when what it reports is not a count (a provider's adapter sets
+// it). The loop counts a count it cannot believe (negative, or more than
+// any context holds) as its estimate or the max_tokens reserve instead
+// (Budget; Metadata reports what was counted).
 type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`

@@ -25,25 +25,27 @@ const (
 // calls that fit in ToolCalls (the rest are answered rejected).
 type Budget struct {
 	// InputTokens bounds the prompt tokens of the run's model requests.
-	InputTokens int64
+	InputTokens int64 `json:"input_tokens,omitempty"`
 	// OutputTokens bounds the completion tokens of the run's answers.
-	OutputTokens int64
+	OutputTokens int64 `json:"output_tokens,omitempty"`
 	// CostUSD bounds the run's model cost, priced by InputPrice and
 	// OutputPrice.
-	CostUSD float64
+	CostUSD float64 `json:"cost_usd,omitempty"`
 	// ToolCalls bounds the tool calls the run attempts (Metadata.ToolCallsMade).
-	ToolCalls int
+	ToolCalls int `json:"tool_calls,omitempty"`
 	// InputPrice and OutputPrice are the model's price, in USD per million
 	// tokens.
-	InputPrice, OutputPrice float64
+	InputPrice  float64 `json:"input_price,omitempty"`
+	OutputPrice float64 `json:"output_price,omitempty"`
 	// SummarizerInputPrice and SummarizerOutputPrice are the price of
 	// Config.Summarizer, whose tokens count against the token bounds too.
-	SummarizerInputPrice, SummarizerOutputPrice float64
+	SummarizerInputPrice  float64 `json:"summarizer_input_price,omitempty"`
+	SummarizerOutputPrice float64 `json:"summarizer_output_price,omitempty"`
 	// MaxTokens is the most an answer can cost in completion tokens (the
 	// model's max_tokens): a request is made only if that much still fits.
 	// 0 reserves nothing: the request is then made while anything is left,
 	// and its answer may overshoot by one answer.
-	MaxTokens int
+	MaxTokens int `json:"max_tokens,omitempty"`
 }
 
 // limited reports whether any bound is set.
@@ -131,13 +133,17 @@ func (ru *run) summaryOverBudget(in int64) bool {
 // spendSummary records a summarizer answer's usage (estimated where it
 // reported none).
 func (ru *run) spendSummary(u Usage, est int64) {
-	in, out := int64(max(u.PromptTokens, 0)), int64(max(u.CompletionTokens, 0))
-	if in == 0 {
+	in, inOK := usageCount(u.PromptTokens)
+	out, outOK := usageCount(u.CompletionTokens)
+	if !outOK {
+		out = int64(ru.cfg.Budget.MaxTokens)
+	}
+	if !inOK || in == 0 {
 		in, out = est, max(out, int64(ru.cfg.Budget.MaxTokens))
 	}
 	s := &ru.b
-	s.in, s.out, s.sumIn, s.sumOut = s.in+in, s.out+out, s.sumIn+in, s.sumOut+out
-	ru.res.Metadata.SummarizerTokens += int(in + out)
+	s.in, s.out, s.sumIn, s.sumOut = satAdd(s.in, in), satAdd(s.out, out), satAdd(s.sumIn, in), satAdd(s.sumOut, out)
+	ru.res.Metadata.SummarizerTokens = int(satAdd(int64(ru.res.Metadata.SummarizerTokens), satAdd(in, out)))
 }
 
 // requestBytes is what a model request sends: the transcript and the tool
@@ -193,23 +199,54 @@ func (ru *run) afterResponse(resp *Response) {
 // limit (finish_reason "length").
 const evTruncatedResponse = "truncated_response"
 
-// spend records a model response's usage; a usage the model did not
-// report is counted as estimated (input) or as the reserve (output), so a
-// model that reports nothing cannot spend past its budget.
+// spend records a model response's usage, against the budget and in the
+// result's metadata. A count the model did not report, or reported as no
+// count can be (negative, not a number, over [maxUsageTokens]), is
+// counted as estimated (input) or as the reserve (output), so a model
+// that reports nothing, or nonsense, cannot spend past its budget. Sums
+// saturate instead of overflowing.
 func (ru *run) spend(u Usage) {
 	s := &ru.b
-	in, out := int64(max(u.PromptTokens, 0)), int64(max(u.CompletionTokens, 0))
-	if in == 0 {
+	in, inOK := usageCount(u.PromptTokens)
+	out, outOK := usageCount(u.CompletionTokens)
+	if !inOK || in == 0 {
 		in = s.estimate
 	} else {
 		s.lastPrompt, s.lastBytes = in, s.reqBytes
 	}
-	if out == 0 && u.PromptTokens == 0 {
+	if !outOK || (out == 0 && u.PromptTokens == 0) {
 		out = int64(ru.cfg.Budget.MaxTokens)
 	}
-	s.in += in
-	s.out += out
+	s.in = satAdd(s.in, in)
+	s.out = satAdd(s.out, out)
 	s.estimate = 0
+	md := &ru.res.Metadata
+	md.PromptTokens = int(satAdd(int64(md.PromptTokens), in))
+	md.CompletionTokens = int(satAdd(int64(md.CompletionTokens), out))
+}
+
+// maxUsageTokens bounds a token count a model may report for one request:
+// more than any model's context holds. A count over it is not believed.
+const maxUsageTokens = 1 << 31
+
+// usageCount is a reported token count, and whether it is one: not
+// negative and at most maxUsageTokens. Providers report a count that is
+// not a number as -1 (Usage).
+func usageCount(v int) (int64, bool) {
+	if v < 0 || v > maxUsageTokens {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// satAdd is a+b for non-negative a and b, saturating at the largest
+// int64 (and int on 32-bit platforms) instead of overflowing.
+func satAdd(a, b int64) int64 {
+	const top = int64(^uint(0) >> 1)
+	if b > top-a {
+		return top
+	}
+	return a + b
 }
 
 // report is the run's spending, with the bound that ended it (if any).

@@ -135,7 +135,10 @@ type JournalEntry struct {
 	// Secret is set for EntryStart: the run's call keys and coordinator-
 	// made call ids are derived from it, so that nobody who does not read
 	// the journal can predict them.
-	Secret string          `json:"secret,omitempty"`
+	Secret string `json:"secret,omitempty"`
+	// Policy is set for EntryStart: what protects the run, which whoever
+	// resumes it applies at least ([RunPolicy]).
+	Policy *RunPolicy      `json:"policy,omitempty"`
 	Note   string          `json:"note,omitempty"`
 	At     time.Time       `json:"at,omitzero"`
 	Data   json.RawMessage `json:"data,omitempty"`
@@ -245,19 +248,31 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 	ru.j, ru.handoff = js, d.Handoff
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
-	secret, lost := runSecret(d.Journal, entries)
+	start, lost := runStart(d.Journal, entries)
 	switch {
 	case lost:
 		// Nothing of it is appended: the journal is not the run's.
 		js.lost = true
 		ru.log.Error().Str(logKeyEvent, evJournalLost).Int(logKeyCount, len(entries)).Send()
 		return ru.finish(TerminationJournalLost, "", nil)
-	case secret == "":
-		secret = newSecret()
-		if !js.append(ctx, JournalEntry{Kind: EntryStart, Secret: secret}) {
+	case start == nil:
+		start = &JournalEntry{Kind: EntryStart, Secret: newSecret(), Policy: policyOf(ru.cfg)}
+		if !js.append(ctx, *start) {
 			return nil, js.err
 		}
+	default:
+		// A resumed run keeps what protected it when it started, whoever
+		// resumes it; one whose start journaled no policy (an older
+		// coordinator's) needs approval for every call.
+		p := start.Policy
+		if p == nil {
+			p = &failClosedPolicy
+			ru.log.Warn().Str(logKeyEvent, evPolicyMissing).Send()
+		}
+		cfg := p.tighten(*ru.cfg)
+		ru.cfg, ru.approvals = &cfg, newApprovalSet(cfg.RequireApproval)
 	}
+	secret := start.Secret
 	ru.secret = secret
 	res, err := ru.execute(ctx)
 	js.flush(ctx)
@@ -299,23 +314,23 @@ func newSecret() string {
 	return keyEncoding.EncodeToString(b[:])
 }
 
-// runSecret returns the run's secret from its journal ("" for a run not
-// started yet), and whether the journal lost entries: it says so, or it
-// holds entries of the loop that do not begin with the run's start.
-func runSecret(j Journal, entries []JournalEntry) (secret string, lost bool) {
+// runStart returns the run's start entry from its journal (nil for a run
+// not started yet), and whether the journal lost entries: it says so, or
+// it holds entries of the loop that do not begin with the run's start.
+func runStart(j Journal, entries []JournalEntry) (start *JournalEntry, lost bool) {
 	if ij, ok := j.(IncompleteJournal); ok && ij.Incomplete() {
-		return "", true
+		return nil, true
 	}
-	for _, e := range entries {
+	for i, e := range entries {
 		switch e.Kind {
 		case EntryStart:
-			return e.Secret, len(e.Secret) < minSecretLen
+			return &entries[i], len(e.Secret) < minSecretLen
 		case EntryTools, EntryModel, EntryApprovalRequested, EntryApprovalDecided, EntryDispatched,
 			EntryPublished, EntryObserved, EntryFinished:
-			return "", true // a step of the run, and no start before it
+			return nil, true // a step of the run, and no start before it
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 // cancelledAppendTimeout bounds an append of a run being cancelled.

@@ -65,7 +65,10 @@ const (
 	evRunEnd              = "run_end"
 	evJournalFailed       = "journal_append_failed"
 	evJournalLost         = "journal_lost"
-	evCatchUpSlow         = "resume_catch_up_slow"
+	// evPolicyMissing: a resumed run's start entry holds no policy (an
+	// older coordinator started it): every call of it needs approval.
+	evPolicyMissing = "run_policy_missing"
+	evCatchUpSlow   = "resume_catch_up_slow"
 )
 
 // Reasons for dropping an inbox event (logKeyDropReason).

@@ -27,6 +27,26 @@ type replay struct {
 	finished   *JournalEntry
 }
 
+// requested reports whether the journal holds an approval request of
+// key in round: such a call waits for its decision whoever resumes the
+// run, whatever the resuming runner's own approvals say. False for a nil
+// replay (a plain run).
+func (rp *replay) requested(round int, key protocol.CallKey) bool {
+	if rp == nil {
+		return false
+	}
+	e, ok := rp.approvals[round]
+	if !ok {
+		return false
+	}
+	for _, c := range e.Calls {
+		if c.CallKey == key {
+			return true
+		}
+	}
+	return false
+}
+
 func indexEntries(es []JournalEntry) *replay {
 	rp := &replay{
 		tools: map[int][]protocol.ToolSpec{}, model: map[int]*JournaledResponse{},

@@ -68,9 +68,12 @@ type Metadata struct {
 	// MaxObservationChars, by the worker or by the loop.
 	TruncatedObservations int `json:"truncated_observations"`
 	// Outcomes counts every answered call id by outcome.
-	Outcomes         map[protocol.Outcome]int `json:"outcomes"`
-	PromptTokens     int                      `json:"prompt_tokens"`
-	CompletionTokens int                      `json:"completion_tokens"`
+	Outcomes map[protocol.Outcome]int `json:"outcomes"`
+	// PromptTokens and CompletionTokens are the model's tokens as counted:
+	// as reported, or estimated where the model reported none or nonsense
+	// (see Usage), saturating instead of overflowing.
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
 	// ModelCalls counts calls of Model.Complete, failed ones included.
 	ModelCalls int `json:"model_calls"`
 	// TruncatedResponses counts model answers cut at their output limit

@@ -31,14 +31,14 @@ var ErrRunBudget = errors.New("loop: the run is over its wall-clock budget (max_
 // Runner runs the ReAct loop. It is safe for concurrent use: each Run has
 // its own state, and runs share only the compiled-schema cache.
 type Runner struct {
-	cfg        Config
-	model      Model
-	catalog    Catalog
-	disp       Dispatcher
-	gate       Gate
-	approveAll bool
-	approve    map[protocol.ToolName]bool
-	schemas    schemaCache
+	cfg     Config
+	model   Model
+	catalog Catalog
+	disp    Dispatcher
+	gate    Gate
+	// approvals is which calls need approval under cfg.RequireApproval.
+	approvals approvalSet
+	schemas   schemaCache
 	// missing holds the RequireApproval names already reported missing
 	// from the catalog, so each is warned about once.
 	missing sync.Map
@@ -61,17 +61,7 @@ func New(cfg Config, model Model, catalog Catalog, d Dispatcher, gate Gate) (*Ru
 		return nil, &ConfigError{Field: "dispatcher", Value: "nil", Rule: "must be set"}
 	}
 	cfg = cfg.withDefaults()
-	r := &Runner{cfg: cfg, model: model, catalog: catalog, disp: d, gate: gate, approve: map[protocol.ToolName]bool{}}
-	for _, name := range cfg.RequireApproval {
-		if name == "*" {
-			r.approveAll = true
-			continue
-		}
-		// Config.validate let only valid names through.
-		if tool, err := protocol.ParseToolName(name); err == nil {
-			r.approve[tool] = true
-		}
-	}
+	r := &Runner{cfg: cfg, model: model, catalog: catalog, disp: d, gate: gate, approvals: newApprovalSet(cfg.RequireApproval)}
 	r.schemas.m = map[string]*schemaEntry{}
 	return r, nil
 }
@@ -125,13 +115,16 @@ const (
 
 // run is the state of one Run.
 type run struct {
-	r     *Runner
-	cfg   *Config
-	log   zerolog.Logger
-	id    protocol.RunID
-	res   *Result
-	msgs  []Message
-	inbox Inbox
+	r   *Runner
+	cfg *Config
+	// approvals is which calls need approval: the runner's, or for a
+	// resumed durable run at least its journaled policy's.
+	approvals approvalSet
+	log       zerolog.Logger
+	id        protocol.RunID
+	res       *Result
+	msgs      []Message
+	inbox     Inbox
 	// progress names the calls of the run's progress reports.
 	progress progressCalls
 	// ids holds every call id of the transcript, so ids stay unique.
@@ -188,7 +181,7 @@ func (ru *run) execute(ctx context.Context) (*Result, error) {
 
 // newRun returns a run's state; an empty id is drawn from Config.NewID.
 func (r *Runner) newRun(msgs []Message, id protocol.RunID) *run {
-	ru := &run{r: r, cfg: &r.cfg, msgs: msgs, ids: map[string]struct{}{}, j: noJournal{},
+	ru := &run{r: r, cfg: &r.cfg, approvals: r.approvals, msgs: msgs, ids: map[string]struct{}{}, j: noJournal{},
 		keys: map[protocol.CallKey]keyState{}, skipped: map[string]bool{}, early: map[protocol.CallKey]protocol.Result{}}
 	ru.id = id
 	if ru.id == "" {
@@ -324,8 +317,6 @@ func (ru *run) complete(ctx context.Context, round int, defs []ToolDef) (*Respon
 	}
 	ru.cfg.Observer.ModelCall(took, resp.Usage, nil)
 	ev := ru.log.Info().Str(logKeyEvent, evModelCallEnd).Int(logKeyRound, round).Int64(logKeyDurationMS, elapsed)
-	ru.res.Metadata.PromptTokens += max(resp.Usage.PromptTokens, 0)
-	ru.res.Metadata.CompletionTokens += max(resp.Usage.CompletionTokens, 0)
 	ev.Int(logKeyPromptTokens, resp.Usage.PromptTokens).Int(logKeyCompletionTokens, resp.Usage.CompletionTokens).
 		Str(logKeyFinishReason, clipName(resp.FinishReason)).Int(logKeyToolCalls, len(resp.Message.ToolCalls)).Send()
 	return resp, nil
@@ -359,8 +350,6 @@ func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName
 func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*Response, error) {
 	if jr := ru.j.replay().response(round); jr != nil {
 		ru.res.Metadata.ModelCalls++
-		ru.res.Metadata.PromptTokens += max(jr.Usage.PromptTokens, 0)
-		ru.res.Metadata.CompletionTokens += max(jr.Usage.CompletionTokens, 0)
 		return &Response{Message: jr.Message, Usage: jr.Usage, FinishReason: jr.FinishReason}, nil
 	}
 	resp, err := ru.complete(ctx, round, defs)
@@ -438,7 +427,7 @@ func (ru *run) usable(specs []protocol.ToolSpec) (map[protocol.ToolName]*toolEnt
 		m[s.Name] = &toolEntry{spec: s, schema: sc}
 		defs = append(defs, ToolDef{Name: string(s.Name), Description: s.Description, Parameters: bytes.Clone(s.Parameters)})
 	}
-	for name := range ru.r.approve {
+	for name := range ru.approvals.tools {
 		if m[name] == nil {
 			if _, seen := ru.r.missing.LoadOrStore(name, true); !seen {
 				ru.log.Warn().Str(logKeyEvent, evApprovalToolMissing).Str(logKeyTool, string(name)).Send()

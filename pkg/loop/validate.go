@@ -42,7 +42,7 @@ func (ru *run) validate(ctx context.Context, round int, msg Message, tools map[p
 		obj := ru.validateCall(c, raw, tools)
 		ru.callStarted(ctx, round, c, raw, obj)
 		if !c.done {
-			c.approval = ru.r.approveAll || ru.r.approve[c.entry.spec.Name] || c.entry.spec.RequiresApproval
+			c.approval = ru.approvals.needs(&c.entry.spec) || ru.j.replay().requested(round, c.key)
 		}
 	}
 	if n > len(calls) {

@@ -17,9 +17,12 @@ type Progress struct {
 	V       int     `json:"v"`
 	RunID   RunID   `json:"run_id"`
 	CallKey CallKey `json:"call_key"`
-	// CallID and Tool are set by the coordinator when it passes a report
-	// on; a worker leaves them empty.
-	CallID CallID   `json:"call_id,omitempty"`
+	// CallID is set by the coordinator when it passes a report on; a
+	// worker leaves it empty.
+	CallID CallID `json:"call_id,omitempty"`
+	// Tool is the tool of the call: a worker names its call's tool, and
+	// a coordinator passes on only the reports whose tool is the one it
+	// published the call to.
 	Tool   ToolName `json:"tool,omitempty"`
 	Worker string   `json:"worker,omitempty"`
 	// Seq numbers the reports of one call from 1, the dropped ones

@@ -3,9 +3,11 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -128,9 +130,23 @@ func toResponse(cc *sdk.ChatCompletion) (*loop.Response, error) {
 	return &loop.Response{
 		Message: msg,
 		Usage: loop.Usage{
-			PromptTokens:     int(cc.Usage.PromptTokens),
-			CompletionTokens: int(cc.Usage.CompletionTokens),
+			PromptTokens:     usageTokens(cc.Usage.PromptTokens, cc.Usage.JSON.PromptTokens),
+			CompletionTokens: usageTokens(cc.Usage.CompletionTokens, cc.Usage.JSON.CompletionTokens),
 		},
 		FinishReason: ch.FinishReason,
 	}, nil
+}
+
+// usageTokens is a usage count for loop.Usage: -1 when the server sent
+// something that is not a count (a string, an object, a fraction, a
+// number past int64), which the loop then counts as its reserve; a count
+// past int's range is clipped to it.
+func usageTokens(n int64, f respjson.Field) int {
+	if raw := f.Raw(); raw != "" && raw != respjson.Null && !f.Valid() {
+		return -1
+	}
+	if n > int64(math.MaxInt) {
+		return math.MaxInt
+	}
+	return int(n)
 }
