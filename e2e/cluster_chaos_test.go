@@ -54,9 +54,16 @@ func TestClusterChaos(t *testing.T) {
 
 	c := natstest.StartCluster(t, 3)
 	f := newFleetAt(t, c.URLs())
-	if code := startProc(t, "provision", bins.coordinator, "provision", "--nats-url", c.URLs(), "--replicas", "3").wait(time.Minute); code != 0 {
-		t.Fatalf("coordinator provision --replicas 3 exited %d", code)
-	}
+	// A new cluster may not count every node as a peer for placement yet.
+	attempt := 0
+	natstest.WaitFor(t, 2*time.Minute, func() error {
+		attempt++
+		name := fmt.Sprintf("provision-%d", attempt)
+		if code := startProc(t, name, bins.coordinator, "provision", "--nats-url", c.URLs(), "--replicas", "3").wait(time.Minute); code != 0 {
+			return fmt.Errorf("waiting for coordinator provision --replicas 3 to succeed: it exited %d", code)
+		}
+		return nil
+	})
 	var streams []string
 	for name := range f.js.StreamNames(t.Context()).Name() {
 		streams = append(streams, name)

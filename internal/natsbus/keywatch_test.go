@@ -128,9 +128,7 @@ func TestCatalogFollowsTheBucketAcrossNodeLoss(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
 	s := protocol.Subjects{}
 	admin := connectJS(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if _, err := natsbus.Provision(ctx(t), admin, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
-		t.Fatalf("Provision R3: %v", err)
-	}
+	provisionR3(t, admin, s)
 	publishTool(t, admin, s, "t0")
 	const name = "catalog-under-test"
 	js := connectJS(t, c.URLs(), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
@@ -198,9 +196,7 @@ func TestCatalogStartsWhileTheBucketHasNoLeader(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
 	s := protocol.Subjects{}
 	admin := connectJS(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if _, err := natsbus.Provision(ctx(t), admin, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
-		t.Fatalf("Provision R3: %v", err)
-	}
+	provisionR3(t, admin, s)
 	publishTool(t, admin, s, "t0")
 	// The bucket's leader goes with one other node: the one left is a
 	// follower and cannot elect itself (a leader left alone would answer
@@ -235,4 +231,18 @@ func TestCatalogStartsWhileTheBucketHasNoLeader(t *testing.T) {
 		t.Fatalf("the catalog asked for the bucket and its watch %d times, want it to ask again while the bucket had no leader", n)
 	}
 	waitToolsWithin(t, cat, "t0", time.Minute)
+}
+
+// provisionR3 provisions the fleet with three replicas, asking again while
+// the new cluster does not yet count every node as a peer for placement.
+func provisionR3(t *testing.T, js jetstream.JetStream, s protocol.Subjects) {
+	t.Helper()
+	natstest.WaitFor(t, time.Minute, func() error {
+		actx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if _, err := natsbus.Provision(actx, js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
+			return fmt.Errorf("waiting for the cluster to place three replicas: %w", err)
+		}
+		return nil
+	})
 }
