@@ -26,10 +26,9 @@ type KeyView interface {
 
 // Defaults of [KeyWatchConfig].
 const (
-	DefaultKeyWatchResync   = time.Minute
-	DefaultKeyWatchMaxRetry = 2 * time.Second
-	DefaultKeyWatchMake     = 5 * time.Second
-	DefaultKeyWatchStart    = 30 * time.Second
+	DefaultKeyWatchResync = time.Minute
+	DefaultKeyWatchMake   = 5 * time.Second
+	DefaultKeyWatchStart  = 30 * time.Second
 )
 
 // KeyWatchConfig configures [WatchKeys]. The zero value means the
@@ -40,10 +39,6 @@ type KeyWatchConfig struct {
 	// watch that went silent (its consumer lost with a node, and never
 	// recreated) can leave the view stale. Default: 1m.
 	Resync time.Duration
-	// MaxRetry bounds the wait between two attempts to make the watch
-	// while the bucket cannot be read (no stream leader, no connection).
-	// Default: 2s.
-	MaxRetry time.Duration
 	// StartWait bounds how long [WatchKeys] waits for the first full
 	// read, and [OpenBucket] for the bucket to answer, when the caller's
 	// context allows longer: a process started while the cluster elects a
@@ -113,9 +108,6 @@ func (c KeyWatchConfig) withDefaults() KeyWatchConfig {
 	if c.Resync <= 0 {
 		c.Resync = DefaultKeyWatchResync
 	}
-	if c.MaxRetry <= 0 {
-		c.MaxRetry = DefaultKeyWatchMaxRetry
-	}
 	return c
 }
 
@@ -140,7 +132,7 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, cfg 
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (waited for the cluster to answer: %w)", err, context.Cause(ctx))
-		case <-time.After(min(time.Duration(attempt)*50*time.Millisecond, cfg.MaxRetry)):
+		case <-time.After(backoff(attempt)):
 		}
 	}
 }
@@ -173,7 +165,7 @@ func (w *KeyWatch) run(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(min(time.Duration(attempt)*50*time.Millisecond, w.cfg.MaxRetry)):
+			case <-time.After(backoff(attempt)):
 			}
 			continue
 		}
