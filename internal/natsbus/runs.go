@@ -128,8 +128,21 @@ func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerC
 }
 
 // EnsureRunsConsumer creates or updates the runs stream's shared consumer.
+// It asks again while the cluster does not answer or answers "not now"
+// (a leader being elected after a node was lost), 5s an attempt, for up to
+// DefaultStreamStartWait, so that a coordinator started in that window
+// starts instead of exiting.
 func EnsureRunsConsumer(ctx context.Context, js JetStream, subjects protocol.Subjects, cfg RunsConsumerConfig) (Consumer, error) {
-	return js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), runsConsumer(subjects, cfg))
+	ctx, cancel := context.WithTimeout(ctx, DefaultStreamStartWait)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, cancelAttempt := context.WithTimeout(ctx, DefaultKeyWatchMake)
+		cons, err := js.CreateOrUpdateConsumer(actx, subjects.RunsStream(), runsConsumer(subjects, cfg))
+		cancelAttempt()
+		if err == nil || !transient(err) || !sleepCtx(ctx, backoff(attempt)) {
+			return cons, err
+		}
+	}
 }
 
 // RunsStream returns the runs stream, to read a stored run request by
