@@ -53,7 +53,11 @@ func TestConfStartRecords(t *testing.T) {
 		t.Fatalf("coordinator withdrawing a call of echo: %v", err)
 	}
 	deploy, _ := subjects.Start("deploy", run, protocol.NewCallKey())
-	if err := record(users["worker_deploy"], deploy); err != nil {
+	// deploy's own records are in a stream of its own, with no TTL
+	ownDeploy, _ := subjects.OwnStart("deploy", run, protocol.NewCallKey())
+	ownMsg := nats.NewMsg(ownDeploy)
+	ownMsg.Data = []byte(`{"v":1,"worker":"w1","nonce":"n"}`)
+	if _, err := users["worker_deploy"].js.PublishMsg(t.Context(), ownMsg, jetstream.WithExpectStream(subjects.OwnStartsStream("deploy")), jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
 		t.Fatalf("worker_deploy claiming a call of deploy: %v", err)
 	}
 	claim, _ := subjects.Claim("echo", run, protocol.NewCallKey())
@@ -67,6 +71,9 @@ func TestConfStartRecords(t *testing.T) {
 		if !refusedPub(t, users[user], subj) {
 			t.Errorf("%s: publish on %s not refused", user, subj)
 		}
+	}
+	if !refusedPub(t, users["worker_deploy"], deploy) {
+		t.Error("worker_deploy may write the shared starts stream")
 	}
 	for _, user := range []string{"worker", "worker_deploy"} {
 		if !refusedPub(t, users[user], "$JS.API.STREAM.MSG.DELETE."+subjects.CallsStream()) {

@@ -147,15 +147,7 @@ func setAddr(t *testing.T, addr string, host *string, port *int) {
 // client port, and waits until the leaf connection is up.
 func startLeafConf(t *testing.T, h *hub) *server.Server {
 	t.Helper()
-	var urls []string
-	for _, a := range h.leafAddrs {
-		urls = append(urls, "nats-leaf://leaf:"+confPassword("TOOLFLEET_LEAF_PASSWORD")+"@"+a)
-	}
-	t.Setenv("TOOLFLEET_HUB_LEAF_URL", "["+strings.Join(urls, ", ")+"]")
-	opts, err := server.ProcessConfigFile(leafConf)
-	if err != nil {
-		t.Fatalf("%s: %v", leafConf, err)
-	}
+	opts := leafConfOpts(t, h)
 	if opts.JetStream || len(opts.LeafNode.Remotes) != 1 || len(opts.LeafNode.Remotes[0].URLs) != 3 || opts.Host != "127.0.0.1" {
 		t.Fatalf("%s: JetStream %v, %d remotes, listen %s; want no JetStream, one remote with the 3 hub URLs, loopback clients",
 			leafConf, opts.JetStream, len(opts.LeafNode.Remotes), opts.Host)
@@ -180,6 +172,22 @@ func startLeafConf(t *testing.T, h *hub) *server.Server {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// leafConfOpts parses leaf/leafnode.conf with its remote set to the hub's
+// leaf listeners and the leaf user's password, as its comment documents.
+func leafConfOpts(t *testing.T, h *hub) *server.Options {
+	t.Helper()
+	var urls []string
+	for _, a := range h.leafAddrs {
+		urls = append(urls, "nats-leaf://leaf:"+confPassword("TOOLFLEET_LEAF_PASSWORD")+"@"+a)
+	}
+	t.Setenv("TOOLFLEET_HUB_LEAF_URL", "["+strings.Join(urls, ", ")+"]")
+	opts, err := server.ProcessConfigFile(leafConf)
+	if err != nil {
+		t.Fatalf("%s: %v", leafConf, err)
+	}
+	return opts
 }
 
 // procEnv is the environment of a fleet process connecting as user.
@@ -243,7 +251,8 @@ func TestClusterConf(t *testing.T) {
 	// Provision, retried until the cluster has elected its meta leader.
 	var out []byte
 	if err := eventually(60*time.Second, func() (err error) {
-		c := exec.Command(filepath.Join(bins, "coordinator"), "provision", "--replicas", "3", "--timeout", "10s")
+		// (the edge site's tools: it may not create their consumers)
+		c := exec.Command(filepath.Join(bins, "coordinator"), "provision", "--replicas", "3", "--timeout", "10s", "--tool-consumer", "calculator,echo")
 		c.Env = procEnv("admin", urls)
 		out, err = c.CombinedOutput()
 		return err

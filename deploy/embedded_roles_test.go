@@ -26,7 +26,9 @@ var embeddedDifferences = map[string]struct {
 	// neither delete nor purge one, nor remove an audit record or an
 	// execution record.
 	embedded.RoleCoordinator: {
-		pubDenyDrop: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>"},
+		pubDenyDrop: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>",
+			// deploy's own record streams, which the embedded server lacks
+			"$JS.API.STREAM.MSG.DELETE.FLEET_CLAIMS_deploy", "$JS.API.STREAM.MSG.DELETE.FLEET_STARTS_deploy"},
 	},
 	// "deploy" is the conf's example of a tool with workers of its own
 	// (user worker_deploy, absent from the embedded server): the generic
@@ -57,14 +59,36 @@ var embeddedDifferences = map[string]struct {
 // site's leaf node.
 var notEmbedded = []string{"admin", "worker_deploy", "leaf"}
 
+// Accounts of the conf that the embedded server does not have: those of
+// the example tool's own workers and of the edge sites. What the fleet's
+// account exports to them or imports from them is left out of the
+// comparison.
+var notEmbeddedAccounts = []string{"DEPLOY", "EDGE"}
+
 // TestEmbeddedRolesMatchConf: every role of a listening embedded server
-// (embedded.FleetAccounts, default prefix) is in the same account and has
-// exactly the permissions of the same user in deploy/nats-server.conf, but
-// for the differences named in embeddedDifferences; and each account of
-// the embedded server exports and imports exactly what the conf's does,
-// as both servers report it once started. A change to either that the
-// other lacks fails here.
+// (embedded.FleetAccounts, default prefix), the one of "coordinator serve"
+// (with an operator password) and the one of pkg/fleettest (every password
+// drawn, embedded.DrawPasswords), is in the same account and has exactly
+// the permissions of the same user in deploy/nats-server.conf, but for the
+// differences named in embeddedDifferences; and each account of the
+// embedded server exports and imports exactly what the conf's does, as
+// both servers report it once started. A change to either that the other
+// lacks fails here.
 func TestEmbeddedRolesMatchConf(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		password func(role string) string
+	}{
+		{"coordinator serve", func(role string) string { return "pw-" + role }},
+		{"fleettest", embedded.DrawPasswords},
+	} {
+		t.Run(c.name, func(t *testing.T) { embeddedRolesMatchConf(t, c.password) })
+	}
+}
+
+// embeddedRolesMatchConf is TestEmbeddedRolesMatchConf for the accounts
+// embedded.FleetAccounts gives with password.
+func embeddedRolesMatchConf(t *testing.T, password func(role string) string) {
 	_, opts := confUsers(t, "nats-server.conf", confVars(t))
 	conf := map[string]*server.Permissions{}
 	confAccount := map[string]string{}
@@ -77,7 +101,7 @@ func TestEmbeddedRolesMatchConf(t *testing.T) {
 	if opts.SystemAccount == "" || slices.Contains(slices.Collect(maps.Values(confAccount)), opts.SystemAccount) {
 		t.Errorf("system account %q: want one, with no user", opts.SystemAccount)
 	}
-	accounts := embedded.FleetAccounts(protocol.Subjects{}, func(role string) string { return "pw-" + role })
+	accounts := embedded.FleetAccounts(protocol.Subjects{}, password)
 	var users []embedded.User
 	for _, a := range accounts {
 		for _, u := range a.Users {
@@ -136,6 +160,7 @@ func compareAccounts(t *testing.T, opts *server.Options, accounts []embedded.Acc
 	defer emb.Shutdown()
 	for _, a := range accounts {
 		ce, ci := accountReport(t, conf, a.Name)
+		ce, ci = withoutNotEmbedded(t, ce, "approved_accounts"), withoutNotEmbedded(t, ci, "account")
 		ee, ei := accountReport(t, emb.NATSServer(), a.Name)
 		same(t, "embedded account "+a.Name, "exports", ee, ce)
 		same(t, "embedded account "+a.Name, "imports", ei, ci)
@@ -172,6 +197,7 @@ func accountReport(t *testing.T, s *server.Server, name string) (exports, import
 		t.Fatalf("account %s: %v", name, err)
 	}
 	for _, e := range z.Account.Exports {
+		slices.Sort(e.ApprovedAccounts) // the server lists them in map order
 		b, _ := json.Marshal(e)
 		exports = append(exports, string(b))
 	}
@@ -180,6 +206,37 @@ func accountReport(t *testing.T, s *server.Server, name string) (exports, import
 		imports = append(imports, string(b))
 	}
 	return exports, imports
+}
+
+// withoutNotEmbedded returns the exports or imports of l (as
+// accountReport gives them) but those whose field names only accounts of
+// notEmbeddedAccounts.
+func withoutNotEmbedded(t *testing.T, l []string, field string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range l {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(e), &v); err != nil {
+			t.Fatal(err)
+		}
+		var names []any
+		switch f := v[field].(type) {
+		case string:
+			names = []any{f}
+		case []any:
+			names = f
+		}
+		keep := len(names) == 0
+		for _, n := range names {
+			if s, _ := n.(string); !slices.Contains(notEmbeddedAccounts, s) {
+				keep = true
+			}
+		}
+		if keep {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // edit returns l with add appended and drop removed (each of which must

@@ -14,7 +14,7 @@ import (
 // creates and pulls from a tool's two consumers (interactive and batch)
 // on the new call subjects, never on deploy's (which has credentials of
 // its own, and whose two consumers provision creates); worker_deploy
-// creates and pulls from deploy's two; the coordinator publishes calls
+// looks up and pulls from deploy's two, and may not change them; the coordinator publishes calls
 // per tool, class and client, and the server refuses one over the
 // client's share; only admin may change the share (a stream update), and
 // the coordinator, operator, worker and client are refused.
@@ -52,10 +52,17 @@ func TestConfClientShareAndClasses(t *testing.T) {
 			t.Errorf("worker publish on %s not refused", subj)
 		}
 	}
+	// worker_deploy, in an account of its own, serves the two consumers
+	// provision made and may not change them (a consumer's deliver subject
+	// could name any subject of the fleet's account).
 	deployWorker := connectAs(t, s, "worker_deploy")
 	for _, class := range protocol.Classes {
-		if _, err := deployWorker.js.CreateOrUpdateConsumer(ctx, calls, consumer("deploy", class)); err != nil {
-			t.Errorf("worker_deploy updating deploy's %s consumer: %v", class, err)
+		name, _ := subjects.ClassConsumer("deploy", class)
+		if _, err := deployWorker.js.Consumer(ctx, calls, name); err != nil {
+			t.Errorf("worker_deploy looking up deploy's %s consumer: %v", class, err)
+		}
+		if _, err := deployWorker.js.CreateOrUpdateConsumer(quick(t), calls, consumer("deploy", class)); err == nil {
+			t.Errorf("worker_deploy updated deploy's %s consumer", class)
 		}
 	}
 

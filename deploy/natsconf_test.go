@@ -113,11 +113,12 @@ func passwordVar(user string) string { return "TOOLFLEET_" + strings.ToUpper(use
 func inboxOf(user string) string { return "_INBOX_" + user }
 
 // provision creates every stream and bucket of the fleet as the admin
-// user, as "coordinator provision" does.
+// user, as "coordinator provision --tool-consumer deploy" does: deploy,
+// the conf's tool with workers of its own, has record streams of its own.
 func provision(t *testing.T, s *server.Server) {
 	t.Helper()
 	admin := connectAs(t, s, "admin")
-	if _, err := natsbus.Provision(t.Context(), admin.js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
+	if _, err := natsbus.Provision(t.Context(), admin.js, protocol.Subjects{}, natsbus.StreamConfig{OwnRecordTools: []string{"deploy"}}); err != nil {
 		t.Fatalf("admin provisioning the fleet: %v", err)
 	}
 }

@@ -52,7 +52,7 @@ func TestConfToolPause(t *testing.T) {
 		if !refusedPub(t, c, "$JS.API.CONSUMER.PAUSE.FLEET_CALLS.tool_echo") {
 			t.Errorf("%s publish on the pause API not refused", user)
 		}
-		if !refusedPub(t, c, "fleet.approval.traffic.echo") {
+		if !refusedPub(t, c, "fleet.traffic.echo") {
 			t.Errorf("%s publish of a traffic record not refused", user)
 		}
 		var out, errb bytes.Buffer
@@ -103,7 +103,7 @@ func TestConfToolPause(t *testing.T) {
 		args   []string
 		paused bool
 	}{
-		{[]string{"pub", "fleet.approval.traffic.echo", `{"v":1,"tool":"echo","action":"pause","until":"2099-01-01T00:00:00Z","by":"ann","reason":"cli","at":"2026-01-01T00:00:00Z"}`, "-J"}, false},
+		{[]string{"pub", "fleet.traffic.echo", `{"v":1,"tool":"echo","action":"pause","until":"2099-01-01T00:00:00Z","by":"ann","reason":"cli","at":"2026-01-01T00:00:00Z"}`, "-J"}, false},
 		{[]string{"consumer", "pause", "FLEET_CALLS", "tool_echo", "2099-01-01 00:00:00", "-f"}, true},
 		{[]string{"consumer", "resume", "FLEET_CALLS", "tool_echo", "-f"}, false},
 	} {

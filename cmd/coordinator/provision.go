@@ -48,7 +48,7 @@ func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&f.replicas, "replicas", 1, "copies of every stream and bucket: 1 on a single server, 3 on a JetStream cluster of three or more nodes (raised on an existing stream, never lowered)")
 	fs.StringVar(&f.placementTags, "placement-tags", "", "comma list of tags: every stream and bucket is placed on JetStream servers that carry all of them (nats-server server_tags, e.g. ssd,az:eu-1a); a stream placed otherwise is moved")
 	fs.Int64Var(&f.maxPerClient, "max-calls-per-client", 0, "each client's share of a tool: the calls of one client, tool and class FLEET_CALLS holds at most, queued or running (its max_msgs_per_subject); more wait in their coordinator (default: keep the stream's, 1000 for a new stream)")
-	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls")
+	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls, and their execution and start records get streams of their own (FLEET_CLAIMS_<tool>, FLEET_STARTS_<tool>), which only their workers fill")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator provision [flags]
 
@@ -86,6 +86,7 @@ Flags:`)
 	streams := sc.StreamConfig()
 	streams.PlacementTags = splitList(f.placementTags)
 	streams.MaxCallsPerClient = f.maxPerClient
+	streams.OwnRecordTools = splitList(f.toolConsumers)
 	if err := streams.Validate(); err != nil {
 		return cmd.fail(err)
 	}

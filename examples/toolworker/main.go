@@ -8,7 +8,9 @@
 //   - refund requires an operator's approval of each call, which the worker
 //     checks itself before running it.
 //
-// Run it against a fleet: go run ./examples/toolworker --nats-url nats://127.0.0.1:4222
+// Run it against a fleet as its user worker:
+//
+//	go run ./examples/toolworker --nats-url "nats://worker:$TOOLFLEET_WORKER_PASSWORD@127.0.0.1:4222"
 package main
 
 import (
@@ -62,7 +64,9 @@ func tools() []harness.Tool {
 // run serves the tools on the fleet at url until ctx ends; ready, when not
 // nil, is closed once the tools are in the fleet's catalog.
 func run(ctx context.Context, url string, ready chan<- struct{}) error {
-	nc, err := nats.Connect(url, nats.Name("example-toolworker"), nats.MaxReconnects(-1))
+	// A fleet's worker may read replies on its own inbox prefix only.
+	nc, err := nats.Connect(url, nats.Name("example-toolworker"), nats.MaxReconnects(-1),
+		nats.CustomInboxPrefix("_INBOX_worker"))
 	if err != nil {
 		return err
 	}

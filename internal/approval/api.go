@@ -37,11 +37,11 @@ type PendingRequest struct {
 // Pending lists the open requests (neither settled nor expired) stored
 // since since (the whole stream when zero), earliest deadline first.
 func Pending(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, since time.Time) ([]PendingRequest, error) {
-	l, err := scanLedger(ctx, natsbus.NewApprovalLedger(js, subjects), subjects, nil, since)
+	now := time.Now()
+	l, err := scanPending(ctx, natsbus.NewApprovalLedger(js, subjects), subjects, since, now)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
 	var open []PendingRequest
 	for _, id := range l.order {
 		p := l.requests[id]

@@ -64,7 +64,8 @@ func (c *command) list(ctx context.Context, args []string) int {
 	if *since > 0 {
 		from = time.Now().Add(-*since)
 	}
-	l, err := scanLedger(ctx, approvals, subjects, nil, from)
+	now := time.Now()
+	l, err := scanPending(ctx, approvals, subjects, from, now)
 	if err != nil {
 		return c.fail("list", err)
 	}
@@ -75,7 +76,6 @@ func (c *command) list(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "approvals list: stopped after %d messages; use --since to read less\n", maxScan)
 	}
 
-	now := time.Now()
 	var open []*pending
 	for _, id := range l.order {
 		p := l.requests[id]

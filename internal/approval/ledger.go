@@ -84,6 +84,59 @@ func scanLedger(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects
 	return l, nil
 }
 
+// pendingChunk bounds the requests whose decisions and outcomes one read
+// of the stream asks for (two filter subjects each).
+const pendingChunk = 128
+
+// scanPending reads what the pending requests need, however much else the
+// approvals stream holds: the requests stored since since (the beginning
+// when zero), and then, of those whose deadline is after now, only their
+// own decisions and outcomes (consumers filtered on exactly those
+// subjects, from when the earliest of the requests was stored). Nothing
+// else — decisions of expired requests, junk, a flood on other subjects —
+// is read, nor counts against maxScan.
+func scanPending(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects protocol.Subjects, since, now time.Time) (*ledger, error) {
+	l, err := scanLedger(ctx, approvals, subjects, []string{subjects.ApprovalRequests()}, since)
+	if err != nil {
+		return nil, err
+	}
+	var open []string
+	for _, id := range l.order {
+		if now.Before(l.requests[id].req.Deadline) {
+			open = append(open, id)
+		}
+	}
+	for len(open) > 0 {
+		chunk := open[:min(len(open), pendingChunk)]
+		open = open[len(chunk):]
+		filters := make([]string, 0, 2*len(chunk))
+		var from time.Time
+		for i, id := range chunk {
+			p := l.requests[id]
+			dec, err := subjects.ApprovalDecision(p.req.RunID, p.req.CallKey)
+			if err != nil {
+				return nil, err
+			}
+			out, err := subjects.ApprovalOutcome(p.req.RunID, p.req.CallKey)
+			if err != nil {
+				return nil, err
+			}
+			filters = append(filters, dec, out)
+			if i == 0 || p.stored.Before(from) {
+				from = p.stored
+			}
+		}
+		truncated, err := approvals.Scan(ctx, filters, from, maxScan, func(m natsbus.ApprovalMsg) {
+			l.add(subjects, m.Subject, m.Data, m.Seq, m.Stored)
+		})
+		if err != nil {
+			return nil, err
+		}
+		l.truncated = l.truncated || truncated
+	}
+	return l, nil
+}
+
 // add files one stream message into l.
 func (l *ledger) add(subjects protocol.Subjects, subj string, data []byte, seq uint64, stored time.Time) {
 	kind, run, key, ok := splitApprovalSubject(subjects, subj)

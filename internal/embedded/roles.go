@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"crypto/rand"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -63,6 +64,12 @@ func FleetAccounts(s protocol.Subjects, password func(role string) string) []Acc
 	}
 }
 
+// DrawPasswords is a password function for [FleetAccounts] that draws
+// every role's password, the operator's included (so the operator is one of
+// the users): the accounts of a server whose users all connect from the
+// process that started it and learn their passwords from it (pkg/fleettest).
+func DrawPasswords(string) string { return "tf-" + rand.Text() }
+
 // fleetUsers returns the users of FleetAccounts, each with its role's
 // permissions: those of the fleet's account (coordinator, worker, then the
 // operator if it has a password) and the client.
@@ -97,6 +104,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				p + ".journal.cancel.>",
 				// withdrawals: a call's start record, never an execution record
 				s.Starts(),
+				p + ".own.*.start.>",
 				"$SRV.*.toolworker",
 				s.ToolInfos(),
 			}, Deny: []string{
@@ -111,6 +119,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				"$JS.API.STREAM.PEER.>",
 				"$JS.API.STREAM.LEADER.>",
 				"$JS.API.STREAM.MSG.DELETE." + approvals,
+				"$JS.API.STREAM.MSG.DELETE." + s.TrafficStream(),
 				"$JS.API.STREAM.MSG.DELETE." + claims,
 				"$JS.API.STREAM.MSG.DELETE." + starts,
 				"$JS.API.STREAM.MSG.DELETE." + s.ResultsStream(),
@@ -143,6 +152,8 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				"$JS.API.STREAM.INFO." + tools,
 				"$JS.API.STREAM.INFO." + claims,
 				"$JS.API.STREAM.INFO." + starts,
+				// whether a tool has record streams of its own (names only)
+				"$JS.API.STREAM.NAMES",
 				// each tool's two consumers, on its interactive and batch calls
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.interactive.*",
 				"$JS.API.CONSUMER.CREATE." + calls + ".*." + p + ".call.*.batch.*",
@@ -217,7 +228,12 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				"$JS.FC." + approvals + ".>",
 				// traffic control: pause a tool's consumer and record it,
 				// set its rate limit (coordinator tools)
-				p + ".approval.traffic.>",
+				s.TrafficNotes(),
+				"$JS.API.STREAM.INFO." + s.TrafficStream(),
+				"$JS.API.CONSUMER.CREATE." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.INFO." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.DELETE." + s.TrafficStream() + ".>",
+				"$JS.API.CONSUMER.MSG.NEXT." + s.TrafficStream() + ".>",
 				"$JS.API.CONSUMER.INFO." + calls + ".*",
 				"$JS.API.CONSUMER.PAUSE." + calls + ".*",
 				"$JS.API.STREAM.INFO." + limits,

@@ -148,25 +148,31 @@ type ApprovalMsg struct {
 // It stops after limit messages, those included, and then reports
 // truncated.
 func (l *ApprovalLedger) Scan(ctx context.Context, filters []string, since time.Time, limit int, add func(ApprovalMsg)) (truncated bool, err error) {
-	name := l.subjects.ApprovalsStream()
-	st, err := l.js.Stream(ctx, name)
+	if len(filters) == 0 {
+		filters = []string{l.subjects.Approvals()}
+	}
+	return scanStream(ctx, l.js, l.subjects.ApprovalsStream(), filters, since, limit, add)
+}
+
+// scanStream reads stream name on filters, from since (the beginning when
+// zero) up to the last message stored when the scan starts, as
+// [ApprovalLedger.Scan] does.
+func scanStream(ctx context.Context, js jetstream.JetStream, name string, filters []string, since time.Time, limit int, add func(ApprovalMsg)) (truncated bool, err error) {
+	st, err := js.Stream(ctx, name)
 	if err != nil {
-		return false, fmt.Errorf("approvals stream %s: %w", name, err)
+		return false, fmt.Errorf("stream %s: %w", name, err)
 	}
 	info := st.CachedInfo()
 	if info.State.Msgs == 0 {
 		return false, nil
 	}
 	last := info.State.LastSeq
-	if len(filters) == 0 {
-		filters = []string{l.subjects.Approvals()}
-	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: 10 * time.Second}
 	if !since.IsZero() {
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cfg.OptStartTime = &since
 	}
-	cons, err := l.js.OrderedConsumer(ctx, name, cfg)
+	cons, err := js.OrderedConsumer(ctx, name, cfg)
 	if err != nil {
 		return false, fmt.Errorf("reading %s: %w", name, err)
 	}
@@ -176,7 +182,7 @@ func (l *ApprovalLedger) Scan(ctx context.Context, filters []string, since time.
 	}
 	defer func() {
 		// Best effort: the server removes it after InactiveThreshold anyway.
-		_ = l.js.DeleteConsumer(context.WithoutCancel(ctx), name, cons.CachedInfo().Name)
+		_ = js.DeleteConsumer(context.WithoutCancel(ctx), name, cons.CachedInfo().Name)
 	}()
 	if cinfo.NumPending == 0 {
 		return false, nil

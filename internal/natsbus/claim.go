@@ -38,13 +38,15 @@ import (
 
 // Bounds of the starts stream.
 const (
-	// StartsMaxBytes bounds the starts stream. Full, it refuses new
-	// records (discard new): a claim is refused and the call does not
-	// run, and is withdrawn or answered outcome_unknown at its deadline.
-	// A record takes about 250 bytes and lives as long as its call plus
+	// DefaultStartsMaxBytes bounds a starts stream
+	// (StreamConfig.StartsMaxBytes). Full, it refuses new records
+	// (discard new): a claim is refused and the call does not run, and is
+	// withdrawn or answered outcome_unknown at its deadline. A record
+	// takes about 250 bytes and lives as long as its call plus
 	// StartMargin, so 1 GiB holds the records of about 25,000
-	// non-idempotent calls a second of 30s.
-	StartsMaxBytes = 1 << 30
+	// non-idempotent calls a second of 30s (a tool's own stream, whose
+	// records live the stream's MaxAge: about 600 a second).
+	DefaultStartsMaxBytes = 1 << 30
 	// MaxStartBytes bounds one stored start record, headers included.
 	MaxStartBytes = 1 << 10
 	// StartsAfterCalls is how much longer than the calls stream's MaxAge
@@ -70,7 +72,7 @@ func startsStream(s protocol.Subjects, c StreamConfig) jetstream.StreamConfig {
 		Replicas:             c.Replicas,
 		MaxAge:               c.CallsMaxAge + StartsAfterCalls,
 		MaxMsgs:              -1,
-		MaxBytes:             StartsMaxBytes,
+		MaxBytes:             c.StartsMaxBytes,
 		MaxMsgsPerSubject:    1,
 		MaxMsgSize:           MaxStartBytes,
 		Discard:              jetstream.DiscardNew,
@@ -120,7 +122,7 @@ const (
 )
 
 // writeStart stores rec as the start record on subject (in stream) if the
-// subject holds none, with the TTL ttl. It returns nil when rec is the
+// subject holds none, with the TTL ttl (none when 0: a tool's own stream). It returns nil when rec is the
 // record — stored now, or by an earlier attempt whose PubAck was lost —,
 // errClaimed when another record holds the call, and another error when
 // it cannot tell or the server refused the record for another reason (a
@@ -131,7 +133,9 @@ func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject str
 		return err
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgTTLHeader, strconv.FormatInt(int64(ttl/time.Second), 10))
+	if ttl > 0 {
+		msg.Header.Set(jetstream.MsgTTLHeader, strconv.FormatInt(int64(ttl/time.Second), 10))
+	}
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequencePerSubject(0)}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
@@ -207,16 +211,20 @@ var errClaimed = errors.New("natsbus: the call was claimed by another delivery, 
 // to be redelivered after the ack wait (and claimed again, finding its
 // record if it was stored) and the call does not run here.
 func (w *Worker) claim(ctx context.Context, d *Delivery, call protocol.Call) error {
-	subject, err := w.subjects.Start(call.Tool, call.RunID, call.CallKey)
-	if err != nil {
-		return err
-	}
 	// Not cut short by the worker stopping: a claim stored must be known.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
-	err = writeStart(ctx, w.js, w.subjects.StartsStream(), subject,
+	route, err := w.routes.route(ctx, call.Tool)
+	if err != nil {
+		return fmt.Errorf("natsbus: finding the tool's starts stream: %w", err)
+	}
+	stream, subject, err := route.start(call.RunID, call.CallKey)
+	if err != nil {
+		return err
+	}
+	err = writeStart(ctx, w.js, stream, subject,
 		startRecord{V: protocol.Version, Worker: w.cfg.Name, Nonce: protocol.NewID()},
-		startTTL(call.CallDeadline(), w.cfg.Now()))
+		route.ttl(call.CallDeadline(), w.cfg.Now()))
 	if err == nil || errors.Is(err, errClaimed) {
 		settle(d.Msg, Ack)
 	}
@@ -258,7 +266,11 @@ func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, erro
 		return false, codedError("no_stream_sequence")
 	}
 	pc := v.(publishedCall)
-	subject, err := in.subjects.Start(tool.(protocol.ToolName), in.run, key)
+	route, err := routeOf(ctx, in.js, in.subjects, tool.(protocol.ToolName))
+	if err != nil {
+		return false, fmt.Errorf("natsbus: finding the tool's starts stream: %w", err)
+	}
+	stream, subject, err := route.start(in.run, key)
 	if err != nil {
 		return false, err
 	}
@@ -273,9 +285,9 @@ func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, erro
 	case err != nil:
 		return false, err
 	}
-	err = writeStart(ctx, in.js, in.subjects.StartsStream(), subject,
+	err = writeStart(ctx, in.js, stream, subject,
 		startRecord{V: protocol.Version, Withdrawn: true, Nonce: protocol.NewID()},
-		startTTL(pc.deadline, time.Now()))
+		route.ttl(pc.deadline, time.Now()))
 	switch {
 	case errors.Is(err, errClaimed):
 		return false, nil

@@ -48,7 +48,13 @@ func (w *Worker) recordExecution(ctx context.Context, call protocol.Call, callsS
 	if callsSeq == 0 {
 		return codedError("no_stream_sequence")
 	}
-	subject, err := w.subjects.Claim(call.Tool, call.RunID, call.CallKey)
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	route, err := w.routes.route(ctx, call.Tool)
+	if err != nil {
+		return fmt.Errorf("natsbus: finding the tool's claims stream: %w", err)
+	}
+	stream, subject, err := route.claim(call.RunID, call.CallKey)
 	if err != nil {
 		return err
 	}
@@ -58,9 +64,6 @@ func (w *Worker) recordExecution(ctx context.Context, call protocol.Call, callsS
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = data
-	stream := w.subjects.ClaimsStream()
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	defer cancel()
 	// No Nats-Msg-Id: a deduplicated copy would be acknowledged as if
 	// stored. A retry after a lost PubAck finds its own record.
 	_, err = publishRetrying(ctx, w.js, msg, jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequencePerSubject(0))

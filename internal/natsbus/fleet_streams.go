@@ -96,6 +96,29 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			// Workers read a decision back by its sequence (direct get).
 			AllowDirect: true,
 		}},
+		// Traffic records (pause.go): who paused, resumed or limited
+		// which tool, when and why, written by operators only, before the
+		// change. It never refuses a record for want of room: a tool
+		// keeps its last MaxTrafficRecords, the oldest go first, so the
+		// kill switch never waits for room in the approvals stream.
+		// Coordinators check it (and the embedded server's creates it).
+		{Roles: RoleCoordinator, Config: jetstream.StreamConfig{
+			Name:              s.TrafficStream(),
+			Description:       "toolfleet traffic records: a tool's pauses, resumes and rate limits (audit log)",
+			Subjects:          []string{s.TrafficNotes()},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          c.Replicas,
+			MaxAge:            c.ApprovalsMaxAge,
+			MaxMsgs:           -1,
+			MaxBytes:          TrafficMaxBytes,
+			MaxMsgsPerSubject: MaxTrafficRecords,
+			MaxMsgSize:        MaxTrafficRecordBytes,
+			Discard:           jetstream.DiscardOld,
+			Duplicates:        DuplicateWindow,
+			DenyDelete:        true,
+			DenyPurge:         true,
+		}},
 		noDirect(bucket(RoleCoordinator|RoleWorker, s.CatalogBucket(), "toolfleet tool catalog: tool name -> spec",
 			c.Replicas, 0, -1, int32(c.MaxMessageBytes))),
 		// Rate limits (ratelimit.go): limit.<tool>, the operator's; bucket.<tool>,
@@ -172,27 +195,7 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 		// later record of it (one per subject, never replaced, never
 		// evicted before the approval it guards has expired).
 		// Coordinators use it for their in-process workers.
-		{Roles: RoleCoordinator | RoleWorker, Config: jetstream.StreamConfig{
-			Name:                 s.ClaimsStream(),
-			Description:          "toolfleet execution records of approved calls: one per call, written before it runs",
-			Subjects:             []string{s.Claims()},
-			Retention:            jetstream.LimitsPolicy,
-			Storage:              jetstream.FileStorage,
-			Replicas:             c.Replicas,
-			MaxAge:               ClaimsMaxAge,
-			MaxMsgs:              MaxClaims,
-			MaxBytes:             -1,
-			MaxMsgsPerSubject:    1,
-			MaxMsgSize:           MaxClaimBytes,
-			Discard:              jetstream.DiscardNew,
-			DiscardNewPerSubject: true,
-			Duplicates:           DuplicateWindow,
-			// Workers write the records: read with STREAM.MSG.GET
-			// (see noDirect).
-			AllowDirect: false,
-			DenyDelete:  true,
-			DenyPurge:   true,
-		}},
+		{Roles: RoleCoordinator | RoleWorker, Config: claimsStream(s.ClaimsStream(), s.Claims(), c)},
 		// The start records of non-idempotent calls (claim.go): a worker's
 		// claim before it runs the call, or its coordinator's withdrawal
 		// at the deadline; the first stored holds the call, the server
@@ -201,14 +204,31 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 		// claim, and the call does not run.
 		{Roles: RoleCoordinator | RoleWorker, Config: startsStream(s, c)},
 	}
+	// A tool with workers of its own has record streams of its own
+	// (records.go): what its workers may write fills only those. Only
+	// provisioning knows the list, so no process checks them (Roles 0).
+	for _, tool := range c.OwnRecordTools {
+		t := protocol.ToolName(tool)
+		list = append(list,
+			FleetStream{Config: claimsStream(s.OwnClaimsStream(t), s.OwnClaims(t), c)},
+			FleetStream{Config: ownStartsStream(s, t, c)})
+	}
 	for i := range list {
 		list[i].Config.Placement = placement(c.PlacementTags)
 	}
 	return list
 }
 
-// Bounds of the cancels and claims streams.
+// Bounds of the cancels, traffic and claims streams.
 const (
+	// MaxTrafficRecords bounds the traffic records kept per tool; the
+	// oldest go first.
+	MaxTrafficRecords = 10_000
+	// TrafficMaxBytes bounds the traffic stream; the oldest records go
+	// first.
+	TrafficMaxBytes = 256 << 20
+	// MaxTrafficRecordBytes bounds one stored traffic record.
+	MaxTrafficRecordBytes = 4 << 10
 	// MaxCancelRequests bounds the cancel requests kept, one per run; the
 	// oldest go first.
 	MaxCancelRequests = 100_000
@@ -219,12 +239,39 @@ const (
 	// a worker accepts an approval (MaxApprovalMaxAge), so no copy of
 	// the call can run after its record expired.
 	ClaimsMaxAge = MaxApprovalMaxAge + time.Hour
-	// MaxClaims bounds the execution records kept; once full, approved
-	// calls are refused (not run) until records expire.
-	MaxClaims = 1_000_000
+	// DefaultMaxClaims bounds the execution records a claims stream keeps
+	// (StreamConfig.MaxClaims); once full, approved calls of its tools
+	// are refused (not run) until records expire.
+	DefaultMaxClaims = 1_000_000
 	// MaxClaimBytes bounds one stored execution record.
 	MaxClaimBytes = 4 << 10
 )
+
+// claimsStream is the expected configuration of a claims stream, the
+// shared one or a tool's own.
+func claimsStream(name, subjects string, c StreamConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:                 name,
+		Description:          "toolfleet execution records of approved calls: one per call, written before it runs",
+		Subjects:             []string{subjects},
+		Retention:            jetstream.LimitsPolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             c.Replicas,
+		MaxAge:               ClaimsMaxAge,
+		MaxMsgs:              c.MaxClaims,
+		MaxBytes:             -1,
+		MaxMsgsPerSubject:    1,
+		MaxMsgSize:           MaxClaimBytes,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		Duplicates:           DuplicateWindow,
+		// Workers write the records: read with STREAM.MSG.GET (see
+		// noDirect).
+		AllowDirect: false,
+		DenyDelete:  true,
+		DenyPurge:   true,
+	}
+}
 
 // bucket is the stream backing a key-value bucket of history 1, as
 // nats.go's CreateKeyValue configures it.

@@ -23,7 +23,10 @@ import (
 // jetstream_api.go), so only $JS.API.CONSUMER.PAUSE.<calls stream>.<consumer>
 // changes it, which deploy/nats-server.conf grants the operator (and
 // admin) only. "coordinator tools pause" also records who, when and why in
-// the approvals stream first.
+// the traffic stream (FLEET_TRAFFIC) first: a stream of its own, which
+// only operators write and which never refuses a record for want of room
+// (it forgets a tool's oldest records instead), so the kill switch does
+// not depend on the approvals stream having room.
 
 // ToolPause is a tool consumer's pause as the server reports it.
 type ToolPause struct {
@@ -35,7 +38,7 @@ type ToolPause struct {
 
 // ToolTraffic is the operator's traffic control of the fleet's tools: the
 // kill switch (pause, resume) and the rate limits, each change recorded in
-// the approvals stream (the audit log) before it takes effect.
+// the traffic stream (an audit log of its own) before it takes effect.
 type ToolTraffic struct {
 	js       jetstream.JetStream
 	subjects protocol.Subjects
@@ -126,7 +129,7 @@ func (t *ToolTraffic) Resume(ctx context.Context, note protocol.TrafficNote) err
 	return nil
 }
 
-// record stores note in the approvals stream.
+// record stores note in the traffic stream.
 func (t *ToolTraffic) record(ctx context.Context, note *protocol.TrafficNote) error {
 	note.V = protocol.Version
 	if note.At.IsZero() {
@@ -143,8 +146,8 @@ func (t *ToolTraffic) record(ctx context.Context, note *protocol.TrafficNote) er
 	if err != nil {
 		return err
 	}
-	if _, err := t.js.Publish(ctx, subj, data, jetstream.WithExpectStream(t.subjects.ApprovalsStream())); err != nil {
-		return fmt.Errorf("recording the %s in %s: %w", note.Action, t.subjects.ApprovalsStream(), err)
+	if _, err := t.js.Publish(ctx, subj, data, jetstream.WithExpectStream(t.subjects.TrafficStream())); err != nil {
+		return fmt.Errorf("recording the %s in %s: %w", note.Action, t.subjects.TrafficStream(), err)
 	}
 	return nil
 }
@@ -166,7 +169,7 @@ func (t *ToolTraffic) History(ctx context.Context, tool protocol.ToolName, limit
 		}
 	}
 	var out []TrafficRecord
-	_, err := NewApprovalLedger(t.js, t.subjects).Scan(ctx, []string{filter}, time.Time{}, limit, func(m ApprovalMsg) {
+	_, err := scanStream(ctx, t.js, t.subjects.TrafficStream(), []string{filter}, time.Time{}, limit, func(m ApprovalMsg) {
 		if n, err := protocol.DecodeTrafficNote(m.Data); err == nil {
 			if want, _ := t.subjects.TrafficNote(n.Tool); want == m.Subject {
 				out = append(out, TrafficRecord{Note: n, Seq: m.Seq})

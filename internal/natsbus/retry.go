@@ -29,9 +29,10 @@ const (
 // retried: it got no answer (timeout, no responders, connection lost for
 // now), or an answer that says "not now" (a leader change in a cluster).
 // Any other answer from the server, such as a full stream, is final, and
-// so is a connection closed for good.
+// so are a connection closed for good and a tool's consumer that is not
+// one the worker may serve.
 func transient(err error) bool {
-	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) {
+	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, errForeignConsumer) {
 		return false
 	}
 	var api *jetstream.APIError

@@ -98,6 +98,20 @@ type StreamConfig struct {
 	// JournalMaxBytes bounds the journal stream; the oldest entries go
 	// first. Default: 4 GiB.
 	JournalMaxBytes int64
+	// OwnRecordTools are the tools with workers of their own (credentials
+	// that serve only that tool, "coordinator provision --tool-consumer"):
+	// each keeps its execution and start records in a claims and a starts
+	// stream of its own (records.go), so that its workers, whatever they
+	// write, fill only their own tool's streams. Default: none.
+	OwnRecordTools []string
+	// MaxClaims bounds each claims stream, the shared one and each own
+	// one; full, it refuses approved calls of its tools (not run) until
+	// records expire. Default: 1,000,000.
+	MaxClaims int64
+	// StartsMaxBytes bounds each starts stream, the shared one and each
+	// own one; full, it refuses claims, and non-idempotent calls of its
+	// tools do not run. Default: 1 GiB.
+	StartsMaxBytes int64
 }
 
 func (c StreamConfig) withDefaults() StreamConfig {
@@ -149,6 +163,12 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	if c.MaxRunResultBytes <= 0 {
 		c.MaxRunResultBytes = DefaultMaxRunResultBytes
 	}
+	if c.MaxClaims <= 0 {
+		c.MaxClaims = DefaultMaxClaims
+	}
+	if c.StartsMaxBytes <= 0 {
+		c.StartsMaxBytes = DefaultStartsMaxBytes
+	}
 	return c
 }
 
@@ -185,6 +205,15 @@ func (c StreamConfig) Validate() error {
 		return configErr("RunResultsMaxBytes", "must be >= 0")
 	case c.MaxRunResultBytes < 0 || c.MaxRunResultBytes > 64<<20:
 		return configErr("MaxRunResultBytes", "must be 1..64 MiB")
+	case c.MaxClaims < 0:
+		return configErr("MaxClaims", "must be >= 0")
+	case c.StartsMaxBytes < 0:
+		return configErr("StartsMaxBytes", "must be >= 0")
+	}
+	for _, tool := range c.OwnRecordTools {
+		if !protocol.ToolName(tool).Valid() {
+			return configErr("OwnRecordTools", "a tool name must match %s, got %q", protocol.TokenPattern, clip(tool))
+		}
 	}
 	for _, tag := range c.PlacementTags {
 		if !validTag(tag) {

@@ -63,6 +63,9 @@ type Worker struct {
 
 	// calls is the calls stream, looked up by Run before it serves.
 	calls jetstream.Stream
+	// routes says where each tool's execution and start records go
+	// (records.go).
+	routes *recordRoutes
 
 	mu      sync.Mutex
 	running map[string]map[uint64]context.CancelCauseFunc // run.key → cancels
@@ -117,6 +120,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		sem:     semaphore.NewWeighted(int64(cfg.Concurrency)),
 		running: make(map[string]map[uint64]context.CancelCauseFunc),
 		active:  make(map[string]uint64),
+		routes:  &recordRoutes{js: js, s: subjects},
 	}
 	// As many calls again may be storing their result out of their slots
 	// (Delivery.FreeSlot): a pull is not held back by PubAcks.
@@ -262,15 +266,56 @@ func (w *Worker) lookUpCallsStream(ctx context.Context) error {
 	}
 }
 
-// ensureConsumer creates or updates one of a tool's consumers once.
+// ensureConsumer makes one of a tool's consumers ready, once: it looks the
+// consumer up and keeps it when it already has config's settings, and
+// creates or updates it otherwise. A worker in an account of its own
+// (deploy/nats-server.conf: DEPLOY, EDGE) may neither create nor change a
+// consumer, whose deliver subject could name any subject of the fleet's
+// account: it serves the consumer "coordinator provision --tool-consumer"
+// made for its tool, with that consumer's settings, as long as it takes
+// exactly config's calls. A push consumer is never served, nor changed.
 func (w *Worker) ensureConsumer(ctx context.Context, config jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	stream := w.subjects.CallsStream()
+	lctx, cancel := context.WithTimeout(ctx, consumerTimeout)
+	defer cancel()
+	found, err := w.js.Consumer(lctx, stream, config.Durable)
+	switch {
+	case errors.Is(err, jetstream.ErrNotPullConsumer), err == nil && found.CachedInfo().Config.DeliverSubject != "":
+		return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", config.Durable, stream, errForeignConsumer)
+	case err == nil && sameCalls(found.CachedInfo().Config, config) && sameSettings(found.CachedInfo().Config, config):
+		return found, nil
+	case err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", config.Durable, stream, err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, consumerTimeout)
 	defer cancel()
-	cons, err := w.js.CreateOrUpdateConsumer(cctx, w.subjects.CallsStream(), config)
-	if err != nil {
-		return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", config.Durable, w.subjects.CallsStream(), err)
+	cons, cerr := w.js.CreateOrUpdateConsumer(cctx, stream, config)
+	switch {
+	case cerr == nil:
+		return cons, nil
+	case err == nil && sameCalls(found.CachedInfo().Config, config):
+		w.log.Info().Str(logStream, stream).Str(logConsumer, config.Durable).
+			Msg("serving the consumer with its provisioned settings: this worker may not change them")
+		return found, nil
 	}
-	return cons, nil
+	return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", config.Durable, stream, cerr)
+}
+
+// errForeignConsumer is a tool's consumer that is a push consumer: the
+// worker takes no call from it.
+var errForeignConsumer = errors.New("natsbus: the consumer is not a pull consumer")
+
+// sameCalls reports whether got takes exactly want's calls, acknowledged
+// as want's are.
+func sameCalls(got, want jetstream.ConsumerConfig) bool {
+	return got.FilterSubject == want.FilterSubject && len(got.FilterSubjects) == 0 && got.AckPolicy == want.AckPolicy
+}
+
+// sameSettings reports whether got has every other setting a worker gives
+// its consumer in want.
+func sameSettings(got, want jetstream.ConsumerConfig) bool {
+	return got.Description == want.Description && got.DeliverPolicy == want.DeliverPolicy &&
+		got.AckWait == want.AckWait && got.MaxDeliver == want.MaxDeliver && got.MaxAckPending == want.MaxAckPending
 }
 
 func (w *Worker) onCancel(m *nats.Msg) {

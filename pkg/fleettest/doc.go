@@ -21,7 +21,16 @@
 // a script can also send what a hostile model would (bad arguments, unknown
 // tools, a thousand calls) to test the guarantees.
 //
-// For a client of the fleet (pkg/client) or any NATS program, [Fleet.Conn]
-// is a connection to the server and [Fleet.Prefix] the fleet's subject
-// prefix; Config.Listen gives a URL for programs in other processes.
+// # Accounts and roles
+//
+// The server has the accounts and users of deploy/nats-server.conf, each
+// with its role's permissions there and a password drawn at start, and
+// each connection the fleet hands out is the user that does its job:
+// [Fleet.Conn] and [Fleet.Connect] the coordinator (what a runner needs),
+// the fleet's workers and [Fleet.ConnectWorker] a worker,
+// [Fleet.ConnectOperator] the operator (the only user that decides
+// approvals), all in account FLEET; [Fleet.ConnectClient] the client, in
+// an account of its own, for pkg/client. [Fleet.Prefix] is the fleet's
+// subject prefix; Config.Listen gives a URL, with the worker's
+// credentials, for a worker in another process.
 package fleettest

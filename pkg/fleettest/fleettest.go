@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ type Config struct {
 	// Prefix is the fleet's subject prefix. Default: "fleet".
 	Prefix string
 	// Listen opens the server's TCP listener on 127.0.0.1 and a random
-	// port, for programs in other processes ([Fleet.URL]). Default: false,
+	// port, for a worker in another process ([Fleet.URL]). Default: false,
 	// in-process connections only.
 	Listen bool
 	// Logger receives the workers' and runners' logs. The zero value
@@ -68,7 +69,9 @@ func Start(t testing.TB, cfg Config) *Fleet {
 	if err != nil {
 		t.Fatalf("fleettest: Prefix: %v", err)
 	}
-	ec := embedded.Config{StoreDir: t.TempDir()}
+	// The accounts and roles of deploy/nats-server.conf, every password
+	// drawn: the coordinator's first, the in-process user.
+	ec := embedded.Config{StoreDir: t.TempDir(), Accounts: embedded.FleetAccounts(subjects, embedded.DrawPasswords)}
 	if cfg.Listen {
 		ec.Listen, ec.Host, ec.Port = true, "127.0.0.1", -1
 	}
@@ -105,7 +108,7 @@ func (f *Fleet) startWorker(ctx context.Context, n int) {
 		wc.Name = fmt.Sprintf("fleettest-%d", n)
 	}
 	wc.Logger = f.cfg.Logger
-	w, err := worker.New(f.Connect(), wc)
+	w, err := worker.New(f.ConnectWorker(), wc)
 	if err != nil {
 		t.Fatalf("fleettest: worker %d: %v", n, err)
 	}
@@ -128,17 +131,57 @@ func (f *Fleet) startWorker(ctx context.Context, n int) {
 	}
 }
 
-// Conn returns the fleet's connection for the test: in-process, closed when
-// the test ends. Hand it to a client of the fleet or a runner.
+// Conn returns the fleet's connection for the test, as the fleet's
+// coordinator: in-process, closed when the test ends. Hand it to a runner,
+// or to whatever the test does as the coordinator; a client of the fleet
+// gets [Fleet.ConnectClient].
 func (f *Fleet) Conn() *nats.Conn { return f.nc }
 
-// Connect opens a new connection to the fleet's server, closed when the
-// test ends.
+// Connect opens a new connection to the fleet's server as the fleet's
+// coordinator (user coordinator in account FLEET, the role a runner
+// needs), in-process and closed when the test ends.
 func (f *Fleet) Connect() *nats.Conn {
 	f.t.Helper()
-	nc, err := nats.Connect("", f.server.InProcess(), nats.Name("fleettest"), nats.MaxReconnects(-1))
+	return f.connectAs(embedded.RoleCoordinator)
+}
+
+// ConnectWorker opens a new connection to the fleet's server as a worker
+// (user worker in account FLEET): what the fleet's own workers use, and a
+// worker the test starts itself should. In-process, closed when the test
+// ends.
+func (f *Fleet) ConnectWorker() *nats.Conn {
+	f.t.Helper()
+	return f.connectAs(embedded.RoleWorker)
+}
+
+// ConnectClient opens a new connection to the fleet's server as its
+// client (user client in an account of its own, also named client, as in
+// deploy/nats-server.conf): it may submit runs as client
+// (pkg/client's default name on this connection) and read their results,
+// and nothing else. In-process, closed when the test ends.
+func (f *Fleet) ConnectClient() *nats.Conn {
+	f.t.Helper()
+	return f.connectAs(embedded.RoleClient)
+}
+
+// ConnectOperator opens a new connection to the fleet's server as its
+// operator (user operator in account FLEET): the only role that may
+// decide approvals, pause a tool or write agent definitions. In-process,
+// closed when the test ends.
+func (f *Fleet) ConnectOperator() *nats.Conn {
+	f.t.Helper()
+	return f.connectAs(embedded.RoleOperator)
+}
+
+// connectAs connects in process as user role, with its password and the
+// role's own inbox prefix (_INBOX_<role>), the only inbox it may read.
+func (f *Fleet) connectAs(role string) *nats.Conn {
+	f.t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(f.server.NATSServer()),
+		nats.UserInfo(role, f.server.Password(role)), nats.CustomInboxPrefix("_INBOX_"+role),
+		nats.Name("fleettest-"+role), nats.MaxReconnects(-1))
 	if err != nil {
-		f.t.Fatalf("fleettest: connecting: %v", err)
+		f.t.Fatalf("fleettest: connecting as %s: %v", role, err)
 	}
 	f.t.Cleanup(nc.Close)
 	return nc
@@ -152,12 +195,22 @@ func (f *Fleet) Prefix() string {
 	return f.cfg.Prefix
 }
 
-// URL returns the server's client URL with Config.Listen, else "".
+// URL returns, with Config.Listen, the server's client URL with the
+// worker's user and password in it (nats://worker:<password>@127.0.0.1:<port>),
+// for a worker in another process; else "". A program connecting with it
+// is user worker and may read only its own inbox: it sets the inbox
+// prefix _INBOX_worker (nats.CustomInboxPrefix), as a worker of a deployed
+// fleet does.
 func (f *Fleet) URL() string {
 	if !f.cfg.Listen {
 		return ""
 	}
-	return f.server.ClientURL()
+	u, err := url.Parse(f.server.ClientURL())
+	if err != nil {
+		f.t.Fatalf("fleettest: the server's URL: %v", err)
+	}
+	u.User = url.UserPassword(embedded.RoleWorker, f.server.Password(embedded.RoleWorker))
+	return u.String()
 }
 
 // Runner returns a runner over the fleet (its Prefix and Logger are the

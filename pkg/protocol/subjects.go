@@ -328,6 +328,41 @@ func (s Subjects) Starts() string { return s.p() + ".start.>" }
 // StartsStream names the stream of start records (FLEET_STARTS).
 func (s Subjects) StartsStream() string { return s.upper() + "_STARTS" }
 
+// A tool with workers of its own keeps its execution and start records
+// in streams of its own, so that what its workers may write fills only
+// their tool's streams: <prefix>.own.<tool>.claim.<run>.<key> in
+// <PREFIX>_CLAIMS_<tool> and <prefix>.own.<tool>.start.<run>.<key> in
+// <PREFIX>_STARTS_<tool> (created by provisioning; natsbus routes a tool's
+// records to them when they exist).
+
+// OwnClaim is the subject of an approved call's execution record for a
+// tool with streams of its own: <prefix>.own.<tool>.claim.<run>.<key>.
+func (s Subjects) OwnClaim(tool ToolName, run RunID, key CallKey) (string, error) {
+	return s.own(tool, "claim", run, key)
+}
+
+// OwnStart is the subject of a non-idempotent call's start record for a
+// tool with streams of its own: <prefix>.own.<tool>.start.<run>.<key>.
+func (s Subjects) OwnStart(tool ToolName, run RunID, key CallKey) (string, error) {
+	return s.own(tool, "start", run, key)
+}
+
+func (s Subjects) own(tool ToolName, kind string, run RunID, key CallKey) (string, error) {
+	return s.join("own", string(tool), kind, string(run), string(key))
+}
+
+// OwnClaims is the wildcard of a tool's own claims stream.
+func (s Subjects) OwnClaims(tool ToolName) string { return s.p() + ".own." + string(tool) + ".claim.>" }
+
+// OwnStarts is the wildcard of a tool's own starts stream.
+func (s Subjects) OwnStarts(tool ToolName) string { return s.p() + ".own." + string(tool) + ".start.>" }
+
+// OwnClaimsStream names a tool's own claims stream (FLEET_CLAIMS_<tool>).
+func (s Subjects) OwnClaimsStream(tool ToolName) string { return s.ClaimsStream() + "_" + string(tool) }
+
+// OwnStartsStream names a tool's own starts stream (FLEET_STARTS_<tool>).
+func (s Subjects) OwnStartsStream(tool ToolName) string { return s.StartsStream() + "_" + string(tool) }
+
 // JournalStream names the stream of run journals (FLEET_JOURNAL).
 func (s Subjects) JournalStream() string { return s.upper() + "_JOURNAL" }
 

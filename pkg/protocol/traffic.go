@@ -94,13 +94,18 @@ func DecodeTrafficNote(data []byte) (TrafficNote, error) {
 func EncodeTrafficNote(n *TrafficNote) ([]byte, error) { return json.Marshal(n) }
 
 // TrafficNote is the subject of the audit record of a traffic change of
-// tool: <prefix>.approval.traffic.<tool>, in the approvals stream.
+// tool: <prefix>.traffic.<tool>, in the traffic stream (FLEET_TRAFFIC), a
+// stream of its own, so that the kill switch never waits for room in the
+// approvals stream.
 func (s Subjects) TrafficNote(tool ToolName) (string, error) {
-	return s.join("approval.traffic", string(tool))
+	return s.join("traffic", string(tool))
 }
 
 // TrafficNotes is the wildcard covering every traffic audit record.
-func (s Subjects) TrafficNotes() string { return s.p() + ".approval.traffic.>" }
+func (s Subjects) TrafficNotes() string { return s.p() + ".traffic.>" }
+
+// TrafficStream names the stream of traffic audit records (FLEET_TRAFFIC).
+func (s Subjects) TrafficStream() string { return s.upper() + "_TRAFFIC" }
 
 // LimitsBucket is the key-value bucket of the fleet's rate limits: key
 // "limit.<tool>" is an operator's [RateLimit], key "bucket.<tool>" the

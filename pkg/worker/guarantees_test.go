@@ -171,7 +171,12 @@ func TestPublicWorkerChecksTheApprovalProof(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	da, err := c.js.Publish(t.Context(), decSubj, []byte(`{"digest":"`+digest+`","approved":true,"approver":"alice"}`))
+	// Only the operator may decide.
+	ojs, err := jetstream.New(fleet.ConnectOperator())
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, err := ojs.Publish(t.Context(), decSubj, []byte(`{"digest":"`+digest+`","approved":true,"approver":"alice"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
