@@ -25,9 +25,10 @@ type RunResults struct {
 
 // OpenRunResults returns the runs bucket of subjects, which must exist
 // ([ProvisionStreams] or [CreateMissingStreams] with the serve role
-// creates it).
+// creates it). It asks again while the cluster does not answer (a leader
+// being elected), 5s an attempt, for up to 30s ([OpenBucket]).
 func OpenRunResults(ctx context.Context, js JetStream, subjects protocol.Subjects) (*RunResults, error) {
-	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
+	kv, err := OpenBucket(ctx, js, subjects.RunsBucket(), KeyWatchConfig{})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%w: %w", ErrNoRunsBucket, err)
 	}
