@@ -174,37 +174,19 @@ func (f *fleet) coordinatorAt(url, name string, s script, extra ...string) *proc
 	return startProc(f.t, name, bins.coordinator, append(args, "e2e prompt")...)
 }
 
-// consumerInfo returns the shared consumer of tool.
+// consumerInfo returns the shared consumer of tool, waiting up to a
+// minute for its leader to answer (a node may just have restarted).
 func (f *fleet) consumerInfo(tool string) *jetstream.ConsumerInfo {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := f.js.Consumer(ctx, protocol.Subjects{}.CallsStream(), "tool_"+tool)
-	if err != nil {
-		f.t.Fatalf("consumer of %s: %v", tool, err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		f.t.Fatalf("consumer info of %s: %v", tool, err)
-	}
-	return info
+	return natstest.ConsumerInfo(f.t, f.js, protocol.Subjects{}.CallsStream(), "tool_"+tool, time.Minute)
 }
 
 // callsStored is how many messages the calls stream has ever stored (its
 // last sequence: a work queue removes the calls it delivered and settled).
+// It waits up to a minute for the stream's leader to answer.
 func (f *fleet) callsStored() uint64 {
 	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := f.js.Stream(ctx, protocol.Subjects{}.CallsStream())
-	if err != nil {
-		f.t.Fatalf("calls stream: %v", err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		f.t.Fatalf("calls stream info: %v", err)
-	}
-	return info.State.LastSeq
+	return natstest.StreamInfo(f.t, f.js, protocol.Subjects{}.CallsStream(), time.Minute).State.LastSeq
 }
 
 // waitDrained waits until tool's consumer has nothing waiting and nothing
@@ -552,17 +534,23 @@ func storedResults(t *testing.T, f *fleet, run protocol.RunID, key protocol.Call
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cons, err := f.js.OrderedConsumer(ctx, protocol.Subjects{}.ResultsStream(),
-		jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A node may just have restarted: wait for the stream to answer.
+	var cons jetstream.Consumer
+	var info *jetstream.ConsumerInfo
+	natstest.WaitFor(t, time.Minute, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		c, err := f.js.OrderedConsumer(ctx, protocol.Subjects{}.ResultsStream(),
+			jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+		if err == nil {
+			info, err = c.Info(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for the results stream to answer (a leader) to read %s: %w", subject, err)
+		}
+		cons = c
+		return nil
+	})
 	n := 0
 	for pending := info.NumPending; pending > 0; pending-- {
 		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))

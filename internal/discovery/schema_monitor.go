@@ -69,11 +69,10 @@ type SchemaMonitor struct {
 	subjects protocol.Subjects
 	cfg      SchemaMonitorConfig
 	log      zerolog.Logger
-	watcher  jetstream.KeyWatcher
+	watch    *natsbus.KeyWatch
 	trigger  chan struct{}
 	cancel   context.CancelFunc
 	loopDone sync.WaitGroup
-	watching sync.WaitGroup
 	once     sync.Once
 
 	mu        sync.Mutex
@@ -93,53 +92,76 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	if cfg.Settle <= 0 {
 		cfg.Settle = DefaultSchemaCheckSettle
 	}
-	kv, err := js.KeyValue(ctx, s.CatalogBucket())
+	kv, err := natsbus.OpenBucket(ctx, js, s.CatalogBucket(), natsbus.KeyWatchConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("discovery: catalog bucket %s: %w", s.CatalogBucket(), err)
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := kv.WatchAll(rctx)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("discovery: watching the catalog: %w", err)
-	}
 	m := &SchemaMonitor{
-		nc: nc, subjects: s, cfg: cfg, watcher: w, cancel: cancel,
+		nc: nc, subjects: s, cfg: cfg,
 		log:      cfg.Logger.With().Str(logBucket, s.CatalogBucket()).Logger(),
 		trigger:  make(chan struct{}, 1),
 		catalog:  map[string]string{},
 		reported: map[protocol.ToolName]string{},
 	}
-	m.watching.Add(1)
-	go m.watch()
+	// The watch survives node losses, reconnects and leader changes, and
+	// reads the catalog in full each time it is made again.
+	if m.watch, err = natsbus.WatchKeys(ctx, js, kv, (*schemaView)(m), natsbus.KeyWatchConfig{Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("discovery: watching the catalog: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
 	m.loopDone.Add(1)
 	go m.loop(rctx)
 	return m, nil
 }
 
-// watch keeps the catalog's digests and triggers a check when a tool's
-// digest changes.
-func (m *SchemaMonitor) watch() {
-	defer m.watching.Done()
-	for e := range m.watcher.Updates() {
-		if e == nil {
-			continue
+// schemaView is the [natsbus.KeyView] of a [SchemaMonitor]: the catalog's
+// digests. A change of an existing tool's digest triggers a check.
+type schemaView SchemaMonitor
+
+// Load replaces the digests with entries.
+func (v *schemaView) Load(entries []jetstream.KeyValueEntry) {
+	m := (*SchemaMonitor)(v)
+	m.mu.Lock()
+	old := m.catalog
+	m.catalog = make(map[string]string, len(old))
+	changed := false
+	for _, e := range entries {
+		m.applyLocked(e)
+	}
+	for k, d := range old {
+		if nd, ok := m.catalog[k]; ok && nd != d {
+			changed = true
 		}
-		changed := m.apply(e)
-		if changed {
-			select {
-			case m.trigger <- struct{}{}:
-			default:
-			}
-		}
+	}
+	m.mu.Unlock()
+	if changed {
+		m.poke()
 	}
 }
 
-// apply records one catalog entry and reports whether it changed an
-// existing tool's schema digest.
-func (m *SchemaMonitor) apply(e jetstream.KeyValueEntry) bool {
+// Apply records one catalog change.
+func (v *schemaView) Apply(e jetstream.KeyValueEntry) {
+	m := (*SchemaMonitor)(v)
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	changed := m.applyLocked(e)
+	m.mu.Unlock()
+	if changed {
+		m.poke()
+	}
+}
+
+// poke asks the loop for a check Settle from now.
+func (m *SchemaMonitor) poke() {
+	select {
+	case m.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// applyLocked records one catalog entry and reports whether it changed an
+// existing tool's schema digest. m.mu must be held.
+func (m *SchemaMonitor) applyLocked(e jetstream.KeyValueEntry) bool {
 	key := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(m.catalog, key)
@@ -263,19 +285,12 @@ func (m *SchemaMonitor) Conflicts() []SchemaConflict {
 }
 
 // Close stops the checks and the catalog watch. It is idempotent and does
-// not wait for an unreachable server: while disconnected, the watch is
-// stopped in the background (unsubscribing it waits for the server), and
-// ends when the connection comes back or is closed.
+// not wait for an unreachable server to delete the watch's consumer.
 func (m *SchemaMonitor) Close() error {
 	m.once.Do(func() {
 		m.cancel()
 		m.loopDone.Wait()
-		if !m.nc.IsConnected() {
-			go m.watcher.Stop()
-			return
-		}
-		m.watcher.Stop()
-		m.watching.Wait()
+		m.watch.Close()
 	})
 	return nil
 }

@@ -111,17 +111,16 @@ func PublishSpecs(ctx context.Context, js jetstream.JetStream, s protocol.Subjec
 // of the catalog bucket that a watcher keeps current as workers publish
 // their specs. It implements [loop.Catalog] and is safe for concurrent use.
 type Catalog struct {
-	log     zerolog.Logger
-	obs     CatalogObserver
-	watcher jetstream.KeyWatcher
-	cancel  context.CancelFunc
-	done    chan struct{}
-	once    sync.Once
+	log   zerolog.Logger
+	bad   zerolog.Logger // sampled: for malformed and oversized entries
+	obs   CatalogObserver
+	watch *KeyWatch
 
 	mu      sync.RWMutex
 	specs   map[string]protocol.ToolSpec
-	changed chan struct{} // closed and replaced on every change to specs
-	bytes   int           // descriptions and schemas of specs, together
+	revs    map[string]uint64 // the revision of each key's entry last applied, kept or skipped
+	changed chan struct{}     // closed and replaced on every change to specs
+	bytes   int               // descriptions and schemas of specs, together
 	// gated holds every tool any entry ever declared requires_approval,
 	// for the catalog's life: a later entry never lowers it.
 	gated map[string]bool
@@ -132,6 +131,8 @@ var _ loop.Catalog = (*Catalog)(nil)
 // NewCatalog loads the catalog bucket and keeps watching it until Close.
 // It returns once the bucket's current entries are loaded. Malformed
 // entries are skipped and logged by key and error code, never content.
+// The watch survives node losses, reconnects and leader changes
+// ([WatchKeys]).
 func NewCatalog(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, log zerolog.Logger) (*Catalog, error) {
 	return NewCatalogWith(ctx, js, s, CatalogConfig{Logger: log})
 }
@@ -139,66 +140,69 @@ func NewCatalog(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 // NewCatalogWith is [NewCatalog] with an observer for the catalog's
 // anomalies.
 func NewCatalogWith(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, cfg CatalogConfig) (*Catalog, error) {
-	log := cfg.Logger
-	kv, err := js.KeyValue(ctx, s.CatalogBucket())
+	kv, err := OpenBucket(ctx, js, s.CatalogBucket(), KeyWatchConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: catalog bucket %s: %w", s.CatalogBucket(), err)
 	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := kv.WatchAll(wctx)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("natsbus: watching the catalog: %w", err)
-	}
+	log := cfg.Logger.With().Str(logBucket, s.CatalogBucket()).Logger()
 	c := &Catalog{
-		log:     log.With().Str(logBucket, s.CatalogBucket()).Logger(),
-		watcher: w,
-		cancel:  cancel,
-		done:    make(chan struct{}),
+		log:     log,
+		bad:     sampled(log),
 		specs:   make(map[string]protocol.ToolSpec),
+		revs:    make(map[string]uint64),
 		changed: make(chan struct{}),
 		gated:   make(map[string]bool),
 		obs:     cfg.Observer,
 	}
-	loaded := make(chan struct{})
-	go c.watch(loaded)
-	select {
-	case <-loaded:
-		return c, nil
-	case <-c.done:
-		c.Close()
-		return nil, errors.New("natsbus: catalog watcher stopped while loading")
-	case <-ctx.Done():
-		c.Close()
-		return nil, fmt.Errorf("natsbus: loading the catalog: %w", ctx.Err())
+	if c.watch, err = WatchKeys(ctx, js, kv, (*catalogView)(c), KeyWatchConfig{Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("natsbus: watching the catalog: %w", err)
 	}
+	return c, nil
 }
 
-func (c *Catalog) watch(loaded chan struct{}) {
-	defer close(c.done)
-	bad := sampled(c.log)
-	initial := true
-	for e := range c.watcher.Updates() {
-		if e == nil { // every entry present at start has been delivered
-			if initial {
-				initial = false
-				close(loaded)
-			}
+// catalogView is the [KeyView] of a [Catalog].
+type catalogView Catalog
+
+// Load replaces the catalog with entries. An entry applied before, at the
+// same revision, is kept as it was: it is neither warned about nor counted
+// again.
+func (v *catalogView) Load(entries []jetstream.KeyValueEntry) {
+	c := (*Catalog)(v)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	present := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		present[e.Key()] = true
+	}
+	for key := range c.revs {
+		if !present[key] {
+			c.remove(key)
+			delete(c.revs, key)
+		}
+	}
+	for _, e := range entries {
+		if rev, ok := c.revs[e.Key()]; ok && rev == e.Revision() {
 			continue
 		}
-		c.apply(e, bad)
+		c.applyLocked(e)
 	}
-	if !initial {
-		c.log.Debug().Msg("catalog watcher stopped")
-	}
+	c.notifyLocked()
 }
 
-func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
+// Apply applies one change to the bucket.
+func (v *catalogView) Apply(e jetstream.KeyValueEntry) {
+	c := (*Catalog)(v)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applyLocked(e)
+}
+
+// applyLocked applies one entry; c.mu must be held for writing.
+func (c *Catalog) applyLocked(e jetstream.KeyValueEntry) {
 	key := e.Key()
+	c.revs[key] = e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {
-		c.mu.Lock()
 		c.remove(key)
-		c.mu.Unlock()
 		return
 	}
 	spec, err := protocol.DecodeToolSpec(e.Value(), 0)
@@ -206,33 +210,27 @@ func (c *Catalog) apply(e jetstream.KeyValueEntry, bad zerolog.Logger) {
 		err = codedError("name_mismatch")
 	}
 	if err != nil {
-		bad.Warn().Str(logKey, clipKey(key)).Str(logCode, errorCode(err)).Msg("skipped a malformed catalog entry")
-		c.mu.Lock()
+		c.bad.Warn().Str(logKey, clipKey(key)).Str(logCode, errorCode(err)).Msg("skipped a malformed catalog entry")
 		c.remove(key)
-		c.mu.Unlock()
 		return
 	}
 	if len(spec.Description) > MaxCatalogDescriptionBytes || len(spec.Parameters) > MaxCatalogSchemaBytes {
-		bad.Warn().Str(logTool, key).Int("description_bytes", len(spec.Description)).Int("schema_bytes", len(spec.Parameters)).
+		c.bad.Warn().Str(logTool, key).Int("description_bytes", len(spec.Description)).Int("schema_bytes", len(spec.Parameters)).
 			Int("description_limit", MaxCatalogDescriptionBytes).Int("schema_limit", MaxCatalogSchemaBytes).
 			Msg("catalog entry over its size bounds: tool skipped")
 		c.anomaly(AnomalyOversized)
-		c.mu.Lock()
 		c.remove(key)
-		c.mu.Unlock()
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	defer c.notifyLocked()
 	old, had := c.specs[key]
 	if !had && len(c.specs) >= MaxCatalogTools {
-		bad.Warn().Str(logTool, key).Int("limit", MaxCatalogTools).Msg("catalog full: tool skipped")
+		c.bad.Warn().Str(logTool, key).Int("limit", MaxCatalogTools).Msg("catalog full: tool skipped")
 		c.anomaly(AnomalyFull)
 		return
 	}
 	if c.bytes-specBytes(old)+specBytes(spec) > MaxCatalogBytes {
-		bad.Warn().Str(logTool, key).Int("limit_bytes", MaxCatalogBytes).Msg("catalog full (bytes): tool skipped")
+		c.bad.Warn().Str(logTool, key).Int("limit_bytes", MaxCatalogBytes).Msg("catalog full (bytes): tool skipped")
 		c.anomaly(AnomalyFull)
 		return
 	}
@@ -256,8 +254,8 @@ func (c *Catalog) notifyLocked() {
 }
 
 // WaitFor returns once the catalog lists every one of names, or with an
-// error when ctx ends or the watcher stops first. It waits on the watcher's
-// updates; it does not poll.
+// error when ctx ends or the catalog is closed first. It waits on the
+// watcher's updates; it does not poll.
 func (c *Catalog) WaitFor(ctx context.Context, names ...string) error {
 	for {
 		c.mu.RLock()
@@ -275,7 +273,7 @@ func (c *Catalog) WaitFor(ctx context.Context, names ...string) error {
 		}
 		select {
 		case <-changed:
-		case <-c.done:
+		case <-c.watch.done:
 			return fmt.Errorf("natsbus: catalog watcher stopped before it listed %q", missing)
 		case <-ctx.Done():
 			return fmt.Errorf("natsbus: waiting for the catalog to list %q: %w", missing, context.Cause(ctx))
@@ -322,12 +320,7 @@ func (c *Catalog) Tools(ctx context.Context) ([]protocol.ToolSpec, error) {
 // watcher's consumer: with the server unreachable that would take the
 // client's 5s API timeout (the server drops the consumer on its own).
 func (c *Catalog) Close() error {
-	c.once.Do(func() {
-		go c.watcher.Stop()
-		c.cancel()
-		<-c.done
-	})
-	return nil
+	return c.watch.Close()
 }
 
 // clipKey bounds a bucket key quoted in a log line.

@@ -17,12 +17,14 @@ const publishAttemptTimeout = time.Second
 // JetStream's answers that say "not now" rather than "no": a cluster
 // electing a leader, a stream leader that moved, a publish with the same
 // Nats-Msg-Id still being stored (an earlier attempt that timed out), an
-// expected-sequence check the new leader cannot make yet.
+// expected-sequence check the new leader cannot make yet, a stream offline
+// while a restarted node catches up.
 const (
 	errCodeClusterNotAvailable jetstream.ErrorCode = 10008
 	errCodeNotLeader           jetstream.ErrorCode = 10009
 	errCodeDuplicateInProcess  jetstream.ErrorCode = 10158
 	errCodeLastSeqNotReadyYet  jetstream.ErrorCode = 10163
+	errCodeStreamOffline       jetstream.ErrorCode = 10118 // a replica catching up after its node restarted
 )
 
 // transient reports whether a failed JetStream operation may succeed when
@@ -40,7 +42,7 @@ func transient(err error) bool {
 		return true
 	}
 	switch api.ErrorCode {
-	case errCodeClusterNotAvailable, errCodeNotLeader, errCodeDuplicateInProcess, errCodeLastSeqNotReadyYet:
+	case errCodeClusterNotAvailable, errCodeNotLeader, errCodeDuplicateInProcess, errCodeLastSeqNotReadyYet, errCodeStreamOffline:
 		return true
 	}
 	return false

@@ -25,9 +25,10 @@ type RunResults struct {
 
 // OpenRunResults returns the runs bucket of subjects, which must exist
 // ([ProvisionStreams] or [CreateMissingStreams] with the serve role
-// creates it).
+// creates it). It asks again while the cluster does not answer (a leader
+// being elected), 5s an attempt, for up to 30s ([OpenBucket]).
 func OpenRunResults(ctx context.Context, js JetStream, subjects protocol.Subjects) (*RunResults, error) {
-	kv, err := js.KeyValue(ctx, subjects.RunsBucket())
+	kv, err := OpenBucket(ctx, js, subjects.RunsBucket(), KeyWatchConfig{})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%w: %w", ErrNoRunsBucket, err)
 	}
@@ -128,8 +129,21 @@ func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerC
 }
 
 // EnsureRunsConsumer creates or updates the runs stream's shared consumer.
+// It asks again while the cluster does not answer or answers "not now"
+// (a leader being elected after a node was lost), 5s an attempt, for up to
+// DefaultStreamStartWait, so that a coordinator started in that window
+// starts instead of exiting.
 func EnsureRunsConsumer(ctx context.Context, js JetStream, subjects protocol.Subjects, cfg RunsConsumerConfig) (Consumer, error) {
-	return js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), runsConsumer(subjects, cfg))
+	ctx, cancel := context.WithTimeout(ctx, DefaultStreamStartWait)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, cancelAttempt := context.WithTimeout(ctx, DefaultKeyWatchMake)
+		cons, err := js.CreateOrUpdateConsumer(actx, subjects.RunsStream(), runsConsumer(subjects, cfg))
+		cancelAttempt()
+		if err == nil || !transient(err) || !sleepCtx(ctx, backoff(attempt)) {
+			return cons, err
+		}
+	}
 }
 
 // RunsStream returns the runs stream, to read a stored run request by
