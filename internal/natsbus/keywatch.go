@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 )
 
 // KeyView is what a [KeyWatch] keeps current: a process's view of a
@@ -161,7 +163,7 @@ func (w *KeyWatch) run(ctx context.Context) {
 		}
 		if err != nil {
 			attempt++
-			w.cfg.Logger.Debug().Err(err).Int("attempt", attempt).Msg("making the bucket's watch failed; trying again")
+			w.cfg.Logger.Debug().Err(err).Int(logkey.Attempt, attempt).Msg("making the bucket's watch failed; trying again")
 			select {
 			case <-ctx.Done():
 				return
