@@ -287,6 +287,9 @@ func runPage(t *testing.T, root string, passwords []string, sn []snippet) {
 				failed = true
 				t.Fatalf("%s: %v\n--- snippet\n%s--- output\n%s", s.name(), err, s.text, out)
 			}
+			if testing.Verbose() {
+				t.Logf("%s: output\n%s", s.name(), out)
+			}
 		})
 	}
 }
