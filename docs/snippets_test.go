@@ -9,17 +9,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolfleet/toolfleet/internal/natscli"
 )
@@ -149,6 +147,10 @@ func buildAndRun(m *testing.M) (int, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("building the commands: %v\n%s", err, out)
 	}
+	build = exec.Command("go", "build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2")
+	if out, err := build.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("building nats-server: %v\n%s", err, out)
+	}
 	nats, err := natscli.Install(nil)
 	if err != nil {
 		return 0, fmt.Errorf("the nats CLI: %w", err)
@@ -160,15 +162,14 @@ func buildAndRun(m *testing.M) (int, error) {
 	return m.Run(), nil
 }
 
-// TestSnippets runs every page's snippets against a fleet of its own: a
-// nats-server started from deploy/nats-server.conf (on a free loopback port,
-// its store in a temporary directory, the passwords made by
-// deploy/gen-env.sh), then docs/setup.md's snippets, then the page's, in
-// order, each with bash in the state (exported variables, working
-// directory) the one before left. A failing snippet fails its subtest,
-// named page:line, with its output; a skipped one is reported skipped with
-// its reason. Processes a page leaves in the background are killed at its
-// end.
+// TestSnippets runs every page's snippets against a fleet of its own:
+// docs/setup.md's snippets start a nats-server from deploy/nats-server.conf
+// (on a free loopback port in place of 127.0.0.1:4222, its store in the
+// page's directory) and the fleet, then the page's snippets run, in order,
+// each with bash in the state (exported variables, working directory,
+// umask) the one before left. A failing snippet fails its subtest, named
+// page:line, with its output; a skipped one is reported skipped with its
+// reason. Processes a page leaves in the background are killed at its end.
 func TestSnippets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet per page")
@@ -181,7 +182,6 @@ func TestSnippets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	passwords := genEnv(t, root)
 	for _, page := range pages(t, root) {
 		sn, err := snippets(root, page)
 		if err != nil {
@@ -210,58 +210,27 @@ func TestSnippets(t *testing.T) {
 				}
 				all = append(all, sn...)
 			}
-			runPage(t, root, passwords, all)
+			runPage(t, root, all)
 		})
 	}
 }
 
-// genEnv runs deploy/gen-env.sh and returns its variables.
-func genEnv(t *testing.T, root string) []string {
+// freeAddr returns a loopback address with a port free a moment ago, for
+// the page's nats-server to listen on.
+func freeAddr(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("sh", filepath.Join(root, "deploy", "gen-env.sh")).Output()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("deploy/gen-env.sh: %v", err)
+		t.Fatal(err)
 	}
-	return strings.Fields(string(out))
+	defer l.Close()
+	return l.Addr().String()
 }
 
-// confEnv serialises the parsing of the conf, which reads the passwords
-// from the process's environment.
-var confEnv sync.Mutex
-
-// startServer starts a nats-server from deploy/nats-server.conf with the
-// given passwords, on a free loopback port, its store in a temporary
-// directory.
-func startServer(t *testing.T, root string, passwords []string) *server.Server {
-	t.Helper()
-	confEnv.Lock()
-	for _, kv := range passwords {
-		k, v, _ := strings.Cut(kv, "=")
-		os.Setenv(k, v)
-	}
-	opts, err := server.ProcessConfigFile(filepath.Join(root, "deploy", "nats-server.conf"))
-	confEnv.Unlock()
-	if err != nil {
-		t.Fatalf("deploy/nats-server.conf: %v", err)
-	}
-	opts.Host, opts.Port, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, t.TempDir()
-	opts.NoSigs, opts.NoLog = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("nats-server: %v", err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats-server is not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
-}
-
-// runPage runs the snippets in order against a server of their own.
-func runPage(t *testing.T, root string, passwords []string, sn []snippet) {
-	s := startServer(t, root, passwords)
-	addr := strings.TrimPrefix(s.ClientURL(), "nats://")
+// runPage runs the snippets in order, the server of their own on a free
+// port in place of 127.0.0.1:4222.
+func runPage(t *testing.T, root string, sn []snippet) {
+	addr := freeAddr(t)
 	work := t.TempDir()
 	for _, d := range []string{"deploy", "examples"} {
 		if err := os.Symlink(filepath.Join(root, d), filepath.Join(work, d)); err != nil {
@@ -278,7 +247,6 @@ func runPage(t *testing.T, root string, passwords []string, sn []snippet) {
 		"TMPDIR=" + t.TempDir(),
 		"GOCACHE=" + goEnv(t, "GOCACHE"),
 	}
-	env = append(env, passwords...)
 	init := "cd " + shellQuote(work) + "\n"
 	if err := os.WriteFile(state, []byte(init), 0o600); err != nil {
 		t.Fatal(err)
