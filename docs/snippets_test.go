@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -61,6 +62,11 @@ func snippets(root, page string) ([]snippet, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return parseSnippets(page, f)
+}
+
+// parseSnippets returns the shell snippets of the markdown page read from r.
+func parseSnippets(page string, r io.Reader) ([]snippet, error) {
 	var (
 		out    []snippet
 		cur    *snippet
@@ -69,7 +75,8 @@ func snippets(root, page string) ([]snippet, error) {
 		body   strings.Builder
 		n      int
 	)
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		n++
 		line := sc.Text()
@@ -117,49 +124,31 @@ func pages(t *testing.T, root string) []string {
 	return out
 }
 
-// bin is the directory with the binaries the snippets run (coordinator,
-// toolworker, nats), built once by TestMain.
-var bin string
-
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if !testing.Short() {
 		natscli.Prepare()
 	}
-	code, err := buildAndRun(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "docs:", err)
-		os.Exit(1)
-	}
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
-func buildAndRun(m *testing.M) (int, error) {
-	dir, err := os.MkdirTemp("", "toolfleet-docs-bin-")
-	if err != nil {
-		return 0, err
+// buildCommands builds what the snippets run into a directory for PATH:
+// coordinator, toolworker and nats-server, and the nats CLI beside them.
+func buildCommands(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"build", "-o", dir, "../cmd/coordinator", "../cmd/toolworker"},
+		{"build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2"},
+	} {
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
-	defer os.RemoveAll(dir)
-	if testing.Short() {
-		return m.Run(), nil
+	if err := os.Symlink(natscli.Path(t), filepath.Join(dir, "nats")); err != nil {
+		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-o", dir, "../cmd/coordinator", "../cmd/toolworker")
-	if out, err := build.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("building the commands: %v\n%s", err, out)
-	}
-	build = exec.Command("go", "build", "-o", filepath.Join(dir, "nats-server"), "github.com/nats-io/nats-server/v2")
-	if out, err := build.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("building nats-server: %v\n%s", err, out)
-	}
-	nats, err := natscli.Install(nil)
-	if err != nil {
-		return 0, fmt.Errorf("the nats CLI: %w", err)
-	}
-	if err := os.Symlink(nats, filepath.Join(dir, "nats")); err != nil {
-		return 0, err
-	}
-	bin = dir
-	return m.Run(), nil
+	return dir
 }
 
 // TestSnippets runs every page's snippets against a fleet of its own:
@@ -178,6 +167,7 @@ func TestSnippets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bin := buildCommands(t)
 	setup, err := snippets(root, setupPage)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +200,7 @@ func TestSnippets(t *testing.T) {
 				}
 				all = append(all, sn...)
 			}
-			runPage(t, root, all)
+			runPage(t, root, bin, all)
 		})
 	}
 }
@@ -229,7 +219,7 @@ func freeAddr(t *testing.T) string {
 
 // runPage runs the snippets in order, the server of their own on a free
 // port in place of 127.0.0.1:4222.
-func runPage(t *testing.T, root string, sn []snippet) {
+func runPage(t *testing.T, root, bin string, sn []snippet) {
 	addr := freeAddr(t)
 	work := t.TempDir()
 	for _, d := range []string{"deploy", "examples"} {
@@ -355,3 +345,69 @@ func goEnv(t *testing.T, name string) string {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// TestParseSnippets: sh and bash blocks are snippets, with their page's
+// line; other blocks are not; a skip comment right before a fence (blank
+// lines aside) marks that snippet only; an indented fence's indentation is
+// taken off its lines; an unclosed block is an error.
+func TestParseSnippets(t *testing.T) {
+	page := "intro\n" + // 1
+		"```sh\n" + // 2
+		"echo one\n" + // 3
+		"```\n" + // 4
+		"<!-- snippet: skip (needs Docker (v2)) -->\n" + // 5
+		"\n" + // 6
+		"```bash\n" + // 7
+		"docker ps\n" + // 8
+		"```\n" + // 9
+		"<!-- snippet: skip (not this one) -->\n" + // 10
+		"some text\n" + // 11
+		"```json\n" + // 12
+		"{}\n" + // 13
+		"```\n" + // 14
+		"1. step\n" + // 15
+		"   ```sh\n" + // 16
+		"   echo two \\\n" + // 17
+		"     three\n" + // 18
+		"   ```\n" // 19
+	got, err := parseSnippets("p.md", strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []snippet{
+		{page: "p.md", line: 2, text: "echo one\n"},
+		{page: "p.md", line: 7, text: "docker ps\n", skip: "needs Docker (v2)"},
+		{page: "p.md", line: 16, text: "echo two \\\n  three\n"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d snippets %+v, want %+v", len(got), got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("snippet %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if _, err := parseSnippets("p.md", strings.NewReader("```sh\necho\n")); err == nil {
+		t.Error("an unclosed snippet parsed without an error")
+	}
+}
+
+// FuzzParseSnippets: any page parses without panicking, and every snippet
+// it finds starts on a line of the page that opens a shell block.
+func FuzzParseSnippets(f *testing.F) {
+	f.Add("```sh\necho\n```\n")
+	f.Add("<!-- snippet: skip (x) -->\n  ```bash\n  a\n  ```\n")
+	f.Add("```sh\n")
+	f.Fuzz(func(t *testing.T, page string) {
+		got, err := parseSnippets("p.md", strings.NewReader(page))
+		if err != nil {
+			return
+		}
+		lines := strings.Split(page, "\n")
+		for _, s := range got {
+			if s.line < 1 || s.line > len(lines) || !fenceRE.MatchString(strings.TrimSuffix(lines[s.line-1], "\r")) {
+				t.Fatalf("snippet at line %d, which opens no shell block, in %q", s.line, page)
+			}
+		}
+	})
+}
