@@ -37,7 +37,7 @@ func envCommand(ctx context.Context, name, connName string, args []string, stdou
 		c := &command{name: name, flags: envConnFlagOf, stderr: stderr}
 		return c.fail(nest("Conn", err))
 	}
-	ctx, refused, cancel := watchRefusals(ctx, name)
+	ctx, refused, cancel := watchRefusals(ctx, name, procsec.Getenv(natsbus.EnvUser))
 	defer cancel(nil)
 	connect := func(ctx context.Context) (*nats.Conn, error) { return natsbus.Connect(ctx, conn, refused) }
 	code := body(ctx, args, stdout, stderr, connect)

@@ -6,9 +6,6 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/toolfleet/toolfleet/internal/natsbus"
-	"github.com/toolfleet/toolfleet/internal/procsec"
 )
 
 // neededUser names, for each command that connects as one user of
@@ -43,12 +40,13 @@ func (e *refusedError) Unwrap() error { return e.err }
 // the returned option is given to: a command refused by the server fails
 // at once and says which user it needs, instead of waiting for an answer
 // the server will never send.
-func watchRefusals(ctx context.Context, name string) (context.Context, nats.Option, context.CancelCauseFunc) {
+// user is the NATS user the command connects as.
+func watchRefusals(ctx context.Context, name, user string) (context.Context, nats.Option, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	need := neededUser[name]
 	opt := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) && need != "" {
-			cancel(&refusedError{user: procsec.Getenv(natsbus.EnvUser), need: need, err: err})
+			cancel(&refusedError{user: user, need: need, err: err})
 		}
 	})
 	return ctx, opt, cancel
