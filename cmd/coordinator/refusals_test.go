@@ -8,8 +8,8 @@ import (
 	"github.com/toolfleet/toolfleet/internal/testsync"
 )
 
-// TestRefusedCommandNamesTheUserItNeeds: an operator's command run as a
-// user the server refuses (here the client, who may publish nothing) fails
+// TestRefusedCommandNamesTheUserItNeeds: an operator's command, or
+// provision, run as a user the server refuses (here the client, who may publish nothing) fails
 // with the server's refusal and the user to run it as, not with a timeout
 // that says nothing about permissions.
 func TestRefusedCommandNamesTheUserItNeeds(t *testing.T) {
@@ -27,6 +27,7 @@ func TestRefusedCommandNamesTheUserItNeeds(t *testing.T) {
 		{[]string{"approvals", "list"}, "run it as operator"},
 		{[]string{"runs", "list"}, "run it as operator"},
 		{[]string{"agents", "ls"}, "run it as operator or admin"},
+		{[]string{"provision"}, "run it as admin"},
 	} {
 		var out, errb testsync.Buffer
 		code := run(tc.args, &out, &errb)
