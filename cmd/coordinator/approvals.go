@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/nats-io/nats.go"
@@ -36,8 +37,14 @@ func envCommand(ctx context.Context, name, connName string, args []string, stdou
 		c := &command{name: name, flags: envConnFlagOf, stderr: stderr}
 		return c.fail(nest("Conn", err))
 	}
-	connect := func(ctx context.Context) (*nats.Conn, error) { return natsbus.Connect(ctx, conn) }
-	return body(ctx, args, stdout, stderr, connect)
+	ctx, refused, cancel := watchRefusals(ctx, name, procsec.Getenv(natsbus.EnvUser))
+	defer cancel(nil)
+	connect := func(ctx context.Context) (*nats.Conn, error) { return natsbus.Connect(ctx, conn, refused) }
+	code := body(ctx, args, stdout, stderr, connect)
+	if err := refusal(ctx); err != nil && code != exitOK {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	}
+	return code
 }
 
 // envConn is the connection of a command that takes no connection flags:

@@ -76,6 +76,8 @@ func fleetCases(t *testing.T, cmd string, tail ...string) []configCase {
 		c("unknown model kind", "--model must be scripted:FILE", append([]string{"--model", "gpt:x"}, prompt...)...),
 		c("missing script", "--model", append([]string{"--model", "scripted:/does/not/exist"}, prompt...)...),
 		c("bad model base URL", "--model-base-url:", append([]string{"--model", "openai:gpt-test", "--model-base-url", "ftp://example.com"}, prompt...)...),
+		{name: "model without its key", args: append([]string{"--model", "openai:gpt-test"}, append(prompt, tail...)...), env: map[string]string{"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}, want: "coordinator " + cmd + ": --model openai:gpt-test needs the provider's API key in env OPENAI_API_KEY"},
+		{name: "anthropic model without its key", args: append([]string{"--model", "anthropic:claude-test"}, append(prompt, tail...)...), env: map[string]string{"ANTHROPIC_API_KEY": "", "ANTHROPIC_BASE_URL": ""}, want: "ANTHROPIC_API_KEY"},
 		c("NATS URL of another scheme", "--nats-url: ftp://x: the scheme must be one of nats, tls, ws, wss", "--nats-url", "ftp://x"),
 		c("NATS URL without a host", "--nats-url: nats:// has no host", "--nats-url", "nats://"),
 		c("listen with a NATS URL", "--listen: is for the embedded server", "--nats-url", "nats://127.0.0.1:1", "--listen", "127.0.0.1:0"),

@@ -101,10 +101,15 @@ func usage(w io.Writer) {
   coordinator approvals list|approve|deny [...]   see and answer pending approvals
   coordinator mcp [--transport stdio|http]        serve the fleet's tools to MCP clients
   coordinator provision [flags]                   create or update the fleet's streams (admin)
-  coordinator runs list|show RUN|cancel RUN       see and steer durable runs (journals)
+  coordinator runs list|show RUN|cancel RUN       see and steer durable runs (journals; operator)
+  coordinator runs id SUBMISSION [--client C]     the run id of a submission (reads nothing)
   coordinator agents put FILE|get NAME|ls|rm NAME  the fleet's agents (admin, operator)
   coordinator resume [flags] RUN                  continue a killed "coordinator run --nats-url"
   coordinator tools pause|resume|limit|status TOOL  a tool's kill switch and rate limit, fleet-wide (operator)
+  coordinator tools history [TOOL] [--limit N]    who paused, resumed or limited what, when and why (operator)
+
+Each command connects as one user of deploy/nats-server.conf (docs/setup.md):
+env NATS_URL, NATS_USER, NATS_PASSWORD.
 
 "coordinator run --help" (or serve, submit) lists the flags.
 `)

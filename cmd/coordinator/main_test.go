@@ -169,3 +169,17 @@ func TestRunOpenAIAgainstCompatibleServer(t *testing.T) {
 		t.Fatalf("the server rejected %d requests", srv.Rejected())
 	}
 }
+
+// TestUsageListsEveryCommand: "coordinator" alone lists the commands an
+// operator's pages use, tools history and runs id among them.
+func TestUsageListsEveryCommand(t *testing.T) {
+	code, _, stderr := runCLI(t)
+	if code != exitUsage {
+		t.Fatalf("exit %d, want %d", code, exitUsage)
+	}
+	for _, want := range []string{"coordinator tools history", "coordinator runs id", "coordinator provision", "coordinator agents", "coordinator resume"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("usage lacks %q:\n%s", want, stderr)
+		}
+	}
+}

@@ -72,6 +72,15 @@ func (f *modelFlags) newModel(log zerolog.Logger) (loop.Model, error) {
 		if arg == "" {
 			return nil, &usageError{fmt.Sprintf("--model %s:MODEL needs a model name", kind)}
 		}
+		keyEnv, baseEnv := openai.EnvAPIKey, openai.EnvBaseURL
+		if kind == "anthropic" {
+			keyEnv, baseEnv = anthropic.EnvAPIKey, anthropic.EnvBaseURL
+		}
+		// the provider's own API refuses every call without a key: say so
+		// now, naming the variable, rather than after a failed run
+		if procsec.Getenv(keyEnv) == "" && f.modelBaseURL == "" && os.Getenv(baseEnv) == "" {
+			return nil, &usageError{fmt.Sprintf("--model %s:%s needs the provider's API key in env %s (or --model-base-url for a server that takes none)", kind, arg, keyEnv)}
+		}
 		switch kind {
 		case "openai":
 			m, err = openai.New(openai.Config{Model: arg, BaseURL: f.modelBaseURL, APIKey: procsec.Getenv(openai.EnvAPIKey), Temperature: f.temperature, MaxTokens: f.maxTokens, Logger: log})

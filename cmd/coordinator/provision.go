@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/cliconfig"
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -94,7 +96,9 @@ Flags:`)
 	defer cancel()
 	conn := f.conn()
 	conn.Name = "toolfleet-provision"
-	nc, err := natsbus.Connect(cctx, conn)
+	cctx, refused, stop := watchRefusals(cctx, "coordinator provision", cmp.Or(conn.User, procsec.Getenv(natsbus.EnvUser)))
+	defer stop(nil)
+	nc, err := natsbus.Connect(cctx, conn, refused)
 	if err != nil {
 		return cmd.fail(nest("Conn", err))
 	}
@@ -121,6 +125,9 @@ Flags:`)
 		fmt.Fprintln(stdout, line)
 	}
 	if err != nil {
+		if r := refusal(cctx); r != nil {
+			err = r // not the deadline it caused: the user it needs
+		}
 		fmt.Fprintln(stderr, "coordinator provision:", err)
 		return exitError
 	}

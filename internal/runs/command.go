@@ -1,6 +1,7 @@
 package runs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,8 @@ const (
 const usage = `usage: runs <command> [flags]
 
 commands:
+  id SUBMISSION [--client C]  the run id of client C's submission (default: $NATS_USER,
+                              else "default"), computed here: it reads and sends nothing
   list                        every run with a journal: status, owner, round
   show RUN [--json]           one run: owner, round, pending calls and approvals
   cancel RUN [--reason R] [--by NAME]
@@ -43,10 +46,11 @@ The same with the nats CLI (prefix "fleet"):
                                                               cancel (stored in FLEET_CANCELS; a
                                                               message that is not such a request
                                                               for RUN cancels nothing)
-  nats kv get fleet_runs RUN                                  the result, once stored
+  nats req --raw '$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.CLIENT.RUN' ''
+                                                              the result, once stored (as CLIENT)
 `
 
-// Command runs "runs list|show|cancel". conn opens the NATS connection,
+// Command runs "runs id|list|show|cancel". conn opens the NATS connection,
 // which Command closes. The result is the exit status: 0 done, 1 error,
 // 2 bad usage.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
@@ -65,6 +69,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	asJSON := fs.Bool("json", false, "print JSON (show, list)")
 	reason := fs.String("reason", "", "why (cancel)")
 	by := fs.String("by", os.Getenv("USER"), "who asks (cancel; default: $USER)")
+	client := fs.String("client", cmp.Or(os.Getenv("NATS_USER"), "default"), "the submitting client (id; default: $NATS_USER, else default)")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -78,7 +83,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	want := map[string]int{"list": 0, "ls": 0, "show": 1, "cancel": 1}
+	want := map[string]int{"id": 1, "list": 0, "ls": 0, "show": 1, "cancel": 1}
 	n, ok := want[name]
 	switch {
 	case name == "help" || name == "-h" || name == "--help":
@@ -90,6 +95,14 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	case len(pos) != n:
 		fmt.Fprintf(stderr, "runs %s: takes %d argument(s), got %d\n%s", name, n, len(pos), usage)
 		return exitUsage
+	}
+	if name == "id" {
+		if !protocol.ValidToken(*client) || !protocol.ValidToken(pos[0]) {
+			fmt.Fprintf(stderr, "runs id: the client (%q) and the submission id (%q) must each be a token, [A-Za-z0-9_-]{1,64}\n", clip(*client), clip(pos[0]))
+			return exitUsage
+		}
+		fmt.Fprintln(stdout, protocol.SubmissionRunID(*client, pos[0]))
+		return exitOK
 	}
 	if name == "cancel" && *by == "" {
 		fmt.Fprintf(stderr, "runs cancel: --by is required ($USER is not set): a cancel request names who asks\n")

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/runs"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // TestCancelNeedsItsAuthor: "runs cancel" without --by, where $USER is not
@@ -23,5 +24,33 @@ func TestCancelNeedsItsAuthor(t *testing.T) {
 	}
 	if code := runs.Command(t.Context(), []string{"cancel", "run1"}, &out, &errOut, conn); code != 2 || !strings.Contains(errOut.String(), "--by is required") {
 		t.Fatalf("exit %d, %q: want 2 and --by required", code, errOut.String())
+	}
+}
+
+// TestIDIsTheSubmissionsRunID: "runs id" prints the run id a client's
+// submission is stored under, the one "coordinator submit --id" prints,
+// without connecting to anything; a client or submission id that is not
+// a token is a usage error.
+func TestIDIsTheSubmissionsRunID(t *testing.T) {
+	conn := func(context.Context) (*nats.Conn, error) {
+		t.Error("connected")
+		return nil, errors.New("no server")
+	}
+	t.Setenv("NATS_USER", "client")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"id", "q-0002"}, string(protocol.SubmissionRunID("client", "q-0002"))},
+		{[]string{"id", "q-0002", "--client", "acme"}, string(protocol.SubmissionRunID("acme", "q-0002"))},
+	} {
+		var out, errOut strings.Builder
+		if code := runs.Command(t.Context(), tc.args, &out, &errOut, conn); code != 0 || strings.TrimSpace(out.String()) != tc.want {
+			t.Errorf("%v: exit %d, %q (stderr %q), want 0 and %s", tc.args, code, out.String(), errOut.String(), tc.want)
+		}
+	}
+	var out, errOut strings.Builder
+	if code := runs.Command(t.Context(), []string{"id", "a.b"}, &out, &errOut, conn); code != 2 || out.Len() != 0 {
+		t.Errorf("a submission id that is no token: exit %d, %q, want 2 and nothing printed", code, out.String())
 	}
 }

@@ -108,6 +108,14 @@ func (a *audit) check() error {
 	return nil
 }
 
+// warnAnonymous warns that the record will name nobody: no --by, and
+// neither $USER nor $LOGNAME is set.
+func (a *audit) warnAnonymous(w io.Writer) {
+	if a.by == "" {
+		fmt.Fprintln(w, "warning: the record names nobody: give --by NAME ($USER and $LOGNAME are not set)")
+	}
+}
+
 func defaultOperator() string {
 	if u := os.Getenv("USER"); u != "" {
 		return u
@@ -234,6 +242,7 @@ func (c *command) pause(ctx context.Context, args []string) int {
 	if err := aud.check(); err != nil {
 		return c.usageError(fs, "%v", err)
 	}
+	aud.warnAnonymous(c.stderr)
 	now := c.now().UTC()
 	end := now.Add(protocol.PauseForever)
 	if until != "" {
@@ -279,6 +288,7 @@ func (c *command) resume(ctx context.Context, args []string) int {
 	if err := aud.check(); err != nil {
 		return c.usageError(fs, "%v", err)
 	}
+	aud.warnAnonymous(c.stderr)
 	ctx, cancel := context.WithTimeout(ctx, com.timeout)
 	defer cancel()
 	nc, tt, err := c.open(ctx, com.prefix)
@@ -323,6 +333,7 @@ func (c *command) limit(ctx context.Context, args []string) int {
 	if err := aud.check(); err != nil {
 		return c.usageError(fs, "%v", err)
 	}
+	aud.warnAnonymous(c.stderr)
 	ctx, cancel := context.WithTimeout(ctx, com.timeout)
 	defer cancel()
 	nc, tt, err := c.open(ctx, com.prefix)
@@ -396,7 +407,7 @@ func (c *command) history(ctx context.Context, args []string) int {
 		limit int
 	)
 	com.register(fs)
-	fs.IntVar(&limit, "limit", 1000, "read at most this many records")
+	fs.IntVar(&limit, "limit", 1000, "print the newest this many records")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return usageStatus(err)
@@ -416,16 +427,25 @@ func (c *command) history(ctx context.Context, args []string) int {
 		return c.fail("history", err)
 	}
 	defer nc.Close()
-	recs, err := tt.History(ctx, tool, max(limit, 1))
+	limit = max(limit, 1)
+	recs, err := tt.History(ctx, tool, limit)
 	if err != nil {
 		return c.fail("history", err)
 	}
+	if len(recs) > limit {
+		recs = recs[len(recs)-limit:]
+	}
+	now := c.now()
 	for _, r := range recs {
 		n := r.Note
 		line := fmt.Sprintf("%s  %-6s %s", n.At.UTC().Format(time.RFC3339), n.Action, n.Tool)
 		switch n.Action {
 		case protocol.TrafficPause:
-			line += " until " + n.Until.UTC().Format(time.RFC3339)
+			if n.Until == nil || n.Until.Sub(now) > protocol.PauseForever/2 {
+				line += " until resumed"
+			} else {
+				line += " until " + n.Until.UTC().Format(time.RFC3339)
+			}
 		case protocol.TrafficLimit:
 			line += fmt.Sprintf(" rate %g/s burst %d", n.Rate, n.Burst)
 		}
