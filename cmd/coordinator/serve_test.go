@@ -81,6 +81,19 @@ func TestServeAndSubmit(t *testing.T) {
 			t.Fatalf("exit %d, stdout %q, want a run id; stderr:\n%s", code, out, stderr)
 		}
 	})
+	t.Run("submit of a stored submission id says the request was not submitted", func(t *testing.T) {
+		code, first, stderr := submit(t, "--nats-url", url, "--id", "order-1234", "what is 6 * 7?")
+		if code != exitOK || strings.Contains(stderr, "already stored") {
+			t.Fatalf("first submit: exit %d, stderr:\n%s", code, stderr)
+		}
+		code, again, stderr := submit(t, "--nats-url", url, "--id", "order-1234", "what is 2 + 2?")
+		if code != exitOK || again != first {
+			t.Fatalf("second submit: exit %d, run %q, want %q", code, again, first)
+		}
+		if !strings.Contains(stderr, `submission "order-1234" was already stored`) || !strings.Contains(stderr, "was not submitted") {
+			t.Fatalf("second submit's stderr does not say its request was not submitted:\n%s", stderr)
+		}
+	})
 	t.Run("submit --wait prints the stored result", func(t *testing.T) {
 		code, out, stderr := submit(t, "--nats-url", url, "--wait", "--output", "json", "what is 6 * 7?")
 		if code != exitOK {

@@ -174,6 +174,11 @@ Flags:`)
 		fmt.Fprintln(stderr, "coordinator submit:", err)
 		return exitError
 	}
+	if run.Duplicate {
+		// The same submission id was stored before: this is its run, and
+		// what this command sent (another prompt, perhaps) was not stored.
+		fmt.Fprintf(stderr, "coordinator submit: submission %q was already stored: this is its run %s; the request sent now was not submitted (use a new --id for a new run)\n", run.Submission, run.ID)
+	}
 	resp := protocol.RunResponse{V: protocol.Version, Status: protocol.RunAccepted, RunID: run.ID,
 		ResultSubject: run.Subject, ResultBucket: subjects.RunsBucket(), ResultKey: run.Key}
 	if !f.wait {
