@@ -32,7 +32,7 @@ import (
 func TestJWTAccountsLayout(t *testing.T) {
 	nsc, err := exec.LookPath("nsc")
 	if err != nil {
-		t.Skip("nsc is not installed (go install github.com/nats-io/nsc/v2@v2.11.0): the JWT layout of docs/security.md is not checked")
+		t.Skip("nsc is not installed (README.md says how to build v2.11.0): the JWT layout of docs/security.md is not checked")
 	}
 	dir := t.TempDir()
 	run := func(args ...string) string {
