@@ -61,9 +61,31 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = time.Minute
 	}
+	// A port that was free a moment ago may be taken (by another listener,
+	// or as the local port of an outgoing connection) before a node binds
+	// it: the node then never becomes ready. Such a start is retried on
+	// new ports, in a store directory of its own.
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		var c *Cluster
+		storeDir := cfg.StoreDir
+		if attempt > 1 {
+			storeDir = filepath.Join(cfg.StoreDir, fmt.Sprintf("start%d", attempt))
+		}
+		if c, err = startCluster(cfg, storeDir); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+// startAttempts bounds how often StartCluster tries to start a cluster.
+const startAttempts = 3
+
+func startCluster(cfg ClusterConfig, storeDir string) (*Cluster, error) {
 	c := &Cluster{cfg: cfg}
 	for i := range cfg.Nodes {
-		n := &clusterNode{name: fmt.Sprintf("n%d", i+1), storeDir: filepath.Join(cfg.StoreDir, fmt.Sprintf("n%d", i+1))}
+		n := &clusterNode{name: fmt.Sprintf("n%d", i+1), storeDir: filepath.Join(storeDir, fmt.Sprintf("n%d", i+1))}
 		var err error
 		if n.clientPort, err = freePort(); err == nil {
 			n.clusterPort, err = freePort()
