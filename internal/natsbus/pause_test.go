@@ -2,6 +2,7 @@ package natsbus_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,10 +54,17 @@ func TestToolPauseSurvivesWorkerRestart(t *testing.T) {
 	}
 	// Not a timing assertion: the call is still stored once every worker
 	// pulled at least once (the consumer has waiting pulls) while paused.
+	// The server counts a stored message into a consumer's pending
+	// asynchronously, after the publish is acknowledged: wait for the
+	// count, then check the call was never delivered.
 	waitWaitingPulls(t, f)
-	if info := f.consumerInfo(t, "echo"); info.NumPending != 1 || info.NumAckPending != 0 {
-		t.Fatalf("while paused: pending %d, ack pending %d; want 1, 0", info.NumPending, info.NumAckPending)
-	}
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		if info := f.consumerInfo(t, "echo"); info.NumPending != 1 || info.NumAckPending != 0 || info.Delivered.Consumer != 0 {
+			return fmt.Errorf("while paused: pending %d, ack pending %d, delivered %d; want 1, 0, 0",
+				info.NumPending, info.NumAckPending, info.Delivered.Consumer)
+		}
+		return nil
+	})
 	if err := traffic.Resume(ctx(t), protocol.TrafficNote{Tool: "echo", By: "ann", Reason: "fixed"}); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
