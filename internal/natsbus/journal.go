@@ -286,12 +286,21 @@ func (j *Journal) store(ctx context.Context, data []byte) error {
 			return nil
 		case wrongLastSequence(err):
 			// Stored by an earlier attempt, or another owner appended.
-			if seq, ok := j.mine(actx, msgID); ok {
+			// Only a read of the run's last entry tells which: a read
+			// that fails (a leader change, a timeout) is tried again,
+			// never taken for another owner.
+			seq, lastID, rerr := j.lastEntry(actx)
+			switch {
+			case rerr == nil && lastID == msgID:
 				j.last = seq
 				return nil
+			case rerr == nil:
+				j.fenced = true
+				return loop.ErrFenced
+			case actx.Err() != nil || !transient(rerr):
+				return fmt.Errorf("natsbus: appending to the journal: reading its last entry: %w", rerr)
 			}
-			j.fenced = true
-			return loop.ErrFenced
+			err = rerr
 		case actx.Err() != nil || !transient(err):
 			return fmt.Errorf("natsbus: appending to the journal: %w", err)
 		}
@@ -301,18 +310,19 @@ func (j *Journal) store(ctx context.Context, data []byte) error {
 	}
 }
 
-// mine reports whether the run's last entry carries msgID, and its
-// sequence.
-func (j *Journal) mine(ctx context.Context, msgID string) (uint64, bool) {
-	s, err := j.js.Stream(ctx, j.stream)
+// lastEntry reads the sequence and dedup id of the run's last entry.
+func (j *Journal) lastEntry(ctx context.Context) (seq uint64, msgID string, err error) {
+	rctx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+	defer cancel()
+	s, err := j.js.Stream(rctx, j.stream)
 	if err != nil {
-		return 0, false
+		return 0, "", err
 	}
-	m, err := s.GetLastMsgForSubject(ctx, j.subject)
-	if err != nil || m.Header.Get(protocol.HeaderMsgID) != msgID {
-		return 0, false
+	m, err := s.GetLastMsgForSubject(rctx, j.subject)
+	if err != nil {
+		return 0, "", err
 	}
-	return m.Sequence, true
+	return m.Sequence, m.Header.Get(protocol.HeaderMsgID), nil
 }
 
 // headerJournalOwner names the coordinator that appended an entry.
