@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -90,6 +91,36 @@ func WaitStreamsCurrent(t testing.TB, js jetstream.JetStream, timeout time.Durat
 					return fmt.Errorf("waiting for replica %s of stream %s to be current", r.Name, name)
 				}
 			}
+		}
+		return nil
+	})
+}
+
+// StepDownStream asks stream's leader to step down
+// ($JS.API.STREAM.LEADER.STEPDOWN.<stream>, as "nats stream cluster
+// step-down" does), asking again until a leader answers that it did: its
+// followers then elect a new one. It fails the test, saying what it asked
+// for, if no leader agrees within timeout.
+func StepDownStream(t testing.TB, js jetstream.JetStream, stream string, timeout time.Duration) {
+	t.Helper()
+	WaitFor(t, timeout, func() error {
+		msg, err := js.Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, attempt)
+		if err != nil {
+			return fmt.Errorf("asking stream %s's leader to step down: %w", stream, err)
+		}
+		var resp struct {
+			Success bool `json:"success"`
+			Error   *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		switch err := json.Unmarshal(msg.Data, &resp); {
+		case err != nil:
+			return fmt.Errorf("asking stream %s's leader to step down: the answer: %w", stream, err)
+		case resp.Error != nil:
+			return fmt.Errorf("asking stream %s's leader to step down: %s", stream, resp.Error.Description)
+		case !resp.Success:
+			return fmt.Errorf("asking stream %s's leader to step down: not done", stream)
 		}
 		return nil
 	})
