@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -286,21 +287,25 @@ func (j *Journal) store(ctx context.Context, data []byte) error {
 			return nil
 		case wrongLastSequence(err):
 			// Stored by an earlier attempt, or another owner appended.
-			// Only a read of the run's last entry tells which: a read
-			// that fails (a leader change, a timeout) is tried again,
-			// never taken for another owner.
+			// Only the run's last entry, read from the stream's leader,
+			// tells which: an entry past j.last is this one or another
+			// owner's. A read that fails (a leader change, a timeout) or
+			// shows nothing past j.last (a refusal while a new leader
+			// catches up) is tried again, never taken for another owner.
 			seq, lastID, rerr := j.lastEntry(actx)
 			switch {
-			case rerr == nil && lastID == msgID:
+			case rerr == nil && seq > j.last && lastID == msgID:
 				j.last = seq
 				return nil
-			case rerr == nil:
+			case rerr == nil && seq > j.last:
 				j.fenced = true
 				return loop.ErrFenced
+			case rerr == nil:
 			case actx.Err() != nil || !transient(rerr):
 				return fmt.Errorf("natsbus: appending to the journal: reading its last entry: %w", rerr)
+			default:
+				err = rerr
 			}
-			err = rerr
 		case actx.Err() != nil || !transient(err):
 			return fmt.Errorf("natsbus: appending to the journal: %w", err)
 		}
@@ -310,19 +315,88 @@ func (j *Journal) store(ctx context.Context, data []byte) error {
 	}
 }
 
-// lastEntry reads the sequence and dedup id of the run's last entry.
+// lastEntry reads the sequence and dedup id of the run's last entry from
+// the stream's leader (0 and "" when the run has none).
 func (j *Journal) lastEntry(ctx context.Context) (seq uint64, msgID string, err error) {
 	rctx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
 	defer cancel()
-	s, err := j.js.Stream(rctx, j.stream)
-	if err != nil {
-		return 0, "", err
-	}
-	m, err := s.GetLastMsgForSubject(rctx, j.subject)
-	if err != nil {
+	m, err := lastFromLeader(rctx, j.js, j.stream, j.subject)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, "", nil
+	case err != nil:
 		return 0, "", err
 	}
 	return m.Sequence, m.Header.Get(protocol.HeaderMsgID), nil
+}
+
+// lastFromLeader reads the last message on subject in stream from the
+// stream's leader (STREAM.MSG.GET), or jetstream.ErrMsgNotFound. A direct
+// get (what nats.go asks for when the stream allows it) may be answered by
+// a replica that has not stored the newest messages yet, and a journal's
+// last entry decides where its next owner appends and whether an owner is
+// fenced.
+func lastFromLeader(ctx context.Context, js jetstream.JetStream, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, err
+	}
+	reply, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	m, err := decodeMsgGet(reply.Data)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: a get of stream %s: %w", stream, err)
+	}
+	return m, nil
+}
+
+// decodeMsgGet decodes the server's answer to a STREAM.MSG.GET: the
+// message, jetstream.ErrMsgNotFound, or the server's *jetstream.APIError.
+func decodeMsgGet(data []byte) (*jetstream.RawStreamMsg, error) {
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject  string    `json:"subject"`
+			Sequence uint64    `json:"seq"`
+			Header   []byte    `json:"hdrs"`
+			Data     []byte    `json:"data"`
+			Time     time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return nil, fmt.Errorf("the answer: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, jetstream.ErrInvalidJetStreamResponse
+	}
+	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		var err error
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("the headers of message %d: %w", m.Sequence, err)
+		}
+	}
+	return m, nil
+}
+
+// apiPrefix returns the subject prefix of js's JetStream API requests.
+func apiPrefix(js jetstream.JetStream) string {
+	switch o := js.Options(); {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
 }
 
 // headerJournalOwner names the coordinator that appended an entry.
@@ -366,7 +440,7 @@ func readJournal(ctx context.Context, js jetstream.JetStream, stream, subject st
 	if err != nil {
 		return nil, 0, fmt.Errorf("natsbus: journal stream %s: %w", stream, err)
 	}
-	lastMsg, err := s.GetLastMsgForSubject(rctx, subject)
+	lastMsg, err := lastFromLeader(rctx, js, stream, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return nil, 0, nil

@@ -1,8 +1,13 @@
 package natsbus
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
@@ -71,6 +76,26 @@ func FuzzDecodeJournalEntries(f *testing.F) {
 		es2, err := decodeJournalEntries(again)
 		if err != nil || len(es2) != len(es) {
 			t.Fatalf("re-decoding %s: %d entries, %v", again, len(es2), err)
+		}
+	})
+}
+
+// FuzzDecodeMsgGet: any bytes decode to a message or to an error (the
+// server's, ErrMsgNotFound only for its code), never both, never a panic.
+func FuzzDecodeMsgGet(f *testing.F) {
+	hdr := base64.StdEncoding.EncodeToString([]byte("NATS/1.0\r\nNats-Msg-Id: fleet.journal.r@3@t\r\n\r\n"))
+	f.Add([]byte(`{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","message":{"subject":"fleet.journal.r","seq":4,"hdrs":"` + hdr + `","data":"e30=","time":"2026-01-01T00:00:00Z"}}`))
+	f.Add([]byte(`{"error":{"code":404,"err_code":10037,"description":"no message found"}}`))
+	f.Add([]byte(`{"error":{"code":503,"err_code":10008,"description":"JetStream cluster not available"}}`))
+	f.Add([]byte(`{"message":{"seq":1,"hdrs":"TkFUUy8xLjA="}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := decodeMsgGet(data)
+		if (err == nil) == (m == nil) {
+			t.Fatalf("decoding %q: message %v, error %v; want exactly one", data, m, err)
+		}
+		if errors.Is(err, jetstream.ErrMsgNotFound) && !bytes.Contains(data, []byte("10037")) {
+			t.Fatalf("decoding %q: ErrMsgNotFound from an answer without its code", data)
 		}
 	})
 }
