@@ -89,11 +89,11 @@ func refusedFull(t *testing.T, c client, stream, subject string) bool {
 }
 
 // otherToolsFleet runs, as the shared worker user, a gated tool "release"
-// and a non-idempotent tool "charge", and returns a dispatcher's inbox of
-// the coordinator and a function that publishes a call (with its approval,
-// stored by the coordinator and the operator as the gate does) and waits
-// for its result.
-func otherToolsFleet(t *testing.T, s serverOf) func(tool protocol.ToolName) protocol.Result {
+// and a non-idempotent tool "charge", and returns a function that
+// publishes a call as the coordinator (with its approval, stored by the
+// coordinator and the operator as the gate does) and waits for its
+// result. connect connects to the fleet's server as a user.
+func otherToolsFleet(t *testing.T, connect func(user string) client) func(tool protocol.ToolName) protocol.Result {
 	t.Helper()
 	subjects := protocol.Subjects{}
 	var runs atomic.Int64
@@ -105,7 +105,7 @@ func otherToolsFleet(t *testing.T, s serverOf) func(tool protocol.ToolName) prot
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker := connectAs(t, s.Server, "worker")
+	worker := connect("worker")
 	w, err := natsbus.NewWorker(worker.nc, worker.js, subjects, h, natsbus.WorkerConfig{
 		Name: "shared", AckWait: 2 * time.Second, PollWait: 200 * time.Millisecond, ShutdownGrace: time.Second, NoDiscovery: true,
 	})
@@ -121,8 +121,8 @@ func otherToolsFleet(t *testing.T, s serverOf) func(tool protocol.ToolName) prot
 			t.Errorf("worker: Run: %v", err)
 		}
 	})
-	coord := connectAs(t, s.Server, "coordinator")
-	operator := connectAs(t, s.Server, "operator")
+	coord := connect("coordinator")
+	operator := connect("operator")
 	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
 	return func(tool protocol.ToolName) protocol.Result {
 		t.Helper()
@@ -161,6 +161,11 @@ func otherToolsFleet(t *testing.T, s serverOf) func(tool protocol.ToolName) prot
 // serverOf names the server a test started.
 type serverOf struct{ *server.Server }
 
+// connect returns a function that connects to s as a user.
+func (s serverOf) connect(t *testing.T) func(user string) client {
+	return func(user string) client { return connectAs(t, s.Server, user) }
+}
+
 // TestHostileClaimsFloodFillsOnlyItsTool is attack 5 of issue 34, with
 // the credential of one tool's workers (worker_deploy) and only its own
 // tool's subjects: execution records flooded on
@@ -172,7 +177,7 @@ func TestHostileClaimsFloodFillsOnlyItsTool(t *testing.T) {
 	t.Parallel()
 	s, admin, wd := boundedFleet(t)
 	subjects := protocol.Subjects{}
-	call := otherToolsFleet(t, s)
+	call := otherToolsFleet(t, s.connect(t))
 
 	flood(t, wd, floodRecords, nil, func(i int) string { return fmt.Sprintf("fleet.claim.deploy.x%d.y%d", i, i) })
 	if !refusedPub(t, wd, "fleet.claim.deploy.x.y") {
@@ -206,7 +211,7 @@ func TestHostileStartsFloodFillsOnlyItsTool(t *testing.T) {
 	t.Parallel()
 	s, admin, wd := boundedFleet(t)
 	subjects := protocol.Subjects{}
-	call := otherToolsFleet(t, s)
+	call := otherToolsFleet(t, s.connect(t))
 
 	never := nats.Header{}
 	never.Set(jetstream.MsgTTLHeader, "never")
