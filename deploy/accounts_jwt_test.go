@@ -27,8 +27,14 @@ import (
 // resolver. Against a
 // real nats-server started from the generated configuration, the client
 // (its creds file, the nats CLI) submits a run, and performs attack 1 of
-// issue 34: nothing reaches the audit log. Then the client's user is
-// revoked: it can no longer connect, while the fleet's users still can.
+// issue 34: nothing reaches the audit log. The accounts DEPLOY and EDGE
+// are built from the conf's own imports, exports and permissions
+// (addWorkerAccounts), with the hub's JetStream domain and a leaf node
+// whose remote holds the leaf user's creds file: each takes its own
+// tool's call and stores its own records, and neither a shared record
+// nor another tool's call (checkWorkerAccounts). Then the client's user
+// is revoked: it can no longer connect, while the fleet's users still
+// can.
 func TestJWTAccountsLayout(t *testing.T) {
 	nsc, err := exec.LookPath("nsc")
 	if err != nil {
@@ -79,13 +85,15 @@ func TestJWTAccountsLayout(t *testing.T) {
 	run("add", "user", "--account", "client", "--name", "client",
 		"--allow-pub", "fleet.run.submit.client.>,$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.client.>",
 		"--allow-sub", "fleet.run.result.client.>,fleet.run.progress.client.>,_INBOX_client.>")
-	creds := map[string]string{}
+	// One tool's workers (DEPLOY) and an edge site (EDGE), as the conf
+	// has them.
+	creds := addWorkerAccounts(t, run, dir)
 	for acc, user := range map[string]string{"FLEET": "admin", "client": "client"} {
 		creds[user] = filepath.Join(dir, user+".creds")
 		run("generate", "creds", "--account", acc, "--name", user, "--output-file", creds[user])
 	}
 
-	store := t.TempDir()
+	store, hubLeaf := t.TempDir(), freeLoopback(t)
 	start := func() *server.Server {
 		t.Helper()
 		conf := filepath.Join(dir, "server.conf")
@@ -94,7 +102,7 @@ func TestJWTAccountsLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(conf, append(b, []byte("\njetstream { store_dir: \""+store+"\" }\n")...), 0o600); err != nil {
+		if err := os.WriteFile(conf, append(b, []byte("\njetstream { store_dir: \""+store+"\", domain: hub }\nleafnodes { listen: \""+hubLeaf+"\" }\n")...), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		opts, err := server.ProcessConfigFile(conf)
@@ -128,8 +136,13 @@ func TestJWTAccountsLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if _, err := natsbus.Provision(ctx, admin.js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
+	// coordinator provision --tool-consumer deploy,calculator,echo
+	tools := []string{"deploy", "calculator", "echo"}
+	if _, err := natsbus.Provision(ctx, admin.js, protocol.Subjects{}, natsbus.StreamConfig{OwnRecordTools: tools}); err != nil {
 		t.Fatalf("admin provisioning: %v", err)
+	}
+	if _, err := natsbus.ProvisionToolConsumers(ctx, admin.js, protocol.Subjects{}, tools); err != nil {
+		t.Fatalf("admin provisioning the tools' consumers: %v", err)
 	}
 
 	// The client's submission with the nats CLI and its creds file.
@@ -150,6 +163,8 @@ func TestJWTAccountsLayout(t *testing.T) {
 	if got := storedOn(t, admin, "FLEET_APPROVALS", "fleet.approval.decision.r1.k1"); got != "" {
 		t.Errorf("attack 1 in JWT mode: FLEET_APPROVALS stored %s", got)
 	}
+
+	checkWorkerAccounts(t, s, hubLeaf, admin, creds)
 
 	// Revoking the client's user: it can no longer connect.
 	run("revocations", "add-user", "--account", "client", "--name", "client")

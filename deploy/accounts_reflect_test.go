@@ -164,8 +164,10 @@ func TestHostileReflectedAcksOntoFleetSubjects(t *testing.T) {
 // acknowledgements of its own submission at bob's cancel subject (3) and
 // at bob's result key (4). Nothing is stored on either; bob's run runs,
 // is not cancelled, and its result is its own. The same attack after bob's
-// run leaves his stored result as it was. Bob, for his part, can neither
-// read, announce, cancel nor submit as the first client.
+// run leaves his stored result as it was. Bob, for his part, knowing the
+// first client's submission id and so its run id, can neither read,
+// announce, cancel nor submit as the first client, and submitting that
+// submission id gets him a run of his own.
 func TestHostileReflectedAcksOntoAnotherClientsRun(t *testing.T) {
 	s := startFromEditedConf(t, withClient(t, "bob"))
 	provision(t, s)
@@ -230,6 +232,20 @@ func TestHostileReflectedAcksOntoAnotherClientsRun(t *testing.T) {
 			if !refusedSub(t, bob, subj) {
 				t.Errorf("bob subscribe on %s not refused", subj)
 			}
+		}
+		// Knowing client's submission id, bob submits it as his own: the
+		// run id is derived from (client, submission id), so he gets a run
+		// of his own, and client's run and result are untouched.
+		mine, err := bc.Submit(wctx, tfclient.Request{Prompt: "hi", ID: "before-3"})
+		if err != nil || mine.ID == cliRun || mine.ID != protocol.SubmissionRunID("bob", "before-3") {
+			t.Fatalf("bob submitting client's submission id: %+v, %v; want a run of his own", mine, err)
+		}
+		if res, err := bc.Wait(wctx, mine); err != nil || res.RunID != mine.ID {
+			t.Errorf("bob's run of client's submission id: %+v, %v; want his own result", res, err)
+		}
+		clientResult := storedOn(t, admin, "KV_fleet_runs", "$KV.fleet_runs."+protocol.RunKey("client", cliRun))
+		if !strings.Contains(clientResult, `"run_id":"`+string(cliRun)+`"`) {
+			t.Errorf("client's result after bob used its submission id: %s; want client's run %s", clientResult, cliRun)
 		}
 	})
 }

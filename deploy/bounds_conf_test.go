@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,26 +88,40 @@ func refusedFull(t *testing.T, c client, stream, subject string) bool {
 }
 
 // otherToolsFleet runs, as the shared worker user, a gated tool "release"
-// and a non-idempotent tool "charge", and returns a dispatcher's inbox of
-// the coordinator and a function that publishes a call (with its approval,
-// stored by the coordinator and the operator as the gate does) and waits
-// for its result.
-func otherToolsFleet(t *testing.T, s serverOf) func(tool protocol.ToolName) protocol.Result {
+// and a non-idempotent tool "charge" (toolsFleet).
+func otherToolsFleet(t *testing.T, connect func(user string) client) func(tool protocol.ToolName) protocol.Result {
+	t.Helper()
+	return toolsFleet(t, connect, "worker",
+		harness.Tool{Name: "release", Parameters: json.RawMessage(`{"type":"object"}`), RequiresApproval: true, Idempotent: true,
+			Run: func(context.Context, json.RawMessage) (string, error) { return "released", nil }},
+		harness.Tool{Name: "charge", Parameters: json.RawMessage(`{"type":"object"}`),
+			Run: func(context.Context, json.RawMessage) (string, error) { return "charged", nil }})
+}
+
+// toolsFleet runs tools in a worker connected as user, and returns a
+// function that publishes a call of one of them as the coordinator (for
+// a tool that requires approval, with its approval, stored by the
+// coordinator and the operator as the gate does) and waits for its
+// result. connect connects to the fleet's server as a user.
+func toolsFleet(t *testing.T, connect func(user string) client, user string, tools ...harness.Tool) func(tool protocol.ToolName) protocol.Result {
 	t.Helper()
 	subjects := protocol.Subjects{}
-	var runs atomic.Int64
-	h, err := harness.New(harness.Config{},
-		harness.Tool{Name: "release", Parameters: json.RawMessage(`{"type":"object"}`), RequiresApproval: true, Idempotent: true,
-			Run: func(context.Context, json.RawMessage) (string, error) { runs.Add(1); return "released", nil }},
-		harness.Tool{Name: "charge", Parameters: json.RawMessage(`{"type":"object"}`),
-			Run: func(context.Context, json.RawMessage) (string, error) { runs.Add(1); return "charged", nil }})
+	gated := map[protocol.ToolName]bool{}
+	for _, tool := range tools {
+		gated[protocol.ToolName(tool.Name)] = tool.RequiresApproval
+	}
+	h, err := harness.New(harness.Config{}, tools...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	worker := connectAs(t, s.Server, "worker")
-	w, err := natsbus.NewWorker(worker.nc, worker.js, subjects, h, natsbus.WorkerConfig{
-		Name: "shared", AckWait: 2 * time.Second, PollWait: 200 * time.Millisecond, ShutdownGrace: time.Second, NoDiscovery: true,
-	})
+	worker := connect(user)
+	cfg := natsbus.WorkerConfig{Name: user, PollWait: 200 * time.Millisecond, ShutdownGrace: time.Second, NoDiscovery: true}
+	if user == "worker" {
+		// A worker in an account of its own serves its provisioned
+		// consumer's ack wait, the default.
+		cfg.AckWait = 2 * time.Second
+	}
+	w, err := natsbus.NewWorker(worker.nc, worker.js, subjects, h, cfg)
 	if err != nil {
 		t.Fatalf("NewWorker: %v", err)
 	}
@@ -121,8 +134,8 @@ func otherToolsFleet(t *testing.T, s serverOf) func(tool protocol.ToolName) prot
 			t.Errorf("worker: Run: %v", err)
 		}
 	})
-	coord := connectAs(t, s.Server, "coordinator")
-	operator := connectAs(t, s.Server, "operator")
+	coord := connect("coordinator")
+	operator := connect("operator")
 	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
 	return func(tool protocol.ToolName) protocol.Result {
 		t.Helper()
@@ -134,7 +147,7 @@ func otherToolsFleet(t *testing.T, s serverOf) func(tool protocol.ToolName) prot
 		defer in.Close()
 		call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "c1", Tool: tool,
 			Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(time.Minute), Attempt: 1}
-		if tool == "release" {
+		if gated[tool] {
 			call.RequiresApproval = true
 			digest, _ := protocol.Digest(run, call.CallKey, call.Tool, call.Arguments)
 			reqSubj, _ := subjects.ApprovalRequest(run, call.CallKey)
@@ -161,6 +174,11 @@ func otherToolsFleet(t *testing.T, s serverOf) func(tool protocol.ToolName) prot
 // serverOf names the server a test started.
 type serverOf struct{ *server.Server }
 
+// connect returns a function that connects to s as a user.
+func (s serverOf) connect(t *testing.T) func(user string) client {
+	return func(user string) client { return connectAs(t, s.Server, user) }
+}
+
 // TestHostileClaimsFloodFillsOnlyItsTool is attack 5 of issue 34, with
 // the credential of one tool's workers (worker_deploy) and only its own
 // tool's subjects: execution records flooded on
@@ -172,7 +190,7 @@ func TestHostileClaimsFloodFillsOnlyItsTool(t *testing.T) {
 	t.Parallel()
 	s, admin, wd := boundedFleet(t)
 	subjects := protocol.Subjects{}
-	call := otherToolsFleet(t, s)
+	call := otherToolsFleet(t, s.connect(t))
 
 	flood(t, wd, floodRecords, nil, func(i int) string { return fmt.Sprintf("fleet.claim.deploy.x%d.y%d", i, i) })
 	if !refusedPub(t, wd, "fleet.claim.deploy.x.y") {
@@ -206,7 +224,7 @@ func TestHostileStartsFloodFillsOnlyItsTool(t *testing.T) {
 	t.Parallel()
 	s, admin, wd := boundedFleet(t)
 	subjects := protocol.Subjects{}
-	call := otherToolsFleet(t, s)
+	call := otherToolsFleet(t, s.connect(t))
 
 	never := nats.Header{}
 	never.Set(jetstream.MsgTTLHeader, "never")
@@ -239,5 +257,36 @@ func TestHostileStartsFloodFillsOnlyItsTool(t *testing.T) {
 
 	if res := call("charge"); res.Outcome != protocol.OutcomeOK {
 		t.Fatalf("a non-idempotent call of another tool after the flood: %s (%s), want ok", res.Outcome, res.ErrorType)
+	}
+}
+
+// TestHostileSharedWorkerStartsFloodSparesOwnTools is attack 6 of issue
+// 34 by the shared worker user: start records with Nats-TTL: never, which
+// the shared starts stream takes (it keeps them past its MaxAge:
+// natsbus.TestNeverTTLOutlivesMaxAge), flooded on a shared tool's
+// subject until FLEET_STARTS is full. That stops the shared tools'
+// non-idempotent calls, which the shared worker serves and is trusted
+// with; a tool with workers of its own keeps its records in its own
+// stream: deploy's non-idempotent call, served by worker_deploy, still
+// runs.
+func TestHostileSharedWorkerStartsFloodSparesOwnTools(t *testing.T) {
+	t.Parallel()
+	s, admin, _ := boundedFleet(t)
+	subjects := protocol.Subjects{}
+	call := toolsFleet(t, s.connect(t), "worker_deploy", harness.Tool{Name: "deploy", Parameters: json.RawMessage(`{"type":"object"}`),
+		Run: func(context.Context, json.RawMessage) (string, error) { return "deployed", nil }})
+
+	worker := connectAs(t, s.Server, "worker")
+	never := nats.Header{}
+	never.Set(jetstream.MsgTTLHeader, "never")
+	flood(t, worker, floodRecords, never, func(i int) string { return fmt.Sprintf("fleet.start.charge.x%d.y%d", i, i) })
+	if !refusedFull(t, worker, subjects.StartsStream(), "fleet.start.charge.x.last") {
+		t.Fatalf("%s is not full after %d records (%d stored)", subjects.StartsStream(), floodRecords, msgsIn(t, admin, subjects.StartsStream()))
+	}
+	if res := call("deploy"); res.Outcome != protocol.OutcomeOK {
+		t.Fatalf("a non-idempotent call of deploy after the shared worker's flood: %s (%s), want ok", res.Outcome, res.ErrorType)
+	}
+	if n := msgsIn(t, admin, subjects.OwnStartsStream("deploy")); n != 1 {
+		t.Errorf("%s holds %d records after deploy's call, want its one start record", subjects.OwnStartsStream("deploy"), n)
 	}
 }

@@ -1,6 +1,8 @@
 package deploy
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -98,5 +101,53 @@ func TestHostileDeployWorkerPullTricks(t *testing.T) {
 			t.Errorf("%s/%s after the tricks: %d pending, %d delivered, %d pulls waiting; want %d, 0, 0",
 				c.stream, c.durable, in.NumPending, in.Delivered.Consumer, in.NumWaiting, c.want)
 		}
+	}
+}
+
+// TestOwnAccountWorkerRefusesAnotherAckWait: a worker in an account of
+// its own (worker_deploy; an edge site's are the same) may not change the
+// consumer "coordinator provision --tool-consumer" made for its tool, so
+// an AckWait (--ack-wait) other than the provisioned one cannot be
+// applied: its heartbeats would not keep a running call from being
+// redelivered. The worker stops with an error naming both, and takes no
+// call.
+func TestOwnAccountWorkerRefusesAnotherAckWait(t *testing.T) {
+	t.Parallel()
+	s := startFromConf(t)
+	provision(t, s)
+	subjects := protocol.Subjects{}
+	admin := connectAs(t, s, "admin")
+	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
+		t.Fatalf("provisioning deploy's consumer: %v", err)
+	}
+	coord := connectAs(t, s, "coordinator")
+	if _, err := coord.js.Publish(t.Context(), "fleet.call.deploy.interactive.client", []byte(`{}`)); err != nil {
+		t.Fatalf("coordinator publishing a deploy call: %v", err)
+	}
+	h, err := harness.New(harness.Config{}, harness.Tool{Name: "deploy", Parameters: json.RawMessage(`{"type":"object"}`),
+		Run: func(context.Context, json.RawMessage) (string, error) { return "deployed", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	provisioned := natsbus.DefaultAckWait
+	deployer := connectAs(t, s, "worker_deploy")
+	w, err := natsbus.NewWorker(deployer.nc, deployer.js, subjects, h, natsbus.WorkerConfig{
+		Name: "deploy", AckWait: 6 * provisioned, NoDiscovery: true, ShutdownGrace: time.Second,
+	})
+	if err != nil {
+		t.Fatalf("NewWorker: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err = w.Run(ctx)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "ack") || !strings.Contains(err.Error(), provisioned.String()) {
+		t.Fatalf("a worker_deploy worker with AckWait %v against deploy's consumer provisioned with %v: Run = %v, want an error naming both", 6*provisioned, provisioned, err)
+	}
+	cons, err := admin.js.Consumer(t.Context(), subjects.CallsStream(), "tool_deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := cons.CachedInfo(); in.NumPending != 1 || in.Delivered.Consumer != 0 {
+		t.Errorf("tool_deploy after the refused worker: %d pending, %d delivered; want 1, 0", in.NumPending, in.Delivered.Consumer)
 	}
 }

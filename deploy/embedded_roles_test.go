@@ -27,8 +27,11 @@ var embeddedDifferences = map[string]struct {
 	// execution record.
 	embedded.RoleCoordinator: {
 		pubDenyDrop: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>",
-			// deploy's own record streams, which the embedded server lacks
-			"$JS.API.STREAM.MSG.DELETE.FLEET_CLAIMS_deploy", "$JS.API.STREAM.MSG.DELETE.FLEET_STARTS_deploy"},
+			// the own record streams of deploy and of the edge site's
+			// tools, which the embedded server lacks
+			"$JS.API.STREAM.MSG.DELETE.FLEET_CLAIMS_deploy", "$JS.API.STREAM.MSG.DELETE.FLEET_STARTS_deploy",
+			"$JS.API.STREAM.MSG.DELETE.FLEET_CLAIMS_calculator", "$JS.API.STREAM.MSG.DELETE.FLEET_STARTS_calculator",
+			"$JS.API.STREAM.MSG.DELETE.FLEET_CLAIMS_echo", "$JS.API.STREAM.MSG.DELETE.FLEET_STARTS_echo"},
 	},
 	// "deploy" is the conf's example of a tool with workers of its own
 	// (user worker_deploy, absent from the embedded server): the generic

@@ -739,8 +739,8 @@ func TestKEDAScaledObject(t *testing.T) {
 		if str(md, "stream") != subjects.CallsStream() {
 			t.Errorf("trigger %d: stream %q, want %s", i, str(md, "stream"), subjects.CallsStream())
 		}
-		if str(md, "account") != "$G" {
-			t.Errorf("trigger %d: account %q, want $G (nats-server.conf defines no accounts)", i, str(md, "account"))
+		if str(md, "account") != "FLEET" {
+			t.Errorf("trigger %d: account %q, want FLEET (the account of the fleet's streams in nats-server.conf)", i, str(md, "account"))
 		}
 		host, port, err := net.SplitHostPort(str(md, "natsServerMonitoringEndpoint"))
 		if err != nil || port != monitorPort || !strings.HasPrefix(host, "nats-headless.toolfleet.svc") {

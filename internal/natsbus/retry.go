@@ -32,9 +32,11 @@ const (
 // now), or an answer that says "not now" (a leader change in a cluster).
 // Any other answer from the server, such as a full stream, is final, and
 // so are a connection closed for good and a tool's consumer that is not
-// one the worker may serve.
+// one the worker may serve (a push consumer, or one it may not change
+// with another ack wait).
 func transient(err error) bool {
-	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, errForeignConsumer) {
+	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
+		errors.Is(err, errForeignConsumer) || errors.Is(err, errProvisionedAckWait) {
 		return false
 	}
 	var api *jetstream.APIError

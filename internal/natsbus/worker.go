@@ -294,12 +294,24 @@ func (w *Worker) ensureConsumer(ctx context.Context, config jetstream.ConsumerCo
 	case cerr == nil:
 		return cons, nil
 	case err == nil && sameCalls(found.CachedInfo().Config, config):
+		// The heartbeats of a running call keep it only within the ack
+		// wait of the consumer it came from.
+		if got := found.CachedInfo().Config.AckWait; got != config.AckWait {
+			return nil, fmt.Errorf("natsbus: consumer %s on %s waits %v for an ack, this worker's AckWait is %v: %w",
+				config.Durable, stream, got, config.AckWait, errProvisionedAckWait)
+		}
 		w.log.Info().Str(logStream, stream).Str(logConsumer, config.Durable).
 			Msg("serving the consumer with its provisioned settings: this worker may not change them")
 		return found, nil
 	}
 	return nil, fmt.Errorf("natsbus: consumer %s on %s: %w", config.Durable, stream, cerr)
 }
+
+// errProvisionedAckWait is a tool's consumer that the worker may not
+// change (provisioned for a worker in an account of its own) with another
+// ack wait than the worker's: the worker takes no call from it, since its
+// heartbeats would not keep a running call from being redelivered.
+var errProvisionedAckWait = errors.New("natsbus: the provisioned consumer has another ack wait, which this worker may not change")
 
 // errForeignConsumer is a tool's consumer that is a push consumer: the
 // worker takes no call from it.
