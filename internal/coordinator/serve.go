@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/providers"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -141,7 +142,7 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	}
 	s.agents = &agents.Serving{
 		Registry: &agents.Registry{Store: store, Invalid: s.invalidAgentRevision},
-		Models:   &agents.Models{Getenv: procsec.Getenv, Logger: c.cfg.Logger},
+		Models:   (&providers.Models{Getenv: procsec.Getenv, Logger: c.cfg.Logger}).Model,
 		Metrics:  c.agentMetrics(),
 	}
 	return s.serve(ctx)
