@@ -121,7 +121,7 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	cc := natsbus.CatalogConfig{Logger: cfg.Logger}
 	if c.obs != nil {
-		cc.Observer = c.obs.coord
+		cc.Observer = &c.obs.catalog
 	}
 	c.catalog, err = natsbus.NewCatalogWith(ctx, c.js, subjects, cc)
 	if err != nil {

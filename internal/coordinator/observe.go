@@ -37,6 +37,23 @@ type observability struct {
 	monitor *discovery.SchemaMonitor
 	// serving is the server of Serve, whose streams readiness also needs.
 	serving atomic.Pointer[serve.Server]
+	// catalog counts the anomalies of the coordinator's catalog, until
+	// Serve's server, whose catalog sees the same entries, counts them.
+	catalog catalogAnomalies
+}
+
+// catalogAnomalies passes a catalog's anomalies on to coord unless off:
+// one catalog of the process counts each anomaly.
+type catalogAnomalies struct {
+	coord *metrics.Coordinator
+	off   atomic.Bool
+}
+
+// CatalogAnomaly implements natsbus.CatalogObserver.
+func (a *catalogAnomalies) CatalogAnomaly(kind string) {
+	if !a.off.Load() {
+		a.coord.CatalogAnomaly(kind)
+	}
 }
 
 // shareObserver is what the coordinator's dispatchers tell about calls
@@ -89,6 +106,7 @@ func (c *Coordinator) startMetrics() error {
 		return &config.FieldError{Field: "MetricsAddr", Err: err}
 	}
 	o.srv = srv
+	o.catalog.coord = o.coord
 	c.obs = o
 	c.cfg.Loop.Observer = loop.Observers(c.cfg.Loop.Observer, o.coord)
 	return nil

@@ -44,6 +44,7 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	defer s.Close()
 	if c.obs != nil {
 		c.obs.serving.Store(s)
+		c.obs.catalog.off.Store(true)
 	}
 	if url := c.ClientURL(); url != "" {
 		c.log.Info().Str("nats_url", url).Str("credentials_file", c.CredentialsFile()).

@@ -21,12 +21,6 @@ import (
 // (the clients are rebuilt as runs ask for them).
 const MaxModels = 256
 
-// Providers are the providers an agent's model may name, each built by
-// [Models.Model]: openai (Chat Completions), openai-responses (the
-// Responses API), anthropic (Messages) and scripted (a script in the
-// definition, for trying an agent without a model).
-var Providers = []string{"openai", "openai-responses", "anthropic", "scripted"}
-
 // Models makes the model clients of agents' definitions, one per distinct
 // configuration (provider, model, base URL, key variable, temperature,
 // max_tokens, script), and reuses it for every run that asks for the
