@@ -10,7 +10,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/config"
@@ -18,6 +17,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/model/anthropic"
 	"github.com/toolfleet/toolfleet/pkg/model/demo"
 	"github.com/toolfleet/toolfleet/pkg/model/openai"
+	"github.com/toolfleet/toolfleet/pkg/model/providers"
 	"github.com/toolfleet/toolfleet/pkg/model/responses"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 )
@@ -120,7 +120,7 @@ func (f *fleetFlags) agentModel(path string) func(zerolog.Logger) (loop.Model, e
 		if err != nil {
 			return nil, &usageError{fmt.Sprintf("--agent %s: %v", path, err)}
 		}
-		models := &agents.Models{Getenv: procsec.Getenv, Logger: log}
+		models := &providers.Models{Getenv: procsec.Getenv, Logger: log}
 		m, err := models.Model(d.Model)
 		if err != nil {
 			return nil, &usageError{fmt.Sprintf("--agent %s: %v", path, err)}

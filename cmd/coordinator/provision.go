@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/cliconfig"
-	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/serve"
 )
 
 // provisionFlags are the flags of "coordinator provision".
@@ -45,7 +45,7 @@ func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs := flag.NewFlagSet("coordinator provision", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.connFlags.register(fs, false)
-	fs.DurationVar(&f.resultTTL, "result-ttl", coordinator.DefaultResultTTL, "how long results stay in the runs bucket (the serving coordinators' --result-ttl)")
+	fs.DurationVar(&f.resultTTL, "result-ttl", serve.DefaultResultTTL, "how long results stay in the runs bucket (the serving coordinators' --result-ttl)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for NATS and JetStream")
 	fs.IntVar(&f.replicas, "replicas", 1, "copies of every stream and bucket: 1 on a single server, 3 on a JetStream cluster of three or more nodes (raised on an existing stream, never lowered)")
 	fs.StringVar(&f.placementTags, "placement-tags", "", "comma list of tags: every stream and bucket is placed on JetStream servers that carry all of them (nats-server server_tags, e.g. ssd,az:eu-1a); a stream placed otherwise is moved")
@@ -74,7 +74,7 @@ Flags:`)
 	if err := refuseZero(fs, set, "result-ttl", "timeout"); err != nil {
 		return cmd.fail(err)
 	}
-	sc := coordinator.ServeConfig{ResultTTL: f.resultTTL, Replicas: f.replicas}
+	sc := serve.Config{ResultTTL: f.resultTTL, Replicas: f.replicas}
 	if err := sc.Validate(); err != nil {
 		return cmd.fail(err)
 	}
@@ -85,7 +85,9 @@ Flags:`)
 	if err := f.conn().Validate(); err != nil {
 		return cmd.fail(nest("Conn", err))
 	}
-	streams := sc.StreamConfig()
+	// The runs stream and bucket as a serving coordinator with the same
+	// settings expects them (zero fields: the defaults both use).
+	streams := natsbus.StreamConfig{Replicas: f.replicas, RunResultTTL: f.resultTTL}
 	streams.PlacementTags = splitList(f.placementTags)
 	streams.MaxCallsPerClient = f.maxPerClient
 	streams.OwnRecordTools = splitList(f.toolConsumers)

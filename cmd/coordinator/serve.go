@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/serve"
 )
 
 // serveFlags are the flags of "coordinator serve": the fleet flags of run,
@@ -28,11 +29,11 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	f.fleetFlags.register(fs, true)
 	fs.StringVar(&f.name, "name", "", "coordinator `ID` in run results and logs (default <hostname>-<pid>)")
-	fs.IntVar(&f.maxConcurrentRuns, "max-concurrent-runs", coordinator.DefaultMaxConcurrentRuns, "runs this coordinator runs at once (1..10000)")
+	fs.IntVar(&f.maxConcurrentRuns, "max-concurrent-runs", serve.DefaultMaxConcurrentRuns, "runs this coordinator runs at once (1..10000)")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", protocol.DefaultMaxRunRequestBytes, "size limit of a run request; larger ones are refused (1..1048576)")
-	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", coordinator.DefaultShutdownGrace, "on SIGTERM, how long runs in flight have to reach a step boundary and be handed off before they are cancelled")
-	fs.DurationVar(&f.runAckWait, "run-ack-wait", coordinator.DefaultRunAckWait, "how long a run taken by a coordinator that died waits before another coordinator takes it (fleet-wide)")
-	fs.DurationVar(&f.resultTTL, "result-ttl", coordinator.DefaultResultTTL, "how long results stay in the runs bucket (fleet-wide)")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", serve.DefaultShutdownGrace, "on SIGTERM, how long runs in flight have to reach a step boundary and be handed off before they are cancelled")
+	fs.DurationVar(&f.runAckWait, "run-ack-wait", serve.DefaultRunAckWait, "how long a run taken by a coordinator that died waits before another coordinator takes it (fleet-wide)")
+	fs.DurationVar(&f.resultTTL, "result-ttl", serve.DefaultResultTTL, "how long results stay in the runs bucket (fleet-wide)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:0", "with the embedded server, the `HOST:PORT` clients and remote workers connect to (port 0: random), with the users of deploy/nats-server.conf: client and worker (passwords from TOOLFLEET_CLIENT_PASSWORD, TOOLFLEET_WORKER_PASSWORD, else drawn and written to nats.env and worker.env, paths logged) and operator (only with TOOLFLEET_OPERATOR_PASSWORD); \"none\": in-process connections only")
 	fs.StringVar(&f.storeDir, "store-dir", "", "the embedded server's JetStream directory (default: a temporary directory, removed on exit)")
 	return fs

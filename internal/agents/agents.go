@@ -1,6 +1,7 @@
 // Package agents is the coordinator's side of named agents: the fleet's
 // agent definitions read and written through the agents bucket
-// ([Registry]), and the model clients of their providers ([Models]).
+// ([Registry]), and what a serving coordinator makes of them for each run
+// ([Serving]).
 package agents
 
 import (

@@ -22,8 +22,9 @@ const maxRunners = 256
 type Serving struct {
 	// Registry reads the definitions.
 	Registry *Registry
-	// Models makes and keeps the model clients.
-	Models *Models
+	// Models makes the model client of an agent's model (one per
+	// configuration, reused: providers.Models.Model). Required.
+	Models func(agent.Model) (loop.Model, error)
 	// Metrics counts the per-agent spend; nil counts nothing.
 	Metrics *metrics.Agents
 	// Base is the coordinator's loop configuration (logger, observer,
@@ -107,13 +108,13 @@ func (s *Serving) Prepare(ctx context.Context, name string, j loop.Journal, base
 
 // config is base turned into d's loop configuration, and d's model.
 func (s *Serving) config(d agent.Definition, base loop.Config) (loop.Config, loop.Model, error) {
-	m, err := s.Models.Model(d.Model)
+	m, err := s.Models(d.Model)
 	if err != nil {
 		return loop.Config{}, nil, err
 	}
 	cfg := d.LoopConfig(base)
 	if d.Summarizer != nil {
-		if cfg.Summarizer, err = s.Models.Model(*d.Summarizer); err != nil {
+		if cfg.Summarizer, err = s.Models(*d.Summarizer); err != nil {
 			return loop.Config{}, nil, err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
+	"github.com/toolfleet/toolfleet/pkg/model/providers"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -62,7 +63,8 @@ func TestServingTwoAgentsDisjointScopes(t *testing.T) {
 	}
 	reg2 := metrics.NewRegistry()
 	fleet := c.Fleet()
-	s := &agents.Serving{Registry: reg, Models: &agents.Models{}, Metrics: metrics.NewAgents(reg2),
+	models := &providers.Models{}
+	s := &agents.Serving{Registry: reg, Models: models.Model, Metrics: metrics.NewAgents(reg2),
 		Base: fleet.Loop, Catalog: fleet.Catalog, Dispatcher: fleet.Dispatcher, Gate: fleet.Gate}
 
 	var mu sync.Mutex
@@ -107,8 +109,8 @@ func TestServingTwoAgentsDisjointScopes(t *testing.T) {
 	if b.Calls[0].Outcome != protocol.OutcomeOK || b.Answer != "beta: 42" {
 		t.Fatalf("beta: %+v %q", b.Calls, b.Answer)
 	}
-	if s.Models.Len() != 2 {
-		t.Fatalf("%d model clients, want 2", s.Models.Len())
+	if models.Len() != 2 {
+		t.Fatalf("%d model clients, want 2", models.Len())
 	}
 	f := metricstest.Gather(t, reg2)
 	for _, name := range []string{"alpha", "beta"} {
@@ -159,7 +161,7 @@ func TestServingResumeKeepsTheRevision(t *testing.T) {
 	}
 	serving := func() *agents.Serving {
 		f := c.Fleet()
-		return &agents.Serving{Registry: reg, Models: &agents.Models{}, Base: f.Loop, Catalog: f.Catalog, Dispatcher: f.Dispatcher, Gate: f.Gate}
+		return &agents.Serving{Registry: reg, Models: (&providers.Models{}).Model, Base: f.Loop, Catalog: f.Catalog, Dispatcher: f.Dispatcher, Gate: f.Gate}
 	}
 	input := []loop.Message{{Role: "user", Content: "go"}}
 	run := protocol.NewRunID()
@@ -208,7 +210,7 @@ func TestServingPrepare(t *testing.T) {
 	}
 	run := protocol.NewRunID()
 	j, _ := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "a", "start")
-	s := &agents.Serving{Registry: reg, Models: &agents.Models{Getenv: func(string) string { return "k" }}}
+	s := &agents.Serving{Registry: reg, Models: (&providers.Models{Getenv: func(string) string { return "k" }}).Model}
 	p, err := s.Prepare(ctx, "support", j, loop.Config{MaxRounds: 8}, looptest.NewCatalog(looptest.MustSpec("kb_find", `{"type":"object"}`), looptest.MustSpec("deploy", `{"type":"object"}`)),
 		[]loop.Message{{Role: "user", Content: "hi"}})
 	if err != nil {

@@ -62,7 +62,9 @@ type Config struct {
 	// Agent, when set, is the one agent every run of this coordinator runs
 	// as (coordinator run --agent FILE): its instructions open each run,
 	// the model is offered only its tools, and its limits, approvals and
-	// budget apply over Loop. Model must be the agent's. Default: none.
+	// budget apply over Loop. Model must be the agent's: one that names
+	// another provider or model is refused (runner.Config.Agent).
+	// Default: none.
 	Agent *agent.Definition
 	// MetricsAddr, when set, serves Prometheus /metrics, /healthz and
 	// /readyz on this address (e.g. ":9090") from Open to Close: the

@@ -45,6 +45,9 @@ type Coordinator struct {
 	monitor    *discovery.SchemaMonitor // reports schema conflicts
 	guard      *natsbus.StreamGuard     // the fleet's streams as expected
 	guardEnd   context.CancelFunc
+	// loopBase is Config.Loop without the coordinator's own metrics
+	// observer: a server's (Serve) registers its own, on the same registry.
+	loopBase loop.Config
 	// runner runs the loop (pkg/runner, as any Go program would); closed
 	// with the coordinator.
 	runner *runner.Runner
@@ -76,7 +79,7 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	useEmbedded := cfg.Conn.URL == "" && os.Getenv("NATS_URL") == ""
 	cfg = cfg.withDefaults(useEmbedded)
-	c := &Coordinator{cfg: cfg, subjects: subjects, log: cfg.Logger}
+	c := &Coordinator{cfg: cfg, subjects: subjects, log: cfg.Logger, loopBase: cfg.Loop}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -118,7 +121,7 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	cc := natsbus.CatalogConfig{Logger: cfg.Logger}
 	if c.obs != nil {
-		cc.Observer = c.obs.coord
+		cc.Observer = &c.obs.catalog
 	}
 	c.catalog, err = natsbus.NewCatalogWith(ctx, c.js, subjects, cc)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/runner"
@@ -27,7 +29,7 @@ func (c *Coordinator) Runner() *runner.Runner { return c.runner }
 // "coordinator resume RUN" can continue it if this process is killed.
 func (c *Coordinator) RunJournaled(ctx context.Context, prompt string) (*loop.Result, error) {
 	run := protocol.NewRunID()
-	c.log.Info().Str(logRun, string(run)).Str("resume", "coordinator resume "+string(run)).Msg("run journaled")
+	c.log.Info().Str(logkey.RunID, string(run)).Str("resume", "coordinator resume "+string(run)).Msg("run journaled")
 	return c.runner.RunDurable(ctx, run, prompt)
 }
 
@@ -47,3 +49,9 @@ func owner() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("run@%s-%d", host, os.Getpid())
 }
+
+// JournalStreamConfig is the stream of run journals, one subject per run
+// (<prefix>.journal.run.<run>) plus operators' cancel requests
+// (<prefix>.journal.cancel.<run>), as natsbus.FleetStreams lists it. It
+// is [natsbus.JournalStreamConfig].
+var JournalStreamConfig = natsbus.JournalStreamConfig

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/serve"
 )
 
 // metricsCloseTimeout bounds the metrics server's shutdown.
@@ -24,16 +26,34 @@ var errConnecting = errors.New("connecting to NATS")
 
 // observability is a coordinator's metrics, probes and schema monitor.
 type observability struct {
+	reg     *prometheus.Registry
 	coord   *metrics.Coordinator
 	worker  *metrics.Worker
 	streams *metrics.Streams
-	agents  *metrics.Agents
 	shares  *metrics.Shares
-	refused *metrics.Refused
 	srv     *metrics.Server
 	nc      atomic.Pointer[nats.Conn]
 	probe   atomic.Pointer[natsbus.Probe]
 	monitor *discovery.SchemaMonitor
+	// serving is the server of Serve, whose streams readiness also needs.
+	serving atomic.Pointer[serve.Server]
+	// catalog counts the anomalies of the coordinator's catalog, until
+	// Serve's server, whose catalog sees the same entries, counts them.
+	catalog catalogAnomalies
+}
+
+// catalogAnomalies passes a catalog's anomalies on to coord unless off:
+// one catalog of the process counts each anomaly.
+type catalogAnomalies struct {
+	coord *metrics.Coordinator
+	off   atomic.Bool
+}
+
+// CatalogAnomaly implements natsbus.CatalogObserver.
+func (a *catalogAnomalies) CatalogAnomaly(kind string) {
+	if !a.off.Load() {
+		a.coord.CatalogAnomaly(kind)
+	}
 }
 
 // shareObserver is what the coordinator's dispatchers tell about calls
@@ -53,7 +73,7 @@ func (c *Coordinator) startMetrics() error {
 		return nil
 	}
 	reg := metrics.NewRegistry()
-	o := &observability{coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg), agents: metrics.NewAgents(reg), shares: metrics.NewShares(reg), refused: metrics.NewRefused(reg)}
+	o := &observability{reg: reg, coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg), shares: metrics.NewShares(reg)}
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()
@@ -68,10 +88,17 @@ func (c *Coordinator) startMetrics() error {
 			return errConnecting
 		},
 		Ready: func(ctx context.Context) error {
-			if p := o.probe.Load(); p != nil {
-				return p.Ready(ctx)
+			p := o.probe.Load()
+			if p == nil {
+				return errConnecting
 			}
-			return errConnecting
+			if err := p.Ready(ctx); err != nil {
+				return err
+			}
+			if s := o.serving.Load(); s != nil {
+				return s.Err()
+			}
+			return nil
 		},
 		Logger: c.cfg.Logger,
 	})
@@ -79,6 +106,7 @@ func (c *Coordinator) startMetrics() error {
 		return &config.FieldError{Field: "MetricsAddr", Err: err}
 	}
 	o.srv = srv
+	o.catalog.coord = o.coord
 	c.obs = o
 	c.cfg.Loop.Observer = loop.Observers(c.cfg.Loop.Observer, o.coord)
 	return nil
@@ -158,21 +186,5 @@ func (c *Coordinator) closeObservability() {
 		ctx, cancel := context.WithTimeout(context.Background(), metricsCloseTimeout)
 		defer cancel()
 		c.obs.srv.Close(ctx)
-	}
-}
-
-// agentMetrics is the per-agent spend's metrics, nil without MetricsAddr.
-func (c *Coordinator) agentMetrics() *metrics.Agents {
-	if c.obs == nil {
-		return nil
-	}
-	return c.obs.agents
-}
-
-// refused counts a message of kind the coordinator refused to act on
-// (metrics.Refused*), when it has metrics.
-func (c *Coordinator) refused(kind string) {
-	if c.obs != nil {
-		c.obs.refused.Refused(kind)
 	}
 }

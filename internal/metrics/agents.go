@@ -42,7 +42,9 @@ func NewAgents(reg prometheus.Registerer) *Agents {
 		}, []string{"agent"}),
 		names: map[string]bool{},
 	}
-	reg.MustRegister(a.runs, a.tokens, a.cost)
+	a.runs = register(reg, a.runs)
+	a.tokens = register(reg, a.tokens)
+	a.cost = register(reg, a.cost)
 	return a
 }
 

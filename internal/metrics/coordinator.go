@@ -106,8 +106,17 @@ func NewCoordinator(reg prometheus.Registerer) *Coordinator {
 			Help: "Catalog entries that disagree on requires_approval (approval_conflict; the tool keeps requiring it) or were skipped (oversized, full).",
 		}, []string{"kind"}),
 	}
-	reg.MustRegister(c.runs, c.runsInFlight, c.calls, c.duration, c.rejected, c.approvals,
-		c.modelLatency, c.tokens, c.conflicts, c.conflicted, c.anomalies)
+	c.runs = register(reg, c.runs)
+	c.runsInFlight = register(reg, c.runsInFlight)
+	c.calls = register(reg, c.calls)
+	c.duration = register(reg, c.duration)
+	c.rejected = register(reg, c.rejected)
+	c.approvals = register(reg, c.approvals)
+	c.modelLatency = register(reg, c.modelLatency)
+	c.tokens = register(reg, c.tokens)
+	c.conflicts = register(reg, c.conflicts)
+	c.conflicted = register(reg, c.conflicted)
+	c.anomalies = register(reg, c.anomalies)
 	for _, k := range catalogAnomalies {
 		c.anomalies.WithLabelValues(k)
 	}

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,23 @@ func NewRegistry() *prometheus.Registry {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return reg
+}
+
+// register registers c with reg and returns it, or, when reg already
+// holds a collector of the same description (another component of the
+// process, given the same registry), that one: the two share it.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	panic(err)
 }
 
 // toolLabels bounds the tool label values of one metric set.

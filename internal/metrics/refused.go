@@ -38,7 +38,7 @@ func NewRefused(reg prometheus.Registerer) *Refused {
 	for _, k := range refusedKinds {
 		r.total.WithLabelValues(k)
 	}
-	reg.MustRegister(r.total)
+	r.total = register(reg, r.total)
 	return r
 }
 

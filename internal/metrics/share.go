@@ -40,7 +40,8 @@ func NewShares(reg prometheus.Registerer) *Shares {
 			Help: "Held calls whose deadline came near before their client's share freed: answered rate_limited, never run, by tool and client.",
 		}, []string{"tool", "client"}),
 	}
-	reg.MustRegister(s.held, s.limited)
+	s.held = register(reg, s.held)
+	s.limited = register(reg, s.limited)
 	return s
 }
 

@@ -35,7 +35,8 @@ func NewStreams(reg prometheus.Registerer) *Streams {
 		}, []string{"result"}),
 		current: map[[2]string]bool{},
 	}
-	reg.MustRegister(s.drift, s.checks)
+	s.drift = register(reg, s.drift)
+	s.checks = register(reg, s.checks)
 	return s
 }
 

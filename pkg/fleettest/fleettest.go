@@ -11,11 +11,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/runner"
+	"github.com/toolfleet/toolfleet/pkg/serve"
 	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
@@ -42,8 +45,17 @@ type Config struct {
 	// port, for a worker in another process ([Fleet.URL]). Default: false,
 	// in-process connections only.
 	Listen bool
-	// Logger receives the workers' and runners' logs. The zero value
-	// discards them.
+	// Serve, when set, starts a serving coordinator in the fleet
+	// ([serve.New] with this configuration, its Prefix and Logger the
+	// fleet's, provisioning the runs stream and bucket to it), serving
+	// until the test ends: runs submitted with pkg/client on
+	// [Fleet.ConnectClient] run. Default: none.
+	Serve *serve.Config
+	// Agents are stored in the fleet's agents bucket before the serving
+	// coordinator starts, each as its first revision. Default: none.
+	Agents []agent.Definition
+	// Logger receives the workers', runners' and serving coordinator's
+	// logs. The zero value discards them.
 	Logger zerolog.Logger
 }
 
@@ -94,7 +106,61 @@ func Start(t testing.TB, cfg Config) *Fleet {
 	for i := range cfg.Workers {
 		f.startWorker(ctx, i+1)
 	}
+	f.putAgents(ctx, subjects)
+	if cfg.Serve != nil {
+		f.startServing(ctx)
+	}
 	return f
+}
+
+// putAgents stores Config.Agents, as the fleet's operator.
+func (f *Fleet) putAgents(ctx context.Context, subjects protocol.Subjects) {
+	t := f.t
+	t.Helper()
+	if len(f.cfg.Agents) == 0 {
+		return
+	}
+	js, err := natsbus.NewJetStream(f.ConnectOperator(), "")
+	if err != nil {
+		t.Fatalf("fleettest: %v", err)
+	}
+	store, err := natsbus.OpenAgents(ctx, js, subjects)
+	if err != nil {
+		t.Fatalf("fleettest: the agents bucket: %v", err)
+	}
+	reg := &agents.Registry{Store: store}
+	for _, d := range f.cfg.Agents {
+		doc, err := d.Marshal()
+		if err == nil {
+			_, _, err = reg.Put(ctx, doc)
+		}
+		if err != nil {
+			t.Fatalf("fleettest: agent %q: %v", d.Name, err)
+		}
+	}
+}
+
+// startServing starts the serving coordinator of Config.Serve, stopped
+// (its runs handed off, for up to its ShutdownGrace) when the test ends.
+func (f *Fleet) startServing(ctx context.Context) {
+	t := f.t
+	t.Helper()
+	sc := *f.cfg.Serve
+	sc.Prefix, sc.Logger, sc.ProvisionStreams = f.cfg.Prefix, f.cfg.Logger, true
+	srv, err := serve.New(ctx, f.Connect(), sc)
+	if err != nil {
+		t.Fatalf("fleettest: serving coordinator: %v", err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(sctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("fleettest: serving coordinator: %v", err)
+		}
+		srv.Close()
+	})
 }
 
 // startWorker starts worker n and waits until its tools are in the

@@ -83,8 +83,8 @@ func (r *Runner) Run(ctx context.Context, prompt string) (*Result, error) {
 // earlier run that crashed) is answered outcome_unknown — "may or may not
 // have taken effect; check before calling it again", never "cancelled".
 // Transcripts in a provider's own format are converted first by the
-// provider packages (anthropic.DecodeTranscript,
-// responses.DecodeTranscript).
+// provider packages (transcript.DecodeAnthropic,
+// transcript.DecodeResponses).
 //
 // The returned Result is nil only when the input is refused. Otherwise it is
 // complete — every tool call id answered — whatever happened: a model or

@@ -25,8 +25,13 @@ import (
 // Config configures a [Runner]. Model is required; the zero value of every
 // other field means its default.
 type Config struct {
-	// Model answers the loop. Required.
+	// Model answers the loop. Required, unless Agent and Models are set.
 	Model loop.Model
+	// Models builds the model client of an agent's model
+	// (providers.Models.Model builds those of the shipped providers): with
+	// Agent and no Model, the agent's model, and its summarizer's.
+	// Default: none.
+	Models func(agent.Model) (loop.Model, error)
 	// Loop holds the loop's limits (rounds, calls per round, observation
 	// size, run duration), its approval settings, its observer and tracer
 	// provider. Its Logger is this Config's. Default: loop's defaults.
@@ -47,7 +52,9 @@ type Config struct {
 	// (pkg/agent, docs/agents.md): its instructions open each run, the
 	// model is offered only its tools (a call to another is unknown_tool
 	// and never published), and its limits, approvals and budget apply
-	// over Loop. Model must be the agent's. Default: none.
+	// over Loop. A Model set beside it must be the agent's: New refuses
+	// one that names another provider or model ([agent.Model.Match], with
+	// the error's field "Model"). Default: none.
 	Agent *agent.Definition
 	// Logger receives the runner's and the loop's logs. The zero value
 	// discards.
@@ -58,8 +65,8 @@ type Config struct {
 // [config.Error] naming the field ("Model", "Loop.MaxRounds"); New calls it
 // first.
 func (c Config) Validate() error {
-	if c.Model == nil {
-		return config.Errorf("Model", "required")
+	if c.Model == nil && (c.Agent == nil || c.Models == nil) {
+		return config.Errorf("Model", "required (or Agent and Models)")
 	}
 	if _, err := protocol.NewSubjects(c.Prefix); err != nil {
 		return config.Errorf("Prefix", "must match %s, got %q", protocol.TokenPattern, c.Prefix)
@@ -74,6 +81,11 @@ func (c Config) Validate() error {
 				return config.Prefix("Agent", ce)
 			}
 			return err
+		}
+		if c.Model != nil {
+			if err := c.Agent.Model.Match(c.Model); err != nil {
+				return &config.FieldError{Field: "Model", Err: err}
+			}
 		}
 	}
 	if err := c.Loop.Validate(); err != nil {
@@ -152,13 +164,35 @@ func newRunner(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err e
 	lc := cfg.Loop
 	lc.Logger = cfg.Logger
 	var catalog loop.Catalog = r.catalog
+	model := cfg.Model
 	if a := cfg.Agent; a != nil {
 		lc, catalog = a.LoopConfig(lc), a.Catalog(catalog)
+		if model, lc.Summarizer, err = agentModels(cfg, lc.Summarizer); err != nil {
+			return nil, err
+		}
 	}
-	if r.loop, err = loop.New(lc, cfg.Model, catalog, r.disp, gate); err != nil {
+	if r.loop, err = loop.New(lc, model, catalog, r.disp, gate); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// agentModels returns Config.Agent's model (Config.Model, or the one
+// Config.Models builds) and its summarizer's (summarizer when set, or the
+// one Models builds).
+func agentModels(cfg Config, summarizer loop.Model) (model, sum loop.Model, err error) {
+	model, sum = cfg.Model, summarizer
+	if model == nil {
+		if model, err = cfg.Models(cfg.Agent.Model); err != nil {
+			return nil, nil, &config.FieldError{Field: "Agent.Model", Err: err}
+		}
+	}
+	if s := cfg.Agent.Summarizer; s != nil && sum == nil && cfg.Models != nil {
+		if sum, err = cfg.Models(*s); err != nil {
+			return nil, nil, &config.FieldError{Field: "Agent.Summarizer", Err: err}
+		}
+	}
+	return model, sum, nil
 }
 
 // WaitForTools returns once the fleet's catalog lists every named tool, or

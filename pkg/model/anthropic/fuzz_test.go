@@ -9,6 +9,7 @@ import (
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/transcript"
 )
 
 func addFixtures(f *testing.F, names ...string) {
@@ -55,7 +56,7 @@ func FuzzDecodeTranscript(f *testing.F) {
 	f.Add(`[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"n","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"x","is_error":true}]}]`)
 	f.Add(`{"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"t"}]}]}`)
 	f.Fuzz(func(t *testing.T, data string) {
-		msgs, err := DecodeTranscript([]byte(data))
+		msgs, err := transcript.DecodeAnthropic([]byte(data))
 		if err != nil {
 			return
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	sdk "github.com/openai/openai-go/v3/responses"
+
+	"github.com/toolfleet/toolfleet/pkg/model/transcript"
 )
 
 func FuzzToResponse(f *testing.F) {
@@ -44,7 +46,7 @@ func FuzzDecodeTranscript(f *testing.F) {
 	f.Add(`[{"role":"user","content":"hi"},{"type":"function_call","call_id":"a","name":"n","arguments":"{}"},{"type":"function_call_output","call_id":"a","output":"x"}]`)
 	f.Add(`{"instructions":"s","input":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"t"}]}]}`)
 	f.Fuzz(func(t *testing.T, data string) {
-		msgs, err := DecodeTranscript([]byte(data))
+		msgs, err := transcript.DecodeResponses([]byte(data))
 		if err != nil {
 			return
 		}

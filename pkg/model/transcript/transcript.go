@@ -11,8 +11,6 @@ import (
 	"fmt"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
-	"github.com/toolfleet/toolfleet/pkg/model/anthropic"
-	"github.com/toolfleet/toolfleet/pkg/model/responses"
 )
 
 // Format names a transcript format.
@@ -43,11 +41,11 @@ func Decode(data []byte) ([]loop.Message, Format, error) {
 	if !looksLikeProvider(data) {
 		return nil, "", fmt.Errorf("%w: not strict chat-completions messages, and no content blocks or typed items", ErrUnknownFormat)
 	}
-	msgs, aerr := anthropic.DecodeTranscript(data)
+	msgs, aerr := DecodeAnthropic(data)
 	if aerr == nil {
 		return msgs, FormatAnthropic, nil
 	}
-	msgs, rerr := responses.DecodeTranscript(data)
+	msgs, rerr := DecodeResponses(data)
 	if rerr == nil {
 		return msgs, FormatResponses, nil
 	}

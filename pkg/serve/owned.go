@@ -1,4 +1,4 @@
-package coordinator
+package serve
 
 import (
 	"context"
@@ -18,7 +18,7 @@ var errRunCancelled = errors.New("coordinator: the run was cancelled by an opera
 
 // own records that this coordinator runs run, so a cancel request reaches
 // it; the returned func forgets it.
-func (s *service) own(run protocol.RunID, cancel context.CancelCauseFunc) func() {
+func (s *Server) own(run protocol.RunID, cancel context.CancelCauseFunc) func() {
 	s.mu.Lock()
 	s.owned[run] = cancel
 	s.mu.Unlock()
@@ -36,7 +36,7 @@ func (s *service) own(run protocol.RunID, cancel context.CancelCauseFunc) func()
 // stream, a request for another run) is logged, counted and ignored. The
 // request is stored in the cancels stream, so a coordinator that takes
 // the run later sees it too (cancelRequested).
-func (s *service) onCancelRequest(m *nats.Msg) {
+func (s *Server) onCancelRequest(m *nats.Msg) {
 	prefix := strings.TrimSuffix(s.subjects.JournalCancels(), "*")
 	token, ok := strings.CutPrefix(m.Subject, prefix)
 	run, err := protocol.ParseRunID(token)
@@ -57,10 +57,10 @@ func (s *service) onCancelRequest(m *nats.Msg) {
 }
 
 // cancelRequested reports whether an operator asked to cancel run.
-func (s *service) cancelRequested(run protocol.RunID) bool {
+func (s *Server) cancelRequested(run protocol.RunID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	ok, err := natsbus.CancelRequested(ctx, s.c.js, s.subjects, run)
+	ok, err := natsbus.CancelRequested(ctx, s.js, s.subjects, run)
 	var perr *protocol.Error
 	switch {
 	case errors.As(err, &perr):
@@ -74,8 +74,8 @@ func (s *service) cancelRequested(run protocol.RunID) bool {
 // refusedCancel logs and counts a message on run's cancel subject that is
 // not a valid cancel request of run (err, a *protocol.Error): it cancels
 // nothing.
-func (s *service) refusedCancel(run protocol.RunID, err error) {
-	s.c.refused(metrics.RefusedCancelRequest)
+func (s *Server) refusedCancel(run protocol.RunID, err error) {
+	s.refused(metrics.RefusedCancelRequest)
 	code, field := protoError(err)
 	s.limited.Warn().Str(logRun, string(run)).Str(logCode, code).Str(logField, field).
 		Msg("ignored a message on the run's cancel subject that is not a cancel request of the run naming its author")

@@ -1,4 +1,4 @@
-package agents_test
+package providers_test
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
@@ -20,6 +19,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
 	"github.com/toolfleet/toolfleet/pkg/model/openai/openaitest"
+	"github.com/toolfleet/toolfleet/pkg/model/providers"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -35,7 +35,7 @@ func mustModel(t *testing.T, doc string) agent.Model {
 // TestModelsOnePerConfiguration: agents that share a configuration share
 // a client; any difference makes another.
 func TestModelsOnePerConfiguration(t *testing.T) {
-	ms := &agents.Models{Getenv: func(string) string { return "k" }}
+	ms := &providers.Models{Getenv: func(string) string { return "k" }}
 	a := mustModel(t, `{"name":"a","model":{"provider":"openai","name":"gpt-4.1-mini"}}`)
 	b := mustModel(t, `{"name":"b","model":{"provider":"openai","name":"gpt-4.1-mini"}}`)
 	c := mustModel(t, `{"name":"c","model":{"provider":"openai","name":"gpt-4.1-mini","temperature":0.5}}`)
@@ -50,7 +50,7 @@ func TestModelsOnePerConfiguration(t *testing.T) {
 	if ma != mb || ma == mc || md == nil || ms.Len() != 3 {
 		t.Fatalf("clients: a==b %v, a==c %v, %d made", ma == mb, ma == mc, ms.Len())
 	}
-	none := &agents.Models{Getenv: func(string) string { return "" }}
+	none := &providers.Models{Getenv: func(string) string { return "" }}
 	if _, err := none.Model(d); err == nil || !strings.Contains(err.Error(), "TEAM_B_API_KEY") {
 		t.Fatalf("an unset key: %v", err)
 	}
@@ -73,7 +73,7 @@ func TestKeyNeverJournaledLoggedOrTraced(t *testing.T) {
 	}
 	var logs testsync.Buffer
 	log := zerolog.New(&logs).Level(zerolog.DebugLevel)
-	ms := &agents.Models{Getenv: func(n string) string {
+	ms := &providers.Models{Getenv: func(n string) string {
 		switch n {
 		case "CANARY_API_KEY":
 			return canary

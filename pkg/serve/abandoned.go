@@ -1,4 +1,4 @@
-package coordinator
+package serve
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 const maxAdvisoryBytes = 4 << 10
 
 // maxDeliveriesAdvisory is the part of the server's
-// io.nats.jetstream.advisory.v1.max_deliver event the service reads.
+// io.nats.jetstream.advisory.v1.max_deliver event the server reads.
 type maxDeliveriesAdvisory struct {
 	Stream     string `json:"stream"`
 	Consumer   string `json:"consumer"`
@@ -28,7 +28,7 @@ type maxDeliveriesAdvisory struct {
 // and never finished, its result: an "abandoned" error. It then deletes the
 // request, which the work queue would otherwise keep until it expires.
 // Coordinators handle each advisory once, in a queue group.
-func (s *service) onMaxDeliveries(m *nats.Msg) {
+func (s *Server) onMaxDeliveries(m *nats.Msg) {
 	var adv maxDeliveriesAdvisory
 	if len(m.Data) > maxAdvisoryBytes || json.Unmarshal(m.Data, &adv) != nil ||
 		adv.Stream != s.subjects.RunsStream() || adv.Consumer != s.subjects.RunsConsumer() || adv.StreamSeq == 0 {
@@ -37,7 +37,7 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	st, err := natsbus.RunsStream(ctx, s.c.js, s.subjects)
+	st, err := natsbus.RunsStream(ctx, s.js, s.subjects)
 	if err != nil {
 		s.limited.Warn().Err(err).Msg("reading an abandoned run request")
 		return
@@ -65,7 +65,7 @@ func (s *service) onMaxDeliveries(m *nats.Msg) {
 			return // keep the request: another coordinator may manage
 		case created:
 			if subject, err := s.subjects.ClientRunResult(client, run); err == nil {
-				s.c.nc.Publish(subject, data)
+				s.nc.Publish(subject, data)
 			}
 			log.Warn().Msg("run abandoned: it was taken as often as allowed and never finished")
 		}

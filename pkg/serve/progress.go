@@ -1,4 +1,4 @@
-package coordinator
+package serve
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 // from the dispatcher, each from its call's own tool; their text (the
 // message and the worker's name) is made terminal-safe ([termsafe.Line])
 // before it is passed on. Publishing never waits.
-func (s *service) withClientProgress(ctx context.Context, client string, run protocol.RunID) context.Context {
+func (s *Server) withClientProgress(ctx context.Context, client string, run protocol.RunID) context.Context {
 	subject, err := s.subjects.ClientRunProgress(client, run)
 	if err != nil {
 		return ctx
 	}
-	nc := s.c.nc
+	nc := s.nc
 	next := loop.ProgressFrom(ctx)
 	return loop.WithProgress(ctx, func(p protocol.Progress) {
 		if next != nil {

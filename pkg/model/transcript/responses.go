@@ -1,4 +1,4 @@
-package responses
+package transcript
 
 import (
 	"bytes"
@@ -11,13 +11,13 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
-// ErrTranscript wraps every [DecodeTranscript] error.
-var ErrTranscript = errors.New("openai-responses: not a usable Responses transcript")
+// ErrResponses wraps every [DecodeResponses] error.
+var ErrResponses = errors.New("openai-responses: not a usable Responses transcript")
 
-// MaxTranscriptItems bounds the items DecodeTranscript accepts.
-const MaxTranscriptItems = 20000
+// MaxResponsesItems bounds the items DecodeResponses accepts.
+const MaxResponsesItems = 20000
 
-type wireItem struct {
+type responsesItem struct {
 	Type      string          `json:"type"`
 	Role      string          `json:"role"`
 	Content   json.RawMessage `json:"content"`
@@ -28,9 +28,9 @@ type wireItem struct {
 	Output    json.RawMessage `json:"output"`
 }
 
-var identifier = regexp.MustCompile(`^[a-z_]{1,40}$`)
+var responsesItemType = regexp.MustCompile(`^[a-z_]{1,40}$`)
 
-// DecodeTranscript converts a transcript in the Responses API's own format
+// DecodeResponses converts a transcript in the Responses API's own format
 // — an array of input items, or an object with "input" (and optionally
 // "instructions") as a request carries it — into the loop's neutral
 // transcript: message items become messages, consecutive function_call
@@ -38,24 +38,24 @@ var identifier = regexp.MustCompile(`^[a-z_]{1,40}$`)
 // items tool messages. Reasoning items are dropped; other item types are
 // refused. The result is for [loop.Runner.RunMessages], which answers calls
 // left open. Errors never quote the transcript's content.
-func DecodeTranscript(data []byte) ([]loop.Message, error) {
+func DecodeResponses(data []byte) ([]loop.Message, error) {
 	data = bytes.TrimSpace(data)
 	var req struct {
-		Instructions string     `json:"instructions"`
-		Input        []wireItem `json:"input"`
+		Instructions string          `json:"instructions"`
+		Input        []responsesItem `json:"input"`
 	}
 	if len(data) > 0 && data[0] == '[' {
 		if err := json.Unmarshal(data, &req.Input); err != nil {
-			return nil, fmt.Errorf("%w: not a JSON array of items", ErrTranscript)
+			return nil, fmt.Errorf("%w: not a JSON array of items", ErrResponses)
 		}
 	} else if err := json.Unmarshal(data, &req); err != nil {
-		return nil, fmt.Errorf("%w: not a JSON object with input", ErrTranscript)
+		return nil, fmt.Errorf("%w: not a JSON object with input", ErrResponses)
 	}
 	if len(req.Input) == 0 {
-		return nil, fmt.Errorf("%w: no items", ErrTranscript)
+		return nil, fmt.Errorf("%w: no items", ErrResponses)
 	}
-	if len(req.Input) > MaxTranscriptItems {
-		return nil, fmt.Errorf("%w: more than %d items", ErrTranscript, MaxTranscriptItems)
+	if len(req.Input) > MaxResponsesItems {
+		return nil, fmt.Errorf("%w: more than %d items", ErrResponses, MaxResponsesItems)
 	}
 	var out []loop.Message
 	if req.Instructions != "" {
@@ -71,9 +71,9 @@ func DecodeTranscript(data []byte) ([]loop.Message, error) {
 		}
 		switch typ {
 		case "message":
-			text, err := textOf(it.Content)
+			text, err := responsesText(it.Content)
 			if err != nil {
-				return nil, fmt.Errorf("%w: input[%d].content: %v", ErrTranscript, i, err)
+				return nil, fmt.Errorf("%w: input[%d].content: %v", ErrResponses, i, err)
 			}
 			switch it.Role {
 			case "user", "system", "developer":
@@ -87,7 +87,7 @@ func DecodeTranscript(data []byte) ([]loop.Message, error) {
 				out = append(out, loop.Message{Role: "assistant", Content: text})
 				open = len(out) - 1
 			default:
-				return nil, fmt.Errorf("%w: input[%d].role must be user, assistant, system or developer", ErrTranscript, i)
+				return nil, fmt.Errorf("%w: input[%d].role must be user, assistant, system or developer", ErrResponses, i)
 			}
 		case "function_call", "custom_tool_call":
 			if open < 0 {
@@ -106,27 +106,27 @@ func DecodeTranscript(data []byte) ([]loop.Message, error) {
 			out[open].ToolCalls = append(out[open].ToolCalls, loop.ToolCall{ID: it.CallID, Type: "function",
 				Function: loop.FunctionCall{Name: it.Name, Arguments: args}})
 		case "function_call_output", "custom_tool_call_output":
-			text, err := textOf(it.Output)
+			text, err := responsesText(it.Output)
 			if err != nil {
-				return nil, fmt.Errorf("%w: input[%d].output: %v", ErrTranscript, i, err)
+				return nil, fmt.Errorf("%w: input[%d].output: %v", ErrResponses, i, err)
 			}
 			out = append(out, loop.Message{Role: "tool", ToolCallID: it.CallID, Content: text})
 			open = -1
 		case "reasoning":
 		default:
 			t := "(invalid)"
-			if identifier.MatchString(typ) {
+			if responsesItemType.MatchString(typ) {
 				t = "'" + typ + "'"
 			}
-			return nil, fmt.Errorf("%w: input[%d]: item type %s is not supported", ErrTranscript, i, t)
+			return nil, fmt.Errorf("%w: input[%d]: item type %s is not supported", ErrResponses, i, t)
 		}
 	}
 	return out, nil
 }
 
-// textOf reads a string or an array of text parts (input_text,
+// responsesText reads a string or an array of text parts (input_text,
 // output_text, text); null is "".
-func textOf(raw json.RawMessage) (string, error) {
+func responsesText(raw json.RawMessage) (string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil

@@ -1,8 +1,9 @@
-package agents
+package providers
 
 import (
 	"crypto/sha256"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 
@@ -30,7 +31,8 @@ const MaxModels = 256
 // only to a host allowed for its variable ([agent.Definition.CheckKeyHosts],
 // with the hosts of agent.EnvKeyHosts): a client for another is refused.
 type Models struct {
-	// Getenv reads a key variable (procsec.Getenv). Required.
+	// Getenv reads a key variable and agent.EnvKeyHosts. Default:
+	// os.Getenv.
 	Getenv func(string) string
 	// Logger is given to the clients (which log no content and no key).
 	Logger zerolog.Logger
@@ -39,7 +41,9 @@ type Models struct {
 	m  map[string]loop.Model
 }
 
-// Model returns the client of m, made on first use.
+// Model returns the client of m, made on first use. Its signature is the
+// hook pkg/serve and pkg/runner take (their Config.Models). The error
+// names the missing key variable or the refused host, never a key.
 func (ms *Models) Model(m agent.Model) (loop.Model, error) {
 	k := modelKey(m)
 	ms.mu.Lock()
@@ -78,7 +82,7 @@ func (ms *Models) make(m agent.Model) (loop.Model, error) {
 	// definition was put: a key never leaves for a host not allowed for it.
 	getenv := ms.Getenv
 	if getenv == nil {
-		getenv = func(string) string { return "" }
+		getenv = os.Getenv
 	}
 	allow, err := agent.ParseKeyHosts(getenv(agent.EnvKeyHosts))
 	if err != nil {
@@ -87,13 +91,13 @@ func (ms *Models) make(m agent.Model) (loop.Model, error) {
 	}
 	d := agent.Definition{Model: m}
 	if err := d.CheckKeyHosts(allow, getenv); err != nil {
-		return nil, fmt.Errorf("agents: %w", err)
+		return nil, fmt.Errorf("providers: %w", err)
 	}
 	key := ""
 	if name := m.KeyEnv(); name != "" {
 		key = getenv(name)
 		if key == "" {
-			return nil, fmt.Errorf("agents: the environment variable %s (the model's key) is not set", name)
+			return nil, fmt.Errorf("providers: the environment variable %s (the model's key) is not set", name)
 		}
 	}
 	switch m.Provider {
@@ -106,5 +110,5 @@ func (ms *Models) make(m agent.Model) (loop.Model, error) {
 	case "scripted":
 		return scripted.Parse(m.Script)
 	}
-	return nil, fmt.Errorf("agents: unknown provider %q", m.Provider)
+	return nil, fmt.Errorf("providers: unknown provider %q", m.Provider)
 }

@@ -1,0 +1,59 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// streamConfig is the fleet-wide stream configuration of c's runs stream
+// and bucket, the defaults for the others (see natsbus.FleetStreams).
+func streamConfig(c Config) natsbus.StreamConfig {
+	c = c.withDefaults()
+	return natsbus.StreamConfig{
+		Replicas:           c.Replicas,
+		MaxQueuedRuns:      c.MaxQueuedRuns,
+		QueuedRunMaxAge:    c.QueuedRunMaxAge,
+		RunResultTTL:       c.ResultTTL,
+		RunResultsMaxBytes: c.ResultsMaxBytes,
+		MaxRunResultBytes:  c.MaxResultBytes,
+	}
+}
+
+// runsStreams are the streams a serving coordinator uses beyond those of
+// every coordinator.
+func runsStreams(s protocol.Subjects, c Config) []natsbus.FleetStream {
+	return natsbus.StreamsOf(natsbus.FleetStreams(s, streamConfig(c)), natsbus.RoleServe)
+}
+
+// ensureRuns makes sure the runs stream and bucket exist — with
+// ProvisionStreams it creates or updates them, else it only creates a
+// missing one — checks their configuration with guard, and creates or
+// updates the runs consumer.
+func (s *Server) ensureRuns(ctx context.Context, guard *natsbus.StreamGuard) (natsbus.Consumer, *natsbus.RunResults, error) {
+	cfg := s.cfg
+	list := runsStreams(s.subjects, cfg)
+	if cfg.ProvisionStreams {
+		if _, err := natsbus.ProvisionStreams(ctx, s.js, list); err != nil {
+			return nil, nil, fmt.Errorf("coordinator: %w", err)
+		}
+	} else {
+		natsbus.CreateMissingStreams(ctx, s.js, list, s.log)
+	}
+	if guard != nil {
+		if err := guard.CheckAtStart(ctx); err != nil {
+			return nil, nil, fmt.Errorf("coordinator: %w", err)
+		}
+	}
+	results, err := natsbus.OpenRunResults(ctx, s.js, s.subjects)
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator: bucket %s: %w", s.subjects.RunsBucket(), err)
+	}
+	cons, err := natsbus.EnsureRunsConsumer(ctx, s.js, s.subjects, natsbus.RunsConsumerConfig{AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver})
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator: consumer %s on %s: %w", s.subjects.RunsConsumer(), s.subjects.RunsStream(), err)
+	}
+	return cons, results, nil
+}
