@@ -62,11 +62,19 @@ func Example() {
 		panic(err)
 	}
 	fmt.Println(res.TerminationReason, res.Answer)
+	// The run's calls, by tool_call_id.
+	calls, err := client.LoopResult(res)
+	if err != nil {
+		panic(err)
+	}
+	c1, _ := calls.Call("c1")
+	fmt.Println("c1:", c1.Tool, c1.Outcome, c1.Observation)
 
 	again, _ := c.Submit(ctx, client.Request{Prompt: "What is 6 * 7?", ID: "order-42"})
 	fmt.Println("same run:", again.ID == run.ID)
 	// Output:
 	// natural 6 * 7 = 42
+	// c1: calculator ok 42
 	// same run: true
 }
 
