@@ -118,15 +118,12 @@ func ExampleClient_Approve() {
 		panic(err)
 	}
 
-	// The operator's side: wait for the request, then approve it.
-	var pending []client.ApprovalRequest
-	for len(pending) == 0 {
-		if pending, err = c.Approvals(ctx, 0); err != nil {
-			panic(err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The operator's side: wait for the run's request (no polling: it
+	// returns when the request is stored), then approve it.
+	req, err := c.WaitApproval(ctx, client.ApprovalFilter{Run: run.ID})
+	if err != nil {
+		panic(err)
 	}
-	req := pending[0]
 	fmt.Println("asks:", req.Tool, string(req.Arguments))
 	outcome, err := c.Approve(ctx, req, client.Decision{Approver: "alice", Reason: "fine"})
 	if err != nil {
