@@ -19,6 +19,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/runner"
 	"github.com/toolfleet/toolfleet/pkg/tool"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
 type pairIn struct {
@@ -249,10 +250,11 @@ func TestWatchApprovalsFiltersAndSettles(t *testing.T) {
 	}
 }
 
-// TestWaitApprovalEndsWithItsContext: a wait that nothing answers ends when
-// its ctx does, with ctx's error; a filter that is not a token is refused
-// before anything is read.
-func TestWaitApprovalEndsWithItsContext(t *testing.T) {
+// TestWaitsEndWithTheirContext: a wait for an approval that nothing
+// answers, and a run's watch that no entry comes to, end when their ctx
+// does, with ctx's error; a filter that is not a token is refused before
+// anything is read.
+func TestWaitsEndWithTheirContext(t *testing.T) {
 	fleet := fleettest.Start(t, fleettest.Config{})
 	op, err := client.New(fleet.ConnectOperator(), client.Config{})
 	if err != nil {
@@ -277,6 +279,34 @@ func TestWaitApprovalEndsWithItsContext(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("WaitApproval after cancel = %v, want context.Canceled", err)
 	}
+
+	// A run's watch, on a run with no journal yet.
+	journal, err := js.Stream(t.Context(), "FLEET_JOURNAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(t.Context())
+	go func() {
+		for ev, err := range op.WatchRun(ctx, "not-yet") {
+			if err == nil {
+				err = fmt.Errorf("event %+v", ev)
+			}
+			done <- err
+		}
+	}()
+	testsync.WaitFor(t, time.Minute, func() error {
+		for info := range journal.ListConsumers(t.Context()).Info() {
+			if info.Config.FilterSubject == "fleet.journal.run.not-yet" || slices.Contains(info.Config.FilterSubjects, "fleet.journal.run.not-yet") {
+				return nil
+			}
+		}
+		return errors.New("no watch of the run's journal")
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("WatchRun after cancel = %v, want context.Canceled", err)
+	}
+
 	for _, f := range []client.ApprovalFilter{{Run: "a.b"}, {Tool: "x>"}, {Agent: "a b"}, {Since: -time.Second}} {
 		if _, err := op.WaitApproval(t.Context(), f); err == nil {
 			t.Errorf("WaitApproval(%+v) = nil error, want the filter refused", f)
@@ -345,5 +375,108 @@ func TestWaitApprovalByAgent(t *testing.T) {
 	}
 	if call, ok := lr.Call("c1"); !ok || call.Outcome != protocol.OutcomeOK || call.Observation != "42" || call.Worker == "" {
 		t.Fatalf("Call(c1) = %+v, %v; want ok, 42, with its worker", call, ok)
+	}
+}
+
+// TestWatchRunEvents: a served run's events come as they happen — the
+// progress a tool reports while it runs (the tool goes on only once the
+// watch has delivered one), the round's answered calls with their
+// outcome, observation and worker, and the run's end — and the iteration
+// ends after the end; a watch started after the run ended gives the same
+// answered calls and end from the journal.
+func TestWatchRunEvents(t *testing.T) {
+	fleet, stop := serveFleet(`{"turns": [
+	  {"tool_calls": [{"id": "c1", "name": "slow", "arguments": {}}]},
+	  {"content": "{{result \"c1\"}}"}]}`)
+	defer stop()
+	release := make(chan struct{})
+	slow := tool.Must(tool.New(tool.Config{Name: "slow", Idempotent: true}, func(ctx context.Context, _ struct{}) (string, error) {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			harness.ReportProgress(ctx, "working")
+			select {
+			case <-release:
+				return "done", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			case <-tick.C:
+			}
+		}
+	}))
+	w, err := worker.New(fleet.Conn(), worker.Config{Tools: []harness.Tool{slow}, Name: "slow-worker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wstop := context.WithCancel(t.Context())
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(wctx) }()
+	defer func() { wstop(); <-wdone }()
+	<-w.Published()
+
+	c, err := client.New(fleet.Conn(), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	run, err := c.Submit(ctx, client.Request{Prompt: "go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []client.RunEventKind
+	var answered, finished client.RunEvent
+	for ev, err := range c.WatchRun(ctx, run.ID) {
+		if err != nil {
+			t.Fatalf("WatchRun: %v (after %v)", err, kinds)
+		}
+		// A report passed on just before the call's answer may arrive
+		// after the journal's entry: the order of two subjects is not
+		// kept.
+		if (len(kinds) == 0 || kinds[len(kinds)-1] != ev.Kind) && (ev.Kind != client.RunProgress || answered.Kind == "") {
+			kinds = append(kinds, ev.Kind)
+		}
+		switch ev.Kind {
+		case client.RunProgress:
+			if ev.Progress.Message != "working" || ev.Progress.Tool != "slow" {
+				t.Fatalf("progress %+v", ev.Progress)
+			}
+			select {
+			case <-release:
+			default:
+				close(release)
+			}
+		case client.RunAnswered:
+			answered = ev
+		case client.RunFinished:
+			finished = ev
+		}
+	}
+	if !slices.Equal(kinds, []client.RunEventKind{client.RunProgress, client.RunAnswered, client.RunFinished}) {
+		t.Fatalf("events %v, want progress, answered, finished", kinds)
+	}
+	want := client.CallAnswer{Tool: "slow", Outcome: protocol.OutcomeOK, Observation: "done", Worker: "slow-worker"}
+	if len(answered.Calls) != 1 || answered.Round != 1 {
+		t.Fatalf("answered %+v, want round 1's one call", answered)
+	}
+	got := answered.Calls[0]
+	got.CallKey, got.Duration = "", 0
+	if got != want {
+		t.Fatalf("answered %+v, want %+v", got, want)
+	}
+	if finished.Termination != loop.TerminationNatural || finished.Answer != "done" {
+		t.Fatalf("finished %+v", finished)
+	}
+
+	var again []client.RunEvent
+	for ev, err := range c.WatchRun(ctx, run.ID) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		again = append(again, ev)
+	}
+	if len(again) != 2 || again[0].Kind != client.RunAnswered || again[0].Calls[0] != answered.Calls[0] ||
+		again[1].Kind != client.RunFinished || again[1].Answer != "done" {
+		t.Fatalf("after the end: %+v, want the answered calls and the end", again)
 	}
 }
