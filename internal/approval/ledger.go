@@ -146,18 +146,9 @@ func (l *ledger) add(subjects protocol.Subjects, subj string, data []byte, seq u
 	id := ledgerID(run, key)
 	switch kind {
 	case "request":
-		req, err := protocol.DecodeApprovalRequest(data, maxStoredRequestBytes)
-		if err != nil {
-			l.skipped = append(l.skipped, fmt.Sprintf("request %s (seq %d): undecodable: %v", id, seq, err))
-			return
-		}
-		if req.RunID != run || req.CallKey != key {
-			l.skipped = append(l.skipped, fmt.Sprintf("request %s (seq %d): body names another call", id, seq))
-			return
-		}
-		digest, err := protocol.Digest(req.RunID, req.CallKey, req.Tool, req.Arguments)
-		if err != nil || digest != req.Digest {
-			l.skipped = append(l.skipped, fmt.Sprintf("request %s (seq %d): digest does not match its arguments", id, seq))
+		req, why := decodeRequest(run, key, data)
+		if why != "" {
+			l.skipped = append(l.skipped, fmt.Sprintf("request %s (seq %d): %s", id, seq, why))
 			return
 		}
 		canon, _ := protocol.Canonical(req.Arguments) // Digest succeeded, so this does
@@ -175,6 +166,24 @@ func (l *ledger) add(subjects protocol.Subjects, subj string, data []byte, seq u
 			l.notes[id] = n
 		}
 	}
+}
+
+// decodeRequest decodes a request stored on run's key's request subject,
+// or says why it is none: undecodable, naming another call, or with a
+// digest that is not its arguments'.
+func decodeRequest(run protocol.RunID, key protocol.CallKey, data []byte) (protocol.ApprovalRequest, string) {
+	req, err := protocol.DecodeApprovalRequest(data, maxStoredRequestBytes)
+	if err != nil {
+		return req, fmt.Sprintf("undecodable: %v", err)
+	}
+	if req.RunID != run || req.CallKey != key {
+		return req, "body names another call"
+	}
+	digest, err := protocol.Digest(req.RunID, req.CallKey, req.Tool, req.Arguments)
+	if err != nil || digest != req.Digest {
+		return req, "digest does not match its arguments"
+	}
+	return req, ""
 }
 
 // splitApprovalSubject splits <prefix>.approval.<kind>.<run>.<key>.

@@ -85,51 +85,40 @@ func (l *ApprovalLedger) LastOn(ctx context.Context, subject string) ([]byte, er
 // DecisionWatch delivers the messages stored on one subject of the
 // approvals stream, from the first, and then those stored later.
 type DecisionWatch struct {
-	it jetstream.MessagesContext
+	w *StreamWatch
 }
 
 // WatchDecisions starts reading the messages on subject (a call's decision
 // subject) from the first one stored, with at most maxPending buffered.
 // ctx bounds the setup. Stop the watch when done.
 func (l *ApprovalLedger) WatchDecisions(ctx context.Context, subject string, maxPending int) (*DecisionWatch, error) {
-	cons, err := l.js.OrderedConsumer(ctx, l.subjects.ApprovalsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: time.Minute,
-	})
+	w, err := WatchStream(ctx, l.js, l.subjects.ApprovalsStream(), []string{subject}, time.Time{}, maxPending)
 	if err != nil {
 		return nil, err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(maxPending))
-	if err != nil {
-		return nil, err
-	}
-	return &DecisionWatch{it: it}, nil
+	return &DecisionWatch{w: w}, nil
 }
 
-// Next returns the next message's data and when the server stored it (the
-// zero time when the message carries no metadata). It blocks until one
-// comes, ctx ends or the watch stops. A message stored with the headers
-// of a direct get's answer (the server's answer to somebody's direct get,
-// reflected there: [streammsg.Reflected]) is skipped: it is nobody's
-// decision.
+// Next returns the next message's data and when the server stored it. It
+// blocks until one comes, ctx ends or the watch stops. A message stored
+// with the headers of a direct get's answer (the server's answer to
+// somebody's direct get, reflected there: [streammsg.Reflected]) is
+// skipped: it is nobody's decision.
 func (w *DecisionWatch) Next(ctx context.Context) (data []byte, stored time.Time, err error) {
 	for {
-		m, err := w.it.Next(jetstream.NextContext(ctx))
+		m, err := w.w.Next(ctx)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		if streammsg.Reflected(m.Headers()) {
-			continue
+		if !m.Reflected {
+			return m.Data, m.Stored, nil
 		}
-		if md, err := m.Metadata(); err == nil {
-			stored = md.Timestamp
-		}
-		return m.Data(), stored, nil
 	}
 }
 
 // Stop ends the watch; no message is delivered after it returns. It may be
 // called more than once.
-func (w *DecisionWatch) Stop() { w.it.Stop() }
+func (w *DecisionWatch) Stop() { w.w.Stop() }
 
 // ApprovalMsg is one message of the approvals stream, as [ApprovalLedger.Scan]
 // reads it.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -23,10 +24,41 @@ var (
 	ErrNoOutcome = approval.ErrNoOutcome
 )
 
-// ApprovalRequest is an open request for a human's approval of one call:
-// its run, call key, tool, arguments, digest and deadline, and its
-// sequence in the approvals stream.
-type ApprovalRequest = approval.PendingRequest
+// ApprovalRequest is an open request for a human's approval of one call,
+// as a coordinator stored it in the approvals stream. Everything in it but
+// Sequence was written by the coordinator that runs the call; Arguments are
+// the model's, and untrusted.
+type ApprovalRequest struct {
+	// RunID is the run the call belongs to.
+	RunID protocol.RunID
+	// CallKey names the call within its run: what a decision names.
+	CallKey protocol.CallKey
+	// CallID is the model's tool_call_id of the call (empty in a request
+	// of an older coordinator).
+	CallID protocol.CallID
+	// Round is the loop round the model made the call in, from 1.
+	Round int
+	// Tool is the tool the call would run.
+	Tool protocol.ToolName
+	// Arguments are the exact arguments the call runs with if approved,
+	// as the model wrote them (JSON, not canonicalised).
+	Arguments json.RawMessage
+	// Digest binds a decision to this call: run id, call key, tool and
+	// canonical arguments ([protocol.Digest]). [Client.Approve] echoes it.
+	Digest string
+	// Deadline is when the request expires: a decision after it does
+	// not count, and the call does not run.
+	Deadline time.Time
+	// Sequence is the request's sequence in the approvals stream: its
+	// place in the audit log.
+	Sequence uint64
+}
+
+// approvalRequest is the public form of a stored request.
+func approvalRequest(r protocol.ApprovalRequest, seq uint64) ApprovalRequest {
+	return ApprovalRequest{RunID: r.RunID, CallKey: r.CallKey, CallID: r.CallID, Round: r.Round, Tool: r.Tool,
+		Arguments: r.Arguments, Digest: r.Digest, Deadline: r.Deadline, Sequence: seq}
+}
 
 // Decision is how an operator answers an [ApprovalRequest].
 type Decision struct {
@@ -47,9 +79,13 @@ func (c *Client) Approvals(ctx context.Context, since time.Duration) ([]Approval
 	if since > 0 {
 		from = time.Now().Add(-since)
 	}
-	reqs, err := approval.Pending(ctx, c.js, c.subjects, from)
+	pending, err := approval.Pending(ctx, c.js, c.subjects, from)
 	if err != nil {
 		return nil, fmt.Errorf("client: listing approvals: %w", err)
+	}
+	reqs := make([]ApprovalRequest, len(pending))
+	for i, p := range pending {
+		reqs[i] = approvalRequest(p.ApprovalRequest, p.Sequence)
 	}
 	return reqs, nil
 }

@@ -62,11 +62,19 @@ func Example() {
 		panic(err)
 	}
 	fmt.Println(res.TerminationReason, res.Answer)
+	// The run's calls, by tool_call_id.
+	calls, err := client.LoopResult(res)
+	if err != nil {
+		panic(err)
+	}
+	c1, _ := calls.Call("c1")
+	fmt.Println("c1:", c1.Tool, c1.Outcome, c1.Observation)
 
 	again, _ := c.Submit(ctx, client.Request{Prompt: "What is 6 * 7?", ID: "order-42"})
 	fmt.Println("same run:", again.ID == run.ID)
 	// Output:
 	// natural 6 * 7 = 42
+	// c1: calculator ok 42
 	// same run: true
 }
 
@@ -110,15 +118,12 @@ func ExampleClient_Approve() {
 		panic(err)
 	}
 
-	// The operator's side: wait for the request, then approve it.
-	var pending []client.ApprovalRequest
-	for len(pending) == 0 {
-		if pending, err = c.Approvals(ctx, 0); err != nil {
-			panic(err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The operator's side: wait for the run's request (no polling: it
+	// returns when the request is stored), then approve it.
+	req, err := c.WaitApproval(ctx, client.ApprovalFilter{Run: run.ID})
+	if err != nil {
+		panic(err)
 	}
-	req := pending[0]
 	fmt.Println("asks:", req.Tool, string(req.Arguments))
 	outcome, err := c.Approve(ctx, req, client.Decision{Approver: "alice", Reason: "fine"})
 	if err != nil {

@@ -2,12 +2,14 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -119,4 +121,28 @@ func decodeResult(run Run, data []byte) (*protocol.RunResult, error) {
 		return nil, fmt.Errorf("client: the stored result of run %s: %w", run.ID, err)
 	}
 	return &res, resultError(&res)
+}
+
+// LoopResult returns the loop's result that res carries — the answer, the
+// termination reason, the counts, the record of every call and the
+// transcript — to read the run's calls by tool_call_id ([loop.Result.Call]:
+// outcome, observation, duration, worker). A result stored without its
+// transcript (res.TranscriptOmitted) gives calls without observations; a
+// refused run, which never started, gives no calls.
+func LoopResult(res *protocol.RunResult) (*loop.Result, error) {
+	out := &loop.Result{RunID: res.RunID, Answer: res.Answer, TerminationReason: loop.TerminationReason(res.TerminationReason),
+		Calls: []loop.CallRecord{}}
+	for _, part := range []struct {
+		name string
+		data json.RawMessage
+		into any
+	}{{"metadata", res.Metadata, &out.Metadata}, {"calls", res.Calls, &out.Calls}, {"messages", res.Messages, &out.Messages}} {
+		if len(part.data) == 0 || string(part.data) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(part.data, part.into); err != nil {
+			return nil, fmt.Errorf("client: the %s of run %s's result: %w", part.name, res.RunID, err)
+		}
+	}
+	return out, nil
 }

@@ -4,15 +4,56 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/toolfleet/toolfleet/internal/runs"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// RunState is what a durable run's journal says about it: status
-// ("running", "finished", "cancel_requested"), owner, round, pending calls
-// and approvals, and whether its result is stored.
-type RunState = runs.State
+// RunState is what a durable run's journal says about it, as "coordinator
+// runs show" prints it.
+type RunState struct {
+	// RunID is the run's id.
+	RunID protocol.RunID `json:"run_id"`
+	// Status is "running" (an owner is at it, or it waits for one),
+	// "finished", or "cancel_requested" while a cancel is on its way.
+	Status string `json:"status"`
+	// Termination is the loop's termination reason once finished; empty
+	// before.
+	Termination loop.TerminationReason `json:"termination,omitempty"`
+	// Owner is the coordinator that took the run last.
+	Owner string `json:"owner,omitempty"`
+	// Owners counts the coordinators that took the run: 1 when it was
+	// never resumed by another.
+	Owners int `json:"owners"`
+	// Round is the last round with a journaled model response.
+	Round int `json:"round"`
+	// PendingCalls are the calls of the last round dispatched and not yet
+	// answered.
+	PendingCalls []loop.JournaledCall `json:"pending_calls,omitempty"`
+	// PendingApprovals are the calls waiting for a human's decision.
+	PendingApprovals []loop.JournaledCall `json:"pending_approvals,omitempty"`
+	// ApprovalDeadline is when the pending approvals expire; zero when
+	// none is pending.
+	ApprovalDeadline time.Time `json:"approval_deadline,omitzero"`
+	// LastStep is the kind of the journal's last entry (a loop.Entry*
+	// kind, or "owner" or "request").
+	LastStep string `json:"last_step"`
+	// LastAt is when the last entry was stored.
+	LastAt time.Time `json:"last_at"`
+	// Entries counts the journal's entries.
+	Entries int `json:"entries"`
+	// HasResult says whether the runs bucket holds the run's result.
+	HasResult bool `json:"has_result"`
+}
+
+// runState is the public form of st.
+func runState(st runs.State) RunState {
+	return RunState{RunID: st.RunID, Status: st.Status, Termination: st.Termination, Owner: st.Owner, Owners: st.Owners,
+		Round: st.Round, PendingCalls: st.PendingCalls, PendingApprovals: st.PendingApprovals,
+		ApprovalDeadline: st.ApprovalDeadline, LastStep: st.LastStep, LastAt: st.LastAt, Entries: st.Entries, HasResult: st.HasResult}
+}
 
 // ErrNoJournal is returned by [Client.ShowRun] for a run without a
 // journal: unknown, or expired from the journal stream.
@@ -25,16 +66,23 @@ func (c *Client) ListRuns(ctx context.Context) ([]RunState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: listing runs: %w", err)
 	}
-	return states, nil
+	out := make([]RunState, len(states))
+	for i, st := range states {
+		out[i] = runState(st)
+	}
+	return out, nil
 }
 
 // ShowRun returns one run's state, or an error wrapping [ErrNoJournal].
 func (c *Client) ShowRun(ctx context.Context, run protocol.RunID) (RunState, error) {
 	st, err := runs.Get(ctx, c.js, c.subjects, run)
-	if err != nil && !errors.Is(err, ErrNoJournal) {
-		err = fmt.Errorf("client: reading run %s: %w", run, err)
+	if err != nil {
+		if !errors.Is(err, ErrNoJournal) {
+			err = fmt.Errorf("client: reading run %s: %w", run, err)
+		}
+		return RunState{}, err
 	}
-	return st, err
+	return runState(st), nil
 }
 
 // CancelRun asks the fleet to cancel run, naming who asks (by, required:

@@ -1,7 +1,10 @@
 // Package fleettest starts a whole toolfleet inside a test: an embedded
 // JetStream server (its store in a temporary directory, no TCP listener
 // unless asked), the fleet's streams, and workers serving the given tools.
-// Everything stops when the test ends (t.Cleanup).
+// [Start] takes the test and stops everything when it ends (t.Cleanup);
+// [New] starts the same from an Example or a main, and [Fleet.Close]
+// stops it. [Fleet.Workers] are the workers it started and
+// [Fleet.Client] a pkg/client.Client of the fleet.
 //
 //	func TestAgent(t *testing.T) {
 //		fleet := fleettest.Start(t, fleettest.Config{Tools: []harness.Tool{add}})

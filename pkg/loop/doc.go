@@ -90,6 +90,14 @@
 //
 // [CallRecord.CallID] is the id as stored.
 //
+// # What the model reads
+//
+// Every call is answered by a tool message whose content is the tool's
+// output (outcome ok) or one of the loop's own texts, one per way a call
+// can end: [OutcomeTexts] lists each with its outcome and when it is
+// sent. [Result.Call] gives a call's outcome and that text by its
+// tool_call_id.
+//
 // # Observing
 //
 // [Config.Observer] receives measurements for metrics without the loop

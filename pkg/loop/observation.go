@@ -11,12 +11,80 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// The observation texts. Each names the tool as the model wrote it, clipped
-// and escaped by [clipName]. Texts that match ExecutionKit keep its wording.
+// OutcomeText is one wording the model reads in the tool message that
+// answers a call: the call's outcome, the text with its placeholders, and
+// when the loop sends it.
+type OutcomeText struct {
+	// Outcome is the call's outcome ([protocol.Outcome]), which the
+	// result's [CallRecord] and the tool message's Outcome carry.
+	Outcome protocol.Outcome
+	// Text is the tool message's content. <name> is the tool's name as
+	// the model wrote it, at most 64 runes with quotes, backslashes and
+	// anything unprintable escaped; <duration> is written like 2m, 1.5s;
+	// <N> is a number; the other placeholders are described in When. A
+	// part in [brackets] is there only sometimes.
+	Text string
+	// When says when the loop answers a call with Text.
+	When string
+}
+
+// OutcomeTexts is what the model reads for each outcome: the content of
+// the tool message that answers a call, one row per wording. Every text
+// the loop writes is one of these (a test holds the loop to it). An
+// observation never carries a tool's error message, a stack or a
+// credential; a failed call names only the worker's error type.
+var OutcomeTexts = []OutcomeText{
+	{protocol.OutcomeOK, "<output>",
+		"The tool ran and succeeded: its output, cut to MaxObservationChars (a cut output ends in protocol.TruncationMarker)."},
+	{protocol.OutcomeFailed, "Tool '<name>' failed: <error type>",
+		"The tool ran and failed; <error type> is the worker's error type (a Go type or an exit status, at most 64 printable ASCII bytes), never the error's message."},
+	{protocol.OutcomeFailed, "Tool '<name>' failed: dispatch error (the call was not sent and did not run)",
+		"The call could not be published to the fleet."},
+	{protocol.OutcomeInvalidArguments, "Tool '<name>' argument error: <message>",
+		"The arguments are not a JSON object or fail the tool's JSON Schema (checked by the coordinator, then by the worker); <message> is the validator's."},
+	{protocol.OutcomeUnknownTool, "Error: Unknown tool '<name>'",
+		"No tool of that name is in the catalog (or the worker does not serve it)."},
+	{protocol.OutcomeTimeout, "Tool '<name>' timed out after <duration>",
+		"No answer came before the call's deadline (its timeout) plus the grace."},
+	{protocol.OutcomeTimeout, "Tool '<name>' timed out after <duration> before any worker started it: it did not run",
+		"A non-idempotent call still unanswered at its deadline was withdrawn before any worker claimed it."},
+	{protocol.OutcomeRejected, "Tool call rejected: this round requested <N> tool calls, exceeding the limit of <N>. Retry with fewer calls.[ <N> further calls were dropped unread and are not in the transcript.]",
+		"A call over MaxToolCallsPerRound (the second sentence once, when calls past MaxToolCallsKept were dropped)."},
+	{protocol.OutcomeRejected, "Tool call rejected: the run's tool-call budget allows <N> more calls; this round requested <N>. The run ends here.[ <N> further calls were dropped unread and are not in the transcript.]",
+		"A call past what the run's tool-call budget (Budget.ToolCalls) allows; the run ends after this round."},
+	{protocol.OutcomeRejected, "Tool call rejected: call id '<id>' repeats an earlier call in this round.",
+		"The call's id repeats an earlier call of the same assistant message: it is the same call asked twice, answered once and never run."},
+	{protocol.OutcomeDenied, "Tool '<name>' blocked by approval[: <reason>]",
+		"A human denied the call; <reason> is the decision's reason."},
+	{protocol.OutcomeDenied, "Tool '<name>' blocked by approval: approval unavailable (no decision was made)",
+		"The approval gate failed (it could not publish, subscribe or wait): fail closed, the call did not run."},
+	{protocol.OutcomeDenied, "Tool '<name>' blocked by approval: the worker found no valid approval and did not run it",
+		"The worker checked the call's approval proof and refused it."},
+	{protocol.OutcomeApprovalExpired, "Tool '<name>' blocked by approval: no decision within <duration>",
+		"No valid decision came before the approval request's deadline (ApprovalTimeout)."},
+	{protocol.OutcomeCancelled, "Tool '<name>' was cancelled",
+		"The run was cancelled (its context ended) before the call was answered."},
+	{protocol.OutcomeUnknown, "Tool '<name>' outcome unknown: a worker started this call and stopped answering, so it may or may not have taken effect. Check before calling it again.",
+		"A worker started a non-idempotent call and no answer came: it is never retried blindly."},
+	{protocol.OutcomeUnknown, "Tool '<name>' outcome unknown: the run stopped before this call was answered, so it may or may not have taken effect; check before calling it again.",
+		"A call of the input transcript has no tool message: an earlier run stopped before answering it."},
+	{protocol.OutcomeRateLimited, "Tool '<name>' rate limited: the tool's rate limit was reached and this call did not run. Try again in <N>s or later.",
+		"The tool's fleet-wide rate limit did not let the call start; <N> is the wait in whole seconds, at least 1."},
+}
+
+// The observation texts, each a row of OutcomeTexts. Each names the tool
+// as the model wrote it, clipped and escaped by [clipName]. Texts that
+// match ExecutionKit keep its wording.
 
 // obsCapRejected answers a call over the per-round cap.
 func obsCapRejected(requested, limit int) string {
 	return fmt.Sprintf("Tool call rejected: this round requested %d tool calls, exceeding the limit of %d. Retry with fewer calls.", requested, limit)
+}
+
+// obsBudgetRejected answers a call past what the run's tool-call budget
+// allows: the run ends after this round.
+func obsBudgetRejected(requested, limit int) string {
+	return fmt.Sprintf("Tool call rejected: the run's tool-call budget allows %d more calls; this round requested %d. The run ends here.", limit, requested)
 }
 
 // obsDropped tells the model, once, that calls past the kept ceiling were

@@ -71,7 +71,7 @@ func (ru *run) callLimit(n int) int {
 // capRejected is the observation of a call past the round's limit.
 func (ru *run) capRejected(requested, limit int) string {
 	if ru.b.cut {
-		return fmt.Sprintf("Tool call rejected: the run's tool-call budget allows %d more calls; this round requested %d. The run ends here.", limit, requested)
+		return obsBudgetRejected(requested, limit)
 	}
 	return obsCapRejected(requested, limit)
 }

@@ -6,37 +6,25 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolfleet/toolfleet/internal/embedded"
+	"github.com/toolfleet/toolfleet/pkg/fleettest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/runner"
-	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
-// connect returns a connection to a fleet's NATS server, with a worker
-// serving the built-in calculator, and a function that stops both: here
-// an embedded server; in a program, nats.Connect(url) to a running fleet.
+// connect returns a connection to a fleet's NATS server as a
+// coordinator, with a worker serving the built-in calculator, and a
+// function that stops both: here a fleet in this process
+// (fleettest.New); in a program, nats.Connect(url) to a running fleet.
 func connect() (*nats.Conn, func()) {
-	s, err := embedded.Start(embedded.Config{})
-	if err != nil {
-		panic(err)
-	}
-	nc, err := nats.Connect("", s.InProcess())
-	if err != nil {
-		panic(err)
-	}
 	tools, _ := harness.Builtins([]string{"calculator"})
-	w, err := worker.New(nc, worker.Config{Tools: tools})
+	fleet, err := fleettest.New(fleettest.Config{Tools: tools})
 	if err != nil {
 		panic(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	<-w.Published()
-	return nc, func() { cancel(); <-done; nc.Close(); s.Shutdown() }
+	return fleet.Conn(), func() { fleet.Close() }
 }
 
 func ExampleNew() {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolfleet/toolfleet/internal/embedded"
+	"github.com/toolfleet/toolfleet/pkg/fleettest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/runner"
@@ -15,19 +15,16 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
-// connect returns a connection to a NATS server with JetStream and a
-// function that stops it: here an embedded server; in a program,
-// nats.Connect(url, nats.UserCredentials(file)).
-func connect() (*nats.Conn, func()) {
-	s, err := embedded.Start(embedded.Config{})
+// connect returns a connection to a fleet's NATS server as a worker, one
+// as a coordinator, and a function that stops the fleet: here a fleet in
+// this process (fleettest.New); in a program, nats.Connect(url,
+// nats.UserCredentials(file)) as each role.
+func connect() (worker, coordinator *nats.Conn, stop func()) {
+	fleet, err := fleettest.New(fleettest.Config{})
 	if err != nil {
 		panic(err)
 	}
-	nc, err := nats.Connect("", s.InProcess())
-	if err != nil {
-		panic(err)
-	}
-	return nc, func() { nc.Close(); s.Shutdown() }
+	return fleet.ConnectWorker(), fleet.Conn(), func() { fleet.Close() }
 }
 
 // AddIn is the input of the add tool.
@@ -37,7 +34,7 @@ type AddIn struct {
 }
 
 func ExampleNew() {
-	nc, stop := connect()
+	nc, coordinator, stop := connect()
 	defer stop()
 
 	add, err := tool.New(tool.Config{Name: "add", Description: "Adds two numbers.", Idempotent: true},
@@ -59,7 +56,7 @@ func ExampleNew() {
 	model, _ := scripted.Parse([]byte(`{"turns": [
 		{"tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 2, "b": 40}}]},
 		{"content": "2 + 40 = {{result \"c1\"}}"}]}`))
-	r, err := runner.New(ctx, nc, runner.Config{Model: model})
+	r, err := runner.New(ctx, coordinator, runner.Config{Model: model})
 	if err != nil {
 		panic(err)
 	}
@@ -78,7 +75,7 @@ func ExampleNew() {
 }
 
 func ExampleWorker_Ready() {
-	nc, stop := connect()
+	nc, _, stop := connect()
 	defer stop()
 	w, err := worker.New(nc, worker.Config{Tools: []harness.Tool{harness.Echo()}})
 	if err != nil {
