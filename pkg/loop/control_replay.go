@@ -335,5 +335,5 @@ var errReplayNoFleet = errors.New("loop: a replay publishes nothing")
 type noFleet struct{}
 
 func (noFleet) Open(context.Context, protocol.RunID) (Inbox, error) { return nil, errReplayNoFleet }
-func (noFleet) Publish(context.Context, Outgoing) error              { return errReplayNoFleet }
-func (noFleet) Cancel(context.Context, protocol.Cancel) error        { return nil }
+func (noFleet) Publish(context.Context, Outgoing) error             { return errReplayNoFleet }
+func (noFleet) Cancel(context.Context, protocol.Cancel) error       { return nil }
