@@ -1,7 +1,9 @@
 package loop_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -268,5 +270,58 @@ func TestDryRun(t *testing.T) {
 	}
 	if !res2.DryRun || executed.Load()-before != 1 || res2.Metadata.Outcomes[protocol.OutcomeSimulated] != 2 {
 		t.Fatalf("resumed: dry_run %v, %d ran, outcomes %v: want a dry run running only add", res2.DryRun, executed.Load()-before, res2.Metadata.Outcomes)
+	}
+}
+
+// TestDryRunJournalRefusedByAnOlderReader: the start entry of a dry run
+// journals dry_run in its policy, a field the journal reader of a
+// coordinator older than run control does not know: its strict decoder
+// refuses the journal rather than resume the dry run as a real one. A
+// plain run's start entry (its input in Data, a field it knows) decodes.
+func TestDryRunJournalRefusedByAnOlderReader(t *testing.T) {
+	// The policy and start entry as the previous release decodes them.
+	type olderPolicy struct {
+		RequireApproval      []string    `json:"require_approval,omitempty"`
+		ApprovalTimeoutMS    int64       `json:"approval_timeout_ms"`
+		MaxRounds            int         `json:"max_rounds"`
+		MaxToolCallsPerRound int         `json:"max_tool_calls_per_round"`
+		MaxObservationChars  int         `json:"max_observation_chars"`
+		ToolTimeoutMS        int64       `json:"tool_timeout_ms,omitempty"`
+		MaxRunDurationMS     int64       `json:"max_run_duration_ms"`
+		Budget               loop.Budget `json:"budget,omitzero"`
+	}
+	type olderStart struct {
+		Kind   string          `json:"kind"`
+		Secret string          `json:"secret,omitempty"`
+		Policy *olderPolicy    `json:"policy,omitempty"`
+		Data   json.RawMessage `json:"data,omitempty"`
+	}
+	for _, dry := range []bool{false, true} {
+		cfg := fastConfig()
+		cfg.DryRun = dry
+		var asked atomic.Int64
+		j := looptest.NewJournal()
+		r, err := loop.New(cfg, instructedModel(&asked), looptest.NewCatalog(controlSpecs()...), looptest.New(handler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.RunDurable(t.Context(), loop.Durable{RunID: "older-1", Journal: j, Prompt: "go"}); err != nil {
+			t.Fatal(err)
+		}
+		start := j.Resume(1).Entries()[0]
+		data, err := json.Marshal(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var old olderStart
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&old)
+		if dry && (err == nil || !strings.Contains(err.Error(), "dry_run")) {
+			t.Fatalf("a dry run's start entry decoded by the older reader: %v, want refused on dry_run", err)
+		}
+		if !dry && err != nil {
+			t.Fatalf("a plain run's start entry refused by the older reader: %v", err)
+		}
 	}
 }
