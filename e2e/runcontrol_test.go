@@ -288,3 +288,73 @@ func (f *controlFleet) approveCounting(n *atomic.Int64) {
 	}
 	f.t.Cleanup(cc.Stop)
 }
+
+// TestRunControlOnTheShippedConfig runs replay and fork with the roles of
+// deploy/nats-server.conf: a run of an agent served by the coordinator
+// user and submitted by the client is replayed and forked by the
+// operator, whose user reads the journal and the agents bucket and may
+// publish no call; the client submits the fork.
+func TestRunControlOnTheShippedConfig(t *testing.T) {
+	t.Parallel()
+	srv := startApprovalServer(t)
+	url := srv.ClientURL()
+	dir := t.TempDir()
+	effects := filepath.Join(dir, "effects.log")
+	manifest := writeJSON(t, dir, "tools.json", map[string]any{"tools": []any{
+		map[string]any{"name": toolCharge, "description": "records its runs", "parameters": json.RawMessage(sidefxSchema),
+			"timeout": "30s", "command": []string{bins.sidefx}, "env": map[string]string{"SIDEFX_LOG": effects}},
+		map[string]any{"name": toolWork, "description": "records its runs", "parameters": json.RawMessage(sidefxSchema),
+			"timeout": "30s", "command": []string{bins.sidefx}, "idempotent": true, "env": map[string]string{"SIDEFX_LOG": effects}},
+	}})
+	worker := startProcEnv(t, "toolworker", approvalEnv(t, url, "worker"), bins.toolworker, "--tools", manifest, "--name", "w1")
+	waitForApprovalCatalog(t, url, worker, toolCharge, toolWork)
+	serve := startProcEnv(t, "serve", approvalEnv(t, url, "coordinator"), bins.coordinator,
+		"serve", "--workers", "0", "--name", "c1", "--log-level", "info")
+	serve.waitLog(20*time.Second, `"serving runs"`)
+	as := func(user string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bins.coordinator, args...)
+		cmd.Env, cmd.Dir = append(approvalEnv(t, url, user), "USER=e2e-operator"), dir
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("coordinator %v as %s: %v\n%s\n%s", args, user, err, out, stderr.String())
+		}
+		return string(out)
+	}
+	as("operator", "agents", "put", writeJSON(t, dir, "ops.json", opsAgent("be quick")))
+	var res protocol.RunResult
+	out := as("client", "submit", "--agent", "ops", "--wait", "--output", "json", "go")
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.TerminationReason != "natural" {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	countCharges := func() int { data, _ := os.ReadFile(effects); return strings.Count(string(data), "start ") }
+	if n := countCharges(); n != 2 {
+		t.Fatalf("%d executions after the run, want 2", n)
+	}
+
+	var same, changed loop.ReplayReport
+	json.Unmarshal([]byte(as("operator", "runs", "replay", string(res.RunID), "--json")), &same)
+	careful := filepath.Join(dir, "careful.txt")
+	if err := os.WriteFile(careful, []byte("be careful"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	json.Unmarshal([]byte(as("operator", "runs", "replay", string(res.RunID), "--instructions", careful, "--json")), &changed)
+	if same.Diverged || same.ReplayedCalls != 2 || !changed.Diverged || changed.FirstDivergingRound != 2 {
+		t.Fatalf("replays as the operator: same %+v, changed %+v", same, changed)
+	}
+
+	fork := filepath.Join(dir, "fork.json")
+	as("operator", "runs", "fork", string(res.RunID), "--at", "2", "--out", fork)
+	var forked protocol.RunResult
+	out = as("client", "submit", "--agent", "ops", "--messages", fork, "--wait", "--output", "json")
+	if err := json.Unmarshal([]byte(out), &forked); err != nil || forked.TerminationReason != "natural" {
+		t.Fatalf("fork: %v\n%s", err, out)
+	}
+	if se := sideEffects(t, forked); len(se) != 1 || countCharges() != 3 {
+		t.Fatalf("fork side_effects %+v and %d executions in all, want the fork's one charge (3 in all)", se, countCharges())
+	}
+}
