@@ -296,6 +296,9 @@ func show(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects,
 	if st.Termination != "" {
 		status += " (" + string(st.Termination) + ")"
 	}
+	if st.DryRun {
+		status += ", a dry run"
+	}
 	fmt.Fprintf(w, "run:        %s\nstatus:     %s\nowner:      %s (%d owner(s))\nround:      %d\nlast step:  %s at %s\nresult:     %v\n",
 		st.RunID, status, st.Owner, st.Owners, st.Round, st.LastStep, st.LastAt.UTC().Format(time.RFC3339), st.HasResult)
 	for _, c := range st.PendingApprovals {
