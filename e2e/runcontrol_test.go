@@ -259,6 +259,9 @@ func TestRunControlDryRun(t *testing.T) {
 	if n := asked.Load(); n != 2 {
 		t.Fatalf("%d approval requests, want 2 (one per charge)", n)
 	}
+	if out := f.cli("runs", "show", string(res.RunID)); !strings.Contains(out, "finished (natural), a dry run") {
+		t.Fatalf("runs show:\n%s\nwant it named a dry run", out)
+	}
 	if !strings.Contains(res.Answer, "not run (dry run)") || !strings.Contains(res.Answer, "{id, output}") ||
 		strings.Contains(res.Answer, "secret-value") || !strings.HasSuffix(res.Answer, "| hi") {
 		t.Fatalf("answer %q: want the simulated observation with keys and no value, and echo's output", res.Answer)
