@@ -19,6 +19,9 @@ var ErrForkRound = errors.New("loop: no such round to fork at")
 // [Result].SideEffects name only them.
 func ForkMessages(ctx context.Context, entries []JournalEntry, at int) ([]Message, error) {
 	rec, err := recordedRun(entries)
+	if err == nil {
+		err = rec.inputErr
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -10,9 +10,10 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/schema"
 )
 
-// ErrNoInput is returned by [Replay] and [ForkMessages] for a journal whose
-// start entry holds no input: a run started by a coordinator that did not
-// journal it, or one whose input was over [MaxJournaledInputBytes].
+// ErrNoInput is returned by [Replay] (unless it is given the input) and
+// [ForkMessages] for a journal whose start entry holds no input: a run
+// started by a coordinator that did not journal it, or one whose input was
+// over [MaxJournaledInputBytes]; or for a journal with no start at all.
 var ErrNoInput = errors.New("loop: the run's journal holds no input to start from")
 
 // ErrRunNotEnded is returned by [Replay] and [ForkMessages] for a journal
@@ -109,6 +110,8 @@ func Replay(ctx context.Context, cfg Config, model Model, in ReplayInput) (*Repl
 	msgs := rec.input
 	if in.Messages != nil {
 		msgs = in.Messages
+	} else if rec.inputErr != nil {
+		return nil, rec.inputErr
 	}
 	if in.Instructions != "" {
 		msgs = withInstructions(msgs, in.Instructions)
@@ -125,13 +128,17 @@ func Replay(ctx context.Context, cfg Config, model Model, in ReplayInput) (*Repl
 
 // recorded is an ended run as its journal holds it.
 type recorded struct {
-	rp     *replay
-	input  []Message
-	policy *RunPolicy
-	rounds int // the last round with a model response
+	rp    *replay
+	input []Message
+	// inputErr says why input is nil (ErrNoInput).
+	inputErr error
+	policy   *RunPolicy
+	rounds   int // the last round with a model response
 }
 
-// recordedRun reads an ended run from its journal.
+// recordedRun reads an ended run from its journal: its start, its rounds
+// and its end. A run whose start holds no input (or one that does not
+// decode) has inputErr set.
 func recordedRun(entries []JournalEntry) (*recorded, error) {
 	var start *JournalEntry
 	for i := range entries {
@@ -148,10 +155,7 @@ func recordedRun(entries []JournalEntry) (*recorded, error) {
 		return nil, ErrRunNotEnded
 	}
 	input, err := decodeInput(start.Data)
-	if err != nil {
-		return nil, err
-	}
-	rec := &recorded{rp: rp, input: input, policy: start.Policy}
+	rec := &recorded{rp: rp, input: input, inputErr: err, policy: start.Policy}
 	for r := range rp.model {
 		rec.rounds = max(rec.rounds, r)
 	}

@@ -163,8 +163,17 @@ func TestReplayNeedsAnEndedRun(t *testing.T) {
 	if _, err := loop.Replay(t.Context(), fastConfig(), instructedModel(&asked), loop.ReplayInput{Entries: noInput}); !errors.Is(err, loop.ErrNoInput) {
 		t.Fatalf("no input: %v, want ErrNoInput", err)
 	}
+	if _, err := loop.ForkMessages(t.Context(), noInput, 2); !errors.Is(err, loop.ErrNoInput) {
+		t.Fatalf("fork without input: %v, want ErrNoInput", err)
+	}
 	if asked.Load() != 0 {
 		t.Fatalf("the model was asked %d times, want 0", asked.Load())
+	}
+	// Given the input, a journal without one replays.
+	rep, err := loop.Replay(t.Context(), fastConfig(), instructedModel(&asked), loop.ReplayInput{Entries: noInput,
+		Messages: []loop.Message{{Role: "system", Content: "be quick"}, {Role: "user", Content: "go"}}})
+	if err != nil || rep.Diverged {
+		t.Fatalf("replay given the input: %v, %+v; want no divergence", err, rep)
 	}
 }
 
