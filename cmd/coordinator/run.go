@@ -62,6 +62,7 @@ type fleetFlags struct {
 	maxRunDuration                   time.Duration
 	toolTimeout, approvalTimeout     time.Duration
 	requireApproval                  string
+	dryRun                           bool
 	traceArgs                        bool
 	logLevel                         string
 	metricsAddr                      string
@@ -97,6 +98,7 @@ func (f *fleetFlags) register(fs *flag.FlagSet, ceilings bool) {
 	fs.DurationVar(&f.toolTimeout, "tool-timeout", 0, limit("override every tool's own timeout (> 0)"))
 	fs.StringVar(&f.requireApproval, "require-approval", "", "tools that need a human's approval: comma list, or * (tools declaring requires_approval always do)")
 	fs.DurationVar(&f.approvalTimeout, "approval-timeout", loop.DefaultApprovalTimeout, "how long to wait for an approval before the call expires (> 0)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "dry runs: only tools declared read-only run; every other call is gated as usual and answered simulated")
 	fs.BoolVar(&f.traceArgs, "trace-args", false, "log argument values and add them to trace spans (default: keys only)")
 	fs.StringVar(&f.logLevel, "log-level", logging.DefaultLevel, "debug | info | warn | error")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz on this `ADDR` (e.g. :9090; default: off)")
@@ -278,6 +280,7 @@ func (f *fleetFlags) config(model loop.Model, log zerolog.Logger) coordinator.Co
 			ToolTimeout:          f.toolTimeout,
 			ApprovalTimeout:      f.approvalTimeout,
 			RequireApproval:      splitList(f.requireApproval),
+			DryRun:               f.dryRun,
 			TraceArgs:            f.traceArgs,
 			Observer:             f.observer,
 		},

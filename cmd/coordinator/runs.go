@@ -4,11 +4,19 @@ import (
 	"context"
 	"io"
 
+	"github.com/rs/zerolog"
+
 	"github.com/toolfleet/toolfleet/internal/runs"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
-// runsCommand runs "coordinator runs ...": list, show or cancel durable
-// runs from their journals, over NATS ($NATS_URL).
+// runsCommand runs "coordinator runs ...": list, show, cancel, replay or
+// fork durable runs from their journals, over NATS ($NATS_URL). A
+// replay's --model takes the specs of "coordinator run --model".
 func runsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return envCommand(ctx, "coordinator runs", "toolfleet-runs", args, stdout, stderr, runs.Command)
+	models := func(spec string) (loop.Model, error) {
+		f := modelFlags{model: spec}
+		return f.newModel(zerolog.Nop())
+	}
+	return envCommand(ctx, "coordinator runs", "toolfleet-runs", args, stdout, stderr, runs.ModelCommand(models))
 }

@@ -33,6 +33,7 @@ type submitFlags struct {
 	requireApproval                  string
 	client, agent, id                string
 	class                            string
+	dryRun                           bool
 }
 
 func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
@@ -52,6 +53,7 @@ func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.client, "client", "", "submit as this client (fleet.run.submit.NAME.AGENT.ID), whose results only it may read (default: the NATS user, else \"default\")")
 	fs.StringVar(&f.agent, "agent", "", "the agent `NAME` to run (default: \"default\")")
 	fs.StringVar(&f.class, "class", "", "the run's priority class, interactive or batch (default: the agent's, else interactive): a tool's waiting interactive calls start before its batch calls")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "a dry run: only tools declared read-only run; every other call is gated as usual and answered simulated, with what would have run")
 	fs.StringVar(&f.id, "id", "", "the submission `ID`: submitting the same ID again never runs a second time (default: a random one)")
 	return fs
 }
@@ -77,6 +79,7 @@ func (f *submitFlags) request(prompt string) (protocol.RunRequest, error) {
 		MaxRounds: f.maxRounds, MaxToolCallsPerRound: f.maxCalls, MaxObservationChars: f.maxObsChars,
 		RequireApproval: splitList(f.requireApproval),
 		Class:           f.class,
+		DryRun:          f.dryRun,
 	}
 	if f.toolTimeout > 0 {
 		req.ToolTimeoutMS = max(f.toolTimeout.Milliseconds(), 1)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -38,6 +39,22 @@ commands:
                               cancel a run (its owner stops it at once; a
                               coordinator that takes it later cancels it too);
                               --by names who asks (default: $USER; required)
+  replay RUN [--agent-revision N] [--instructions FILE] [--model SPEC] [--json]
+                              re-run the model steps of an ended run against its
+                              journal: every call the model repeats is answered
+                              from the journal, any other not_replayed; nothing
+                              is published and nothing runs. Prints the first
+                              round that differs and the calls added, dropped or
+                              changed. The model: --model (scripted:FILE,
+                              openai:MODEL, ...), else the agent revision's
+  fork RUN --at ROUND [--messages FILE] [--out FILE]
+                              the transcript of a new run that starts where RUN
+                              was before ROUND (its earlier calls answered from
+                              the journal, never run again), with FILE's
+                              messages added; written to --out (default: stdout)
+                              for the client to submit: coordinator submit
+                              --messages FILE (its own calls have new keys; its
+                              result's side_effects names what it ran)
 
 The same with the nats CLI (prefix "fleet"):
   nats stream subjects FLEET_JOURNAL 'fleet.journal.run.*'    runs with a journal
@@ -50,10 +67,23 @@ The same with the nats CLI (prefix "fleet"):
                                                               the result, once stored (as CLIENT)
 `
 
-// Command runs "runs id|list|show|cancel". conn opens the NATS connection,
-// which Command closes. The result is the exit status: 0 done, 1 error,
-// 2 bad usage.
+// Command runs "runs id|list|show|cancel|replay|fork". conn opens the NATS
+// connection, which Command closes. The result is the exit status: 0
+// done, 1 error, 2 bad usage. A replay's --model is refused: see
+// [ModelCommand].
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
+	return command(ctx, args, stdout, stderr, conn, nil)
+}
+
+// ModelCommand returns [Command] whose replay makes its --model SPEC with
+// models.
+func ModelCommand(models ModelFunc) func(context.Context, []string, io.Writer, io.Writer, func(context.Context) (*nats.Conn, error)) int {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
+		return command(ctx, args, stdout, stderr, conn, models)
+	}
+}
+
+func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error), models ModelFunc) int {
 	if len(args) > 0 && args[0] == "runs" {
 		args = args[1:]
 	}
@@ -66,10 +96,16 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	fs.SetOutput(stderr)
 	prefix := fs.String("prefix", protocol.DefaultPrefix, "subject prefix of the fleet")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on the command's NATS work")
-	asJSON := fs.Bool("json", false, "print JSON (show, list)")
+	asJSON := fs.Bool("json", false, "print JSON (show, list, replay)")
 	reason := fs.String("reason", "", "why (cancel)")
 	by := fs.String("by", os.Getenv("USER"), "who asks (cancel; default: $USER)")
 	client := fs.String("client", cmp.Or(os.Getenv("NATS_USER"), "default"), "the submitting client (id; default: $NATS_USER, else default)")
+	agentRev := fs.Uint64("agent-revision", 0, "replay: the revision of the run's agent to replay on (its instructions, model and limits)")
+	instructions := fs.String("instructions", "", "replay: a `FILE` holding the instructions to replay with")
+	modelSpec := fs.String("model", "", "replay: the model to replay with: scripted:FILE | openai:MODEL | openai-responses:MODEL | anthropic:MODEL")
+	at := fs.Int("at", 0, "fork: the round the fork starts at, from 1")
+	messages := fs.String("messages", "", "fork: a JSON `FILE` of messages to add at the fork point")
+	out := fs.String("out", "", "fork: where to write the fork's transcript (default: stdout)")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -83,7 +119,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	want := map[string]int{"id": 1, "list": 0, "ls": 0, "show": 1, "cancel": 1}
+	want := map[string]int{"id": 1, "list": 0, "ls": 0, "show": 1, "cancel": 1, "replay": 1, "fork": 1}
 	n, ok := want[name]
 	switch {
 	case name == "help" || name == "-h" || name == "--help":
@@ -104,6 +140,44 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		fmt.Fprintln(stdout, protocol.SubmissionRunID(*client, pos[0]))
 		return exitOK
 	}
+	if name == "fork" && *at < 1 {
+		fmt.Fprintf(stderr, "runs fork: --at ROUND is required, from 1\n")
+		return exitUsage
+	}
+	var ro ReplayOptions
+	var more []loop.Message
+	switch name {
+	case "replay":
+		ro.AgentRevision = *agentRev
+		if *instructions != "" {
+			data, err := readFile(*instructions)
+			if err != nil || strings.TrimSpace(string(data)) == "" {
+				fmt.Fprintf(stderr, "runs replay: --instructions: %v\n", cmp.Or(err, errors.New("the file is empty")))
+				return exitUsage
+			}
+			ro.Instructions = string(data)
+		}
+		if *modelSpec != "" {
+			if models == nil {
+				fmt.Fprintf(stderr, "runs replay: --model is not available here\n")
+				return exitUsage
+			}
+			m, err := models(*modelSpec)
+			if err != nil {
+				fmt.Fprintf(stderr, "runs replay: --model: %v\n", err)
+				return exitUsage
+			}
+			ro.Model = m
+		}
+	case "fork":
+		if *messages != "" {
+			var err error
+			if more, err = readMessages(*messages); err != nil {
+				fmt.Fprintf(stderr, "runs fork: --messages: %v\n", err)
+				return exitUsage
+			}
+		}
+	}
 	if name == "cancel" && *by == "" {
 		fmt.Fprintf(stderr, "runs cancel: --by is required ($USER is not set): a cancel request names who asks\n")
 		return exitUsage
@@ -121,6 +195,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		fmt.Fprintf(stderr, "runs: --prefix: %v\n", err)
 		return exitUsage
 	}
+	runCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	nc, err := conn(ctx)
@@ -135,6 +210,24 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		return exitError
 	}
 	switch name {
+	case "replay":
+		var rep *loop.ReplayReport
+		rep, err = Replay(runCtx, ctx, js, subjects, run, ro)
+		if rep != nil && err == nil {
+			if *asJSON {
+				err = json.NewEncoder(stdout).Encode(struct {
+					RunID protocol.RunID `json:"run_id"`
+					*loop.ReplayReport
+				}{run, rep})
+			} else {
+				printReport(stdout, run, rep)
+			}
+		}
+	case "fork":
+		var msgs []loop.Message
+		if msgs, err = Fork(ctx, js, subjects, run, *at, more); err == nil {
+			err = writeFork(stdout, stderr, *out, run, *at, msgs)
+		}
 	case "show":
 		err = show(ctx, js, subjects, run, *asJSON, stdout)
 	case "cancel":
@@ -202,6 +295,9 @@ func show(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects,
 	status := st.Status
 	if st.Termination != "" {
 		status += " (" + string(st.Termination) + ")"
+	}
+	if st.DryRun {
+		status += ", a dry run"
 	}
 	fmt.Fprintf(w, "run:        %s\nstatus:     %s\nowner:      %s (%d owner(s))\nround:      %d\nlast step:  %s at %s\nresult:     %v\n",
 		st.RunID, status, st.Owner, st.Owners, st.Round, st.LastStep, st.LastAt.UTC().Format(time.RFC3339), st.HasResult)

@@ -54,3 +54,29 @@ func TestIDIsTheSubmissionsRunID(t *testing.T) {
 		t.Errorf("a submission id that is no token: exit %d, %q, want 2 and nothing printed", code, out.String())
 	}
 }
+
+// TestControlUsage: replay and fork refuse bad flags before connecting:
+// a fork needs --at, a replay's --model needs a model maker, an
+// --instructions or --messages file must be readable.
+func TestControlUsage(t *testing.T) {
+	conn := func(context.Context) (*nats.Conn, error) {
+		t.Error("connected")
+		return nil, errors.New("no server")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fork", "run1"}, "--at ROUND is required"},
+		{[]string{"fork", "run1", "--at", "0"}, "--at ROUND is required"},
+		{[]string{"fork", "run1", "--at", "2", "--messages", "/nonexistent/m.json"}, "--messages"},
+		{[]string{"replay", "run1", "--model", "scripted:x.json"}, "--model is not available"},
+		{[]string{"replay", "run1", "--instructions", "/nonexistent/i.txt"}, "--instructions"},
+		{[]string{"replay"}, "takes 1 argument"},
+	} {
+		var out, errOut strings.Builder
+		if code := runs.Command(t.Context(), tc.args, &out, &errOut, conn); code != 2 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: exit %d, %q, want 2 and %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}

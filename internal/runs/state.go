@@ -38,6 +38,8 @@ type State struct {
 	Entries  int       `json:"entries"`
 	// HasResult says whether the runs bucket holds the run's result.
 	HasResult bool `json:"has_result"`
+	// DryRun: the run is a dry run (its journaled policy says so).
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // Summarize reads a run's state from its journal.
@@ -53,6 +55,8 @@ func Summarize(run protocol.RunID, recs []natsbus.JournalRecord) State {
 		case natsbus.EntryOwner:
 			st.Owner = e.Owner
 			st.Owners++
+		case loop.EntryStart:
+			st.DryRun = e.Policy != nil && e.Policy.DryRun
 		case loop.EntryModel:
 			st.Round = max(st.Round, e.Round)
 		case loop.EntryApprovalRequested:

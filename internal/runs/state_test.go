@@ -42,3 +42,14 @@ func TestSummarize(t *testing.T) {
 		t.Fatalf("finished: %+v", st)
 	}
 }
+
+// TestSummarizeDryRun: a run whose start journaled a dry run's policy is
+// one; any other is not.
+func TestSummarizeDryRun(t *testing.T) {
+	for _, p := range []*loop.RunPolicy{nil, {}, {DryRun: true}} {
+		st := Summarize("r", []natsbus.JournalRecord{rec(loop.JournalEntry{Kind: loop.EntryStart, Policy: p})})
+		if want := p != nil && p.DryRun; st.DryRun != want {
+			t.Errorf("policy %+v: DryRun %v, want %v", p, st.DryRun, want)
+		}
+	}
+}

@@ -41,6 +41,10 @@ type Definition struct {
 	Limits Limits `json:"limits,omitzero"`
 	// Budget bounds a run's spending.
 	Budget Budget `json:"budget,omitzero"`
+	// DryRun makes every run of the agent a dry run: only tools declared
+	// read-only run, every other call is gated as usual and answered
+	// simulated (loop.Config.DryRun).
+	DryRun bool `json:"dry_run,omitempty"`
 	// Class is the priority class of the agent's runs: "interactive" (the
 	// default) or "batch", whose calls start only when no interactive
 	// call of the same tool waits. A submission may set another.

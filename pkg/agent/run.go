@@ -45,7 +45,8 @@ func FromJournal(entries []loop.JournalEntry) (Ref, bool) {
 }
 
 // LoopConfig returns base with the agent's limits (each one the agent
-// sets replaces base's), its approvals added to base's and its budget.
+// sets replaces base's), its approvals added to base's, its budget, and a
+// dry run when either is one.
 // The caller applies its own ceilings afterwards, if any, and sets
 // Summarizer to the model of d.Summarizer when there is one.
 func (d *Definition) LoopConfig(base loop.Config) loop.Config {
@@ -75,6 +76,7 @@ func (d *Definition) LoopConfig(base loop.Config) loop.Config {
 	if len(d.RequireApproval) > 0 {
 		c.RequireApproval = append(append([]string(nil), base.RequireApproval...), d.RequireApproval...)
 	}
+	c.DryRun = base.DryRun || d.DryRun
 	b := d.Budget
 	price := b.Prices[d.Model.Name]
 	c.Budget = loop.Budget{

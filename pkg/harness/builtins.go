@@ -66,6 +66,7 @@ func Echo() Tool {
 		Parameters:  json.RawMessage(echoParameters),
 		Timeout:     5 * time.Second,
 		Idempotent:  true,
+		ReadOnly:    true,
 		Run: func(_ context.Context, args json.RawMessage) (string, error) {
 			var in struct {
 				Text *string `json:"text"`

@@ -45,6 +45,7 @@ func Calculator() Tool {
 		Parameters:  json.RawMessage(calculatorParameters),
 		Timeout:     5 * time.Second,
 		Idempotent:  true,
+		ReadOnly:    true,
 		Run:         calculate,
 	}
 }

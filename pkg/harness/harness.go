@@ -34,6 +34,9 @@ type Tool struct {
 	Timeout time.Duration
 	// Idempotent tools may be run again after a worker crash.
 	Idempotent bool
+	// ReadOnly tools change nothing: a dry run runs them, and answers
+	// every other tool's call simulated.
+	ReadOnly bool
 	// RequiresApproval tools run only after an operator approves each call.
 	RequiresApproval bool
 	// RateLimit is the tool's fleet-wide rate limit, which the fleet's
@@ -125,6 +128,7 @@ func New(cfg Config, tools ...Tool) (*Harness, error) {
 			TimeoutMS:        e.timeout.Milliseconds(),
 			Idempotent:       t.Idempotent,
 			RequiresApproval: t.RequiresApproval,
+			ReadOnly:         t.ReadOnly,
 			SchemaDigest:     digest,
 		})
 	}

@@ -54,6 +54,7 @@ type manifestTool struct {
 	Command          []string          `json:"command"`
 	Idempotent       bool              `json:"idempotent"`
 	RequiresApproval bool              `json:"requires_approval"`
+	ReadOnly         bool              `json:"read_only"`
 	Env              map[string]string `json:"env"`
 	// User and Group (names or numeric ids) run the tool as another user;
 	// the worker must run as root.
@@ -229,6 +230,7 @@ func parseTool(i int, raw json.RawMessage, dir, pathEnv string) (Tool, error) {
 		Timeout:          timeout,
 		Idempotent:       m.Idempotent,
 		RequiresApproval: m.RequiresApproval,
+		ReadOnly:         m.ReadOnly,
 		RateLimit:        rate,
 		Run:              cmd.run,
 		cmd:              cmd,

@@ -113,6 +113,13 @@ type Config struct {
 	// CancelTimeout bounds the publishing of cancel messages, which goes on
 	// after the run's context has ended. Default: 2s.
 	CancelTimeout time.Duration
+	// DryRun runs only the tools whose spec declares them read-only
+	// (protocol.ToolSpec.ReadOnly): every other call is validated, gated
+	// and asked approval for as usual, then answered simulated with what
+	// would have run (tool, argument keys, digest) instead of being
+	// published. A durable dry run stays one whoever resumes it
+	// (RunPolicy). Default: false.
+	DryRun bool
 	// Logger receives the trace lines. The zero value discards them.
 	Logger zerolog.Logger
 	// TracerProvider makes the OpenTelemetry spans of each run, round, model

@@ -149,6 +149,19 @@
 // run's journals each point and replays what it finds (replay.go, beside
 // journal.go).
 //
+// # Run control
+//
+// A journal knows what every call of an ended run did, and which of them
+// were side effects. [Replay] re-runs the model steps of such a run with
+// another model or other instructions: every call is answered from the
+// journal (the same tool and canonical arguments) or not_replayed, and
+// nothing is published; its [ReplayReport] names the first round that
+// differs. [ForkMessages] rebuilds the transcript a new run starts from at
+// a round, none of its calls run again. [Config].DryRun runs only the
+// tools declared read-only and answers every other call simulated after
+// the gate. Both enter the round at two named points (control.go), and
+// every [Result] lists its SideEffects.
+//
 // # Caveats
 //
 // Go cannot stop a goroutine: a Gate or Dispatcher that ignores its context

@@ -9,3 +9,10 @@ const (
 	AttrCallKey       = attrCallKey
 	AttrOutcome       = attrOutcome
 )
+
+// DecodeInput and EncodeInput are the journaled input's codec, for its fuzz
+// test.
+var (
+	DecodeInput = decodeInput
+	EncodeInput = encodeInput
+)

@@ -132,6 +132,8 @@ type JournalEntry struct {
 	// the run, and when); the loop ignores entries of kinds it does not
 	// know.
 	Owner string `json:"owner,omitempty"`
+	// Data of EntryStart holds the run's input ({"messages": [...]}) when it
+	// is within MaxJournaledInputBytes, for [Replay] and [ForkMessages].
 	// Secret is set for EntryStart: the run's call keys and coordinator-
 	// made call ids are derived from it, so that nobody who does not read
 	// the journal can predict them.
@@ -256,7 +258,9 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 		ru.log.Error().Str(logKeyEvent, evJournalLost).Int(logKeyCount, len(entries)).Send()
 		return ru.finish(TerminationJournalLost, "", nil)
 	case start == nil:
-		start = &JournalEntry{Kind: EntryStart, Secret: newSecret(), Policy: policyOf(ru.cfg)}
+		// The input is journaled with the start, for a replay or a fork
+		// (control_replay.go); the loop never reads it back.
+		start = &JournalEntry{Kind: EntryStart, Secret: newSecret(), Policy: policyOf(ru.cfg), Data: encodeInput(ru.msgs)}
 		if !js.append(ctx, *start) {
 			return nil, js.err
 		}
@@ -270,7 +274,7 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 			ru.log.Warn().Str(logKeyEvent, evPolicyMissing).Send()
 		}
 		cfg := p.tighten(*ru.cfg)
-		ru.cfg, ru.approvals = &cfg, newApprovalSet(cfg.RequireApproval)
+		ru.cfg, ru.approvals, ru.ctl = &cfg, newApprovalSet(cfg.RequireApproval), controlOf(&cfg)
 	}
 	secret := start.Secret
 	ru.secret = secret

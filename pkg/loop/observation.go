@@ -155,6 +155,20 @@ func obsRateLimited(name string, retryAfter time.Duration) string {
 
 func obsCancelled(name string) string { return "Tool '" + clipName(name) + "' was cancelled" }
 
+// obsSimulated answers a dry run's call of a tool not declared read-only:
+// it did not run; the model is told what would have run — the argument
+// keys (clipped, as logs give them) and the digest, never a value.
+func obsSimulated(name string, keys []string, digest string) string {
+	return "Tool '" + clipName(name) + "' was not run (dry run): it would have run with arguments {" +
+		strings.Join(keys, ", ") + "} (digest " + digest + ")."
+}
+
+// obsNotReplayed answers a replay's call that the recorded run never made
+// with these arguments: nothing ran.
+func obsNotReplayed(name string) string {
+	return "Tool '" + clipName(name) + "' was not run (replay): the recorded run has no result for this call with these arguments."
+}
+
 // maxNameRunes bounds a model-written name or id quoted in an observation
 // or a log line.
 const maxNameRunes = 64

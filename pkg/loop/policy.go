@@ -24,6 +24,11 @@ type RunPolicy struct {
 	ToolTimeoutMS        int64    `json:"tool_timeout_ms,omitempty"`
 	MaxRunDurationMS     int64    `json:"max_run_duration_ms"`
 	Budget               Budget   `json:"budget,omitzero"`
+	// DryRun: the run simulates every call of a tool not declared
+	// read-only (Config.DryRun). A coordinator older than the field refuses
+	// the journal that holds it, so it never resumes a dry run as a real
+	// one.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // policyOf is the policy of a runner configured by c (with its defaults).
@@ -37,6 +42,7 @@ func policyOf(c *Config) *RunPolicy {
 		ToolTimeoutMS:        c.ToolTimeout.Milliseconds(),
 		MaxRunDurationMS:     c.MaxRunDuration.Milliseconds(),
 		Budget:               c.Budget,
+		DryRun:               c.DryRun,
 	}
 }
 
@@ -47,7 +53,8 @@ var failClosedPolicy = RunPolicy{RequireApproval: []string{"*"}}
 
 // tighten returns c lowered to p where p is stricter: p's approvals are
 // added to c's, and each limit and budget bound is the lower of the two
-// (0 meaning none, for the optional ones), each price the higher. The
+// (0 meaning none, for the optional ones), each price the higher; a dry
+// run stays one. The
 // result passes [Config.Validate] when c does.
 func (p *RunPolicy) tighten(c Config) Config {
 	for _, name := range p.RequireApproval {
@@ -80,6 +87,7 @@ func (p *RunPolicy) tighten(c Config) Config {
 	c.MaxRunDuration = lowerDur(c.MaxRunDuration, p.MaxRunDurationMS, false)
 	c.ToolTimeout = lowerDur(c.ToolTimeout, p.ToolTimeoutMS, true)
 	c.Budget = p.Budget.tighten(c.Budget)
+	c.DryRun = c.DryRun || p.DryRun
 	return c
 }
 

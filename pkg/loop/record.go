@@ -60,7 +60,25 @@ func (ru *run) recordCall(round int, c *roundCall, tools map[protocol.ToolName]*
 		m.RejectedToolCalls++
 	}
 	ru.res.Calls = append(ru.res.Calls, rec)
+	if c.sideEffect() {
+		ru.res.SideEffects = append(ru.res.SideEffects, SideEffect{Round: round, CallID: c.id, CallKey: c.key, Tool: c.tool, Outcome: rec.Outcome})
+	}
 	ru.callRecorded(c, &rec, tools)
+}
+
+// sideEffect reports whether c, answered, is a call of a tool not declared
+// idempotent that ran or may have run ([Result].SideEffects).
+func (c *roundCall) sideEffect() bool {
+	if c.entry == nil || c.entry.spec.Idempotent {
+		return false
+	}
+	switch c.ans.Outcome {
+	case protocol.OutcomeOK, protocol.OutcomeFailed, protocol.OutcomeUnknown:
+		return true
+	case protocol.OutcomeCancelled:
+		return c.started
+	}
+	return false
 }
 
 // answerOpen answers cancelled every call still open: unreachable, but

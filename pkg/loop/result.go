@@ -48,6 +48,25 @@ type Result struct {
 	// Budget is what the run spent against Config.Budget, and the bound
 	// that ended it; nil when the run had no budget.
 	Budget *BudgetReport `json:"budget,omitempty"`
+	// DryRun is true for a dry run (Config.DryRun): only tools declared
+	// read-only ran, every other call was answered simulated.
+	DryRun bool `json:"dry_run,omitempty"`
+	// SideEffects lists the calls of this run to tools not declared
+	// idempotent that ran or may have run (outcome ok, failed or
+	// outcome_unknown, or cancelled after a worker started it), in
+	// transcript order: what the run changed. A fork's names only its own
+	// calls, never those of the transcript it was given.
+	SideEffects []SideEffect `json:"side_effects,omitempty"`
+}
+
+// SideEffect is one call of a run that ran, or may have run, a tool not
+// declared idempotent.
+type SideEffect struct {
+	Round   int              `json:"round"`
+	CallID  string           `json:"call_id"`
+	CallKey protocol.CallKey `json:"call_key"`
+	Tool    string           `json:"tool"`
+	Outcome protocol.Outcome `json:"outcome"`
 }
 
 // Metadata counts what a run did.

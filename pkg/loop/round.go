@@ -43,7 +43,9 @@ type roundCall struct {
 // message (with any replaced ids) and appends one tool message per call,
 // in request order, whatever happens. Its phases are called in order from
 // here, each in the file named for it: validate, approve, dispatch
-// (publish and await the stores), gather, record. A durable run whose
+// (publish and await the stores), gather, record; run control answers
+// calls before the gate (a replay) and before dispatch (a dry run),
+// control.go. A durable run whose
 // round is journaled as observed replays its answers instead of the
 // middle three (replay.go).
 //
@@ -53,10 +55,12 @@ type roundCall struct {
 func (ru *run) round(ctx context.Context, round int, msg Message, tools map[protocol.ToolName]*toolEntry, dropped int) {
 	calls, limit := ru.validate(ctx, round, msg, tools, dropped)
 	if !ru.j.replayObserved(round, calls) {
+		ru.ctl.beforeApprove(ru, round, calls)
 		ru.approve(ctx, round, calls)
 		if ru.j.checkpoint() != nil {
 			return
 		}
+		ru.ctl.beforeDispatch(ru, round, calls)
 		pending, ok := ru.dispatch(ctx, round, calls)
 		if !ok {
 			return

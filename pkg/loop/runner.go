@@ -158,6 +158,9 @@ type run struct {
 	// startedNotices: the run's context asks for a started notice of
 	// every call ([WithStartedNotices]).
 	startedNotices bool
+	// ctl answers calls in place of the fleet: a replay's, a dry run's,
+	// or noControl (control.go).
+	ctl control
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -183,7 +186,7 @@ func (ru *run) execute(ctx context.Context) (*Result, error) {
 func (r *Runner) newRun(msgs []Message, id protocol.RunID) *run {
 	ru := &run{r: r, cfg: &r.cfg, approvals: r.approvals, msgs: msgs, ids: map[string]struct{}{}, j: noJournal{},
 		keys: map[protocol.CallKey]keyState{}, skipped: map[string]bool{}, early: map[protocol.CallKey]protocol.Result{}}
-	ru.id = id
+	ru.id, ru.ctl = id, controlOf(ru.cfg)
 	if ru.id == "" {
 		ru.id = token[protocol.RunID](ru.cfg.NewID, nil)
 	}
@@ -377,6 +380,7 @@ func (ru *run) finish(reason TerminationReason, answer string, err error) (*Resu
 	}
 	ru.res.TerminationReason = reason
 	ru.res.Answer = answer
+	ru.res.DryRun = ru.cfg.DryRun
 	ru.res.Messages = ru.msgs
 	m := &ru.res.Metadata
 	ev := ru.log.Info().Str(logKeyEvent, evRunEnd).Str(logKeyTermination, string(reason)).

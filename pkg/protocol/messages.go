@@ -266,6 +266,11 @@ type ToolSpec struct {
 	TimeoutMS        int64 `json:"timeout_ms,omitempty"`
 	Idempotent       bool  `json:"idempotent,omitempty"`
 	RequiresApproval bool  `json:"requires_approval,omitempty"`
+	// ReadOnly declares that the tool changes nothing: a dry run runs only
+	// such tools and answers every other call simulated. Default: false,
+	// not read-only. A coordinator older than the field refuses a spec that
+	// sets it (upgrade coordinators before workers).
+	ReadOnly bool `json:"read_only,omitempty"`
 	// SchemaDigest is [SchemaDigest] of Parameters, so coordinators and
 	// workers can tell whether they agree on the schema.
 	SchemaDigest string `json:"schema_digest"`

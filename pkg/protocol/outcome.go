@@ -36,6 +36,14 @@ const (
 	// not start soon enough; it did not run. The result's RetryAfterMS says
 	// when the limit allows a call again.
 	OutcomeRateLimited Outcome = "rate_limited"
+	// OutcomeNotReplayed means a replay of a run (run control) met a call
+	// its journal cannot answer: the run never made it with those
+	// arguments, so the replay answers it without running anything.
+	OutcomeNotReplayed Outcome = "not_replayed"
+	// OutcomeSimulated means a dry run answered the call with what would
+	// have run (tool, argument keys, digest) instead of running it: its
+	// tool is not declared read-only.
+	OutcomeSimulated Outcome = "simulated"
 )
 
 // outcomeSpec is one row of the outcome table.
@@ -66,6 +74,8 @@ var outcomeTable = []outcomeSpec{
 	{OutcomeCancelled, true},
 	{OutcomeUnknown, false},
 	{OutcomeRateLimited, true},
+	{OutcomeNotReplayed, false},
+	{OutcomeSimulated, false},
 }
 
 // Outcomes lists every outcome in the order they were added.

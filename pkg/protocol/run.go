@@ -52,6 +52,10 @@ type RunRequest struct {
 	// approval in this run, on top of those the operator and the tools
 	// themselves require.
 	RequireApproval []string `json:"require_approval,omitempty"`
+	// DryRun makes the run a dry run: only tools declared read-only run,
+	// every other call is gated as usual and answered simulated
+	// (loop.Config.DryRun). An agent may be a dry run whatever this says.
+	DryRun bool `json:"dry_run,omitempty"`
 	// Class sets the run's priority class, "interactive" or "batch",
 	// over its agent's ("" keeps the agent's; interactive without one).
 	Class string `json:"class,omitempty"`
@@ -232,6 +236,8 @@ type RunLimits struct {
 	// RequireApproval lists the tools ("*": all) whose calls needed a
 	// human's approval, besides tools that declare it themselves.
 	RequireApproval []string `json:"require_approval,omitempty"`
+	// DryRun: the run was a dry run (its request's or its agent's).
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // RunResult is the result of one served run: the run's result object as
@@ -254,6 +260,11 @@ type RunResult struct {
 	Metadata          json.RawMessage `json:"metadata,omitempty"`
 	Calls             json.RawMessage `json:"calls,omitempty"`
 	Messages          json.RawMessage `json:"messages,omitempty"`
+	// DryRun and SideEffects are the loop's result's: the run was a dry
+	// run; the calls of tools not declared idempotent that ran or may have
+	// run.
+	DryRun      bool            `json:"dry_run,omitempty"`
+	SideEffects json.RawMessage `json:"side_effects,omitempty"`
 	// TranscriptOmitted is true when Messages was left out to keep the
 	// result under the bucket's value limit.
 	TranscriptOmitted bool `json:"transcript_omitted,omitempty"`

@@ -69,6 +69,7 @@ func applyLimits(ceil loop.Config, req protocol.RunRequest) appliedLimits {
 		}
 	}
 	lc.RequireApproval = approval
+	lc.DryRun = ceil.DryRun || req.DryRun
 
 	rec := protocol.RunLimits{
 		MaxRounds:            lc.MaxRounds,
@@ -76,6 +77,7 @@ func applyLimits(ceil loop.Config, req protocol.RunRequest) appliedLimits {
 		MaxObservationChars:  lc.MaxObservationChars,
 		ToolTimeoutMS:        max(lc.ToolTimeout, toolCap).Milliseconds(),
 		RequireApproval:      slices.Clone(approval),
+		DryRun:               lc.DryRun,
 	}
 	return appliedLimits{loop: lc, toolCap: toolCap, record: rec, clamped: clamped}
 }

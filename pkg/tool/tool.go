@@ -42,6 +42,10 @@ type Config struct {
 	// RequiresApproval tools run only after an operator approves each
 	// call; the worker checks the approval's proof itself. Default: false.
 	RequiresApproval bool
+	// ReadOnly declares that the tool changes nothing: a dry run
+	// (loop.Config.DryRun) runs it, and answers every other tool's call
+	// simulated. Default: false.
+	ReadOnly bool
 }
 
 // CallKeyFrom returns the idempotency key of the call a tool runs for (see
@@ -79,6 +83,7 @@ func New[In, Out any](cfg Config, fn Func[In, Out]) (harness.Tool, error) {
 		Timeout:          cfg.Timeout,
 		Idempotent:       cfg.Idempotent,
 		RequiresApproval: cfg.RequiresApproval,
+		ReadOnly:         cfg.ReadOnly,
 		Run: func(ctx context.Context, args json.RawMessage) (string, error) {
 			in, err := decode[In](args)
 			if err != nil {

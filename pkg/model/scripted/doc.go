@@ -40,6 +40,14 @@
 //     "arguments" after the tool_calls, with ids "<id_prefix>-1" …
 //     "<id_prefix>-<count>"; id_prefix defaults to "gen<turn>".
 //
+// A script may also hold "variants": up to [MaxVariants] objects
+// {"system_contains": "TEXT", "turns": [...]}. A run one of whose system
+// messages (its instructions) holds a variant's TEXT is answered from the
+// first such variant's turns instead of the script's own, so new
+// instructions change what the model does (a replay's test):
+//
+//	{"turns": [...], "variants": [{"system_contains": "careful", "turns": [...]}]}
+//
 // The finish reason is "tool_calls" for a turn with calls, else "stop".
 // Usage is zero.
 //

@@ -26,6 +26,7 @@ func FuzzParse(f *testing.F) {
 		`{"turns":[{"content":"{{range .}}{{end}}"}]}`,
 		`{"turns":null}`,
 		`{"turns":[{"calls":{"name":"x","count":-1}}]}`,
+		`{"turns":[],"variants":[{"system_contains":"c","turns":[{"content":"v"}]}]}`,
 	} {
 		f.Add([]byte(s))
 	}

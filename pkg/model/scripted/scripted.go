@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"text/template"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -25,6 +26,8 @@ const (
 	MaxCallsPerTurn = 10000
 	// MaxContentBytes bounds one turn's rendered content.
 	MaxContentBytes = 1 << 20
+	// MaxVariants bounds the variants of a script.
+	MaxVariants = 16
 )
 
 // EndedContent is the answer once a script has no more turns.
@@ -60,7 +63,14 @@ func (e *ScriptError) Is(target error) bool { return target == ErrInvalidScript 
 // Model replays a script. It is immutable once parsed and safe for
 // concurrent runs.
 type Model struct {
-	turns []turn
+	turns    []turn
+	variants []variant
+}
+
+// variant is turns a run whose instructions hold a text gets instead.
+type variant struct {
+	contains string
+	turns    []turn
 }
 
 var _ loop.Model = (*Model)(nil)
@@ -73,7 +83,13 @@ type turn struct {
 
 // The file format.
 type fileScript struct {
-	Turns *[]fileTurn `json:"turns"`
+	Turns    *[]fileTurn   `json:"turns"`
+	Variants []fileVariant `json:"variants"`
+}
+
+type fileVariant struct {
+	SystemContains string      `json:"system_contains"`
+	Turns          *[]fileTurn `json:"turns"`
 }
 
 type fileTurn struct {
@@ -145,15 +161,49 @@ func Parse(data []byte) (*Model, error) {
 	if len(*f.Turns) > MaxTurns {
 		return nil, &ScriptError{Field: "turns", Err: fmt.Errorf("more than %d turns", MaxTurns)}
 	}
-	m := &Model{turns: make([]turn, 0, len(*f.Turns))}
-	for i, ft := range *f.Turns {
-		t, err := parseTurn(i, ft)
+	turns, err := parseTurns("", *f.Turns)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{turns: turns}
+	if len(f.Variants) > MaxVariants {
+		return nil, &ScriptError{Field: "variants", Err: fmt.Errorf("more than %d variants", MaxVariants)}
+	}
+	for i, fv := range f.Variants {
+		field := fmt.Sprintf("variants[%d]", i)
+		switch {
+		case fv.SystemContains == "":
+			return nil, &ScriptError{Field: field + ".system_contains", Err: errors.New("required")}
+		case fv.Turns == nil:
+			return nil, &ScriptError{Field: field + ".turns", Err: errors.New("required")}
+		case len(*fv.Turns) > MaxTurns:
+			return nil, &ScriptError{Field: field + ".turns", Err: fmt.Errorf("more than %d turns", MaxTurns)}
+		}
+		vt, err := parseTurns(field+".", *fv.Turns)
 		if err != nil {
 			return nil, err
 		}
-		m.turns = append(m.turns, t)
+		m.variants = append(m.variants, variant{contains: fv.SystemContains, turns: vt})
 	}
 	return m, nil
+}
+
+// parseTurns parses the turns of a script or a variant (prefix names it
+// in errors).
+func parseTurns(prefix string, fts []fileTurn) ([]turn, error) {
+	turns := make([]turn, 0, len(fts))
+	for i, ft := range fts {
+		t, err := parseTurn(i, ft)
+		if err != nil {
+			var se *ScriptError
+			if prefix != "" && errors.As(err, &se) {
+				se.Field = prefix + se.Field
+			}
+			return nil, err
+		}
+		turns = append(turns, t)
+	}
+	return turns, nil
 }
 
 func decodeError(err error) error {
@@ -285,13 +335,14 @@ func (m *Model) Complete(ctx context.Context, req loop.Request) (*loop.Response,
 			pos++
 		}
 	}
-	if pos >= len(m.turns) {
+	turns := m.runTurns(req.Messages)
+	if pos >= len(turns) {
 		return &loop.Response{
 			Message:      loop.Message{Role: "assistant", Content: EndedContent},
 			FinishReason: "stop",
 		}, nil
 	}
-	t := m.turns[pos]
+	t := turns[pos]
 	content := t.text
 	if t.tmpl != nil {
 		var err error
@@ -309,6 +360,19 @@ func (m *Model) Complete(ctx context.Context, req loop.Request) (*loop.Response,
 		resp.FinishReason = "tool_calls"
 	}
 	return resp, nil
+}
+
+// runTurns returns the turns of the first variant whose text one of the
+// transcript's system messages holds, else the script's own.
+func (m *Model) runTurns(msgs []loop.Message) []turn {
+	for _, v := range m.variants {
+		for _, msg := range msgs {
+			if msg.Role == "system" && strings.Contains(msg.Content, v.contains) {
+				return v.turns
+			}
+		}
+	}
+	return m.turns
 }
 
 // Turns reports how many turns the script has.

@@ -377,3 +377,40 @@ func TestDemo(t *testing.T) {
 		t.Error("Demo returns a shared model")
 	}
 }
+
+// TestVariants: a run whose instructions hold a variant's text gets its
+// turns; any other run the script's own; a variant without its text or
+// turns is refused, naming the field.
+func TestVariants(t *testing.T) {
+	m, err := scripted.Parse([]byte(`{"turns": [{"content": "plain"}],
+		"variants": [{"system_contains": "careful", "turns": [{"content": "careful"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		system, want string
+	}{
+		{"", "plain"},
+		{"be quick", "plain"},
+		{"be careful now", "careful"},
+	} {
+		msgs := []loop.Message{{Role: "user", Content: "go"}}
+		if tc.system != "" {
+			msgs = append([]loop.Message{{Role: "system", Content: tc.system}}, msgs...)
+		}
+		resp, err := m.Complete(t.Context(), loop.Request{Messages: msgs})
+		if err != nil || resp.Message.Content != tc.want {
+			t.Errorf("system %q: %v %+v, want %q", tc.system, err, resp, tc.want)
+		}
+	}
+	for doc, field := range map[string]string{
+		`{"turns": [], "variants": [{"turns": []}]}`:                                             "variants[0].system_contains",
+		`{"turns": [], "variants": [{"system_contains": "x"}]}`:                                  "variants[0].turns",
+		`{"turns": [], "variants": [{"system_contains": "x", "turns": [{"tool_calls": [{}]}]}]}`: "variants[0].turns[0].tool_calls[0].name",
+	} {
+		var se *scripted.ScriptError
+		if _, err := scripted.Parse([]byte(doc)); !errors.As(err, &se) || se.Field != field {
+			t.Errorf("%s: %v, want an error naming %s", doc, err, field)
+		}
+	}
+}
