@@ -36,7 +36,7 @@ func TestConfRunsQueueIsSharedByClients(t *testing.T) {
 	subjects := protocol.Subjects{}
 	admin := connectAs(t, s, "admin")
 	serve := coordinator.ServeConfig{Name: "runs", PollWait: 100 * time.Millisecond, MaxQueuedRuns: bound}
-	if _, err := natsbus.Provision(t.Context(), admin.js, subjects, serve.StreamConfig()); err != nil {
+	if _, err := natsbus.Provision(t.Context(), admin.js, subjects, natsbus.StreamConfig{MaxQueuedRuns: bound}); err != nil {
 		t.Fatalf("admin provisioning the fleet: %v", err)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/providers"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -77,7 +78,7 @@ func Replay(ctx, readCtx context.Context, js natsbus.JetStream, subjects protoco
 			in.Instructions = d.Instructions
 		}
 		if model == nil {
-			ms := &agents.Models{Getenv: procsec.Getenv}
+			ms := &providers.Models{Getenv: procsec.Getenv}
 			if model, err = ms.Model(d.Model); err != nil {
 				return nil, fmt.Errorf("the model of agent %s revision %d: %w", ref.Name, ref.Revision, err)
 			}
