@@ -428,7 +428,17 @@ func (f *Fleet) Prefix() string {
 // is user worker and may read only its own inbox: it sets the inbox
 // prefix _INBOX_worker (nats.CustomInboxPrefix), as a worker of a deployed
 // fleet does.
-func (f *Fleet) URL() string {
+func (f *Fleet) URL() string { return f.urlAs(embedded.RoleWorker) }
+
+// CoordinatorURL returns, with Config.Listen, the server's client URL with
+// the coordinator's user and password in it, for a coordinator in another
+// process (a program serving runs with pkg/serve, or running them with
+// pkg/runner); else "". Its inbox prefix is _INBOX_coordinator.
+func (f *Fleet) CoordinatorURL() string { return f.urlAs(embedded.RoleCoordinator) }
+
+// urlAs returns, with Config.Listen, the server's client URL with user
+// role's password in it; else "".
+func (f *Fleet) urlAs(role string) string {
 	if !f.cfg.Listen {
 		return ""
 	}
@@ -436,7 +446,7 @@ func (f *Fleet) URL() string {
 	if err != nil {
 		f.fail("fleettest: the server's URL: %v", err)
 	}
-	u.User = url.UserPassword(embedded.RoleWorker, f.server.Password(embedded.RoleWorker))
+	u.User = url.UserPassword(role, f.server.Password(role))
 	return u.String()
 }
 
