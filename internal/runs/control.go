@@ -10,10 +10,8 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
-	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
-	"github.com/toolfleet/toolfleet/pkg/model/providers"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -33,8 +31,13 @@ type ReplayOptions struct {
 	// Instructions, when set, replace the run's (or the revision's).
 	Instructions string
 	// Model, when set, is the replay's model; else the agent revision's
-	// (the run's own revision without AgentRevision).
+	// (the run's own revision without AgentRevision), built by Models.
 	Model loop.Model
+	// Models builds an agent revision's model (providers.Models.Model for
+	// the shipped providers): the program chooses, so that this package,
+	// which pkg/client imports, links no provider's SDK. Default: none, and
+	// the replay of an agent's run needs Model.
+	Models func(agent.Model) (loop.Model, error)
 }
 
 // entries reads run's journal: its entries, in order.
@@ -77,9 +80,8 @@ func Replay(ctx, readCtx context.Context, js natsbus.JetStream, subjects protoco
 		if in.Instructions == "" && o.AgentRevision != 0 {
 			in.Instructions = d.Instructions
 		}
-		if model == nil {
-			ms := &providers.Models{Getenv: procsec.Getenv}
-			if model, err = ms.Model(d.Model); err != nil {
+		if model == nil && o.Models != nil {
+			if model, err = o.Models(d.Model); err != nil {
 				return nil, fmt.Errorf("the model of agent %s revision %d: %w", ref.Name, ref.Revision, err)
 			}
 		}
