@@ -9,7 +9,7 @@
 //     process (pkg/serve and pkg/worker): the runs clients submit, with a
 //     scripted model of its own, built and run as a process by its test;
 //   - agenttest: a separate Go module (its own go.mod, importing toolfleet
-//     through a replace directive, so it can reach nothing internal) with an
+//     through a replace directive, so it can reach nothing internal) with
 //     end-to-end tests of an agent, written as a user writes them: one
 //     on a runner, one on a fleet serving its agents (a run submitted as a
 //     client, its approval awaited and approved, its result read by call id).
