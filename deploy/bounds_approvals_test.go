@@ -15,7 +15,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/testsync"
-	"github.com/toolfleet/toolfleet/internal/traffic"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -111,23 +110,21 @@ func TestConfKillSwitchWithTheAuditLogFull(t *testing.T) {
 		t.Fatalf("%s is not full (%d messages)", subjects.ApprovalsStream(), msgsIn(t, admin, subjects.ApprovalsStream()))
 	}
 
-	var out, errb bytes.Buffer
 	for _, args := range [][]string{
 		{"pause", "echo", "--reason", "runaway cost", "--by", "ann"},
 		{"limit", "echo", "--rate", "5", "--burst", "2", "--reason", "vendor quota", "--by", "ann"},
 	} {
-		if code := traffic.Command(t.Context(), args, &out, &errb, operatorConn(s)); code != 0 {
-			t.Fatalf("tools %s with the audit log full: exit %d: %s", strings.Join(args, " "), code, errb.String())
+		if code, _, errb := coordinatorAs(t, s.ClientURL(), "operator", append([]string{"tools"}, args...)...); code != 0 {
+			t.Fatalf("tools %s with the audit log full: exit %d: %s", strings.Join(args, " "), code, errb)
 		}
 	}
 	c, err := worker.js.Consumer(t.Context(), subjects.CallsStream(), "tool_echo")
 	if err != nil || !c.CachedInfo().Paused {
 		t.Fatalf("tool_echo after tools pause: %v, paused %v", err, err == nil && c.CachedInfo().Paused)
 	}
-	out.Reset()
-	if code := traffic.Command(t.Context(), []string{"history", "echo"}, &out, &errb, operatorConn(s)); code != 0 ||
-		!strings.Contains(out.String(), "pause  echo") || !strings.Contains(out.String(), "limit  echo rate 5/s burst 2") {
-		t.Fatalf("tools history: exit %d: %s%s", code, out.String(), errb.String())
+	if code, out, errb := coordinatorAs(t, s.ClientURL(), "operator", "tools", "history", "echo"); code != 0 ||
+		!strings.Contains(out, "pause  echo") || !strings.Contains(out, "limit  echo rate 5/s burst 2") {
+		t.Fatalf("tools history: exit %d: %s%s", code, out, errb)
 	}
 	if !listsPending(t, s, req) {
 		t.Fatal("approvals list does not show the pending request")

@@ -1,19 +1,15 @@
 package deploy
 
 import (
-	"bytes"
-	"context"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natscli"
-	"github.com/toolfleet/toolfleet/internal/traffic"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -55,24 +51,16 @@ func TestConfToolPause(t *testing.T) {
 		if !refusedPub(t, c, "fleet.traffic.echo") {
 			t.Errorf("%s publish of a traffic record not refused", user)
 		}
-		var out, errb bytes.Buffer
-		conn := func(context.Context) (*nats.Conn, error) {
-			return nats.Connect(s.ClientURL(), nats.UserInfo(user, passwords[user]), nats.CustomInboxPrefix(inboxOf(user)))
-		}
-		if code := traffic.Command(ctx, []string{"pause", "echo", "--timeout", "2s"}, &out, &errb, conn); code == 0 {
-			t.Errorf("coordinator tools pause as %s: exit 0: %s", user, out.String())
+		if code, out, _ := coordinatorAs(t, s.ClientURL(), user, "tools", "pause", "echo", "--timeout", "2s"); code == 0 {
+			t.Errorf("coordinator tools pause as %s: exit 0: %s", user, out)
 		}
 	}
 	if paused() {
 		t.Fatal("paused by a refused user")
 	}
 
-	opConn := func(context.Context) (*nats.Conn, error) {
-		return nats.Connect(s.ClientURL(), nats.UserInfo("operator", passwords["operator"]), nats.CustomInboxPrefix(inboxOf("operator")))
-	}
-	var out, errb bytes.Buffer
-	if code := traffic.Command(ctx, []string{"pause", "echo", "--reason", "runaway cost", "--by", "ann"}, &out, &errb, opConn); code != 0 {
-		t.Fatalf("coordinator tools pause as operator: exit %d: %s", code, errb.String())
+	if code, _, errb := coordinatorAs(t, s.ClientURL(), "operator", "tools", "pause", "echo", "--reason", "runaway cost", "--by", "ann"); code != 0 {
+		t.Fatalf("coordinator tools pause as operator: exit %d: %s", code, errb)
 	}
 	if !paused() {
 		t.Fatal("not paused")
@@ -88,12 +76,11 @@ func TestConfToolPause(t *testing.T) {
 	if !paused() {
 		t.Fatal("a worker's consumer update lifted the pause")
 	}
-	out.Reset()
-	if code := traffic.Command(ctx, []string{"status", "echo"}, &out, &errb, opConn); code != 0 || !strings.Contains(out.String(), "echo: paused until resumed") {
-		t.Fatalf("tools status: exit %d: %s%s", code, out.String(), errb.String())
+	if code, out, errb := coordinatorAs(t, s.ClientURL(), "operator", "tools", "status", "echo"); code != 0 || !strings.Contains(out, "echo: paused until resumed") {
+		t.Fatalf("tools status: exit %d: %s%s", code, out, errb)
 	}
-	if code := traffic.Command(ctx, []string{"resume", "echo", "--reason", "fixed", "--by", "ann"}, &out, &errb, opConn); code != 0 || paused() {
-		t.Fatalf("coordinator tools resume as operator: exit %d: %s", code, errb.String())
+	if code, _, errb := coordinatorAs(t, s.ClientURL(), "operator", "tools", "resume", "echo", "--reason", "fixed", "--by", "ann"); code != 0 || paused() {
+		t.Fatalf("coordinator tools resume as operator: exit %d: %s", code, errb)
 	}
 
 	// The nats CLI equivalent, as docs/operations.md gives it.
@@ -141,16 +128,11 @@ func TestConfToolLimits(t *testing.T) {
 	ctx := t.Context()
 	provision(t, s)
 	subjects := protocol.Subjects{}
-	opConn := func(context.Context) (*nats.Conn, error) {
-		return nats.Connect(s.ClientURL(), nats.UserInfo("operator", passwords["operator"]), nats.CustomInboxPrefix(inboxOf("operator")))
+	if code, _, errb := coordinatorAs(t, s.ClientURL(), "operator", "tools", "limit", "echo", "--rate", "20", "--burst", "5", "--reason", "quota"); code != 0 {
+		t.Fatalf("coordinator tools limit as operator: exit %d: %s", code, errb)
 	}
-	var out, errb bytes.Buffer
-	if code := traffic.Command(ctx, []string{"limit", "echo", "--rate", "20", "--burst", "5", "--reason", "quota"}, &out, &errb, opConn); code != 0 {
-		t.Fatalf("coordinator tools limit as operator: exit %d: %s", code, errb.String())
-	}
-	out.Reset()
-	if code := traffic.Command(ctx, []string{"status", "echo"}, &out, &errb, opConn); !strings.Contains(out.String(), "20 calls/s, burst 5") {
-		t.Fatalf("tools status: exit %d: %s%s", code, out.String(), errb.String())
+	if code, out, errb := coordinatorAs(t, s.ClientURL(), "operator", "tools", "status", "echo"); !strings.Contains(out, "20 calls/s, burst 5") {
+		t.Fatalf("tools status: exit %d: %s%s", code, out, errb)
 	}
 	for _, user := range []string{"worker", "coordinator"} {
 		c := connectAs(t, s, user)
