@@ -1,4 +1,4 @@
-package traffic
+package main
 
 import (
 	"bytes"
@@ -29,8 +29,9 @@ func TestParseUntil(t *testing.T) {
 	}
 }
 
-// Bad usage exits 2 before any connection is made.
-func TestCommandUsage(t *testing.T) {
+// TestToolsUsage: bad usage of "coordinator tools" exits 2 before any
+// connection is made.
+func TestToolsUsage(t *testing.T) {
 	conn := func(context.Context) (*nats.Conn, error) { return nil, errors.New("must not connect") }
 	for _, args := range [][]string{
 		{},
@@ -44,9 +45,10 @@ func TestCommandUsage(t *testing.T) {
 		{"limit", "echo", "--rate", "5", "--burst", "-1"},
 		{"resume", "echo", "extra"},
 		{"status"},
+		{"status", "echo", "--timeout", "0s"},
 	} {
 		var out, errb bytes.Buffer
-		if code := Command(t.Context(), args, &out, &errb, conn); code != exitUsage {
+		if code := tools.run(t.Context(), args, &out, &errb, conn); code != exitUsage {
 			t.Errorf("tools %q: exit %d, want 2\n%s", args, code, errb.String())
 		}
 	}

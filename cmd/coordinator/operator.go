@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/termsafe"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// defaultOpTimeout bounds an operator command's NATS work unless --timeout
+// says otherwise.
+const defaultOpTimeout = 10 * time.Second
+
+// opGroup is an operator command made of subcommands ("coordinator tools
+// pause|resume|..."), each connecting as the user the environment names
+// ([envCommand]). Every group has the same shape: its usage, its
+// subcommands by name, and [opGroup.run], which dispatches.
+type opGroup struct {
+	// name is the group's word ("tools"); messages start with
+	// "<name> <subcommand>:".
+	name string
+	// usage is printed for help and on a missing or unknown subcommand.
+	usage string
+	// subs are the subcommands by name (an alias is a second entry).
+	subs map[string]func(ctx context.Context, o *op, args []string) int
+}
+
+// run dispatches args (the words after the group's name; a leading
+// repetition of the name is skipped) to the subcommand they name. conn
+// opens the connection, which the subcommand closes; it is called only
+// once the arguments are valid. The result is the exit status: 0 done, 1
+// error, 2 bad usage.
+func (g opGroup) run(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
+	if len(args) > 0 && args[0] == g.name {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, g.usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, g.usage)
+		return exitOK
+	}
+	sub, ok := g.subs[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "%s: unknown command %q\n%s", g.name, termsafe.Line(args[0], 32), g.usage)
+		return exitUsage
+	}
+	o := &op{name: g.name + " " + args[0], stdout: stdout, stderr: stderr, conn: conn, now: time.Now}
+	return sub(ctx, o, args[1:])
+}
+
+// op is one run of an operator subcommand: what every subcommand shares —
+// its flag set with --prefix and --timeout, its usage and messages, its
+// exit statuses and its connection.
+type op struct {
+	name           string // "tools pause"
+	stdout, stderr io.Writer
+	conn           func(context.Context) (*nats.Conn, error)
+	now            func() time.Time
+
+	fs      *flag.FlagSet
+	prefix  string
+	timeout time.Duration
+}
+
+// flags returns the subcommand's flag set, --prefix and --timeout
+// registered; usage is its synopsis ("pause TOOL [--until T]").
+func (o *op) flags(usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(o.name, flag.ContinueOnError)
+	fs.SetOutput(o.stderr)
+	fs.StringVar(&o.prefix, "prefix", protocol.DefaultPrefix, "subject prefix of the fleet")
+	fs.DurationVar(&o.timeout, "timeout", defaultOpTimeout, "bound on the whole command's NATS work")
+	fs.Usage = func() {
+		fmt.Fprintf(o.stderr, "usage: %s %s\n\nflags:\n", groupOf(o.name), usage)
+		fs.PrintDefaults()
+	}
+	o.fs = fs
+	return fs
+}
+
+// groupOf returns the group's word of a subcommand's name ("tools" of
+// "tools pause").
+func groupOf(name string) string {
+	for i := range len(name) {
+		if name[i] == ' ' {
+			return name[:i]
+		}
+	}
+	return name
+}
+
+// parse parses the flags, which may stand before, between or after the
+// positional arguments, and returns the positional ones. When done is set
+// the subcommand returns code: 0 for -h, 2 for a bad flag or a --timeout
+// that is not positive.
+func (o *op) parse(args []string) (pos []string, code int, done bool) {
+	pos, err := parseInterleaved(o.fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, exitOK, true
+	}
+	if err != nil {
+		return nil, exitUsage, true
+	}
+	if o.timeout <= 0 {
+		return nil, o.usageError("--timeout must be > 0"), true
+	}
+	return pos, exitOK, false
+}
+
+// subjects returns the subjects of --prefix, or the exit status of a bad
+// one.
+func (o *op) subjects() (protocol.Subjects, int, bool) {
+	s, err := protocol.NewSubjects(o.prefix)
+	if err != nil {
+		return protocol.Subjects{}, o.usageError("--prefix: %v", err), false
+	}
+	return s, exitOK, true
+}
+
+// usageError prints a usage problem and the usage, and returns 2.
+func (o *op) usageError(format string, a ...any) int {
+	fmt.Fprintf(o.stderr, "%s: %s\n", o.name, fmt.Sprintf(format, a...))
+	if o.fs != nil {
+		o.fs.Usage()
+	}
+	return exitUsage
+}
+
+// fail prints err and returns 1.
+func (o *op) fail(err error) int {
+	fmt.Fprintf(o.stderr, "%s: %v\n", o.name, err)
+	return exitError
+}
+
+// connect connects and returns the connection and its JetStream, under
+// ctx (which --timeout bounds: [op.withTimeout]).
+func (o *op) connect(ctx context.Context) (*nats.Conn, natsbus.JetStream, error) {
+	nc, err := o.conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to NATS: %w", err)
+	}
+	js, err := natsbus.NewJetStream(nc, "")
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("JetStream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// withTimeout bounds ctx by --timeout plus extra.
+func (o *op) withTimeout(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, o.timeout+extra)
+}
+
+// whoAmI is the name a record names by default: $USER, else $LOGNAME.
+func whoAmI() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return os.Getenv("LOGNAME")
+}
