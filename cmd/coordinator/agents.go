@@ -2,20 +2,299 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
-
-	"github.com/nats-io/nats.go"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/toolfleet/toolfleet/internal/agents"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
+	"github.com/toolfleet/toolfleet/internal/termsafe"
+	"github.com/toolfleet/toolfleet/pkg/agent"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// agentsCommand runs "coordinator agents ...": put, get, list or remove
-// the fleet's agent definitions, over NATS ($NATS_URL).
+// agentsCommand runs "coordinator agents ...": put, get, list, show or
+// remove the fleet's agent definitions, over NATS ($NATS_URL).
 func agentsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	lookup := func(name string) (string, bool) { v := procsec.Getenv(name); return v, v != "" }
-	return envCommand(ctx, "coordinator agents", "toolfleet-agents", args, stdout, stderr,
-		func(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
-			return agents.Command(ctx, args, stdout, stderr, conn, lookup)
-		})
+	return envCommand(ctx, "coordinator agents", "toolfleet-agents", args, stdout, stderr, agentsGroup(lookupEnv).run)
+}
+
+// lookupEnv looks a variable up as the coordinator will: procsec.Getenv
+// sees the secrets main took out of the environment.
+func lookupEnv(name string) (string, bool) { v := procsec.Getenv(name); return v, v != "" }
+
+// agentsGroup is "coordinator agents"; put checks a definition's key
+// variable with lookup.
+func agentsGroup(lookup func(string) (string, bool)) opGroup {
+	return opGroup{
+		name: "agents",
+		usage: `usage: agents <command> [flags]
+
+commands:
+  put FILE [--no-env-check]   validate a definition and store it (admin or operator);
+                              prints its revision. The key variable it names must
+                              be set here, unless --no-env-check
+  get NAME [--revision N]     print a definition (the newest, or revision N)
+  ls                          every agent and the revision its runs start on (the
+                              newest that validates); newer revisions that do
+                              not validate are marked INVALID
+  show NAME                   every kept revision of an agent: valid, INVALID (and
+                              why), or removed, and the one runs start on
+  rm NAME                     remove an agent (runs that started on it still resume)
+
+The same with the nats CLI (prefix "fleet"; nothing is validated then, and
+a coordinator passes over a revision that does not validate: agents show):
+  nats kv put fleet_agents NAME "$(cat FILE)"
+  nats kv get fleet_agents NAME [--revision N]
+  nats kv ls fleet_agents
+  nats kv history fleet_agents NAME
+  nats kv del fleet_agents NAME
+`,
+		subs: map[string]func(context.Context, *op, []string) int{
+			"put":  func(ctx context.Context, o *op, args []string) int { return agentsPut(ctx, o, args, lookup) },
+			"get":  agentsGet,
+			"ls":   agentsList,
+			"list": agentsList,
+			"show": agentsShow,
+			"rm":   agentsRemove,
+		},
+	}
+}
+
+// openAgents connects and returns the agents bucket and its registry,
+// and the function that closes the connection.
+func openAgents(ctx context.Context, o *op, subjects protocol.Subjects) (func(), *natsbus.AgentStore, *agents.Registry, error) {
+	nc, js, err := o.connect(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	store, err := natsbus.OpenAgents(ctx, js, subjects)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, fmt.Errorf("bucket %s: %w", subjects.AgentsBucket(), err)
+	}
+	return nc.Close, store, &agents.Registry{Store: store}, nil
+}
+
+// agentsArgs parses a subcommand's flags and its n positional arguments,
+// and returns them with the subjects of --prefix: done, with code, when
+// it cannot.
+func agentsArgs(o *op, args []string, n int) (pos []string, subjects protocol.Subjects, code int, done bool) {
+	pos, code, done = o.parse(args)
+	if done {
+		return nil, subjects, code, true
+	}
+	if len(pos) != n {
+		return nil, subjects, o.usageError("takes %d argument(s), got %d", n, len(pos)), true
+	}
+	subjects, code, ok := o.subjects()
+	return pos, subjects, code, !ok
+}
+
+func agentsPut(ctx context.Context, o *op, args []string, lookup func(string) (string, bool)) int {
+	fs := o.flags("put FILE [--no-env-check]")
+	noEnv := fs.Bool("no-env-check", false, "do not check that the key variable is set here")
+	pos, subjects, code, done := agentsArgs(o, args, 1)
+	if done {
+		return code
+	}
+	// Validate before connecting: a refused definition needs no server.
+	doc, err := readDoc(pos[0])
+	if err != nil {
+		return o.usageError("%v", err)
+	}
+	d, err := agent.Parse(doc)
+	if err == nil && !*noEnv {
+		err = d.CheckEnv(lookup)
+	}
+	if err != nil {
+		fmt.Fprintf(o.stderr, "%s: %s: %v (nothing stored)\n", o.name, pos[0], err)
+		return exitUsage
+	}
+	ctx, cancel := o.withTimeout(ctx, 0)
+	defer cancel()
+	closeConn, _, reg, err := openAgents(ctx, o, subjects)
+	if err != nil {
+		return o.fail(err)
+	}
+	defer closeConn()
+	d, rev, err := reg.Put(ctx, doc)
+	if err != nil {
+		return o.fail(err)
+	}
+	fmt.Fprintf(o.stdout, "agent %s stored, revision %d\n", d.Name, rev)
+	return exitOK
+}
+
+// readDoc reads a definition file, bounded ("-" is stdin).
+func readDoc(path string) ([]byte, error) {
+	f := os.Stdin
+	if path != "-" {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			return nil, err
+		}
+		defer f.Close()
+	}
+	return io.ReadAll(io.LimitReader(f, agent.MaxInputBytes+1))
+}
+
+func agentsGet(ctx context.Context, o *op, args []string) int {
+	fs := o.flags("get NAME [--revision N]")
+	rev := fs.Uint64("revision", 0, "this revision rather than the newest")
+	pos, subjects, code, done := agentsArgs(o, args, 1)
+	if done {
+		return code
+	}
+	ctx, cancel := o.withTimeout(ctx, 0)
+	defer cancel()
+	closeConn, store, _, err := openAgents(ctx, o, subjects)
+	if err != nil {
+		return o.fail(err)
+	}
+	defer closeConn()
+	var data []byte
+	if *rev > 0 {
+		data, err = store.GetRevision(ctx, pos[0], *rev)
+	} else {
+		data, _, err = store.Get(ctx, pos[0])
+	}
+	if err != nil {
+		return o.fail(err)
+	}
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return o.fail(fmt.Errorf("the stored definition of %s is not JSON", clipName(pos[0])))
+	}
+	out, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Fprintf(o.stdout, "%s\n", out)
+	return exitOK
+}
+
+func agentsList(ctx context.Context, o *op, args []string) int {
+	o.flags("ls")
+	_, subjects, code, done := agentsArgs(o, args, 0)
+	if done {
+		return code
+	}
+	ctx, cancel := o.withTimeout(ctx, 0)
+	defer cancel()
+	closeConn, store, reg, err := openAgents(ctx, o, subjects)
+	if err != nil {
+		return o.fail(err)
+	}
+	defer closeConn()
+	names, err := store.Names(ctx)
+	if err != nil {
+		return o.fail(err)
+	}
+	if len(names) == 0 {
+		fmt.Fprintln(o.stdout, "no agents")
+		return exitOK
+	}
+	for _, n := range names {
+		revs, err := reg.Revisions(ctx, n)
+		if err != nil || len(revs) == 0 || revs[0].Removed {
+			continue
+		}
+		fmt.Fprintf(o.stdout, "%-32s %s\n", clipName(n), revisionSummary(revs))
+	}
+	return exitOK
+}
+
+// revisionSummary says which revision an agent's runs start on, and marks
+// the newer ones that do not validate.
+func revisionSummary(revs []agents.Revision) string {
+	var invalid []string
+	for _, r := range revs {
+		switch {
+		case r.Used && len(invalid) == 0:
+			return fmt.Sprintf("revision %d", r.Revision)
+		case r.Used:
+			return fmt.Sprintf("revision %d (newer revision %s INVALID: runs start on %d)", r.Revision, strings.Join(invalid, ", "), r.Revision)
+		case r.Removed:
+			return fmt.Sprintf("no valid revision (revision %s INVALID, older ones removed)", strings.Join(invalid, ", "))
+		}
+		if len(invalid) < 8 {
+			invalid = append(invalid, strconv.FormatUint(r.Revision, 10))
+		} else if len(invalid) == 8 {
+			invalid = append(invalid, "…")
+		}
+	}
+	return fmt.Sprintf("no valid revision (revision %s INVALID): its runs fail", strings.Join(invalid, ", "))
+}
+
+func agentsShow(ctx context.Context, o *op, args []string) int {
+	o.flags("show NAME")
+	pos, subjects, code, done := agentsArgs(o, args, 1)
+	if done {
+		return code
+	}
+	ctx, cancel := o.withTimeout(ctx, 0)
+	defer cancel()
+	closeConn, _, reg, err := openAgents(ctx, o, subjects)
+	if err != nil {
+		return o.fail(err)
+	}
+	defer closeConn()
+	revs, err := reg.Revisions(ctx, pos[0])
+	if err != nil {
+		return o.fail(err)
+	}
+	showRevisions(o.stdout, pos[0], revs)
+	return exitOK
+}
+
+// showRevisions prints every kept revision of agent name, newest first.
+func showRevisions(w io.Writer, name string, revs []agents.Revision) {
+	fmt.Fprintf(w, "agent %s: %d kept revisions, newest first\n", clipName(name), len(revs))
+	for _, r := range revs {
+		var state string
+		switch {
+		case r.Removed:
+			state = "removed"
+		case r.Err != nil:
+			state = "INVALID: " + termsafe.Line(r.Err.Error(), 160)
+		default:
+			state = "valid"
+		}
+		if r.Used {
+			state += " (runs start on it)"
+		}
+		fmt.Fprintf(w, "  revision %-8d %s\n", r.Revision, state)
+	}
+}
+
+func agentsRemove(ctx context.Context, o *op, args []string) int {
+	o.flags("rm NAME")
+	pos, subjects, code, done := agentsArgs(o, args, 1)
+	if done {
+		return code
+	}
+	ctx, cancel := o.withTimeout(ctx, 0)
+	defer cancel()
+	closeConn, store, _, err := openAgents(ctx, o, subjects)
+	if err != nil {
+		return o.fail(err)
+	}
+	defer closeConn()
+	if err := store.Delete(ctx, pos[0]); err != nil {
+		return o.fail(err)
+	}
+	fmt.Fprintf(o.stdout, "agent %s removed\n", pos[0])
+	return exitOK
+}
+
+// clipName makes an agent's name, which may come from the bucket, safe
+// to print.
+func clipName(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }

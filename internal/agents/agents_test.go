@@ -1,15 +1,10 @@
 package agents_test
 
 import (
-	"bytes"
-	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/agents"
@@ -110,46 +105,6 @@ func TestRegistryRefusesForgedStoredDefinition(t *testing.T) {
 	}
 	if _, _, err := reg.Resolve(t.Context(), "other"); err == nil || !strings.Contains(err.Error(), "named support") {
 		t.Fatalf("a definition stored under another name: %v", err)
-	}
-}
-
-// TestCommand drives put, get, ls and rm, and a refused put.
-func TestCommand(t *testing.T) {
-	reg, _, url := fleet(t)
-	conn := func(ctx context.Context) (*nats.Conn, error) { return nats.Connect(url) }
-	env := func(n string) (string, bool) { return "k", n == "SUPPORT_API_KEY" }
-	dir := t.TempDir()
-	good, bad := filepath.Join(dir, "good.json"), filepath.Join(dir, "bad.json")
-	os.WriteFile(good, []byte(doc), 0o600)
-	os.WriteFile(bad, []byte(strings.Replace(doc, `"tools"`, `"colour":"red","tools"`, 1)), 0o600)
-	run := func(args ...string) (int, string) {
-		var out, errb bytes.Buffer
-		code := agents.Command(t.Context(), args, &out, &errb, conn, env)
-		return code, out.String() + errb.String()
-	}
-	if code, out := run("put", bad); code != 2 || !strings.Contains(out, "colour: unknown field") || !strings.Contains(out, "nothing stored") {
-		t.Fatalf("put bad: %d %s", code, out)
-	}
-	if code, out := run("put", good); code != 0 || !strings.Contains(out, "revision 1") {
-		t.Fatalf("put: %d %s", code, out)
-	}
-	if code, out := run("get", "support"); code != 0 || !strings.Contains(out, `"gpt-4.1-mini"`) {
-		t.Fatalf("get: %d %s", code, out)
-	}
-	if code, out := run("ls"); code != 0 || !strings.Contains(out, "support") {
-		t.Fatalf("ls: %d %s", code, out)
-	}
-	if code, out := run("rm", "support"); code != 0 {
-		t.Fatalf("rm: %d %s", code, out)
-	}
-	if code, out := run("get", "support", "--revision", "1"); code != 0 || !strings.Contains(out, `"support"`) {
-		t.Fatalf("get --revision after rm: %d %s", code, out)
-	}
-	if code, _ := run("get", "support"); code != 1 {
-		t.Fatalf("get after rm: %d", code)
-	}
-	if names, _ := reg.Store.Names(t.Context()); len(names) != 0 {
-		t.Fatalf("after rm: %v", names)
 	}
 }
 
