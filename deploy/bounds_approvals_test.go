@@ -1,18 +1,14 @@
 package deploy
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -48,21 +44,13 @@ func storeRequest(t *testing.T, coord client, tool protocol.ToolName, deadline t
 	return req
 }
 
-// operatorConn connects as the operator, as "coordinator approvals" and
-// "coordinator tools" do.
-func operatorConn(s serverOf) func(context.Context) (*nats.Conn, error) {
-	return func(context.Context) (*nats.Conn, error) {
-		return nats.Connect(s.ClientURL(), nats.UserInfo("operator", passwords["operator"]), nats.CustomInboxPrefix(inboxOf("operator")))
-	}
-}
-
-// listsPending runs "approvals list --output json" as the operator and
-// reports whether it lists req.
+// listsPending runs "coordinator approvals list --output json" as the
+// operator and reports whether it lists req.
 func listsPending(t *testing.T, s serverOf, req protocol.ApprovalRequest) bool {
 	t.Helper()
-	var out, errb bytes.Buffer
-	if code := approval.Command(t.Context(), []string{"list", "--output", "json", "--timeout", "60s"}, &out, &errb, operatorConn(s)); code != 0 {
-		t.Fatalf("approvals list: exit %d: %s", code, errb.String())
+	code, out, errb := coordinatorAs(t, s.ClientURL(), "operator", "approvals", "list", "--output", "json", "--timeout", "60s")
+	if code != 0 {
+		t.Fatalf("approvals list: exit %d: %s", code, errb)
 	}
 	var got struct {
 		Pending []struct {
@@ -70,8 +58,8 @@ func listsPending(t *testing.T, s serverOf, req protocol.ApprovalRequest) bool {
 			CallKey protocol.CallKey `json:"call_key"`
 		} `json:"pending"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
-		t.Fatalf("approvals list: %v: %s", err, out.String())
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("approvals list: %v: %s", err, out)
 	}
 	for _, p := range got.Pending {
 		if p.RunID == req.RunID && p.CallKey == req.CallKey {

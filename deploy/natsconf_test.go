@@ -19,6 +19,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natscli"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -432,9 +433,6 @@ func TestConfOperatorWorkflow(t *testing.T) {
 	subjects := protocol.Subjects{}
 	provision(t, s)
 	gate := approval.NewGate(coord.nc, coord.js, subjects, approval.GateConfig{})
-	operatorConn := func(ctx context.Context) (*nats.Conn, error) {
-		return nats.Connect(s.ClientURL(), nats.UserInfo("operator", passwords["operator"]), nats.CustomInboxPrefix(inboxOf("operator")))
-	}
 
 	type res struct {
 		approved bool
@@ -455,29 +453,26 @@ func TestConfOperatorWorkflow(t *testing.T) {
 	first := ask("key1", `{"env":"prod"}`)
 	second := ask("key2", `{"env":"staging"}`)
 
-	// Both show up in "approvals list", run as the operator user.
-	var out, errb bytes.Buffer
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		out.Reset()
-		errb.Reset()
-		if code := approval.Command(ctx, []string{"list"}, &out, &errb, operatorConn); code != 0 {
-			t.Fatalf("approvals list as operator: exit %d: %s", code, errb.String())
+	// Both show up in "coordinator approvals list", run as the operator user.
+	var list string
+	testsync.WaitFor(t, 30*time.Second, func() error {
+		code, out, errb := coordinatorAs(t, s.ClientURL(), "operator", "approvals", "list")
+		if code != 0 {
+			t.Fatalf("approvals list as operator: exit %d: %s", code, errb)
 		}
-		if strings.Contains(out.String(), "2 pending") || time.Now().After(deadline) {
-			break
+		if list = out; !strings.Contains(list, "2 pending") {
+			return fmt.Errorf("approvals list:\n%s", list)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if !strings.Contains(out.String(), "2 pending") || !strings.Contains(out.String(), `arguments: {"env":"prod"}`) {
-		t.Fatalf("approvals list:\n%s", out.String())
+		return nil
+	})
+	if !strings.Contains(list, `arguments: {"env":"prod"}`) {
+		t.Fatalf("approvals list:\n%s", list)
 	}
 
 	// Approve the first with the command.
-	out.Reset()
-	errb.Reset()
-	if code := approval.Command(ctx, []string{"approve", "run1", "key1", "--approver", "alice"}, &out, &errb, operatorConn); code != 0 {
-		t.Fatalf("approvals approve as operator: exit %d: %s\n%s", code, errb.String(), out.String())
+	code, out, errb := coordinatorAs(t, s.ClientURL(), "operator", "approvals", "approve", "run1", "key1", "--approver", "alice")
+	if code != 0 {
+		t.Fatalf("approvals approve as operator: exit %d: %s\n%s", code, errb, out)
 	}
 	if r := <-first; r.err != nil || !r.approved {
 		t.Fatalf("first call: %+v, want approved", r)
@@ -485,7 +480,8 @@ func TestConfOperatorWorkflow(t *testing.T) {
 
 	// Deny the second with the nats CLI, exactly as the list printed it.
 	var denyLine string
-	for _, line := range strings.Split(out.String()+listAgain(t, ctx, operatorConn), "\n") {
+	_, again, _ := coordinatorAs(t, s.ClientURL(), "operator", "approvals", "list")
+	for _, line := range strings.Split(out+again, "\n") {
 		if strings.HasPrefix(line, "deny:") && strings.Contains(line, "run1.key2") {
 			denyLine = strings.TrimSpace(strings.TrimPrefix(line, "deny:"))
 		}
@@ -535,15 +531,6 @@ func runWithin(c *exec.Cmd, d time.Duration) ([]byte, error) {
 	defer timer.Stop()
 	err := c.Wait()
 	return out.Bytes(), err
-}
-
-func listAgain(t *testing.T, ctx context.Context, conn func(context.Context) (*nats.Conn, error)) string {
-	t.Helper()
-	var out, errb bytes.Buffer
-	if code := approval.Command(ctx, []string{"list"}, &out, &errb, conn); code != 0 {
-		t.Fatalf("approvals list: exit %d: %s", code, errb.String())
-	}
-	return out.String()
 }
 
 func quick(t *testing.T) context.Context {
