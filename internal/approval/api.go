@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,20 +36,14 @@ type PendingRequest struct {
 // Pending lists the open requests (neither settled nor expired) stored
 // since since (the whole stream when zero), earliest deadline first.
 func Pending(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, since time.Time) ([]PendingRequest, error) {
-	now := time.Now()
-	l, err := scanPending(ctx, natsbus.NewApprovalLedger(js, subjects), subjects, since, now)
+	l, err := List(ctx, natsbus.NewApprovalLedger(js, subjects), subjects, since, time.Now())
 	if err != nil {
 		return nil, err
 	}
 	var open []PendingRequest
-	for _, id := range l.order {
-		p := l.requests[id]
-		if _, done := l.settled(id); done || !now.Before(p.req.Deadline) {
-			continue
-		}
-		open = append(open, PendingRequest{ApprovalRequest: p.req, Sequence: p.seq})
+	for _, s := range l.Open {
+		open = append(open, PendingRequest{ApprovalRequest: s.ApprovalRequest, Sequence: s.Sequence})
 	}
-	slices.SortStableFunc(open, func(a, b PendingRequest) int { return a.Deadline.Compare(b.Deadline) })
 	return open, nil
 }
 
@@ -99,7 +92,7 @@ func Decide(ctx context.Context, js natsbus.JetStream, subjects protocol.Subject
 	if wait == 0 {
 		return "", nil
 	}
-	note, ok := waitNote(ctx, approvals, outSubj, wait)
+	note, ok := WaitOutcome(ctx, approvals, outSubj, wait)
 	switch {
 	case !ok:
 		return "", fmt.Errorf("run %s key %s: %w within %v", run, key, ErrNoOutcome, wait)

@@ -48,8 +48,3 @@ func utf16Surrogates(r rune) (rune, rune) {
 // print on one terminal line: non-printable and formatting runes become
 // U+FFFD, and it is clipped to max runes.
 func displayText(s string, max int) string { return termsafe.Line(s, max) }
-
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}

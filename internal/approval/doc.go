@@ -1,5 +1,5 @@
 // Package approval is toolfleet's human approval gate on NATS and the
-// operator commands that answer it.
+// operator's view of the approvals stream.
 //
 // The [Gate] implements loop.Gate. For each call that needs a human it
 // publishes a protocol.ApprovalRequest into the approvals stream on
@@ -10,9 +10,11 @@
 // kept by the approvals stream, which refuses deletes and purges: the stream
 // is the audit log.
 //
-// [Command] implements "coordinator approvals list|approve|deny": it reads the
-// approvals stream to show what is pending — including the exact arguments
-// that will run — and publishes decisions bound to a request's digest.
+// [List] and [Lookup] read the approvals stream as an operator sees it —
+// what is pending, including the exact arguments that will run, made safe
+// to print — for "coordinator approvals list|approve|deny" (cmd/coordinator),
+// which publishes decisions bound to a request's digest; [Pending] and
+// [Decide] do the same for pkg/client.
 //
 // # Invariants
 //

@@ -1,4 +1,4 @@
-package approval
+package main
 
 import (
 	"bytes"
@@ -10,25 +10,145 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/approval"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// runCommand runs Command against f's server as an operator would.
-func runCommand(t testing.TB, f *fixture, args ...string) (code int, stdout, stderr string) {
+// approvalFixture is a server with the fleet's streams, a coordinator
+// connection running the approval gate and an operator connection.
+type approvalFixture struct {
+	url    string
+	js     jetstream.JetStream
+	op     *nats.Conn
+	stream jetstream.Stream
+	gate   *approval.Gate
+}
+
+func newApprovalFixture(t testing.TB) *approvalFixture {
+	t.Helper()
+	srv := natstest.Start(t)
+	f := &approvalFixture{url: srv.ClientURL()}
+	nc := natstest.Connect(t, srv)
+	f.op = natstest.Connect(t, srv)
+	var err error
+	if f.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	if err := natsbus.EnsureStreams(t.Context(), f.js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
+		t.Fatalf("creating the fleet's streams: %v", err)
+	}
+	if f.stream, err = f.js.Stream(t.Context(), protocol.Subjects{}.ApprovalsStream()); err != nil {
+		t.Fatal(err)
+	}
+	f.gate = approval.NewGate(nc, f.js, protocol.Subjects{}, approval.GateConfig{})
+	return f
+}
+
+// approveResult is what the gate answered a call.
+type approveResult struct {
+	d   loop.Decision
+	err error
+}
+
+// approveAsync asks the gate for req's approval in a goroutine.
+func (f *approvalFixture) approveAsync(ctx context.Context, req protocol.ApprovalRequest) <-chan approveResult {
+	ch := make(chan approveResult, 1)
+	go func() {
+		d, err := f.gate.Approve(ctx, req)
+		ch <- approveResult{d, err}
+	}()
+	return ch
+}
+
+// decide publishes a decision for req from the operator connection.
+func (f *approvalFixture) decide(t testing.TB, req protocol.ApprovalRequest, d protocol.ApprovalDecision) {
+	t.Helper()
+	data, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, err := protocol.Subjects{}.ApprovalDecision(req.RunID, req.CallKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.op.Publish(subj, data); err != nil {
+		t.Fatalf("publish decision: %v", err)
+	}
+	if err := f.op.Flush(); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+}
+
+// countMsgs counts the approvals stream's messages on subj.
+func (f *approvalFixture) countMsgs(t testing.TB, subj string) uint64 {
+	t.Helper()
+	info, err := f.stream.Info(t.Context(), jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subj]
+}
+
+// newApprovalRequest builds a request for a fresh call key.
+func newApprovalRequest(run protocol.RunID, tool protocol.ToolName, args string, ttl time.Duration) protocol.ApprovalRequest {
+	return protocol.ApprovalRequest{
+		V: protocol.Version, RunID: run, CallKey: protocol.NewCallKey(), CallID: "call_1", Round: 1,
+		Tool: tool, Arguments: json.RawMessage(args), Deadline: time.Now().Add(ttl),
+	}
+}
+
+func digestOf(t testing.TB, req protocol.ApprovalRequest) string {
+	t.Helper()
+	d, err := protocol.Digest(req.RunID, req.CallKey, req.Tool, req.Arguments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func recv[T any](t testing.TB, ch <-chan T, timeout time.Duration) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(timeout):
+		var zero T
+		t.Fatalf("nothing received within %v", timeout)
+		return zero
+	}
+}
+
+// sansProof checks that an approval carries a proof of its decision (and a
+// denial none) and returns d without it, for comparison.
+func sansProof(t testing.TB, d loop.Decision) loop.Decision {
+	t.Helper()
+	if d.Approved != (d.Proof != nil) {
+		t.Errorf("Decision %+v: an approval, and only one, carries a proof", d)
+	}
+	d.Proof = nil
+	return d
+}
+
+// runApprovals runs "coordinator approvals" against f's server as an
+// operator would.
+func runApprovals(t testing.TB, f *approvalFixture, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	dial := func(ctx context.Context) (*nats.Conn, error) { return nats.Connect(f.srv.ClientURL()) }
-	code = Command(t.Context(), args, &out, &errb, dial)
+	dial := func(ctx context.Context) (*nats.Conn, error) { return nats.Connect(f.url) }
+	code = approvals.run(t.Context(), args, &out, &errb, dial)
 	return code, out.String(), errb.String()
 }
 
 // waiting starts an approval and returns it once the request is stored.
-func (f *fixture) waiting(t testing.TB, args string, ttl time.Duration) (protocol.ApprovalRequest, <-chan approveResult) {
+func (f *approvalFixture) waiting(t testing.TB, args string, ttl time.Duration) (protocol.ApprovalRequest, <-chan approveResult) {
 	t.Helper()
-	req := newRequest(t, "run1", "deploy", args, ttl)
+	req := newApprovalRequest("run1", "deploy", args, ttl)
 	res := f.approveAsync(t.Context(), req)
 	subj := "fleet.approval.request.run1." + string(req.CallKey)
 	testsync.WaitFor(t, 5*time.Second, func() error {
@@ -39,7 +159,7 @@ func (f *fixture) waiting(t testing.TB, args string, ttl time.Duration) (protoco
 	return req, res
 }
 
-func TestCommandUsage(t *testing.T) {
+func TestApprovalsUsage(t *testing.T) {
 	dialed := false
 	dial := func(context.Context) (*nats.Conn, error) { dialed = true; return nil, context.Canceled }
 	tests := []struct {
@@ -66,7 +186,7 @@ func TestCommandUsage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			if got := Command(t.Context(), tt.args, &out, &errb, dial); got != tt.want {
+			if got := approvals.run(t.Context(), tt.args, &out, &errb, dial); got != tt.want {
 				t.Errorf("exit=%d, want %d (stderr %q)", got, tt.want, errb.String())
 			}
 			if dialed {
@@ -76,10 +196,10 @@ func TestCommandUsage(t *testing.T) {
 	}
 }
 
-func TestCommandParsesInterspersedFlags(t *testing.T) {
-	f := newFixture(t, GateConfig{})
+func TestApprovalsParsesInterspersedFlags(t *testing.T) {
+	f := newApprovalFixture(t)
 	req, res := f.waiting(t, `{"env":"prod"}`, 5*time.Second)
-	code, out, errs := runCommand(t, f, "deny", "--approver", "carol", "run1", "--reason", "wrong env", string(req.CallKey), "--wait", "2s")
+	code, out, errs := runApprovals(t, f, "deny", "--approver", "carol", "run1", "--reason", "wrong env", string(req.CallKey), "--wait", "2s")
 	if code != 0 {
 		t.Fatalf("exit=%d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -92,7 +212,7 @@ func TestCommandParsesInterspersedFlags(t *testing.T) {
 	}
 }
 
-func TestCommandApproveAndDeny(t *testing.T) {
+func TestApprovalsApproveAndDeny(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
@@ -106,11 +226,11 @@ func TestCommandApproveAndDeny(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("USER", "ops-user")
-			f := newFixture(t, GateConfig{})
+			f := newApprovalFixture(t)
 			req, res := f.waiting(t, `{"env":"prod","replicas":3}`, 5*time.Second)
 			args := append([]string(nil), tt.args...)
 			args[2] = string(req.CallKey)
-			code, out, errs := runCommand(t, f, args...)
+			code, out, errs := runApprovals(t, f, args...)
 			if code != 0 {
 				t.Fatalf("exit=%d, stdout %q, stderr %q", code, out, errs)
 			}
@@ -125,7 +245,7 @@ func TestCommandApproveAndDeny(t *testing.T) {
 			}
 
 			// The request is settled: a second decision is refused.
-			code, out, errs = runCommand(t, f, args...)
+			code, out, errs = runApprovals(t, f, args...)
 			if code != 1 || !strings.Contains(errs, "already settled: "+tt.note) {
 				t.Errorf("second decision: exit=%d stderr=%q, want 1 and already settled", code, errs)
 			}
@@ -139,16 +259,16 @@ func TestCommandApproveAndDeny(t *testing.T) {
 // A decision no coordinator acts on (its coordinator is gone, the request
 // still within its deadline) is published, but the command fails: the
 // operator must not believe the call was decided.
-func TestCommandFailsWhenNoCoordinatorActs(t *testing.T) {
-	f := newFixture(t, GateConfig{})
-	orphan := newRequest(t, "run1", "deploy", `{}`, time.Hour)
+func TestApprovalsFailsWhenNoCoordinatorActs(t *testing.T) {
+	f := newApprovalFixture(t)
+	orphan := newApprovalRequest("run1", "deploy", `{}`, time.Hour)
 	orphan.Digest = digestOf(t, orphan)
 	orphan.DecisionSubject = "fleet.approval.decision.run1." + string(orphan.CallKey)
 	data, _ := protocol.Encode(&orphan)
 	if _, err := f.js.Publish(t.Context(), "fleet.approval.request.run1."+string(orphan.CallKey), data); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := runCommand(t, f, "approve", "run1", string(orphan.CallKey), "--wait", "300ms")
+	code, out, errs := runApprovals(t, f, "approve", "run1", string(orphan.CallKey), "--wait", "300ms")
 	if code == 0 || !strings.Contains(errs, "no coordinator recorded an outcome") {
 		t.Fatalf("exit=%d stdout=%q stderr=%q, want a failure saying no coordinator acted", code, out, errs)
 	}
@@ -157,24 +277,24 @@ func TestCommandFailsWhenNoCoordinatorActs(t *testing.T) {
 	}
 }
 
-func TestCommandRefuses(t *testing.T) {
-	f := newFixture(t, GateConfig{})
+func TestApprovalsRefuses(t *testing.T) {
+	f := newApprovalFixture(t)
 	ctx := t.Context()
 
-	code, _, errs := runCommand(t, f, "approve", "run1", "nosuchkey")
+	code, _, errs := runApprovals(t, f, "approve", "run1", "nosuchkey")
 	if code != 1 || !strings.Contains(errs, "no approval request") {
 		t.Errorf("unknown request: exit=%d stderr=%q, want 1", code, errs)
 	}
 
 	// A request whose coordinator died: no note, deadline passed.
-	stale := newRequest(t, "run1", "deploy", `{}`, -time.Minute)
+	stale := newApprovalRequest("run1", "deploy", `{}`, -time.Minute)
 	stale.Digest = digestOf(t, stale)
 	stale.DecisionSubject = "fleet.approval.decision.run1." + string(stale.CallKey)
 	data, _ := protocol.Encode(&stale)
 	if _, err := f.js.Publish(ctx, "fleet.approval.request.run1."+string(stale.CallKey), data); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errs = runCommand(t, f, "approve", "run1", string(stale.CallKey))
+	code, _, errs = runApprovals(t, f, "approve", "run1", string(stale.CallKey))
 	if code != 1 || !strings.Contains(errs, "expired") {
 		t.Errorf("expired request: exit=%d stderr=%q, want 1 and expired", code, errs)
 	}
@@ -185,18 +305,18 @@ func TestCommandRefuses(t *testing.T) {
 	if r := recv(t, res, 30*time.Second); !r.d.Expired {
 		t.Fatalf("Decision=%+v, want expired", r.d)
 	}
-	code, _, errs = runCommand(t, f, "deny", "run1", string(req.CallKey), "--reason", "late")
+	code, _, errs = runApprovals(t, f, "deny", "run1", string(req.CallKey), "--reason", "late")
 	if code != 1 || !strings.Contains(errs, "already settled: expired") {
 		t.Errorf("expired by the gate: exit=%d stderr=%q, want 1", code, errs)
 	}
-	if n := countMsgs(t, f, "fleet.approval.decision.run1."+string(req.CallKey)); n != 0 {
+	if n := f.countMsgs(t, "fleet.approval.decision.run1."+string(req.CallKey)); n != 0 {
 		t.Errorf("%d decisions published for a settled request, want 0", n)
 	}
 }
 
-func TestCommandList(t *testing.T) {
-	f := newFixture(t, GateConfig{})
-	code, out, errs := runCommand(t, f, "list")
+func TestApprovalsList(t *testing.T) {
+	f := newApprovalFixture(t)
+	code, out, errs := runApprovals(t, f, "list")
 	if code != 0 || !strings.Contains(out, "no pending approval requests") {
 		t.Fatalf("empty list: exit=%d stdout=%q stderr=%q", code, out, errs)
 	}
@@ -205,12 +325,13 @@ func TestCommandList(t *testing.T) {
 	p1, _ := f.waiting(t, `{"env":"prod"}`, 5*time.Second)
 	p2, _ := f.waiting(t, `{"cmd":"\u001b[2Jrm -rf /","note":"a\u202eb","ok":"héllo"}`, 4*time.Second)
 	settled, res := f.waiting(t, `{"x":1}`, 5*time.Second)
-	f.decide(t, settled, protocol.ApprovalDecision{Digest: settled.Digest, Approved: ptr(true)})
+	approved := true
+	f.decide(t, settled, protocol.ApprovalDecision{Digest: settled.Digest, Approved: &approved})
 	recv(t, res, 5*time.Second)
 	expired, res := f.waiting(t, `{"x":2}`, 100*time.Millisecond)
 	recv(t, res, 5*time.Second)
 
-	code, out, errs = runCommand(t, f, "list", "--approver", "alice")
+	code, out, errs = runApprovals(t, f, "list", "--approver", "alice")
 	if code != 0 {
 		t.Fatalf("exit=%d stderr=%q", code, errs)
 	}
@@ -245,7 +366,7 @@ func TestCommandList(t *testing.T) {
 		t.Errorf("list prints terminal control or bidi characters raw:\n%q", out)
 	}
 
-	code, out, errs = runCommand(t, f, "list", "--output", "json")
+	code, out, errs = runApprovals(t, f, "list", "--output", "json")
 	if code != 0 {
 		t.Fatalf("exit=%d stderr=%q", code, errs)
 	}
@@ -259,10 +380,10 @@ func TestCommandList(t *testing.T) {
 	}
 }
 
-func TestCommandConnectFailure(t *testing.T) {
+func TestApprovalsConnectFailure(t *testing.T) {
 	dial := func(context.Context) (*nats.Conn, error) { return nil, nats.ErrNoServers }
 	var out, errb bytes.Buffer
-	if code := Command(t.Context(), []string{"list"}, &out, &errb, dial); code != 1 || !strings.Contains(errb.String(), "connecting to NATS") {
+	if code := approvals.run(t.Context(), []string{"list"}, &out, &errb, dial); code != 1 || !strings.Contains(errb.String(), "connecting to NATS") {
 		t.Errorf("exit=%d stderr=%q, want 1", code, errb.String())
 	}
 }
