@@ -6,8 +6,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/internal/runs"
 	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/model/providers"
 )
 
 // runsCommand runs "coordinator runs ...": list, show, cancel, replay or
@@ -18,5 +20,5 @@ func runsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		f := modelFlags{model: spec}
 		return f.newModel(zerolog.Nop())
 	}
-	return envCommand(ctx, "coordinator runs", "toolfleet-runs", args, stdout, stderr, runs.ModelCommand(models))
+	return envCommand(ctx, "coordinator runs", "toolfleet-runs", args, stdout, stderr, runs.ModelCommand(models, (&providers.Models{Getenv: procsec.Getenv}).Model))
 }

@@ -72,18 +72,18 @@ The same with the nats CLI (prefix "fleet"):
 // done, 1 error, 2 bad usage. A replay's --model is refused: see
 // [ModelCommand].
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
-	return command(ctx, args, stdout, stderr, conn, nil)
+	return command(ctx, args, stdout, stderr, conn, nil, nil)
 }
 
 // ModelCommand returns [Command] whose replay makes its --model SPEC with
-// models.
-func ModelCommand(models ModelFunc) func(context.Context, []string, io.Writer, io.Writer, func(context.Context) (*nats.Conn, error)) int {
+// models, and the model of the run's agent with agentModels.
+func ModelCommand(models ModelFunc, agentModels AgentModelFunc) func(context.Context, []string, io.Writer, io.Writer, func(context.Context) (*nats.Conn, error)) int {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
-		return command(ctx, args, stdout, stderr, conn, models)
+		return command(ctx, args, stdout, stderr, conn, models, agentModels)
 	}
 }
 
-func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error), models ModelFunc) int {
+func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error), models ModelFunc, agentModels AgentModelFunc) int {
 	if len(args) > 0 && args[0] == "runs" {
 		args = args[1:]
 	}
@@ -144,7 +144,7 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		fmt.Fprintf(stderr, "runs fork: --at ROUND is required, from 1\n")
 		return exitUsage
 	}
-	var ro ReplayOptions
+	ro := ReplayOptions{AgentModels: agentModels}
 	var more []loop.Message
 	switch name {
 	case "replay":

@@ -10,16 +10,18 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
-	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
-	"github.com/toolfleet/toolfleet/pkg/model/providers"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // ModelFunc makes the model of a replay's --model SPEC (the specs of
 // "coordinator run --model").
 type ModelFunc func(spec string) (loop.Model, error)
+
+// AgentModelFunc makes the model client of an agent's model
+// (providers.Models.Model in the coordinator's binary).
+type AgentModelFunc func(agent.Model) (loop.Model, error)
 
 // maxFileBytes bounds an --instructions or --messages file.
 const maxFileBytes = 1 << 20
@@ -33,8 +35,11 @@ type ReplayOptions struct {
 	// Instructions, when set, replace the run's (or the revision's).
 	Instructions string
 	// Model, when set, is the replay's model; else the agent revision's
-	// (the run's own revision without AgentRevision).
+	// (the run's own revision without AgentRevision), made by AgentModels.
 	Model loop.Model
+	// AgentModels makes an agent revision's model. Without it a replay
+	// of an agent's run needs Model.
+	AgentModels AgentModelFunc
 }
 
 // entries reads run's journal: its entries, in order.
@@ -78,8 +83,10 @@ func Replay(ctx, readCtx context.Context, js natsbus.JetStream, subjects protoco
 			in.Instructions = d.Instructions
 		}
 		if model == nil {
-			ms := &providers.Models{Getenv: procsec.Getenv}
-			if model, err = ms.Model(d.Model); err != nil {
+			if o.AgentModels == nil {
+				return nil, fmt.Errorf("run %s ran on agent %s, whose model cannot be made here: give --model", run, ref.Name)
+			}
+			if model, err = o.AgentModels(d.Model); err != nil {
 				return nil, fmt.Errorf("the model of agent %s revision %d: %w", ref.Name, ref.Revision, err)
 			}
 		}
