@@ -31,7 +31,7 @@ func startDeployWorker(t *testing.T, c client, name string, runs *atomic.Int64) 
 		t.Fatal(err)
 	}
 	w, err = natsbus.NewWorker(c.nc, c.js, protocol.Subjects{}, h, natsbus.WorkerConfig{
-		Name: name, AckWait: 2 * time.Second, PollWait: 200 * time.Millisecond, ShutdownGrace: time.Second, NoDiscovery: true,
+		Name: name, PollWait: 200 * time.Millisecond, ShutdownGrace: time.Second, NoDiscovery: true,
 	})
 	if err != nil {
 		t.Fatalf("NewWorker: %v", err)

@@ -14,13 +14,11 @@ import (
 
 // runsCommand runs "coordinator runs ...": list, show, cancel, replay or
 // fork durable runs from their journals, over NATS ($NATS_URL). A
-// replay's --model takes the specs of "coordinator run --model"; an
-// agent's run replays on its revision's model, from the shipped providers.
+// replay's --model takes the specs of "coordinator run --model".
 func runsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	models := func(spec string) (loop.Model, error) {
 		f := modelFlags{model: spec}
 		return f.newModel(zerolog.Nop())
 	}
-	return envCommand(ctx, "coordinator runs", "toolfleet-runs", args, stdout, stderr,
-		runs.ModelCommand(models, (&providers.Models{Getenv: procsec.Getenv}).Model))
+	return envCommand(ctx, "coordinator runs", "toolfleet-runs", args, stdout, stderr, runs.ModelCommand(models, (&providers.Models{Getenv: procsec.Getenv}).Model))
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
-	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -77,15 +76,14 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 }
 
 // ModelCommand returns [Command] whose replay makes its --model SPEC with
-// models, and an agent revision's model with agentModels.
-func ModelCommand(models ModelFunc, agentModels func(agent.Model) (loop.Model, error)) func(context.Context, []string, io.Writer, io.Writer, func(context.Context) (*nats.Conn, error)) int {
+// models, and the model of the run's agent with agentModels.
+func ModelCommand(models ModelFunc, agentModels AgentModelFunc) func(context.Context, []string, io.Writer, io.Writer, func(context.Context) (*nats.Conn, error)) int {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
 		return command(ctx, args, stdout, stderr, conn, models, agentModels)
 	}
 }
 
-func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error), models ModelFunc,
-	agentModels func(agent.Model) (loop.Model, error)) int {
+func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error), models ModelFunc, agentModels AgentModelFunc) int {
 	if len(args) > 0 && args[0] == "runs" {
 		args = args[1:]
 	}
@@ -146,7 +144,7 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		fmt.Fprintf(stderr, "runs fork: --at ROUND is required, from 1\n")
 		return exitUsage
 	}
-	ro := ReplayOptions{Models: agentModels}
+	ro := ReplayOptions{AgentModels: agentModels}
 	var more []loop.Message
 	switch name {
 	case "replay":

@@ -19,6 +19,10 @@ import (
 // "coordinator run --model").
 type ModelFunc func(spec string) (loop.Model, error)
 
+// AgentModelFunc makes the model client of an agent's model
+// (providers.Models.Model in the coordinator's binary).
+type AgentModelFunc func(agent.Model) (loop.Model, error)
+
 // maxFileBytes bounds an --instructions or --messages file.
 const maxFileBytes = 1 << 20
 
@@ -31,13 +35,11 @@ type ReplayOptions struct {
 	// Instructions, when set, replace the run's (or the revision's).
 	Instructions string
 	// Model, when set, is the replay's model; else the agent revision's
-	// (the run's own revision without AgentRevision), built by Models.
+	// (the run's own revision without AgentRevision), made by AgentModels.
 	Model loop.Model
-	// Models builds an agent revision's model (providers.Models.Model for
-	// the shipped providers): the program chooses, so that this package,
-	// which pkg/client imports, links no provider's SDK. Default: none, and
-	// the replay of an agent's run needs Model.
-	Models func(agent.Model) (loop.Model, error)
+	// AgentModels makes an agent revision's model. Without it a replay
+	// of an agent's run needs Model.
+	AgentModels AgentModelFunc
 }
 
 // entries reads run's journal: its entries, in order.
@@ -80,8 +82,11 @@ func Replay(ctx, readCtx context.Context, js natsbus.JetStream, subjects protoco
 		if in.Instructions == "" && o.AgentRevision != 0 {
 			in.Instructions = d.Instructions
 		}
-		if model == nil && o.Models != nil {
-			if model, err = o.Models(d.Model); err != nil {
+		if model == nil {
+			if o.AgentModels == nil {
+				return nil, fmt.Errorf("run %s ran on agent %s, whose model cannot be made here: give --model", run, ref.Name)
+			}
+			if model, err = o.AgentModels(d.Model); err != nil {
 				return nil, fmt.Errorf("the model of agent %s revision %d: %w", ref.Name, ref.Revision, err)
 			}
 		}
