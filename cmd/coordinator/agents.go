@@ -14,7 +14,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/internal/termsafe"
 	"github.com/toolfleet/toolfleet/pkg/agent"
-	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // agentsCommand runs "coordinator agents ...": put, get, list, show or
@@ -67,38 +66,36 @@ a coordinator passes over a revision that does not validate: agents show):
 
 // openAgents connects and returns the agents bucket and its registry,
 // and the function that closes the connection.
-func openAgents(ctx context.Context, o *op, subjects protocol.Subjects) (func(), *natsbus.AgentStore, *agents.Registry, error) {
+func openAgents(ctx context.Context, o *op) (func(), *natsbus.AgentStore, *agents.Registry, error) {
 	nc, js, err := o.connect(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	store, err := natsbus.OpenAgents(ctx, js, subjects)
+	store, err := natsbus.OpenAgents(ctx, js, o.subjects)
 	if err != nil {
 		nc.Close()
-		return nil, nil, nil, fmt.Errorf("bucket %s: %w", subjects.AgentsBucket(), err)
+		return nil, nil, nil, fmt.Errorf("bucket %s: %w", o.subjects.AgentsBucket(), err)
 	}
 	return nc.Close, store, &agents.Registry{Store: store}, nil
 }
 
-// agentsArgs parses a subcommand's flags and its n positional arguments,
-// and returns them with the subjects of --prefix: done, with code, when
-// it cannot.
-func agentsArgs(o *op, args []string, n int) (pos []string, subjects protocol.Subjects, code int, done bool) {
+// agentsArgs parses a subcommand's flags and its n positional arguments:
+// done, with code, when it cannot.
+func agentsArgs(o *op, args []string, n int) (pos []string, code int, done bool) {
 	pos, code, done = o.parse(args)
 	if done {
-		return nil, subjects, code, true
+		return nil, code, true
 	}
 	if len(pos) != n {
-		return nil, subjects, o.usageError("takes %d argument(s), got %d", n, len(pos)), true
+		return nil, o.usageError("takes %d argument(s), got %d", n, len(pos)), true
 	}
-	subjects, code, ok := o.subjects()
-	return pos, subjects, code, !ok
+	return pos, exitOK, false
 }
 
 func agentsPut(ctx context.Context, o *op, args []string, lookup func(string) (string, bool)) int {
 	fs := o.flags("put FILE [--no-env-check]")
 	noEnv := fs.Bool("no-env-check", false, "do not check that the key variable is set here")
-	pos, subjects, code, done := agentsArgs(o, args, 1)
+	pos, code, done := agentsArgs(o, args, 1)
 	if done {
 		return code
 	}
@@ -117,7 +114,7 @@ func agentsPut(ctx context.Context, o *op, args []string, lookup func(string) (s
 	}
 	ctx, cancel := o.withTimeout(ctx, 0)
 	defer cancel()
-	closeConn, _, reg, err := openAgents(ctx, o, subjects)
+	closeConn, _, reg, err := openAgents(ctx, o)
 	if err != nil {
 		return o.fail(err)
 	}
@@ -146,13 +143,13 @@ func readDoc(path string) ([]byte, error) {
 func agentsGet(ctx context.Context, o *op, args []string) int {
 	fs := o.flags("get NAME [--revision N]")
 	rev := fs.Uint64("revision", 0, "this revision rather than the newest")
-	pos, subjects, code, done := agentsArgs(o, args, 1)
+	pos, code, done := agentsArgs(o, args, 1)
 	if done {
 		return code
 	}
 	ctx, cancel := o.withTimeout(ctx, 0)
 	defer cancel()
-	closeConn, store, _, err := openAgents(ctx, o, subjects)
+	closeConn, store, _, err := openAgents(ctx, o)
 	if err != nil {
 		return o.fail(err)
 	}
@@ -177,13 +174,13 @@ func agentsGet(ctx context.Context, o *op, args []string) int {
 
 func agentsList(ctx context.Context, o *op, args []string) int {
 	o.flags("ls")
-	_, subjects, code, done := agentsArgs(o, args, 0)
+	_, code, done := agentsArgs(o, args, 0)
 	if done {
 		return code
 	}
 	ctx, cancel := o.withTimeout(ctx, 0)
 	defer cancel()
-	closeConn, store, reg, err := openAgents(ctx, o, subjects)
+	closeConn, store, reg, err := openAgents(ctx, o)
 	if err != nil {
 		return o.fail(err)
 	}
@@ -230,13 +227,13 @@ func revisionSummary(revs []agents.Revision) string {
 
 func agentsShow(ctx context.Context, o *op, args []string) int {
 	o.flags("show NAME")
-	pos, subjects, code, done := agentsArgs(o, args, 1)
+	pos, code, done := agentsArgs(o, args, 1)
 	if done {
 		return code
 	}
 	ctx, cancel := o.withTimeout(ctx, 0)
 	defer cancel()
-	closeConn, _, reg, err := openAgents(ctx, o, subjects)
+	closeConn, _, reg, err := openAgents(ctx, o)
 	if err != nil {
 		return o.fail(err)
 	}
@@ -271,13 +268,13 @@ func showRevisions(w io.Writer, name string, revs []agents.Revision) {
 
 func agentsRemove(ctx context.Context, o *op, args []string) int {
 	o.flags("rm NAME")
-	pos, subjects, code, done := agentsArgs(o, args, 1)
+	pos, code, done := agentsArgs(o, args, 1)
 	if done {
 		return code
 	}
 	ctx, cancel := o.withTimeout(ctx, 0)
 	defer cancel()
-	closeConn, store, _, err := openAgents(ctx, o, subjects)
+	closeConn, store, _, err := openAgents(ctx, o)
 	if err != nil {
 		return o.fail(err)
 	}

@@ -129,10 +129,7 @@ func approvalsList(ctx context.Context, o *op, args []string) int {
 	case len(*approver) > 128:
 		return o.usageError("--approver is longer than 128 bytes")
 	}
-	subjects, code, ok := o.subjects()
-	if !ok {
-		return code
-	}
+	subjects := o.subjects
 
 	ctx, cancel := o.withTimeout(ctx, 0)
 	defer cancel()
@@ -222,10 +219,7 @@ func approvalsDecide(ctx context.Context, o *op, args []string, approve bool) in
 	case *wait < 0:
 		return o.usageError("--wait must be >= 0")
 	}
-	subjects, code, ok := o.subjects()
-	if !ok {
-		return code
-	}
+	subjects := o.subjects
 	decSubj, _ := subjects.ApprovalDecision(run, key)
 	outSubj, _ := subjects.ApprovalOutcome(run, key)
 

@@ -70,9 +70,10 @@ type op struct {
 	conn           func(context.Context) (*nats.Conn, error)
 	now            func() time.Time
 
-	fs      *flag.FlagSet
-	prefix  string
-	timeout time.Duration
+	fs       *flag.FlagSet
+	prefix   string
+	timeout  time.Duration
+	subjects protocol.Subjects // of --prefix, once parsed
 }
 
 // flags returns the subcommand's flag set, --prefix and --timeout
@@ -103,8 +104,8 @@ func groupOf(name string) string {
 
 // parse parses the flags, which may stand before, between or after the
 // positional arguments, and returns the positional ones. When done is set
-// the subcommand returns code: 0 for -h, 2 for a bad flag or a --timeout
-// that is not positive.
+// the subcommand returns code: 0 for -h, 2 for a bad flag, a --timeout
+// that is not positive or a --prefix that is not a subject token.
 func (o *op) parse(args []string) (pos []string, code int, done bool) {
 	pos, err := parseInterleaved(o.fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -116,17 +117,10 @@ func (o *op) parse(args []string) (pos []string, code int, done bool) {
 	if o.timeout <= 0 {
 		return nil, o.usageError("--timeout must be > 0"), true
 	}
-	return pos, exitOK, false
-}
-
-// subjects returns the subjects of --prefix, or the exit status of a bad
-// one.
-func (o *op) subjects() (protocol.Subjects, int, bool) {
-	s, err := protocol.NewSubjects(o.prefix)
-	if err != nil {
-		return protocol.Subjects{}, o.usageError("--prefix: %v", err), false
+	if o.subjects, err = protocol.NewSubjects(o.prefix); err != nil {
+		return nil, o.usageError("--prefix: %v", err), true
 	}
-	return s, exitOK, true
+	return pos, exitOK, false
 }
 
 // usageError prints a usage problem and the usage, and returns 2.

@@ -96,15 +96,11 @@ func toolNames(o *op, pos []string, min, max int) (_ []protocol.ToolName, code i
 // openTraffic connects and returns the connection and the fleet's traffic
 // control.
 func openTraffic(ctx context.Context, o *op) (func(), *natsbus.ToolTraffic, error) {
-	subjects, err := protocol.NewSubjects(o.prefix)
-	if err != nil {
-		return nil, nil, err
-	}
 	nc, js, err := o.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	return nc.Close, natsbus.NewToolTraffic(js, subjects), nil
+	return nc.Close, natsbus.NewToolTraffic(js, o.subjects), nil
 }
 
 // parseUntil reads a pause's end: an RFC 3339 time, a "2006-01-02

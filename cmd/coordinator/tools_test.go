@@ -46,6 +46,7 @@ func TestToolsUsage(t *testing.T) {
 		{"resume", "echo", "extra"},
 		{"status"},
 		{"status", "echo", "--timeout", "0s"},
+		{"history", "--prefix", "a.b"},
 	} {
 		var out, errb bytes.Buffer
 		if code := tools.run(t.Context(), args, &out, &errb, conn); code != exitUsage {
