@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -83,23 +84,13 @@ func (o *op) flags(usage string) *flag.FlagSet {
 	fs.SetOutput(o.stderr)
 	fs.StringVar(&o.prefix, "prefix", protocol.DefaultPrefix, "subject prefix of the fleet")
 	fs.DurationVar(&o.timeout, "timeout", defaultOpTimeout, "bound on the whole command's NATS work")
+	group, _, _ := strings.Cut(o.name, " ")
 	fs.Usage = func() {
-		fmt.Fprintf(o.stderr, "usage: %s %s\n\nflags:\n", groupOf(o.name), usage)
+		fmt.Fprintf(o.stderr, "usage: %s %s\n\nflags:\n", group, usage)
 		fs.PrintDefaults()
 	}
 	o.fs = fs
 	return fs
-}
-
-// groupOf returns the group's word of a subcommand's name ("tools" of
-// "tools pause").
-func groupOf(name string) string {
-	for i := range len(name) {
-		if name[i] == ' ' {
-			return name[:i]
-		}
-	}
-	return name
 }
 
 // parse parses the flags, which may stand before, between or after the
