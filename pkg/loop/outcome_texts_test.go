@@ -35,6 +35,8 @@ var observationSamples = map[string]func() string{
 	"obsRateLimited":         func() string { return obsRateLimited("echo", 1200*time.Millisecond) },
 	"obsCancelled":           func() string { return obsCancelled("echo") },
 	"obsInputUnanswered":     func() string { return obsInputUnanswered("charge_card") },
+	"obsSimulated":           func() string { return obsSimulated("charge_card", []string{"amount", "to"}, "5d41402abc4b2a76") },
+	"obsNotReplayed":         func() string { return obsNotReplayed("charge_card") },
 }
 
 // capTexts are the observation texts the loop sends through a variable
