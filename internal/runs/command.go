@@ -313,9 +313,9 @@ func state(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects
 	if results, err := natsbus.OpenRunResults(ctx, js, subjects); err == nil {
 		st.HasResult = results.Has(ctx, resultKey(run, recs))
 	}
-	if st.Status != "finished" {
+	if st.Status == StatusRunning {
 		if ok, _ := natsbus.CancelRequested(ctx, js, subjects, run); ok {
-			st.Status = "cancel_requested"
+			st.Status = StatusCancelRequested
 		}
 	}
 	return st, nil
