@@ -1,13 +1,16 @@
 package loop_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
@@ -136,4 +139,52 @@ func drawnIDs(msgs []loop.Message) []loop.Message {
 		out[i] = m
 	}
 	return out
+}
+
+// TestParkedEntryRefusedByAnOlderReader: a journal entry as the release
+// before parking decodes it (strictly, as natsbus does: every field of
+// its JournalEntry, no other) refuses a parked entry on its reason, so an
+// older coordinator never resumes a parked run it cannot read: it
+// releases it. Every other entry of a parked run still decodes.
+func TestParkedEntryRefusedByAnOlderReader(t *testing.T) {
+	type olderEntry struct {
+		Kind         string          `json:"kind"`
+		Round        int             `json:"round,omitempty"`
+		Tools        json.RawMessage `json:"tools,omitempty"`
+		Response     json.RawMessage `json:"response,omitempty"`
+		Calls        json.RawMessage `json:"calls,omitempty"`
+		Deadline     time.Time       `json:"deadline,omitzero"`
+		Decision     json.RawMessage `json:"decision,omitempty"`
+		Observations json.RawMessage `json:"observations,omitempty"`
+		Termination  string          `json:"termination,omitempty"`
+		Answer       string          `json:"answer,omitempty"`
+		Owner        string          `json:"owner,omitempty"`
+		Secret       string          `json:"secret,omitempty"`
+		Policy       json.RawMessage `json:"policy,omitempty"`
+		Note         string          `json:"note,omitempty"`
+		At           time.Time       `json:"at,omitzero"`
+		Data         json.RawMessage `json:"data,omitempty"`
+	}
+	failing := looptest.ModelFunc(func(loop.Request) (*loop.Response, error) { return nil, errModelDown })
+	j := looptest.NewJournal()
+	res, err := durableRunner(t, failing, looptest.New(handler), looptest.AllowAll()).
+		RunDurable(t.Context(), loop.Durable{Prompt: "go", RunID: "older-park", Journal: j, Park: func(error) string { return "down" }})
+	if err != nil || res.TerminationReason != loop.TerminationParked {
+		t.Fatalf("run: %v, %+v", err, res)
+	}
+	for _, e := range j.Resume(-1).Entries() {
+		data, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(new(olderEntry))
+		switch {
+		case e.Kind == loop.EntryParked && (err == nil || !strings.Contains(err.Error(), "reason")):
+			t.Fatalf("the parked entry decoded by the older reader: %v, want refused on reason", err)
+		case e.Kind != loop.EntryParked && err != nil:
+			t.Fatalf("entry %s refused by the older reader: %v", e.Kind, err)
+		}
+	}
 }
