@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natstest"
@@ -244,9 +245,25 @@ func TestRunControlParkAndResume(t *testing.T) {
 	}
 
 	c1.kill()
-	f.serve("c2")
+	c2 := f.serve("c2")
 	if st := f.state(run); st.Status != runs.StatusParked || st.Owners != 1 {
 		t.Fatalf("state once c2 serves %+v, want still parked, taken by nobody", st)
+	}
+
+	// The client submits its parked run again, past the duplicate window
+	// (another message id): acknowledged, not run; only an operator
+	// resumes it.
+	cnc, _ := approvalConn(t, f.url, "client")
+	again := nats.NewMsg("fleet.run.submit.client.default.park-1")
+	again.Data = []byte(`{"prompt": "p1"}`)
+	again.Header.Set(nats.MsgIdHdr, "a-retry-past-the-window")
+	if _, err := cnc.RequestMsg(again, 10*time.Second); err != nil {
+		t.Fatalf("the client's second submission: %v", err)
+	}
+	cnc.Close()
+	c2.waitLog(30*time.Second, "the run already has a result")
+	if st := f.state(run); st.Status != runs.StatusParked || st.Owners != 1 {
+		t.Fatalf("state after the client's second submission %+v, want still parked", st)
 	}
 
 	// Fail closed: the client may not resume, directly or with the CLI.
@@ -276,7 +293,7 @@ func TestRunControlParkAndResume(t *testing.T) {
 		t.Fatalf("runs resume:\n%s", out)
 	}
 	res := f.waitResult(run, "natural")
-	if res.Answer != "done p1" || res.Coordinator != "c2" || res.ParkReason != "" {
+	if res.Answer != "done p1" || res.Coordinator != "c2" || res.ParkReason != "" || res.ResumedBy != "" {
 		t.Fatalf("resumed result: %q by %s, park reason %q", res.Answer, res.Coordinator, res.ParkReason)
 	}
 	answeredOnce(t, res)

@@ -270,6 +270,11 @@ type RunResult struct {
 	// operator's "coordinator runs resume". Its result is replaced when
 	// the resumed run ends.
 	ParkReason string `json:"park_reason,omitempty"`
+	// ResumedBy is set on a parked result once an operator asked to
+	// resume the run (who asked): a coordinator that takes the run then
+	// continues it. Until then a submission of the parked run (a client's
+	// retry) is acknowledged and not run: only an operator resumes it.
+	ResumedBy string `json:"resumed_by,omitempty"`
 	// TranscriptOmitted is true when Messages was left out to keep the
 	// result under the bucket's value limit.
 	TranscriptOmitted bool `json:"transcript_omitted,omitempty"`

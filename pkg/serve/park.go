@@ -97,6 +97,10 @@ func (s *Server) onResumeRequest(m *nats.Msg) {
 		log.Error().Err(err).Msg("the parked entry of the run does not name its submission: it cannot be resumed")
 		return
 	}
+	if err := s.markResumed(ctx, p.Client, run, req.By); err != nil {
+		log.Warn().Err(err).Msg("could not mark the parked run's result resumed: its resume is lost, ask again")
+		return
+	}
 	msg := nats.NewMsg(subject)
 	msg.Data = p.Request
 	msg.Header.Set(nats.MsgIdHdr, "resume-"+string(run)+"-"+strconv.FormatUint(last.Seq, 10))
@@ -106,4 +110,28 @@ func (s *Server) onResumeRequest(m *nats.Msg) {
 	}
 	log.Info().Str(logClient, p.Client).Str(logAgent, p.Agent).Str("by", req.By).Int("round", last.Entry.Round).
 		Msg("parked run submitted again: a serving coordinator resumes it from its journal")
+}
+
+// markResumed sets ResumedBy on run's parked result, so that the
+// coordinator that takes the submission runs it (answered). A run with no
+// result yet (its coordinator stopped between parking and storing it)
+// needs no mark; one whose result is not parked is not resumed.
+func (s *Server) markResumed(ctx context.Context, client string, run protocol.RunID, by string) error {
+	key := protocol.RunKey(client, run)
+	data, rev, err := s.results.Entry(ctx, key)
+	switch {
+	case errors.Is(err, natsbus.ErrNoResult):
+		return nil
+	case err != nil:
+		return err
+	}
+	res, err := protocol.DecodeRunResult(data, len(data)+1)
+	if err != nil || res.RunID != run || !res.Parked() {
+		return errors.New("the run's result is not a parked result of the run")
+	}
+	res.ResumedBy = by
+	if data, err = encodeJSON(&res); err != nil {
+		return err
+	}
+	return s.results.Replace(ctx, key, data, rev)
 }

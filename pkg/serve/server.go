@@ -583,8 +583,9 @@ func (s *Server) runner(ctx context.Context, run protocol.RunID, req protocol.Ru
 }
 
 // answered reports whether run already has its result in the bucket:
-// a value under its key that decodes as a result of run and is not a
-// parked run's (a resumed run goes on). Any other value
+// a value under its key that decodes as a result of run, and is not a
+// parked run's that an operator resumed (one not resumed waits for an
+// operator, whoever submits it again). Any other value
 // there (a server's acknowledgement a stream stored, another run's result)
 // answers nothing: the run runs, and its result replaces the value (put,
 // which logs and counts it).
@@ -592,13 +593,20 @@ func (s *Server) answered(client string, run protocol.RunID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	data, _, err := s.results.Entry(ctx, protocol.RunKey(client, run))
-	return err == nil && resultOf(data, run) == nil && !parkedResult(data)
+	return err == nil && resultOf(data, run) == nil && !resumedResult(data)
 }
 
 // parkedResult reports whether data is a parked run's result.
 func parkedResult(data []byte) bool {
 	res, err := protocol.DecodeRunResult(data, len(data)+1)
 	return err == nil && res.Parked()
+}
+
+// resumedResult reports whether data is a parked run's result that an
+// operator resumed.
+func resumedResult(data []byte) bool {
+	res, err := protocol.DecodeRunResult(data, len(data)+1)
+	return err == nil && res.Parked() && res.ResumedBy != ""
 }
 
 // resultOf checks that data is a result of run.
