@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
@@ -71,7 +72,12 @@ func (s *Server) onResumeRequest(m *nats.Msg) {
 	}
 	req, err := protocol.DecodeRunResumeRequest(m.Data, run, natsbus.MaxCancelRequestBytes)
 	if err != nil {
-		s.refusedCancel(run, err)
+		// Counted with the cancel requests: the same request, on the
+		// run's other control subject.
+		s.refused(metrics.RefusedCancelRequest)
+		code, field := protoError(err)
+		s.limited.Warn().Str(logRun, string(run)).Str(logCode, code).Str(logField, field).
+			Msg("ignored a message on the run's resume subject that is not a resume request of the run naming its author")
 		return
 	}
 	log := s.log.With().Str(logRun, string(run)).Logger()
