@@ -141,3 +141,16 @@ func (s *Server) markResumed(ctx context.Context, client string, run protocol.Ru
 	}
 	return s.results.Replace(ctx, key, data, rev)
 }
+
+// parkedResult reports whether data is a parked run's result.
+func parkedResult(data []byte) bool {
+	res, err := protocol.DecodeRunResult(data, len(data)+1)
+	return err == nil && res.Parked()
+}
+
+// resumedResult reports whether data is a parked run's result that an
+// operator resumed.
+func resumedResult(data []byte) bool {
+	res, err := protocol.DecodeRunResult(data, len(data)+1)
+	return err == nil && res.Parked() && res.ResumedBy != ""
+}

@@ -596,19 +596,6 @@ func (s *Server) answered(client string, run protocol.RunID) bool {
 	return err == nil && resultOf(data, run) == nil && !resumedResult(data)
 }
 
-// parkedResult reports whether data is a parked run's result.
-func parkedResult(data []byte) bool {
-	res, err := protocol.DecodeRunResult(data, len(data)+1)
-	return err == nil && res.Parked()
-}
-
-// resumedResult reports whether data is a parked run's result that an
-// operator resumed.
-func resumedResult(data []byte) bool {
-	res, err := protocol.DecodeRunResult(data, len(data)+1)
-	return err == nil && res.Parked() && res.ResumedBy != ""
-}
-
 // resultOf checks that data is a result of run.
 func resultOf(data []byte, run protocol.RunID) error {
 	res, err := protocol.DecodeRunResult(data, len(data)+1)
