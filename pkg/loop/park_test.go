@@ -188,3 +188,53 @@ func TestParkedEntryRefusedByAnOlderReader(t *testing.T) {
 		}
 	}
 }
+
+// TestParkedRunReplaysAndForks: a parked run has stopped: it is replayed
+// (recorded as ended parked, the replay's new rounds reported) and forked
+// up to the round it parked in, whose transcript holds round 1 answered
+// from the journal; nothing runs.
+func TestParkedRunReplaysAndForks(t *testing.T) {
+	var executed atomic.Int64
+	counting := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+		executed.Add(1)
+		return handler(ctx, c)
+	}
+	var down atomic.Bool
+	inner := durableModel(new(atomic.Int64))
+	model := looptest.ModelFunc(func(req loop.Request) (*loop.Response, error) {
+		if down.Load() {
+			return nil, errModelDown
+		}
+		return inner.Complete(context.Background(), req)
+	})
+	disp := looptest.New(counting)
+	disp.PublishErr = func(protocol.Call) error { down.Store(true); return nil }
+	j := looptest.NewJournal()
+	res, err := durableRunner(t, model, disp, looptest.AllowAll()).
+		RunDurable(t.Context(), loop.Durable{Prompt: "go", RunID: "parked-fork", Journal: j, Park: func(error) string { return "down" }})
+	disp.Wait()
+	if err != nil || res.TerminationReason != loop.TerminationParked {
+		t.Fatalf("run: %v, %+v", err, res)
+	}
+	entries := j.Resume(-1).Entries()
+	ran := executed.Load()
+
+	down.Store(false)
+	rep, err := loop.Replay(t.Context(), loop.Config{RequireApproval: []string{"echo"}}, durableModel(new(atomic.Int64)), loop.ReplayInput{Entries: entries})
+	if err != nil {
+		t.Fatalf("replay of a parked run: %v", err)
+	}
+	if rep.Recorded.Termination != loop.TerminationParked || rep.Recorded.Rounds != 1 || rep.ReplayedCalls != 2 || !rep.Diverged {
+		t.Fatalf("replay report %+v, want recorded parked after 1 round, round 1's calls answered from the journal", rep)
+	}
+	msgs, err := loop.ForkMessages(t.Context(), entries, 2)
+	if err != nil || len(msgs) != 4 || msgs[3].Role != "tool" {
+		t.Fatalf("fork at the parked round: %v, %+v", err, msgs)
+	}
+	if _, err := loop.ForkMessages(t.Context(), entries, 3); !errors.Is(err, loop.ErrForkRound) {
+		t.Fatalf("fork past the parked round: %v, want ErrForkRound", err)
+	}
+	if n := executed.Load(); n != ran {
+		t.Fatalf("the replay and the fork ran %d calls", n-ran)
+	}
+}
