@@ -102,6 +102,8 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				"$JS.ACK." + s.RunsStream() + ".>",
 				p + ".journal.run.>",
 				p + ".journal.cancel.>",
+				// runs resume: a parked run's request submitted again
+				s.RunSubmissions(),
 				// withdrawals: a call's start record, never an execution record
 				s.Starts(),
 				p + ".own.*.start.>",
@@ -201,6 +203,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 			Publish: &server.SubjectPermission{Allow: []string{
 				s.ApprovalDecisions(),
 				p + ".journal.cancel.>",
+				p + ".journal.resume.>",
 				"$JS.API.STREAM.INFO." + cancels,
 				"$JS.API.STREAM.MSG.GET." + cancels,
 				"$JS.API.DIRECT.GET." + cancels + ".>",

@@ -33,12 +33,27 @@ const usage = `usage: runs <command> [flags]
 commands:
   id SUBMISSION [--client C]  the run id of client C's submission (default: $NATS_USER,
                               else "default"), computed here: it reads and sends nothing
-  list                        every run with a journal: status, owner, round
+  list [FILTER]               every run with a journal: status, owner, round
   show RUN [--json]           one run: owner, round, pending calls and approvals
   cancel RUN [--reason R] [--by NAME]
                               cancel a run (its owner stops it at once; a
-                              coordinator that takes it later cancels it too);
+                              coordinator that takes it later cancels it too;
+                              a parked run is resumed to end it cancelled);
                               --by names who asks (default: $USER; required)
+  resume RUN [--reason R] [--by NAME]
+                              resume a parked run: a serving coordinator
+                              submits it again and any serving coordinator
+                              continues it from its journal (no completed call
+                              runs again); waits until one took it (--timeout)
+  cancel|resume FILTER [--yes] [--reason R] [--by NAME]
+                              the same for every run FILTER selects: without
+                              --yes (or with --dry-run) it only counts and
+                              lists them; with --yes it acts on each and
+                              records the change in the audit stream
+                              FLEET_TRAFFIC (subject fleet.traffic.runs)
+  FILTER: --state running|parked|finished|cancel_requested, --agent A,
+          --client C, --older-than DURATION (started longer ago); at least
+          one for cancel and resume
   replay RUN [--agent-revision N] [--instructions FILE] [--model SPEC] [--json]
                               re-run the model steps of an ended run against its
                               journal: every call the model repeats is answered
@@ -60,6 +75,9 @@ The same with the nats CLI (prefix "fleet"):
   nats stream subjects FLEET_JOURNAL 'fleet.journal.run.*'    runs with a journal
   nats stream view FLEET_JOURNAL --subject fleet.journal.run.RUN
   nats pub fleet.journal.cancel.RUN '{"v":1,"run_id":"RUN","by":"NAME","reason":"..."}'
+  nats pub fleet.journal.resume.RUN '{"v":1,"run_id":"RUN","by":"NAME","reason":"..."}'
+                                                              resume a parked run (core NATS: a
+                                                              serving coordinator must hear it)
                                                               cancel (stored in FLEET_CANCELS; a
                                                               message that is not such a request
                                                               for RUN cancels nothing)
@@ -106,6 +124,12 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	at := fs.Int("at", 0, "fork: the round the fork starts at, from 1")
 	messages := fs.String("messages", "", "fork: a JSON `FILE` of messages to add at the fork point")
 	out := fs.String("out", "", "fork: where to write the fork's transcript (default: stdout)")
+	var f Filter
+	fs.StringVar(&f.Agent, "agent", "", "list, cancel, resume: the runs of this agent")
+	fs.StringVar(&f.Status, "state", "", "list, cancel, resume: the runs in this state (running, parked, finished, cancel_requested)")
+	fs.DurationVar(&f.OlderThan, "older-than", 0, "list, cancel, resume: the runs started longer ago than this")
+	yes := fs.Bool("yes", false, "cancel, resume by filter: act (without it, only count and list)")
+	dryRun := fs.Bool("dry-run", false, "cancel, resume by filter: only count and list (the default without --yes)")
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -119,9 +143,24 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	want := map[string]int{"id": 1, "list": 0, "ls": 0, "show": 1, "cancel": 1, "replay": 1, "fork": 1}
+	want := map[string]int{"id": 1, "list": 0, "ls": 0, "show": 1, "cancel": 1, "resume": 1, "replay": 1, "fork": 1}
 	n, ok := want[name]
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "client" {
+			f.Client = *client
+		}
+	})
+	bulk := (name == "cancel" || name == "resume") && len(pos) == 0
+	if bulk {
+		n = 0
+	}
 	switch {
+	case bulk && f.Empty():
+		fmt.Fprintf(stderr, "runs %s: name a run, or select runs with --state, --agent, --client or --older-than\n", name)
+		return exitUsage
+	case f.Status != "" && !slices.Contains([]string{StatusRunning, StatusParked, StatusFinished, StatusCancelRequested}, f.Status):
+		fmt.Fprintf(stderr, "runs: --state must be running, parked, finished or cancel_requested, got %q\n", clip(f.Status))
+		return exitUsage
 	case name == "help" || name == "-h" || name == "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -178,8 +217,8 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 			}
 		}
 	}
-	if name == "cancel" && *by == "" {
-		fmt.Fprintf(stderr, "runs cancel: --by is required ($USER is not set): a cancel request names who asks\n")
+	if (name == "cancel" || name == "resume") && *by == "" {
+		fmt.Fprintf(stderr, "runs %s: --by is required ($USER is not set): a request names who asks\n", name)
 		return exitUsage
 	}
 	var run protocol.RunID
@@ -230,13 +269,14 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 	case "show":
 		err = show(ctx, js, subjects, run, *asJSON, stdout)
-	case "cancel":
-		err = Cancel(ctx, js, subjects, run, *by, *reason)
-		if err == nil {
-			fmt.Fprintf(stdout, "cancel requested for run %s\n", run)
+	case "cancel", "resume":
+		if bulk {
+			err = bulkChange(ctx, nc, js, subjects, name, f, *by, *reason, *yes && !*dryRun, stdout)
+			break
 		}
+		err = change(ctx, nc, js, subjects, name, run, *by, *reason, stdout)
 	default:
-		err = list(ctx, js, subjects, *asJSON, stdout)
+		err = list(ctx, js, subjects, f, *asJSON, stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "runs %s: %v\n", name, err)
@@ -273,9 +313,9 @@ func state(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects
 	if results, err := natsbus.OpenRunResults(ctx, js, subjects); err == nil {
 		st.HasResult = results.Has(ctx, resultKey(run, recs))
 	}
-	if st.Status != "finished" {
+	if st.Status == StatusRunning {
 		if ok, _ := natsbus.CancelRequested(ctx, js, subjects, run); ok {
-			st.Status = "cancel_requested"
+			st.Status = StatusCancelRequested
 		}
 	}
 	return st, nil
@@ -310,23 +350,10 @@ func show(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects,
 	return nil
 }
 
-func list(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, asJSON bool, w io.Writer) error {
-	counts, err := natsbus.ListJournals(ctx, js, subjects)
+func list(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, f Filter, asJSON bool, w io.Writer) error {
+	states, err := Select(ctx, js, subjects, f)
 	if err != nil {
 		return err
-	}
-	ids := make([]protocol.RunID, 0, len(counts))
-	for id := range counts {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	states := make([]State, 0, len(ids))
-	for _, id := range ids {
-		st, err := state(ctx, js, subjects, id)
-		if err != nil {
-			return err
-		}
-		states = append(states, st)
 	}
 	if asJSON {
 		return json.NewEncoder(w).Encode(states)
@@ -335,6 +362,11 @@ func list(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects,
 		fmt.Fprintln(w, "no runs with a journal")
 		return nil
 	}
+	return printStates(w, states)
+}
+
+// printStates prints one line per run.
+func printStates(w io.Writer, states []State) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tOWNER\tROUND\tPENDING\tLAST STEP")
 	for _, st := range states {

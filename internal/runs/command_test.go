@@ -55,9 +55,11 @@ func TestIDIsTheSubmissionsRunID(t *testing.T) {
 	}
 }
 
-// TestControlUsage: replay and fork refuse bad flags before connecting:
-// a fork needs --at, a replay's --model needs a model maker, an
-// --instructions or --messages file must be readable.
+// TestControlUsage: replay, fork, resume and bulk changes refuse bad
+// flags before connecting: a fork needs --at, a replay's --model needs a
+// model maker, an --instructions or --messages file must be readable, a
+// cancel or resume names a run or a filter, a state is one of the
+// statuses, a request names who asks.
 func TestControlUsage(t *testing.T) {
 	conn := func(context.Context) (*nats.Conn, error) {
 		t.Error("connected")
@@ -73,6 +75,10 @@ func TestControlUsage(t *testing.T) {
 		{[]string{"replay", "run1", "--model", "scripted:x.json"}, "--model is not available"},
 		{[]string{"replay", "run1", "--instructions", "/nonexistent/i.txt"}, "--instructions"},
 		{[]string{"replay"}, "takes 1 argument"},
+		{[]string{"resume"}, "name a run, or select runs"},
+		{[]string{"cancel", "--yes"}, "name a run, or select runs"},
+		{[]string{"list", "--state", "stuck"}, "--state must be"},
+		{[]string{"resume", "--state", "parked", "--by", ""}, "--by is required"},
 	} {
 		var out, errOut strings.Builder
 		if code := runs.Command(t.Context(), tc.args, &out, &errOut, conn); code != 2 || !strings.Contains(errOut.String(), tc.want) {

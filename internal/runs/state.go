@@ -5,6 +5,7 @@
 package runs
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -12,12 +13,30 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
+// The statuses of a [State].
+const (
+	StatusRunning         = "running"
+	StatusFinished        = "finished"
+	StatusParked          = "parked"
+	StatusCancelRequested = "cancel_requested"
+)
+
 // State is what a run's journal says about it.
 type State struct {
 	RunID protocol.RunID `json:"run_id"`
 	// Status is "running" (an owner is at it, or it waits for one),
-	// "finished", or "cancel_requested" while a cancel is on its way.
+	// "finished", "parked" (its model failed: no coordinator owns it
+	// until "runs resume"), or "cancel_requested" while a cancel is on
+	// its way.
 	Status string `json:"status"`
+	// ParkReason says why a parked run parked.
+	ParkReason string `json:"park_reason,omitempty"`
+	// Client and Agent are the served run's submitting client and agent
+	// (its request entry); empty for a run of "coordinator run".
+	Client string `json:"client,omitempty"`
+	Agent  string `json:"agent,omitempty"`
+	// StartedAt is when its first entry was stored.
+	StartedAt time.Time `json:"started_at"`
 	// Termination is the loop's termination reason once finished.
 	Termination loop.TerminationReason `json:"termination,omitempty"`
 	// Owner is the coordinator that took the run last; Owners counts the
@@ -44,14 +63,31 @@ type State struct {
 
 // Summarize reads a run's state from its journal.
 func Summarize(run protocol.RunID, recs []natsbus.JournalRecord) State {
-	st := State{RunID: run, Status: "running", Entries: len(recs)}
+	st := State{RunID: run, Status: StatusRunning, Entries: len(recs)}
+	if len(recs) > 0 {
+		st.StartedAt = recs[0].Time
+	}
 	decided := map[protocol.CallKey]bool{}
 	observed := map[int]bool{}
 	var dispatched, approvals []loop.JournalEntry
 	for _, r := range recs {
 		e := r.Entry
 		st.LastStep, st.LastAt = e.Kind, r.Time
+		st.Status, st.ParkReason = StatusRunning, "" // a parked run is resumed by any entry after it
 		switch e.Kind {
+		case natsbus.EntryRequest:
+			var req struct {
+				Client string `json:"client"`
+				Agent  string `json:"agent"`
+			}
+			if json.Unmarshal(e.Data, &req) == nil && protocol.ValidToken(req.Client) {
+				st.Client = req.Client
+				if protocol.ValidToken(req.Agent) {
+					st.Agent = req.Agent
+				}
+			}
+		case loop.EntryParked:
+			st.Status, st.ParkReason = StatusParked, e.Reason
 		case natsbus.EntryOwner:
 			st.Owner = e.Owner
 			st.Owners++
@@ -70,10 +106,13 @@ func Summarize(run protocol.RunID, recs []natsbus.JournalRecord) State {
 		case loop.EntryObserved:
 			observed[e.Round] = true
 		case loop.EntryFinished:
-			st.Status, st.Termination = "finished", e.Termination
+			st.Termination = e.Termination
+		}
+		if st.Termination != "" {
+			st.Status = StatusFinished
 		}
 	}
-	if st.Status == "finished" {
+	if st.Status == StatusFinished {
 		return st
 	}
 	for _, e := range approvals {

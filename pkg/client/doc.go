@@ -27,5 +27,6 @@
 // [Client.Catalog], the approvals, [Client.ListRuns], [Client.ShowRun],
 // [Client.WatchRun] and [Client.CancelRun] need the fleet's roles (an
 // operator's credentials, or a coordinator's): a client's account imports
-// none of their subjects.
+// none of their subjects. [Client.ResumeRun], which resumes a run parked
+// because its model kept failing (status "parked"), needs the operator's.
 package client

@@ -31,6 +31,11 @@ var errNoResult = errors.New("no result stored")
 // ends (or the connection is closed), across coordinator restarts, server
 // restarts, reconnects and leader changes.
 //
+// A parked run's result ([protocol.RunResult.Parked]: its model kept
+// failing) is returned too: the run is not over, and waits for an
+// operator's [Client.ResumeRun]; its final result later replaces it under
+// the same key, announced on the same subject.
+//
 // It subscribes to the run's announcement ([Run.Subject]) and reads the
 // result's key (a direct get, the only JetStream request a client's
 // account imports) right after subscribing, after every announcement,

@@ -17,8 +17,18 @@ type RunState struct {
 	// RunID is the run's id.
 	RunID protocol.RunID `json:"run_id"`
 	// Status is "running" (an owner is at it, or it waits for one),
-	// "finished", or "cancel_requested" while a cancel is on its way.
+	// "finished", "parked" (its model failed after its retries: no
+	// coordinator owns it until [Client.ResumeRun]), or
+	// "cancel_requested" while a cancel is on its way.
 	Status string `json:"status"`
+	// ParkReason says why a parked run parked (the model's HTTP status
+	// and error type, never what its server wrote).
+	ParkReason string `json:"park_reason,omitempty"`
+	// Client and Agent are a served run's submitting client and agent.
+	Client string `json:"client,omitempty"`
+	Agent  string `json:"agent,omitempty"`
+	// StartedAt is when the run's first journal entry was stored.
+	StartedAt time.Time `json:"started_at"`
 	// Termination is the loop's termination reason once finished; empty
 	// before.
 	Termination loop.TerminationReason `json:"termination,omitempty"`
@@ -50,7 +60,8 @@ type RunState struct {
 
 // runState is the public form of st.
 func runState(st runs.State) RunState {
-	return RunState{RunID: st.RunID, Status: st.Status, Termination: st.Termination, Owner: st.Owner, Owners: st.Owners,
+	return RunState{RunID: st.RunID, Status: st.Status, ParkReason: st.ParkReason, Client: st.Client, Agent: st.Agent,
+		StartedAt: st.StartedAt, Termination: st.Termination, Owner: st.Owner, Owners: st.Owners,
 		Round: st.Round, PendingCalls: st.PendingCalls, PendingApprovals: st.PendingApprovals,
 		ApprovalDeadline: st.ApprovalDeadline, LastStep: st.LastStep, LastAt: st.LastAt, Entries: st.Entries, HasResult: st.HasResult}
 }
@@ -99,4 +110,33 @@ func (c *Client) CancelRun(ctx context.Context, run protocol.RunID, by, reason s
 		return fmt.Errorf("client: cancelling run %s: %w", run, err)
 	}
 	return nil
+}
+
+// ErrNotParked is returned by [Client.ResumeRun] for a run that is not
+// parked (running, finished, or resumed already).
+var ErrNotParked = runs.ErrNotParked
+
+// ErrNotResumed is returned by [Client.ResumeRun] when no serving
+// coordinator took the run before ctx ended.
+var ErrNotResumed = runs.ErrNotResumed
+
+// ResumeRun resumes a parked run (status "parked": its model failed after
+// its retries), naming who asks (by, required) and why: a serving
+// coordinator submits the run again, and whichever coordinator takes it
+// continues it from its journal — no completed call runs again, the round
+// whose model failed asks the model again. ResumeRun waits until a
+// coordinator took the run, or ctx ends ([ErrNotResumed]; give ctx a
+// deadline), and returns its state then. A run that is not parked is
+// [ErrNotParked]. It needs the operator's credential: the server refuses
+// anyone else's request (an error from ResumeRun, and nothing resumed).
+// The run's result, once it ends, replaces its parked result.
+func (c *Client) ResumeRun(ctx context.Context, run protocol.RunID, by, reason string) (RunState, error) {
+	if !run.Valid() {
+		return RunState{}, fmt.Errorf("client: run id %q must match %s", run, protocol.TokenPattern)
+	}
+	st, err := runs.Resume(ctx, c.nc, c.js, c.subjects, run, by, reason)
+	if err != nil {
+		return runState(st), fmt.Errorf("client: resuming run %s: %w", run, err)
+	}
+	return runState(st), nil
 }

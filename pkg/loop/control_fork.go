@@ -10,8 +10,8 @@ import (
 // run did not reach.
 var ErrForkRound = errors.New("loop: no such round to fork at")
 
-// ForkMessages returns the transcript a fork of an ended run at round at
-// starts from: the run's journaled input, then its rounds before at — the
+// ForkMessages returns the transcript a fork of an ended (or parked: up to
+// the round it parked in) run at round at starts from: the run's journaled input, then its rounds before at — the
 // model's responses as journaled, each call answered as the journal says.
 // Nothing is asked, published or run to make it. A run of it
 // ([Runner.RunMessages], a submission's messages) asks its model from
@@ -25,8 +25,11 @@ func ForkMessages(ctx context.Context, entries []JournalEntry, at int) ([]Messag
 	if err != nil {
 		return nil, err
 	}
-	if at < 1 || at > rec.rounds {
-		return nil, fmt.Errorf("%w: round %d, the run has rounds 1 to %d", ErrForkRound, at, rec.rounds)
+	// A parked run is forked at the round whose model failed, too: a new
+	// run that goes on from there (with another model, say).
+	last := max(rec.rounds, rec.parked)
+	if at < 1 || at > last {
+		return nil, fmt.Errorf("%w: round %d, the run has rounds 1 to %d", ErrForkRound, at, last)
 	}
 	if at == 1 {
 		return cloneMessages(rec.input), nil

@@ -18,7 +18,9 @@ var ErrNoInput = errors.New("loop: the run's journal holds no input to start fro
 
 // ErrRunNotEnded is returned by [Replay] and [ForkMessages] for a journal
 // without the run's end: the run is still running (or waits for an owner),
-// and what it recorded is not its whole story yet.
+// and what it recorded is not its whole story yet. A parked run (its
+// journal ends with EntryParked) has stopped: it is replayed and forked as
+// one that ended parked.
 var ErrRunNotEnded = errors.New("loop: the run has not ended")
 
 // ReplayInput is what [Replay] re-runs: a recorded run's journal, and what
@@ -134,6 +136,9 @@ type recorded struct {
 	inputErr error
 	policy   *RunPolicy
 	rounds   int // the last round with a model response
+	// parked is the round whose model failed when the run parked; 0 for
+	// a run that ended.
+	parked int
 }
 
 // recordedRun reads an ended run from its journal: its start, its rounds
@@ -148,6 +153,10 @@ func recordedRun(entries []JournalEntry) (*recorded, error) {
 		}
 	}
 	rp := indexEntries(entries)
+	parked := 0
+	if last := lastLoopEntry(entries); rp.finished == nil && last != nil && last.Kind == EntryParked {
+		rp.finished, parked = &JournalEntry{Kind: EntryFinished, Termination: TerminationParked}, last.Round
+	}
 	switch {
 	case start == nil:
 		return nil, ErrNoInput
@@ -155,7 +164,7 @@ func recordedRun(entries []JournalEntry) (*recorded, error) {
 		return nil, ErrRunNotEnded
 	}
 	input, err := decodeInput(start.Data)
-	rec := &recorded{rp: rp, input: input, inputErr: err, policy: start.Policy}
+	rec := &recorded{rp: rp, input: input, inputErr: err, policy: start.Policy, parked: parked}
 	for r := range rp.model {
 		rec.rounds = max(rec.rounds, r)
 	}
@@ -341,3 +350,16 @@ type noFleet struct{}
 func (noFleet) Open(context.Context, protocol.RunID) (Inbox, error) { return nil, errReplayNoFleet }
 func (noFleet) Publish(context.Context, Outgoing) error             { return errReplayNoFleet }
 func (noFleet) Cancel(context.Context, protocol.Cancel) error       { return nil }
+
+// lastLoopEntry is the last entry of entries of a kind the loop writes;
+// nil when there is none.
+func lastLoopEntry(entries []JournalEntry) *JournalEntry {
+	for i := len(entries) - 1; i >= 0; i-- {
+		switch entries[i].Kind {
+		case EntryStart, EntryTools, EntryModel, EntryApprovalRequested, EntryApprovalDecided, EntryDispatched,
+			EntryPublished, EntryObserved, EntryFinished, EntryParked:
+			return &entries[i]
+		}
+	}
+	return nil
+}

@@ -160,7 +160,11 @@
 // a round, none of its calls run again. [Config].DryRun runs only the
 // tools declared read-only and answers every other call simulated after
 // the gate. Both enter the round at two named points (control.go), and
-// every [Result] lists its SideEffects.
+// every [Result] lists its SideEffects. A durable run given
+// [Durable].Park parks when its model fails and Park names a reason: it
+// journals EntryParked and ends TerminationParked, every earlier call
+// answered; resumed from the journal, it asks that round's model again
+// and runs no completed call again.
 //
 // # Caveats
 //

@@ -41,6 +41,12 @@ const (
 	EntryObserved = "observed"
 	// EntryFinished: the run's termination reason and answer.
 	EntryFinished = "finished"
+	// EntryParked: the model failed in Round ([Durable.Park] said to
+	// park): the run stopped before that round's model step, with Reason,
+	// and waits to be resumed. Data is [Durable.ParkData]. A resumed run
+	// asks the model for Round again; any entry after it says the run was
+	// taken again.
+	EntryParked = "parked"
 )
 
 // ErrJournal is wrapped by every error of a journaled run that stopped
@@ -128,6 +134,10 @@ type JournalEntry struct {
 	// Termination and Answer are set for EntryFinished.
 	Termination TerminationReason `json:"termination,omitempty"`
 	Answer      string            `json:"answer,omitempty"`
+	// Reason is set for EntryParked: why the run parked, as
+	// [Durable.Park] said it. A journal reader older than parking refuses
+	// the field, so it never resumes a parked run it cannot read.
+	Reason string `json:"reason,omitempty"`
 	// Owner, Note and At are free for the journal's own entries (who took
 	// the run, and when); the loop ignores entries of kinds it does not
 	// know.
@@ -204,6 +214,20 @@ type Durable struct {
 	// ErrHandedOff, leaving nothing half-done that the journal does not
 	// say: no call is cancelled, no observation synthesized.
 	Handoff <-chan struct{}
+	// Park, when set, is asked about each model failure (the model's own
+	// retries spent, the run's context still live). A non-empty reason
+	// parks the run instead of failing it: EntryParked is journaled with
+	// the reason, and the run returns a Result with TerminationParked and
+	// ParkReason, and a nil error. Every call of the rounds before is
+	// answered (a model step follows only observed rounds); the round's
+	// model step is asked again when the run is resumed. The reason is
+	// journaled and shown to operators: it must not quote a secret or
+	// what the model server wrote. Default (nil): a model failure fails
+	// the run (TerminationError).
+	Park func(err error) (reason string)
+	// ParkData is journaled with EntryParked, for whoever resumes the run
+	// (a serving coordinator keeps the run's request there).
+	ParkData json.RawMessage
 }
 
 // RunDurable runs (or resumes) a journaled run. Every step that decides
@@ -248,6 +272,7 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 	entries := d.Journal.Entries()
 	js := &journalState{ru: ru, j: d.Journal, log: ru.log, handoffC: d.Handoff, rp: indexEntries(entries)}
 	ru.j, ru.handoff = js, d.Handoff
+	ru.park, ru.parkData = d.Park, d.ParkData
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
 	start, lost := runStart(d.Journal, entries)
@@ -330,7 +355,7 @@ func runStart(j Journal, entries []JournalEntry) (start *JournalEntry, lost bool
 		case EntryStart:
 			return &entries[i], len(e.Secret) < minSecretLen
 		case EntryTools, EntryModel, EntryApprovalRequested, EntryApprovalDecided, EntryDispatched,
-			EntryPublished, EntryObserved, EntryFinished:
+			EntryPublished, EntryObserved, EntryFinished, EntryParked:
 			return nil, true // a step of the run, and no start before it
 		}
 	}

@@ -65,6 +65,7 @@ const (
 	evRunEnd              = "run_end"
 	evJournalFailed       = "journal_append_failed"
 	evJournalLost         = "journal_lost"
+	evRunParked           = "run_parked"
 	// evPolicyMissing: a resumed run's start entry holds no policy (an
 	// older coordinator started it): every call of it needs approval.
 	evPolicyMissing = "run_policy_missing"

@@ -71,9 +71,9 @@ var OutcomeTexts = []OutcomeText{
 	{protocol.OutcomeRateLimited, "Tool '<name>' rate limited: the tool's rate limit was reached and this call did not run. Try again in <N>s or later.",
 		"The tool's fleet-wide rate limit did not let the call start; <N> is the wait in whole seconds, at least 1."},
 	{protocol.OutcomeSimulated, "Tool '<name>' was not run (dry run): it would have run with arguments {<keys>} (digest <digest>).",
-		"A dry run (Config.DryRun) reached a tool not declared read-only: validated and gated as usual, then not run; the argument keys, never their values."},
+		"A dry run's call of a tool not declared read-only: validated, gated and approved as usual, never published; <keys> are its argument keys, <digest> the digest of its canonical arguments."},
 	{protocol.OutcomeNotReplayed, "Tool '<name>' was not run (replay): the recorded run has no result for this call with these arguments.",
-		"A replay (Replay) met a call the recorded run did not make with these arguments: nothing runs in a replay."},
+		"A replay's call that the recorded run never made with this tool and these arguments: nothing ran."},
 }
 
 // The observation texts, each a row of OutcomeTexts. Each names the tool

@@ -35,7 +35,7 @@ var observationSamples = map[string]func() string{
 	"obsRateLimited":         func() string { return obsRateLimited("echo", 1200*time.Millisecond) },
 	"obsCancelled":           func() string { return obsCancelled("echo") },
 	"obsInputUnanswered":     func() string { return obsInputUnanswered("charge_card") },
-	"obsSimulated":           func() string { return obsSimulated("charge_card", []string{"amount", "to"}, "0bc1a1c23a44192c") },
+	"obsSimulated":           func() string { return obsSimulated("charge_card", []string{"amount", "to"}, "5d41402abc4b2a76") },
 	"obsNotReplayed":         func() string { return obsNotReplayed("charge_card") },
 }
 

@@ -22,6 +22,10 @@ const (
 	// RunDurable); it ended without asking, publishing or running
 	// anything again.
 	TerminationJournalLost TerminationReason = "journal_lost"
+	// TerminationParked: a durable run's model failed and [Durable.Park]
+	// parked it (ParkReason says why): it is not over, and continues from
+	// its journal when resumed.
+	TerminationParked TerminationReason = "parked"
 )
 
 // TerminationReasons lists every termination reason: the metrics' closed
@@ -29,7 +33,7 @@ const (
 // the same (TestResultSchemaEnums).
 var TerminationReasons = []TerminationReason{
 	TerminationNatural, TerminationMaxRounds, TerminationCancelled, TerminationError,
-	TerminationJournalLost, TerminationBudgetExhausted,
+	TerminationJournalLost, TerminationBudgetExhausted, TerminationParked,
 }
 
 // Result is the outcome of a run. Its JSON form is the coordinator's
@@ -57,6 +61,9 @@ type Result struct {
 	// transcript order: what the run changed. A fork's names only its own
 	// calls, never those of the transcript it was given.
 	SideEffects []SideEffect `json:"side_effects,omitempty"`
+	// ParkReason says why a parked run (TerminationParked) parked; empty
+	// otherwise.
+	ParkReason string `json:"park_reason,omitempty"`
 }
 
 // SideEffect is one call of a run that ran, or may have run, a tool not

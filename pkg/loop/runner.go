@@ -161,6 +161,10 @@ type run struct {
 	// ctl answers calls in place of the fleet: a replay's, a dry run's,
 	// or noControl (control.go).
 	ctl control
+	// park and parkData are a durable run's [Durable.Park] and
+	// [Durable.ParkData].
+	park     func(error) string
+	parkData []byte
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -268,6 +272,9 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 			if ctx.Err() != nil {
 				return ru.ended(ctx)
 			}
+			if reason := ru.parkReason(err); reason != "" {
+				return ru.parked(round, reason)
+			}
 			return ru.finish(TerminationError, "", fmt.Errorf("loop: model call in round %d: %w", round, err))
 		}
 		ru.res.Metadata.Rounds = round
@@ -368,9 +375,29 @@ func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*R
 	return resp, nil
 }
 
-// finish completes the Result, journaling its end first.
+// parkReason is why a model failure parks the run; "" fails it.
+func (ru *run) parkReason(err error) string {
+	if ru.park == nil || ru.j.replay() == nil {
+		return ""
+	}
+	return ru.park(err)
+}
+
+// parked stops a durable run whose model failed in round, journaling why
+// it parked: its Result says parked, and it is resumed from the journal.
+func (ru *run) parked(round int, reason string) (*Result, error) {
+	if !ru.j.append(context.Background(), JournalEntry{Kind: EntryParked, Round: round, Reason: reason, Data: ru.parkData}) {
+		return nil, ru.j.checkpoint()
+	}
+	ru.log.Warn().Str(logKeyEvent, evRunParked).Int(logKeyRound, round).Send()
+	ru.res.ParkReason = reason
+	return ru.finish(TerminationParked, "", nil)
+}
+
+// finish completes the Result, journaling its end first (a parked run's
+// is not its end).
 func (ru *run) finish(reason TerminationReason, answer string, err error) (*Result, error) {
-	if rp := ru.j.replay(); rp != nil && rp.end() == nil {
+	if rp := ru.j.replay(); rp != nil && rp.end() == nil && reason != TerminationParked {
 		if !ru.j.append(context.Background(), JournalEntry{Kind: EntryFinished, Termination: reason, Answer: answer}) {
 			return nil, ru.j.checkpoint()
 		}

@@ -265,6 +265,16 @@ type RunResult struct {
 	// run.
 	DryRun      bool            `json:"dry_run,omitempty"`
 	SideEffects json.RawMessage `json:"side_effects,omitempty"`
+	// ParkReason is set with termination reason "parked": the run's model
+	// failed after its retries, and the run waits, unowned, for an
+	// operator's "coordinator runs resume". Its result is replaced when
+	// the resumed run ends.
+	ParkReason string `json:"park_reason,omitempty"`
+	// ResumedBy is set on a parked result once an operator asked to
+	// resume the run (who asked): a coordinator that takes the run then
+	// continues it. Until then a submission of the parked run (a client's
+	// retry) is acknowledged and not run: only an operator resumes it.
+	ResumedBy string `json:"resumed_by,omitempty"`
 	// TranscriptOmitted is true when Messages was left out to keep the
 	// result under the bucket's value limit.
 	TranscriptOmitted bool `json:"transcript_omitted,omitempty"`
@@ -286,6 +296,13 @@ type RunResult struct {
 	// Error says why the request could not run, or why the run failed.
 	Error *RunError `json:"error,omitempty"`
 }
+
+// TerminationParked is the termination reason of a parked run's result
+// (loop.TerminationParked).
+const TerminationParked = "parked"
+
+// Parked reports whether r is a parked run's result: the run is not over.
+func (r *RunResult) Parked() bool { return r.TerminationReason == TerminationParked }
 
 // Validate checks the fields' rules.
 func (r *RunResult) Validate() error {

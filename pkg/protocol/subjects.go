@@ -294,6 +294,16 @@ func (s Subjects) JournalCancel(run RunID) (string, error) {
 // JournalCancels is the wildcard covering every cancel request.
 func (s Subjects) JournalCancels() string { return s.p() + ".journal.cancel.*" }
 
+// JournalResume is the core-NATS subject of an operator's request to
+// resume a parked run ([RunResumeRequest]): <prefix>.journal.resume.<run>,
+// which serving coordinators answer in a queue group. No stream stores it.
+func (s Subjects) JournalResume(run RunID) (string, error) {
+	return s.join("journal.resume", string(run))
+}
+
+// JournalResumes is the wildcard covering every resume request.
+func (s Subjects) JournalResumes() string { return s.p() + ".journal.resume.*" }
+
 // JournalSubjects is the wildcard of every journal subject: the journals
 // (the journal stream) and the cancel requests (the cancels stream).
 func (s Subjects) JournalSubjects() string { return s.p() + ".journal.>" }

@@ -53,6 +53,7 @@ func fillResult(rec *protocol.RunResult, res *loop.Result) error {
 	rec.Answer = res.Answer
 	rec.TerminationReason = string(res.TerminationReason)
 	rec.DryRun = res.DryRun
+	rec.ParkReason = res.ParkReason
 	var err error
 	if len(res.SideEffects) > 0 {
 		if rec.SideEffects, err = json.Marshal(res.SideEffects); err != nil {
@@ -97,7 +98,7 @@ func encodeBounded(rec *protocol.RunResult, limit int) ([]byte, error) {
 	}
 	small := protocol.RunResult{
 		V: rec.V, RunID: rec.RunID, TerminationReason: rec.TerminationReason, Metadata: rec.Metadata,
-		DryRun: rec.DryRun, SideEffects: rec.SideEffects, TranscriptOmitted: true, Coordinator: rec.Coordinator, Attempt: rec.Attempt, Limits: rec.Limits,
+		DryRun: rec.DryRun, SideEffects: rec.SideEffects, ParkReason: rec.ParkReason, TranscriptOmitted: true, Coordinator: rec.Coordinator, Attempt: rec.Attempt, Limits: rec.Limits,
 		Clamped: rec.Clamped, SubmittedAt: rec.SubmittedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		Error: &protocol.RunError{Code: protocol.CodeTooLarge, Message: fmt.Sprintf("the result is over the %d-byte result limit: the answer was left out", limit)},
 	}

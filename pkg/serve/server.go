@@ -282,6 +282,11 @@ func (s *Server) serve(ctx context.Context) error {
 		return fmt.Errorf("serve: subscribing to %s: %w", s.subjects.JournalCancels(), err)
 	}
 	defer cancels.Unsubscribe()
+	resumes, err := s.nc.QueueSubscribe(s.subjects.JournalResumes(), s.subjects.CoordinatorsGroup(), s.onResumeRequest)
+	if err != nil {
+		return fmt.Errorf("serve: subscribing to %s: %w", s.subjects.JournalResumes(), err)
+	}
+	defer resumes.Unsubscribe()
 	if err := s.nc.FlushTimeout(opTimeout); err != nil {
 		return fmt.Errorf("serve: registering the subscriptions: %w", err)
 	}
@@ -432,7 +437,8 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	if forget, err := s.disp.Route(run, natsbus.Route{Client: client, Class: lim.class}); err == nil {
 		defer forget()
 	}
-	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff})
+	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff,
+		Park: parkReason, ParkData: parkData(client, agent, submission, m.Data())})
 	if errors.Is(runErr, loop.ErrJournal) && errors.Is(runErr, protocol.ErrTooLarge) {
 		// Retrying cannot help: a step is larger than a journal entry may be.
 		log.Error().Msg("a step of the run is over the journal's entry limit: the run fails")
@@ -577,7 +583,9 @@ func (s *Server) runner(ctx context.Context, run protocol.RunID, req protocol.Ru
 }
 
 // answered reports whether run already has its result in the bucket:
-// a value under its key that decodes as a result of run. Any other value
+// a value under its key that decodes as a result of run, and is not a
+// parked run's that an operator resumed (one not resumed waits for an
+// operator, whoever submits it again). Any other value
 // there (a server's acknowledgement a stream stored, another run's result)
 // answers nothing: the run runs, and its result replaces the value (put,
 // which logs and counts it).
@@ -585,7 +593,7 @@ func (s *Server) answered(client string, run protocol.RunID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	data, _, err := s.results.Entry(ctx, protocol.RunKey(client, run))
-	return err == nil && resultOf(data, run) == nil
+	return err == nil && resultOf(data, run) == nil && !resumedResult(data)
 }
 
 // resultOf checks that data is a result of run.
@@ -649,6 +657,13 @@ func (s *Server) put(ctx context.Context, client string, run protocol.RunID, dat
 		return false, err
 	}
 	bad := resultOf(old, run)
+	if bad == nil && parkedResult(old) {
+		// The run was parked, and resumed: its result replaces that one.
+		if err := s.results.Replace(ctx, key, data, rev); err != nil {
+			return false, fmt.Errorf("replacing the run's parked result: %w", err)
+		}
+		return true, nil
+	}
 	if bad == nil {
 		return false, nil
 	}
