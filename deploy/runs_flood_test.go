@@ -141,3 +141,94 @@ func (m heldModel) Complete(ctx context.Context, req loop.Request) (*loop.Respon
 	}
 	return &loop.Response{Message: loop.Message{Role: "assistant", Content: "done"}, FinishReason: "stop"}, nil
 }
+
+// TestConfRunsUpgradeKeepsQueuedSubmissions: a runs stream of the former
+// layout (no subject transform, no per-client share) holding a client's
+// submission is updated by provisioning, and a serving coordinator then
+// serves both that submission, stored under its former subject, and a new
+// one, stored under fleet.run.queued.<client>.<agent>. A submission
+// without its Nats-Msg-Id, whose id the stored subject no longer carries,
+// is terminated unrun and unanswered.
+func TestConfRunsUpgradeKeepsQueuedSubmissions(t *testing.T) {
+	s := startFromConf(t)
+	subjects := protocol.Subjects{}
+	admin := connectAs(t, s, "admin")
+	var former jetstream.StreamConfig
+	for _, fs := range natsbus.FleetStreams(subjects, natsbus.StreamConfig{}) {
+		if fs.Config.Name == subjects.RunsStream() {
+			former = fs.Config
+		}
+	}
+	former.SubjectTransform, former.MaxMsgsPerSubject, former.DiscardNewPerSubject = nil, -1, false
+	if _, err := admin.js.CreateStream(t.Context(), former); err != nil {
+		t.Fatalf("admin creating the former runs stream: %v", err)
+	}
+	cli := connectAs(t, s, "client")
+	cc, err := tfclient.New(cli.nc, tfclient.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	old, err := cc.Submit(sctx, tfclient.Request{Prompt: "hi", ID: "old-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := admin.js.Stream(t.Context(), subjects.RunsStream()); err != nil {
+		t.Fatal(err)
+	} else if raw, err := m.GetMsg(t.Context(), 1); err != nil || raw.Subject != "fleet.run.submit.client.default.old-1" {
+		t.Fatalf("the former stream's submission: %+v, %v; want stored under its submission subject", raw, err)
+	}
+
+	actions, err := natsbus.Provision(t.Context(), admin.js, subjects, natsbus.StreamConfig{})
+	if err != nil {
+		t.Fatalf("admin provisioning over the former runs stream: %v", err)
+	}
+	updated := false
+	for _, a := range actions {
+		updated = updated || (a.Stream == subjects.RunsStream() && a.Action == natsbus.ActionUpdated)
+	}
+	if !updated {
+		t.Fatalf("provisioning did %+v, want %s updated", actions, subjects.RunsStream())
+	}
+	fresh, err := cc.Submit(sctx, tfclient.Request{Prompt: "hi", ID: "new-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.js.Publish(t.Context(), "fleet.run.submit.client.default.bare-1", []byte(`{"prompt":"hi"}`)); err != nil {
+		t.Fatalf("a submission without Nats-Msg-Id: %v, want stored", err)
+	}
+
+	c, err := coordinator.Open(t.Context(), coordinator.Config{
+		Conn:  natsbus.ConnConfig{URL: s.ClientURL(), User: "coordinator", Password: passwords["coordinator"]},
+		Model: heldModel{}, Logger: zerolog.Nop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- c.Serve(ctx, coordinator.ServeConfig{Name: "runs", PollWait: 100 * time.Millisecond})
+	}()
+	t.Cleanup(func() { stop(); <-served; c.Close() })
+
+	wctx, cancelWait := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancelWait()
+	for _, run := range []tfclient.Run{old, fresh} {
+		res, err := cc.Wait(wctx, run)
+		if err != nil || res.Answer != "done" || res.TerminationReason != "natural" {
+			t.Fatalf("run %s: %+v, %v; want finished naturally", run.Submission, res, err)
+		}
+	}
+	testsync.WaitUntil(t, time.Minute, "FLEET_RUNS is empty: the submission without Nats-Msg-Id terminated", func() bool {
+		return msgsIn(t, admin, subjects.RunsStream()) == 0
+	})
+	bare, err := cc.RunOf("", "bare-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.Result(t.Context(), bare); !errors.Is(err, tfclient.ErrNotFound) {
+		t.Fatalf("the result of the submission without Nats-Msg-Id: %v, want none", err)
+	}
+}
