@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,29 +262,55 @@ func TestHostileStartsFloodFillsOnlyItsTool(t *testing.T) {
 }
 
 // TestHostileSharedWorkerStartsFloodSparesOwnTools is attack 6 of issue
-// 34 by the shared worker user: start records with Nats-TTL: never, which
-// the shared starts stream takes (it keeps them past its MaxAge:
-// natsbus.TestNeverTTLOutlivesMaxAge), flooded on a shared tool's
-// subject until FLEET_STARTS is full. That stops the shared tools'
-// non-idempotent calls, which the shared worker serves and is trusted
-// with; a tool with workers of its own keeps its records in its own
-// stream: deploy's non-idempotent call, served by worker_deploy, still
-// runs.
+// 34 by the shared worker user: a start record with Nats-TTL: never, or
+// 1000h, on a shared tool's subject is refused by the server (FLEET_STARTS
+// takes no per-message TTL: every record lives its MaxAge), and a flood of
+// them stores nothing; a non-idempotent call of a shared tool runs, once.
+// A flood without TTL fills FLEET_STARTS (its records age out with its
+// MaxAge), which stops the shared tools' non-idempotent calls, which the
+// shared worker serves and is trusted with; a tool with workers of its own
+// keeps its records in its own stream: deploy's non-idempotent call,
+// served by worker_deploy, still runs.
 func TestHostileSharedWorkerStartsFloodSparesOwnTools(t *testing.T) {
 	t.Parallel()
 	s, admin, _ := boundedFleet(t)
 	subjects := protocol.Subjects{}
-	call := toolsFleet(t, s.connect(t), "worker_deploy", harness.Tool{Name: "deploy", Parameters: json.RawMessage(`{"type":"object"}`),
+	var charged atomic.Int64
+	call := toolsFleet(t, s.connect(t), "worker",
+		harness.Tool{Name: "charge", Parameters: json.RawMessage(`{"type":"object"}`),
+			Run: func(context.Context, json.RawMessage) (string, error) { charged.Add(1); return "charged", nil }})
+	callDeploy := toolsFleet(t, s.connect(t), "worker_deploy", harness.Tool{Name: "deploy", Parameters: json.RawMessage(`{"type":"object"}`),
 		Run: func(context.Context, json.RawMessage) (string, error) { return "deployed", nil }})
 
 	worker := connectAs(t, s.Server, "worker")
+	for _, ttl := range []string{"never", "1000h"} {
+		msg := nats.NewMsg("fleet.start.charge.ttl.x")
+		msg.Data = []byte(`{"v":1,"worker":"x","nonce":"n"}`)
+		msg.Header.Set(jetstream.MsgTTLHeader, ttl)
+		_, err := worker.js.PublishMsg(t.Context(), msg, jetstream.WithExpectStream(subjects.StartsStream()))
+		var api *jetstream.APIError
+		if !errors.As(err, &api) || api.ErrorCode != errCodeTTLDisabled {
+			t.Errorf("the shared worker's start record with Nats-TTL %s: %v, want refused (per-message TTL disabled)", ttl, err)
+		}
+	}
 	never := nats.Header{}
 	never.Set(jetstream.MsgTTLHeader, "never")
 	flood(t, worker, floodRecords, never, func(i int) string { return fmt.Sprintf("fleet.start.charge.x%d.y%d", i, i) })
+	if n := msgsIn(t, admin, subjects.StartsStream()); n != 0 {
+		t.Fatalf("%s stored %d records with Nats-TTL never, want none", subjects.StartsStream(), n)
+	}
+	if res := call("charge"); res.Outcome != protocol.OutcomeOK || charged.Load() != 1 {
+		t.Fatalf("a non-idempotent call of charge: %s (%s), ran %d times; want ok, once", res.Outcome, res.ErrorType, charged.Load())
+	}
+	if n := msgsIn(t, admin, subjects.StartsStream()); n != 1 {
+		t.Errorf("%s holds %d records after charge's call, want its one start record", subjects.StartsStream(), n)
+	}
+
+	flood(t, worker, floodRecords, nil, func(i int) string { return fmt.Sprintf("fleet.start.charge.x%d.y%d", i, i) })
 	if !refusedFull(t, worker, subjects.StartsStream(), "fleet.start.charge.x.last") {
 		t.Fatalf("%s is not full after %d records (%d stored)", subjects.StartsStream(), floodRecords, msgsIn(t, admin, subjects.StartsStream()))
 	}
-	if res := call("deploy"); res.Outcome != protocol.OutcomeOK {
+	if res := callDeploy("deploy"); res.Outcome != protocol.OutcomeOK {
 		t.Fatalf("a non-idempotent call of deploy after the shared worker's flood: %s (%s), want ok", res.Outcome, res.ErrorType)
 	}
 	if n := msgsIn(t, admin, subjects.OwnStartsStream("deploy")); n != 1 {

@@ -28,7 +28,6 @@ func TestConfStartRecords(t *testing.T) {
 	record := func(c client, subject string) error {
 		msg := nats.NewMsg(subject)
 		msg.Data = []byte(`{"v":1,"worker":"w1","nonce":"n"}`)
-		msg.Header.Set(jetstream.MsgTTLHeader, "60")
 		_, err := c.js.PublishMsg(t.Context(), msg, jetstream.WithExpectStream(subjects.StartsStream()), jetstream.WithExpectLastSequencePerSubject(0))
 		return err
 	}

@@ -63,7 +63,7 @@ func TestConfServeAndSubmit(t *testing.T) {
 		t.Fatalf("coordinator opening bucket %s: %v", subjects.RunsBucket(), err)
 	}
 	cons, err := coord.js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), jetstream.ConsumerConfig{
-		Durable: subjects.RunsConsumer(), FilterSubject: subjects.RunSubmissions(), AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: subjects.RunsConsumer(), FilterSubjects: []string{subjects.RunsQueued(), subjects.RunSubmissions()}, AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	if err != nil {
 		t.Fatalf("coordinator creating consumer %s: %v", subjects.RunsConsumer(), err)
@@ -89,8 +89,8 @@ func TestConfServeAndSubmit(t *testing.T) {
 	if err := m.DoubleAck(ctx); err != nil {
 		t.Fatalf("coordinator acking the run: %v", err)
 	}
-	if m.Subject() != submit {
-		t.Fatalf("coordinator took %s, want %s", m.Subject(), submit)
+	if c, a, id, ok := subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID)); !ok || c != "client" || a != protocol.DefaultAgent || id != "sub1" {
+		t.Fatalf("coordinator took %s (%s, %s, %s), want client's sub1", m.Subject(), c, a, id)
 	}
 	if _, err := kv.Put(ctx, key, []byte(`{"v":1,"run_id":"run1"}`)); err != nil {
 		t.Fatalf("coordinator storing the result: %v", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natscli"
@@ -191,7 +192,7 @@ func TestServeFleet(t *testing.T) {
 		{"negative limit", `{"prompt": "hi", "max_tool_calls_per_round": -1}`, protocol.CodeInvalidField},
 	} {
 		id := fmt.Sprintf("refused%d", i)
-		serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default."+id, tt.body)
+		serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default."+id, tt.body, "Nats-Msg-Id:"+protocol.SubmissionMsgID("default", id))
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		refused, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, protocol.RunKey("default", protocol.SubmissionRunID("default", id)))
 		cancel()
@@ -202,7 +203,7 @@ func TestServeFleet(t *testing.T) {
 	const refusedN = 4
 	// A malformed request put straight into the stream, past the checks,
 	// gets an error result and is terminated: never delivered again.
-	if _, err := f.js.Publish(t.Context(), "fleet.run.submit.default.default.forged1", []byte(`{"prompt": 42}`)); err != nil {
+	if _, err := f.js.Publish(t.Context(), "fleet.run.submit.default.default.forged1", []byte(`{"prompt": 42}`), jetstream.WithMsgID(protocol.SubmissionMsgID("default", "forged1"))); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

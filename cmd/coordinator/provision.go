@@ -25,6 +25,7 @@ type provisionFlags struct {
 	replicas      int
 	placementTags string
 	maxPerClient  int64
+	maxQueuedPer  int64
 }
 
 // provisionFlagOf names the flags of the fields "coordinator provision"
@@ -34,7 +35,8 @@ var provisionFlagOf = connFlagOf.With(cliconfig.Flags{
 	"Replicas":      "--replicas",
 	"PlacementTags": "--placement-tags",
 	// natsbus.StreamConfig's
-	"MaxCallsPerClient": "--max-calls-per-client",
+	"MaxCallsPerClient":      "--max-calls-per-client",
+	"MaxQueuedRunsPerClient": "--max-queued-runs-per-client",
 })
 
 // provisionCommand creates or updates every stream and bucket of the fleet
@@ -50,6 +52,7 @@ func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&f.replicas, "replicas", 1, "copies of every stream and bucket: 1 on a single server, 3 on a JetStream cluster of three or more nodes (raised on an existing stream, never lowered)")
 	fs.StringVar(&f.placementTags, "placement-tags", "", "comma list of tags: every stream and bucket is placed on JetStream servers that carry all of them (nats-server server_tags, e.g. ssd,az:eu-1a); a stream placed otherwise is moved")
 	fs.Int64Var(&f.maxPerClient, "max-calls-per-client", 0, "each client's share of a tool: the calls of one client, tool and class FLEET_CALLS holds at most, queued or running (its max_msgs_per_subject); more wait in their coordinator (default: keep the stream's, 1000 for a new stream)")
+	fs.Int64Var(&f.maxQueuedPer, "max-queued-runs-per-client", 0, "each client's share of the runs queue: the submissions of one client for one agent FLEET_RUNS holds at most, queued or running (its max_msgs_per_subject); the server refuses that client's next ones, and only its (default: keep the stream's, 1000 for a new stream)")
 	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls, and their execution and start records get streams of their own (FLEET_CLAIMS_<tool>, FLEET_STARTS_<tool>), which only their workers fill")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator provision [flags]
@@ -90,6 +93,7 @@ Flags:`)
 	streams := natsbus.StreamConfig{Replicas: f.replicas, RunResultTTL: f.resultTTL}
 	streams.PlacementTags = splitList(f.placementTags)
 	streams.MaxCallsPerClient = f.maxPerClient
+	streams.MaxQueuedRunsPerClient = f.maxQueuedPer
 	streams.OwnRecordTools = splitList(f.toolConsumers)
 	if err := streams.Validate(); err != nil {
 		return cmd.fail(err)

@@ -2,14 +2,17 @@ package coordinator_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/agents"
+	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -139,7 +142,9 @@ func wantDelivered(f *serveFleet, n uint64) error {
 func TestServeRunsOverAForeignStoredValue(t *testing.T) {
 	f := newServeFleet(t)
 	logs := natstest.NewLogBuffer(t)
-	s := f.start(serveOpts{script: answerOnly, logs: logs, metrics: true})
+	// Queued requests live 5s, and so does the runs stream's duplicate
+	// window: a retry can be stored again within the test.
+	s := f.start(serveOpts{script: answerOnly, logs: logs, metrics: true, serve: coordinator.ServeConfig{QueuedRunMaxAge: 5 * time.Second}})
 	f.result(f.accepted(`{"prompt": "warm up"}`)) // the runs bucket exists
 	kv, err := f.js.KeyValue(t.Context(), "fleet_runs")
 	if err != nil {
@@ -173,8 +178,19 @@ func TestServeRunsOverAForeignStoredValue(t *testing.T) {
 	if !logs.Contains(`"message":"the run's key held a value that is not a result of the run: the run's result replaced it"`) {
 		t.Error("no log line for the refused values")
 	}
-	// A run's own stored result: its submission is acknowledged, not run.
-	f.queued("pre-empted-0", `{"prompt": "again"}`)
+	// A run's own stored result: its submission, sent again past the
+	// duplicate window, is acknowledged, not run.
+	natstest.WaitFor(t, 30*time.Second, func() error {
+		ack, err := f.js.Publish(t.Context(), "fleet.run.submit.default.default.pre-empted-0", []byte(`{"prompt": "again"}`),
+			jetstream.WithMsgID(protocol.SubmissionMsgID("default", "pre-empted-0")))
+		switch {
+		case err != nil:
+			return err
+		case ack.Duplicate:
+			return errors.New("the copy is within the duplicate window")
+		}
+		return nil
+	})
 	f.consumerIdle()
 	if !logs.Contains(`"message":"the run already has a result: its submission is acknowledged, not run again"`) {
 		t.Error("a run with its own result was not skipped")
@@ -214,7 +230,7 @@ func TestServeRunsAnAgentOnItsNewestValidRevision(t *testing.T) {
 		}
 	}
 
-	if _, err := f.js.Publish(t.Context(), "fleet.run.submit.default.support.s1", []byte(`{"prompt": "help"}`)); err != nil {
+	if _, err := f.js.Publish(t.Context(), "fleet.run.submit.default.support.s1", []byte(`{"prompt": "help"}`), jetstream.WithMsgID(protocol.SubmissionMsgID("default", "s1"))); err != nil {
 		t.Fatal(err)
 	}
 	if res := f.result(protocol.SubmissionRunID("default", "s1")); res.TerminationReason != "natural" || res.Answer != "from the valid revision" {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,14 +26,15 @@ import (
 // withdrawal, exactly one wins. A record is an ordinary publish — no
 // JetStream API request — and the claimed delivery is then acknowledged.
 //
-// A record expires (its own Nats-TTL) at the end of its coordinator's wait
-// for the call (deadline + grace) plus startMargin; by then no worker can
-// start the call: a worker runs a call only if, once its claim is stored,
-// the call's deadline has not passed (by its clock), and answers one it
-// did not run only while its claim is still proof that nobody else holds
-// the call (startTrusted). The stream's own MaxAge, the calls stream's
-// plus an hour, bounds every record, a forged one too: a call's message
-// cannot stay in the calls stream that long.
+// A record lives the stream's MaxAge, the calls stream's plus an hour:
+// longer than a call's message can stay in the calls stream, so longer
+// than any worker can be handed the call, and by then no worker can start
+// it: a worker runs a call only if, once its claim is stored, the call's
+// deadline has not passed (by its clock), and answers one it did not run
+// only while its claim is still proof that nobody else holds the call
+// (startTrusted). The stream takes no per-message TTL: the server refuses
+// a record that carries one ("Nats-TTL: never" too, which would outlive
+// MaxAge), so whatever a worker writes ages out with the stream's MaxAge.
 
 // Bounds of the starts stream.
 const (
@@ -42,10 +42,9 @@ const (
 	// (StreamConfig.StartsMaxBytes). Full, it refuses new records
 	// (discard new): a claim is refused and the call does not run, and is
 	// withdrawn or answered outcome_unknown at its deadline. A record
-	// takes about 250 bytes and lives as long as its call plus
-	// StartMargin, so 1 GiB holds the records of about 25,000
-	// non-idempotent calls a second of 30s (a tool's own stream, whose
-	// records live the stream's MaxAge: about 600 a second).
+	// takes about 250 bytes and lives the stream's MaxAge (the calls
+	// stream's plus an hour: 2h by default), so 1 GiB holds the records
+	// of about 600 non-idempotent calls a second, sustained.
 	DefaultStartsMaxBytes = 1 << 30
 	// MaxStartBytes bounds one stored start record, headers included.
 	MaxStartBytes = 1 << 10
@@ -53,7 +52,8 @@ const (
 	// the starts stream keeps a record at most.
 	StartsAfterCalls = time.Hour
 	// StartMargin is how long past the end of its coordinator's wait for
-	// a call (its deadline plus grace) the call's start record is kept.
+	// a call (its deadline plus grace) the call's start record is still
+	// trusted to prove that nobody else holds the call (startTrusted).
 	// The fleet's clocks must agree within half of it.
 	StartMargin = 2 * time.Minute
 )
@@ -78,7 +78,8 @@ func startsStream(s protocol.Subjects, c StreamConfig) jetstream.StreamConfig {
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
 		Duplicates:           DuplicateWindow,
-		AllowMsgTTL:          true,
+		// No per-message TTL (AllowMsgTTL false): the server refuses a
+		// record with Nats-TTL, so none outlives MaxAge.
 		// Workers write the records: read with STREAM.MSG.GET (see
 		// noDirect).
 		AllowDirect: false,
@@ -86,19 +87,12 @@ func startsStream(s protocol.Subjects, c StreamConfig) jetstream.StreamConfig {
 	}
 }
 
-// startTTL is the TTL of a start record written at now for a call of
-// deadline d: until the end of its coordinator's wait for the call plus
-// startMargin, in whole seconds (the server's unit), rounded up.
-func startTTL(d protocol.CallDeadline, now time.Time) time.Duration {
-	ttl := d.ResultBy().Sub(now) + startMargin
-	return max(time.Second, (ttl+time.Second-1)/time.Second*time.Second)
-}
-
 // startTrusted reports whether a start record stored before now still
 // proves that no other record was stored before it: every record lives
-// until its call's ResultBy plus startMargin, as its writer's clock has
-// it, so a subject found empty before ResultBy plus half of it never held
-// one — as long as the clocks agree within half of startMargin.
+// at least until its call's ResultBy plus startMargin, as its writer's
+// clock has it, so a subject found empty before ResultBy plus half of it
+// never held one — as long as the clocks agree within half of
+// startMargin.
 func startTrusted(d protocol.CallDeadline, now time.Time) bool {
 	return now.Before(d.ResultBy().Add(startMargin / 2))
 }
@@ -122,20 +116,17 @@ const (
 )
 
 // writeStart stores rec as the start record on subject (in stream) if the
-// subject holds none, with the TTL ttl (none when 0: a tool's own stream). It returns nil when rec is the
+// subject holds none. It returns nil when rec is the
 // record — stored now, or by an earlier attempt whose PubAck was lost —,
 // errClaimed when another record holds the call, and another error when
 // it cannot tell or the server refused the record for another reason (a
 // full stream): then the call must not run.
-func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject string, rec startRecord, ttl time.Duration) error {
+func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject string, rec startRecord) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-	if ttl > 0 {
-		msg.Header.Set(jetstream.MsgTTLHeader, strconv.FormatInt(int64(ttl/time.Second), 10))
-	}
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(stream), jetstream.WithExpectLastSequencePerSubject(0)}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
@@ -177,9 +168,8 @@ func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject str
 }
 
 // ownStart reports whether the record stored on msg's subject is msg
-// itself: the same body (its nonce) and the same TTL. A copy of msg that
-// someone else stored first, with the same TTL, holds the call exactly as
-// msg would have.
+// itself: the same body (its nonce). A copy of msg that someone else
+// stored first holds the call exactly as msg would have.
 func ownStart(ctx context.Context, js jetstream.JetStream, stream string, msg *nats.Msg) (bool, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -189,7 +179,7 @@ func ownStart(ctx context.Context, js jetstream.JetStream, stream string, msg *n
 	if err != nil {
 		return false, err
 	}
-	return bytes.Equal(m.Data, msg.Data) && m.Header.Get(jetstream.MsgTTLHeader) == msg.Header.Get(jetstream.MsgTTLHeader), nil
+	return bytes.Equal(m.Data, msg.Data), nil
 }
 
 // errClaimed refuses a non-idempotent call whose start record another
@@ -223,8 +213,7 @@ func (w *Worker) claim(ctx context.Context, d *Delivery, call protocol.Call) err
 		return err
 	}
 	err = writeStart(ctx, w.js, stream, subject,
-		startRecord{V: protocol.Version, Worker: w.cfg.Name, Nonce: protocol.NewID()},
-		route.ttl(call.CallDeadline(), w.cfg.Now()))
+		startRecord{V: protocol.Version, Worker: w.cfg.Name, Nonce: protocol.NewID()})
 	if err == nil || errors.Is(err, errClaimed) {
 		settle(d.Msg, Ack)
 	}
@@ -286,8 +275,7 @@ func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, erro
 		return false, err
 	}
 	err = writeStart(ctx, in.js, stream, subject,
-		startRecord{V: protocol.Version, Withdrawn: true, Nonce: protocol.NewID()},
-		route.ttl(pc.deadline, time.Now()))
+		startRecord{V: protocol.Version, Withdrawn: true, Nonce: protocol.NewID()})
 	switch {
 	case errors.Is(err, errClaimed):
 		return false, nil

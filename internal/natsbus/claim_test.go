@@ -240,9 +240,15 @@ func TestForgedStartRecords(t *testing.T) {
 		return nil
 	}
 
-	// Forged first, never to expire: the call does not run.
+	// A record that would never expire is refused: the stream takes no
+	// per-message TTL. Forged first, without one: the call does not run.
 	first := newCall(run, "charge", `{}`, 30*time.Second)
-	if err := forge(first, map[string]string{jetstream.MsgTTLHeader: "never"}); err != nil {
+	for _, ttl := range []string{"never", "1000h"} {
+		if err := forge(first, map[string]string{jetstream.MsgTTLHeader: ttl}); err == nil {
+			t.Fatalf("a forged record with Nats-TTL %s was stored", ttl)
+		}
+	}
+	if err := forge(first, nil); err != nil {
 		t.Fatalf("storing the forged record: %v", err)
 	}
 	if err := d.Publish(ctx(t), loop.Outgoing{Call: first, AtMostOnce: true}); err != nil {
@@ -307,19 +313,18 @@ func TestForgedStartRecords(t *testing.T) {
 		t.Fatalf("the tool ran %d times, want once", n)
 	}
 
-	// A writer whose PubAck was lost finds its own record by body and
-	// TTL: a copy with another TTL is not its own.
+	// A writer whose PubAck was lost finds its own record by its body
+	// (its nonce): another body is not its own.
 	third := newCall(run, "charge", `{}`, 30*time.Second)
-	if err := forge(third, map[string]string{jetstream.MsgTTLHeader: "5"}); err != nil {
+	if err := forge(third, nil); err != nil {
 		t.Fatal(err)
 	}
 	subject, _ := f.subjects.Start(third.Tool, third.RunID, third.CallKey)
-	mine := nats.NewMsg(subject)
-	mine.Data = []byte(`{"v":1,"worker":"forger","nonce":"x"}`)
-	for ttl, want := range map[string]bool{"600": false, "5": true} {
-		mine.Header.Set(jetstream.MsgTTLHeader, ttl)
+	for body, want := range map[string]bool{`{"v":1,"worker":"forger","nonce":"y"}`: false, `{"v":1,"worker":"forger","nonce":"x"}`: true} {
+		mine := nats.NewMsg(subject)
+		mine.Data = []byte(body)
 		if got, err := natsbus.OwnStart(ctx(t), f.js, f.subjects.StartsStream(), mine); err != nil || got != want {
-			t.Errorf("OwnStart with TTL %s = %v, %v; want %v", ttl, got, err, want)
+			t.Errorf("OwnStart of %s = %v, %v; want %v", body, got, err, want)
 		}
 	}
 }
@@ -345,7 +350,6 @@ func TestStartsStreamFullFailsClosed(t *testing.T) {
 		}
 		msg := nats.NewMsg(fmt.Sprintf("%s.start.filler.run.key%d", protocol.DefaultPrefix, i))
 		msg.Data = []byte(strings.Repeat("x", 200))
-		msg.Header.Set(jetstream.MsgTTLHeader, "3600")
 		if _, err := f.js.PublishMsg(ctx(t), msg); err != nil {
 			break // full
 		}
@@ -382,8 +386,9 @@ func (noAck) Ack() error { return nil }
 // TestStartRecordExpiryDoesNotReopenACall: a worker claims a
 // non-idempotent call and dies before its acknowledgement reaches the
 // server, so the call's message stays, to be delivered again. The claim's
-// record expires (here a second past the call's wait; in life two
-// minutes): the call's deadline has passed by then, so the next delivery
+// record goes (in life it ages out with the starts stream's MaxAge, an
+// hour past the longest a call's message stays; here the test purges it
+// once the call's wait has ended): the call's deadline has passed by then, so the next delivery
 // neither runs it, nor claims it, nor answers it (its coordinator answered
 // at the end of its wait; an answer now could say "not run" of a call
 // that ran), and the message is settled.
@@ -405,11 +410,22 @@ func TestStartRecordExpiryDoesNotReopenACall(t *testing.T) {
 		t.Fatal("no start record after the claim")
 	}
 	natstest.WaitFor(t, 15*time.Second, func() error {
-		if f.startRecord(t, call) != nil {
-			return errors.New("the claim's record has not expired")
+		if time.Now().Before(call.CallDeadline().ResultBy().Add(time.Second)) {
+			return errors.New("the call's wait has not ended")
 		}
 		return nil
 	})
+	starts, err := f.js.Stream(ctx(t), f.subjects.StartsStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, _ := f.subjects.Start(call.Tool, call.RunID, call.CallKey)
+	if err := starts.Purge(ctx(t), jetstream.WithPurgeSubject(subject)); err != nil {
+		t.Fatal(err)
+	}
+	if f.startRecord(t, call) != nil {
+		t.Fatal("the claim's record is still stored")
+	}
 	// The dead worker's delivery is handed to a live worker (its ack
 	// wait, 2s, passes after it starts pulling).
 	w, _ := f.startWorker(t, harnesstest.New(t, harness.Config{}, counting("charge", &runs, 0, false)), natsbus.WorkerConfig{Name: "w2"})
@@ -452,8 +468,8 @@ func TestStartRecordsOnACluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg := st.CachedInfo().Config; cfg.Replicas != 3 || !cfg.AllowMsgTTL {
-		t.Fatalf("the starts stream: %d replicas, TTLs %v; want 3, true", cfg.Replicas, cfg.AllowMsgTTL)
+	if cfg := st.CachedInfo().Config; cfg.Replicas != 3 || cfg.AllowMsgTTL {
+		t.Fatalf("the starts stream: %d replicas, TTLs %v; want 3, false", cfg.Replicas, cfg.AllowMsgTTL)
 	}
 	run := protocol.NewRunID()
 	for round := range 5 {
@@ -486,8 +502,45 @@ func TestStartRecordsOnACluster(t *testing.T) {
 		}
 		subject, _ := s.Start("charge", run, key)
 		m, err := st.GetLastMsgForSubject(ctx(t), subject)
-		if err != nil || m.Header.Get(jetstream.MsgTTLHeader) != "60" {
-			t.Fatalf("round %d: the record %+v, %v; want one with its TTL", round, m, err)
+		if err != nil || m.Header.Get(jetstream.MsgTTLHeader) != "" {
+			t.Fatalf("round %d: the record %+v, %v; want one, without a TTL", round, m, err)
 		}
+	}
+}
+
+// TestProvisionRefusesAStartsStreamWithTTLs: a starts stream made by an
+// earlier release takes per-message TTLs, which nats-server cannot turn
+// off; provisioning says so (ErrStreamTakesTTLs) rather than leave it, and
+// once the operator has removed it provisioning makes one that refuses a
+// record with Nats-TTL: never.
+func TestProvisionRefusesAStartsStreamWithTTLs(t *testing.T) {
+	srv := natstest.Start(t)
+	js := connectJS(t, srv.ClientURL())
+	s := protocol.Subjects{}
+	var old jetstream.StreamConfig
+	for _, fs := range natsbus.FleetStreams(s, natsbus.StreamConfig{}) {
+		if fs.Config.Name == s.StartsStream() {
+			old = fs.Config
+		}
+	}
+	old.AllowMsgTTL = true
+	if _, err := js.CreateStream(ctx(t), old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{}); !errors.Is(err, natsbus.ErrStreamTakesTTLs) {
+		t.Fatalf("Provision over a starts stream with TTLs: %v, want ErrStreamTakesTTLs", err)
+	}
+	if err := js.DeleteStream(ctx(t), s.StartsStream()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{}); err != nil {
+		t.Fatalf("Provision once it is removed: %v", err)
+	}
+	subject, _ := s.Start("charge", protocol.NewRunID(), protocol.NewCallKey())
+	msg := nats.NewMsg(subject)
+	msg.Data = []byte(`{"v":1,"worker":"x","nonce":"n"}`)
+	msg.Header.Set(jetstream.MsgTTLHeader, "never")
+	if _, err := js.PublishMsg(ctx(t), msg); err == nil {
+		t.Fatal("the provisioned starts stream stored a record with Nats-TTL: never")
 	}
 }

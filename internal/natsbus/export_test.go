@@ -35,23 +35,19 @@ func SetStartMargin(t interface{ Cleanup(func()) }, d time.Duration) {
 	t.Cleanup(func() { startMargin = old })
 }
 
-// StartTTL is the TTL a start record written now gets for a call of
-// deadline d.
-func StartTTL(d protocol.CallDeadline) time.Duration { return startTTL(d, time.Now()) }
-
 // OwnStart reports whether the record stored on msg's subject is msg.
 func OwnStart(ctx context.Context, js jetstream.JetStream, stream string, msg *nats.Msg) (bool, error) {
 	return ownStart(ctx, js, stream, msg)
 }
 
 // WriteStart writes a worker's start record for the call key of run and
-// tool, with a TTL of a minute, as a claim does.
+// tool, as a claim does.
 func WriteStart(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, tool protocol.ToolName, run protocol.RunID, key protocol.CallKey, worker string) error {
 	subject, err := s.Start(tool, run, key)
 	if err != nil {
 		return err
 	}
-	return writeStart(ctx, js, s.StartsStream(), subject, startRecord{V: protocol.Version, Worker: worker, Nonce: protocol.NewID()}, time.Minute)
+	return writeStart(ctx, js, s.StartsStream(), subject, startRecord{V: protocol.Version, Worker: worker, Nonce: protocol.NewID()})
 }
 
 // BatchEvery is how many interactive calls a worker takes, while others

@@ -127,23 +127,31 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			c.Replicas, 0, -1, protocol.MaxRateLimitBytes)),
 		// Clients store their submissions here themselves
 		// (<prefix>.run.submit.<client>.<agent>.<submission>, deduplicated
-		// by Nats-Msg-Id): a run is accepted once stored, whether or not a
-		// coordinator runs. DiscardNew refuses a submission, rather than
-		// dropping a queued one, when the stream is full.
+		// by Nats-Msg-Id, protocol.SubmissionMsgID): a run is accepted
+		// once stored, whether or not a coordinator runs. The server
+		// stores each under <prefix>.run.queued.<client>.<agent> (its
+		// subject transform; the id stays in its Nats-Msg-Id), so
+		// max_msgs_per_subject with discard_new_per_subject is each
+		// client's share: a client over it is refused, and only it.
+		// DiscardNew refuses a submission, rather than dropping a queued
+		// one, when the stream is full.
 		{Roles: RoleServe, Config: jetstream.StreamConfig{
-			Name:        s.RunsStream(),
-			Description: "toolfleet run submissions waiting for a coordinator",
-			Subjects:    []string{s.RunSubmissions()},
-			Retention:   jetstream.WorkQueuePolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    c.Replicas,
-			MaxAge:      c.QueuedRunMaxAge,
-			MaxMsgs:     c.MaxQueuedRuns,
-			MaxBytes:    -1,
-			MaxMsgSize:  protocol.DefaultMaxMessageBytes,
-			Discard:     jetstream.DiscardNew,
-			Duplicates:  min(DuplicateWindow, c.QueuedRunMaxAge),
-		}},
+			Name:                 s.RunsStream(),
+			Description:          "toolfleet run submissions waiting for a coordinator",
+			Subjects:             []string{s.RunSubmissions()},
+			SubjectTransform:     &jetstream.SubjectTransformConfig{Source: s.RunSubmissions(), Destination: s.QueuedRuns()},
+			Retention:            jetstream.WorkQueuePolicy,
+			Storage:              jetstream.FileStorage,
+			Replicas:             c.Replicas,
+			MaxAge:               c.QueuedRunMaxAge,
+			MaxMsgs:              c.MaxQueuedRuns,
+			MaxBytes:             -1,
+			MaxMsgsPerSubject:    cmp.Or(c.MaxQueuedRunsPerClient, DefaultMaxQueuedRunsPerClient),
+			MaxMsgSize:           protocol.DefaultMaxMessageBytes,
+			Discard:              jetstream.DiscardNew,
+			DiscardNewPerSubject: true,
+			Duplicates:           min(DuplicateWindow, c.QueuedRunMaxAge),
+		}, Tunable: shareTunable(c.MaxQueuedRunsPerClient)},
 		bucket(RoleServe, s.RunsBucket(), "toolfleet run results: run id -> result",
 			c.Replicas, c.RunResultTTL, c.RunResultsMaxBytes, int32(c.MaxRunResultBytes)),
 		// Agent definitions: written by admin or operator only, read by

@@ -89,12 +89,22 @@ func provisionOne(ctx context.Context, js jetstream.JetStream, fs FleetStream) (
 		a.Action = ActionUnchanged
 		return a, nil
 	}
+	if got.AllowMsgTTL && !fs.Config.AllowMsgTTL {
+		return a, ErrStreamTakesTTLs
+	}
 	if _, err := js.UpdateStream(ctx, updateOf(fs.keepTunable(got), got)); err != nil {
 		return a, err
 	}
 	a.Action = ActionUpdated
 	return a, nil
 }
+
+// ErrStreamTakesTTLs refuses to update a stream that takes per-message
+// TTLs (a starts stream made by an earlier release) to one that must not:
+// nats-server cannot turn them off on a stream. The stream is removed and
+// provisioned again once no call it guards is in flight
+// (docs/failure-semantics.md, "The start record").
+var ErrStreamTakesTTLs = errors.New("natsbus: the stream takes per-message TTLs, which the server cannot turn off: remove it once no call it guards is in flight, then provision again")
 
 // updateOf is the configuration that restores want on a stream that has
 // got: what the fleet does not ask for is kept — more replicas than want

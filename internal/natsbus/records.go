@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,10 +16,10 @@ import (
 // its own (protocol.Subjects.OwnClaimsStream, OwnStartsStream), on
 // subjects its workers alone may write (<prefix>.own.<tool>.>): whatever
 // they write, they fill only their tool's streams, and every other tool's
-// approved and non-idempotent calls still run. A tool's own starts stream
-// takes no per-message TTL (the server refuses a record that carries one,
-// "never" too): every record lives the stream's MaxAge, which covers the
-// longest a call can wait for a worker.
+// approved and non-idempotent calls still run. Like the shared one, a
+// tool's own starts stream takes no per-message TTL (the server refuses a
+// record that carries one, "never" too): every record lives the stream's
+// MaxAge, which covers the longest a call can wait for a worker.
 //
 // Every writer of a tool's records — its workers, and the coordinator
 // that withdraws its calls — writes them where the tool's own starts
@@ -32,13 +31,11 @@ import (
 // start, and never removed.
 
 // ownStartsStream is the expected configuration of a tool's own starts
-// stream: the shared one's, on the tool's own subjects, without
-// per-message TTLs.
+// stream: the shared one's, on the tool's own subjects.
 func ownStartsStream(s protocol.Subjects, tool protocol.ToolName, c StreamConfig) jetstream.StreamConfig {
 	cfg := startsStream(s, c)
 	cfg.Name = s.OwnStartsStream(tool)
 	cfg.Subjects = []string{s.OwnStarts(tool)}
-	cfg.AllowMsgTTL = false
 	return cfg
 }
 
@@ -70,16 +67,6 @@ func (r recordRoute) start(run protocol.RunID, key protocol.CallKey) (stream, su
 	}
 	subject, err = r.s.Start(r.tool, run, key)
 	return r.s.StartsStream(), subject, err
-}
-
-// ttl is the TTL of a start record written at now for a call of deadline
-// d: none in a tool's own stream (its MaxAge bounds every record), else
-// startTTL.
-func (r recordRoute) ttl(d protocol.CallDeadline, now time.Time) time.Duration {
-	if r.own {
-		return 0
-	}
-	return startTTL(d, now)
 }
 
 // routeOf looks up where tool's records go: its own streams when its own

@@ -113,18 +113,19 @@ type RunsConsumerConfig struct {
 }
 
 // runsConsumer is the durable pull consumer every serving coordinator
-// shares.
+// shares: of every submission, as the stream's transform stores it and as
+// it was stored before (protocol.Subjects.ParseStoredSubmission).
 func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       s.RunsConsumer(),
-		Description:   "toolfleet coordinators serving runs",
-		FilterSubject: s.RunSubmissions(),
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       c.AckWait,
-		MaxDeliver:    c.MaxDeliver,
-		MaxAckPending: 10_000,
-		MaxWaiting:    4096,
+		Durable:        s.RunsConsumer(),
+		Description:    "toolfleet coordinators serving runs",
+		FilterSubjects: []string{s.RunsQueued(), s.RunSubmissions()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.AckWait,
+		MaxDeliver:     c.MaxDeliver,
+		MaxAckPending:  10_000,
+		MaxWaiting:     4096,
 	}
 }
 

@@ -287,8 +287,12 @@ func (d *Dispatcher) publishOrHold(ctx context.Context, msg *nats.Msg, o loop.Ou
 
 // callsTunable are the calls stream's fields an operator may set: the
 // clients' share, unless cfg sets it.
-func callsTunable(cfg StreamConfig) []string {
-	if cfg.MaxCallsPerClient > 0 {
+func callsTunable(cfg StreamConfig) []string { return shareTunable(cfg.MaxCallsPerClient) }
+
+// shareTunable are the fields of a stream with a per-client share
+// (max_msgs_per_subject) an operator may set: the share, unless set is.
+func shareTunable(set int64) []string {
+	if set > 0 {
 		return nil
 	}
 	return []string{"max_msgs_per_subject"}

@@ -23,12 +23,15 @@ const (
 	// approvals stream (the audit log); when full it refuses new entries
 	// (discard new) rather than forget old ones, and a request that cannot
 	// be stored is never approved.
-	DefaultApprovalsMaxBytes  = 1 << 30
-	DefaultApprovalsMaxMsgs   = 1_000_000
-	DefaultMaxQueuedRuns      = 10_000
-	DefaultQueuedRunMaxAge    = 24 * time.Hour
-	DefaultRunResultTTL       = 24 * time.Hour
-	DefaultRunResultsMaxBytes = 1 << 30
+	DefaultApprovalsMaxBytes = 1 << 30
+	DefaultApprovalsMaxMsgs  = 1_000_000
+	DefaultMaxQueuedRuns     = 10_000
+	// DefaultMaxQueuedRunsPerClient is StreamConfig.MaxQueuedRunsPerClient's
+	// default for a new runs stream.
+	DefaultMaxQueuedRunsPerClient = 1_000
+	DefaultQueuedRunMaxAge        = 24 * time.Hour
+	DefaultRunResultTTL           = 24 * time.Hour
+	DefaultRunResultsMaxBytes     = 1 << 30
 	// DefaultJournalMaxAge keeps a run's journal past its result's TTL.
 	DefaultJournalMaxAge = 48 * time.Hour
 	// DefaultJournalMaxBytes bounds the journal stream.
@@ -83,6 +86,16 @@ type StreamConfig struct {
 	// MaxQueuedRuns bounds the run requests waiting in the runs stream.
 	// Default: 10,000.
 	MaxQueuedRuns int64
+	// MaxQueuedRunsPerClient is each client's share of the runs stream:
+	// the run requests of one client for one agent it holds at most,
+	// queued or running (its max_msgs_per_subject, with
+	// discard_new_per_subject, on the subjects its transform stores
+	// submissions under: protocol.Subjects.QueuedRuns). The server refuses
+	// a client's submission over it, and only that client's. 0 keeps the
+	// value the stream has (an operator's choice), or 1,000 for a new
+	// stream; a value is set by "coordinator provision
+	// --max-queued-runs-per-client".
+	MaxQueuedRunsPerClient int64
 	// QueuedRunMaxAge drops a run request nobody took. Default: 24h.
 	QueuedRunMaxAge time.Duration
 	// RunResultTTL is how long a run's result stays in the runs bucket.
@@ -197,6 +210,8 @@ func (c StreamConfig) Validate() error {
 		return configErr("ApprovalsMaxMsgs", "must be >= 0")
 	case c.MaxQueuedRuns < 0:
 		return configErr("MaxQueuedRuns", "must be >= 0")
+	case c.MaxQueuedRunsPerClient < 0:
+		return configErr("MaxQueuedRunsPerClient", "must be >= 0")
 	case c.QueuedRunMaxAge < 0:
 		return configErr("QueuedRunMaxAge", "must be >= 0")
 	case c.RunResultTTL < 0:

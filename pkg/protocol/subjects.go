@@ -423,6 +423,45 @@ func (s Subjects) RunSubmission(client, agent, submission string) (string, error
 // <prefix>.run.submit.*.*.*, the runs stream's subjects.
 func (s Subjects) RunSubmissions() string { return s.p() + ".run.submit.*.*.*" }
 
+// QueuedRuns is the subject transform's destination under which the runs
+// stream stores a submission: <prefix>.run.queued.<client>.<agent>,
+// without the submission id (which its [SubmissionMsgID] carries), so the
+// stream's max_msgs_per_subject bounds what one client queues for one
+// agent.
+func (s Subjects) QueuedRuns() string {
+	return s.p() + ".run.queued.{{wildcard(1)}}.{{wildcard(2)}}"
+}
+
+// RunsQueued is the wildcard covering every stored submission of
+// [Subjects.QueuedRuns]: <prefix>.run.queued.*.*.
+func (s Subjects) RunsQueued() string { return s.p() + ".run.queued.*.*" }
+
+// ParseStoredSubmission reads a submission as the runs stream stored it:
+// its client and agent from the subject, <prefix>.run.queued.<client>.<agent>
+// ([Subjects.QueuedRuns]), and its submission id from msgID, its
+// Nats-Msg-Id, which must be [SubmissionMsgID] of that client. A
+// submission stored before the stream transformed subjects
+// (<prefix>.run.submit.<client>.<agent>.<submission>, [Subjects.RunSubmission])
+// is read from its subject alone.
+func (s Subjects) ParseStoredSubmission(subject, msgID string) (client, agent, submission string, ok bool) {
+	if client, agent, submission, ok = s.ParseRunSubmission(subject); ok {
+		return client, agent, submission, true
+	}
+	rest, ok := strings.CutPrefix(subject, s.p()+".run.queued.")
+	if !ok {
+		return "", "", "", false
+	}
+	client, agent, ok = strings.Cut(rest, ".")
+	if !ok || !ValidToken(client) || !ValidToken(agent) {
+		return "", "", "", false
+	}
+	submission, ok = strings.CutPrefix(msgID, SubmissionMsgID(client, ""))
+	if !ok || !ValidToken(submission) {
+		return "", "", "", false
+	}
+	return client, agent, submission, true
+}
+
 // ParseRunSubmission splits a submission subject ([Subjects.RunSubmission])
 // into its client, agent and submission id tokens.
 func (s Subjects) ParseRunSubmission(subject string) (client, agent, submission string, ok bool) {

@@ -73,3 +73,61 @@ func FuzzParseRunSubmission(f *testing.F) {
 		}
 	})
 }
+
+// TestParseStoredSubmission: a submission stored under the runs stream's
+// transform is read from its subject and its Nats-Msg-Id, which must name
+// the subject's client; one stored before the transform, from its subject.
+func TestParseStoredSubmission(t *testing.T) {
+	var s Subjects
+	for _, tt := range []struct {
+		name, subject, msgID string
+		client, agent, id    string
+		ok                   bool
+	}{
+		{"queued", "fleet.run.queued.alice.default", SubmissionMsgID("alice", "q-1"), "alice", "default", "q-1", true},
+		{"former layout", "fleet.run.submit.alice.default.q-1", "", "alice", "default", "q-1", true},
+		{"former layout, another msg id", "fleet.run.submit.alice.default.q-1", SubmissionMsgID("alice", "q-2"), "alice", "default", "q-1", true},
+		{"no msg id", "fleet.run.queued.alice.default", "", "", "", "", false},
+		{"another client's msg id", "fleet.run.queued.alice.default", SubmissionMsgID("bob", "q-1"), "", "", "", false},
+		{"a longer client's msg id", "fleet.run.queued.al.default", SubmissionMsgID("alice", "q-1"), "", "", "", false},
+		{"msg id of no submission", "fleet.run.queued.alice.default", "q-1", "", "", "", false},
+		{"empty submission id", "fleet.run.queued.alice.default", SubmissionMsgID("alice", ""), "", "", "", false},
+		{"submission id not a token", "fleet.run.queued.alice.default", SubmissionMsgID("alice", "q.1"), "", "", "", false},
+		{"too many tokens", "fleet.run.queued.alice.default.x", SubmissionMsgID("alice", "q-1"), "", "", "", false},
+		{"no agent", "fleet.run.queued.alice", SubmissionMsgID("alice", "q-1"), "", "", "", false},
+		{"another prefix", "other.run.queued.alice.default", SubmissionMsgID("alice", "q-1"), "", "", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			client, agent, id, ok := s.ParseStoredSubmission(tt.subject, tt.msgID)
+			if ok != tt.ok || client != tt.client || agent != tt.agent || id != tt.id {
+				t.Fatalf("ParseStoredSubmission = %q %q %q %v, want %q %q %q %v", client, agent, id, ok, tt.client, tt.agent, tt.id, tt.ok)
+			}
+		})
+	}
+	if s.RunsQueued() != "fleet.run.queued.*.*" || s.QueuedRuns() != "fleet.run.queued.{{wildcard(1)}}.{{wildcard(2)}}" {
+		t.Fatalf("RunsQueued = %q, QueuedRuns = %q", s.RunsQueued(), s.QueuedRuns())
+	}
+}
+
+// FuzzParseStoredSubmission: whatever it accepts names valid tokens, and
+// a submission read from the transformed subject carries the msg id its
+// client sends for it.
+func FuzzParseStoredSubmission(f *testing.F) {
+	f.Add("fleet.run.queued.alice.default", "submit-5-alice-q-1")
+	f.Add("fleet.run.submit.alice.default.q-1", "")
+	f.Add("fleet.run.queued.a.b", "submit-1-a-")
+	f.Fuzz(func(t *testing.T, subject, msgID string) {
+		var s Subjects
+		client, agent, id, ok := s.ParseStoredSubmission(subject, msgID)
+		if !ok {
+			return
+		}
+		if !ValidToken(client) || !ValidToken(agent) || !ValidToken(id) {
+			t.Fatalf("ParseStoredSubmission(%q, %q) = %q %q %q", subject, msgID, client, agent, id)
+		}
+		if old, _ := s.RunSubmission(client, agent, id); old != subject &&
+			(subject != "fleet.run.queued."+client+"."+agent || msgID != SubmissionMsgID(client, id)) {
+			t.Fatalf("ParseStoredSubmission(%q, %q) = %q %q %q, which is neither layout", subject, msgID, client, agent, id)
+		}
+	})
+}

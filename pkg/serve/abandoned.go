@@ -48,7 +48,7 @@ func (s *Server) onMaxDeliveries(m *nats.Msg) {
 		s.log.Debug().Err(err).Uint64("seq", adv.StreamSeq).Msg("abandoned run request not found")
 		return
 	}
-	client, agent, submission, ok := s.subjects.ParseRunSubmission(raw.Subject)
+	client, agent, submission, ok := s.subjects.ParseStoredSubmission(raw.Subject, raw.Header.Get(protocol.HeaderMsgID))
 	run := protocol.SubmissionRunID(client, submission)
 	if ok && !s.answered(client, run) {
 		rec := &protocol.RunResult{

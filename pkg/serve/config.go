@@ -125,6 +125,13 @@ type Config struct {
 	// MaxQueuedRuns bounds the requests waiting in the stream; beyond it
 	// submissions are refused as unavailable. Default: 10,000.
 	MaxQueuedRuns int64
+	// MaxQueuedRunsPerClient is each client's share of the stream: the
+	// requests of one client for one agent it holds at most, queued or
+	// running; beyond it the server refuses that client's submissions,
+	// and only its. 0 keeps the value the stream has (set by "coordinator
+	// provision --max-queued-runs-per-client"), or 1,000 for a new
+	// stream.
+	MaxQueuedRunsPerClient int64
 	// QueuedRunMaxAge drops a request nobody took. Default: 24h.
 	QueuedRunMaxAge time.Duration
 	// ResultTTL is how long a result stays in the runs bucket. Default: 24h.
@@ -249,6 +256,8 @@ func (c Config) Validate() error {
 		return &ConfigError{"MaxDeliver", c.MaxDeliver, ">= 1"}
 	case c.MaxQueuedRuns < 1:
 		return &ConfigError{"MaxQueuedRuns", c.MaxQueuedRuns, ">= 1"}
+	case c.MaxQueuedRunsPerClient < 0:
+		return &ConfigError{"MaxQueuedRunsPerClient", c.MaxQueuedRunsPerClient, ">= 0"}
 	case c.QueuedRunMaxAge < 0:
 		return &ConfigError{"QueuedRunMaxAge", c.QueuedRunMaxAge, ">= 0"}
 	case c.ResultTTL < 0:

@@ -327,9 +327,9 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	if !d.Stored.IsZero() {
 		rec.SubmittedAt = d.Stored.UTC()
 	}
-	client, agent, submission, ok := s.subjects.ParseRunSubmission(m.Subject())
+	client, agent, submission, ok := s.subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID))
 	if !ok {
-		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a submission whose subject names no valid client, agent and submission id")
+		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a submission whose subject and Nats-Msg-Id name no valid client, agent and submission id")
 		return natsbus.Term(termMalformed)
 	}
 	run := protocol.SubmissionRunID(client, submission)

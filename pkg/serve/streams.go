@@ -13,12 +13,13 @@ import (
 func streamConfig(c Config) natsbus.StreamConfig {
 	c = c.withDefaults()
 	return natsbus.StreamConfig{
-		Replicas:           c.Replicas,
-		MaxQueuedRuns:      c.MaxQueuedRuns,
-		QueuedRunMaxAge:    c.QueuedRunMaxAge,
-		RunResultTTL:       c.ResultTTL,
-		RunResultsMaxBytes: c.ResultsMaxBytes,
-		MaxRunResultBytes:  c.MaxResultBytes,
+		Replicas:               c.Replicas,
+		MaxQueuedRuns:          c.MaxQueuedRuns,
+		MaxQueuedRunsPerClient: c.MaxQueuedRunsPerClient,
+		QueuedRunMaxAge:        c.QueuedRunMaxAge,
+		RunResultTTL:           c.ResultTTL,
+		RunResultsMaxBytes:     c.ResultsMaxBytes,
+		MaxRunResultBytes:      c.MaxResultBytes,
 	}
 }
 
