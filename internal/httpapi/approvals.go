@@ -1,0 +1,123 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/client"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Approval is one pending approval request as GET /v1/approvals lists
+// it: the exact arguments the call runs with if approved (the model's,
+// untrusted), the digest a decision is bound to, the run and its agent,
+// and the deadline.
+type Approval struct {
+	RunID     protocol.RunID    `json:"run_id"`
+	CallKey   protocol.CallKey  `json:"call_key"`
+	CallID    protocol.CallID   `json:"call_id,omitempty"`
+	Round     int               `json:"round"`
+	Tool      protocol.ToolName `json:"tool"`
+	Arguments json.RawMessage   `json:"arguments"`
+	Digest    string            `json:"digest"`
+	Agent     string            `json:"agent,omitempty"`
+	Deadline  time.Time         `json:"deadline"`
+	Sequence  uint64            `json:"sequence"`
+}
+
+// DecisionRequest is the body of POST /v1/approvals/{run}/{key}.
+type DecisionRequest struct {
+	// Decision is "approve" or "deny".
+	Decision string `json:"decision"`
+	// Reason says why; required to deny. It reaches the model.
+	Reason string `json:"reason,omitempty"`
+}
+
+// DecisionResult is the answer of POST /v1/approvals/{run}/{key}: the
+// outcome the run's coordinator recorded, and who decided (the session's
+// NATS user).
+type DecisionResult struct {
+	RunID    protocol.RunID   `json:"run_id"`
+	CallKey  protocol.CallKey `json:"call_key"`
+	Outcome  string           `json:"outcome"`
+	Approver string           `json:"approver"`
+}
+
+func (s *Server) listApprovals(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
+	reqs, err := ss.cl.Approvals(ctx, 0)
+	if err != nil {
+		s.fail(w, r, fromNATS(ctx, err), err)
+		return
+	}
+	agents := map[protocol.RunID]string{}
+	out := make([]Approval, 0, len(reqs))
+	for _, q := range reqs {
+		agent, ok := agents[q.RunID]
+		if !ok {
+			if recs, err := natsbus.ReadJournal(ctx, ss.js, s.subjects, q.RunID); err == nil && len(recs) > 0 {
+				agent = summary(q.RunID, recs).Agent
+			}
+			agents[q.RunID] = agent
+		}
+		out = append(out, Approval{RunID: q.RunID, CallKey: q.CallKey, CallID: q.CallID, Round: q.Round, Tool: q.Tool,
+			Arguments: q.Arguments, Digest: q.Digest, Agent: agent, Deadline: q.Deadline, Sequence: q.Sequence})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": out})
+}
+
+func (s *Server) decide(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
+	run, e := runID(r, "run")
+	if e != nil {
+		s.fail(w, r, e, nil)
+		return
+	}
+	key := protocol.CallKey(r.PathValue("key"))
+	if !protocol.ValidToken(string(key)) {
+		s.fail(w, r, badField("key", "the call key must match "+protocol.TokenPattern), nil)
+		return
+	}
+	var in DecisionRequest
+	if e := decodeBody(w, r, 16<<10, &in); e != nil {
+		s.fail(w, r, e, nil)
+		return
+	}
+	if in.Decision != "approve" && in.Decision != "deny" {
+		s.fail(w, r, badField("decision", `decision must be "approve" or "deny"`), nil)
+		return
+	}
+	if e := checkText("reason", in.Reason, maxReasonRunes, in.Decision == "deny"); e != nil {
+		s.fail(w, r, e, nil)
+		return
+	}
+	req := client.ApprovalRequest{RunID: run, CallKey: key}
+	d := client.Decision{Approver: ss.user, Reason: in.Reason}
+	var outcome string
+	var err error
+	if in.Decision == "approve" {
+		outcome, err = ss.cl.Approve(ctx, req, d)
+	} else {
+		outcome, err = ss.cl.Deny(ctx, req, d)
+	}
+	switch {
+	case errors.Is(err, client.ErrNoApprovalRequest):
+		s.fail(w, r, errorf(http.StatusNotFound, CodeNotFound, "no approval request for this call"), nil)
+		return
+	case errors.Is(err, client.ErrApprovalExpired):
+		s.fail(w, r, errorf(http.StatusConflict, CodeConflict, "the request expired; the call did not run"), nil)
+		return
+	case errors.Is(err, client.ErrApprovalSettled):
+		s.fail(w, r, errorf(http.StatusConflict, CodeConflict, "the request was already decided"), nil)
+		return
+	case errors.Is(err, client.ErrNoOutcome):
+		writeJSON(w, http.StatusAccepted, DecisionResult{RunID: run, CallKey: key, Outcome: "pending", Approver: ss.user})
+		return
+	case err != nil:
+		s.fail(w, r, fromNATS(ctx, err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, DecisionResult{RunID: run, CallKey: key, Outcome: outcome, Approver: ss.user})
+}

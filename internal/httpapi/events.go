@@ -1,0 +1,326 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/client"
+	"github.com/toolfleet/toolfleet/pkg/loop"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
+)
+
+// Kinds of Event, in the order a run's journal has them.
+const (
+	EventQueued            = "queued"             // the serving coordinator took the request (its limits, client, agent)
+	EventStarted           = "started"            // a coordinator took the run (Owner), first or after another
+	EventModel             = "model"              // the model answered a round (Content, ToolCalls)
+	EventApprovalRequested = "approval_requested" // calls wait for a human (Calls, Deadline)
+	EventApprovalDecided   = "approval_decided"   // the gate settled one call (Calls[0])
+	EventDispatched        = "dispatched"         // calls went to the workers (Calls with deadlines)
+	EventAnswered          = "answered"           // every call of the round is answered (Calls: outcome, observation, worker, duration)
+	EventProgress          = "progress"           // a running call's tool said what it does (Progress); no id
+	EventFinished          = "finished"           // the run ended (Termination, Answer)
+)
+
+// streamWriteTimeout bounds one write to a stream's connection: a viewer
+// that stops reading is dropped, never waited for.
+const streamWriteTimeout = 30 * time.Second
+
+// Event is one event of GET /v1/runs/{id}/events: the data of one
+// server-sent event, whose "event" field is Kind and whose "id" is the
+// journal entry's sequence (none for progress).
+type Event struct {
+	Kind        string                 `json:"kind"`
+	Seq         uint64                 `json:"seq,omitempty"`
+	At          time.Time              `json:"at"`
+	Round       int                    `json:"round,omitempty"`
+	Owner       string                 `json:"owner,omitempty"`
+	Content     string                 `json:"content,omitempty"`
+	ToolCalls   []EventToolCall        `json:"tool_calls,omitempty"`
+	Calls       []EventCall            `json:"calls,omitempty"`
+	Deadline    time.Time              `json:"deadline,omitzero"`
+	Progress    *protocol.Progress     `json:"progress,omitempty"`
+	Termination loop.TerminationReason `json:"termination,omitempty"`
+	Answer      string                 `json:"answer,omitempty"`
+}
+
+// EventToolCall is one call a model step asked for: its id and tool.
+type EventToolCall struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// EventCall is one call in an event: dispatched, waiting, decided or
+// answered.
+type EventCall struct {
+	CallKey     protocol.CallKey `json:"call_key,omitempty"`
+	Tool        string           `json:"tool,omitempty"`
+	Deadline    time.Time        `json:"deadline,omitzero"`
+	GateResult  string           `json:"gate_result,omitempty"`
+	Outcome     protocol.Outcome `json:"outcome,omitempty"`
+	Observation string           `json:"observation,omitempty"`
+	Worker      string           `json:"worker,omitempty"`
+	DurationMS  int64            `json:"duration_ms,omitempty"`
+}
+
+// journalEvent is the event of one journal record, or false for a record
+// no viewer needs (the run's secret seed, the tools offered).
+func journalEvent(rec natsbus.JournalRecord, tools map[protocol.CallKey]string) (Event, bool) {
+	e := rec.Entry
+	ev := Event{Seq: rec.Seq, At: rec.Time, Round: e.Round}
+	calls := func(cs []loop.JournaledCall) []EventCall {
+		out := make([]EventCall, len(cs))
+		for i, c := range cs {
+			tools[c.CallKey] = c.Tool
+			out[i] = EventCall{CallKey: c.CallKey, Tool: c.Tool, Deadline: c.Deadline}
+		}
+		return out
+	}
+	switch e.Kind {
+	case natsbus.EntryRequest:
+		ev.Kind = EventQueued
+	case natsbus.EntryOwner:
+		ev.Kind, ev.Owner = EventStarted, e.Owner
+	case loop.EntryModel:
+		ev.Kind = EventModel
+		if e.Response != nil {
+			ev.Content = e.Response.Message.Content
+			for _, tc := range e.Response.Message.ToolCalls {
+				ev.ToolCalls = append(ev.ToolCalls, EventToolCall{ID: tc.ID, Name: tc.Function.Name})
+			}
+		}
+	case loop.EntryApprovalRequested:
+		ev.Kind, ev.Calls, ev.Deadline = EventApprovalRequested, calls(e.Calls), e.Deadline
+	case loop.EntryApprovalDecided:
+		ev.Kind = EventApprovalDecided
+		if d := e.Decision; d != nil {
+			ev.Calls = []EventCall{{CallKey: d.CallKey, Tool: tools[d.CallKey], GateResult: d.GateResult, Outcome: d.Outcome}}
+		}
+	case loop.EntryDispatched:
+		ev.Kind, ev.Calls = EventDispatched, calls(e.Calls)
+	case loop.EntryObserved:
+		ev.Kind = EventAnswered
+		for _, o := range e.Observations {
+			ev.Calls = append(ev.Calls, EventCall{CallKey: o.CallKey, Tool: tools[o.CallKey], Outcome: o.Outcome,
+				Observation: o.Content, Worker: o.Worker, DurationMS: o.DurationMS})
+		}
+	case loop.EntryFinished:
+		ev.Kind, ev.Termination, ev.Answer = EventFinished, e.Termination, e.Answer
+	default:
+		return Event{}, false
+	}
+	return ev, true
+}
+
+// errBehind ends a stream whose viewer fell StreamBuffer events behind.
+var errBehind = errors.New("the viewer fell behind")
+
+// events streams run's events as server-sent events: from the journal
+// for a user who reads it (every event after Last-Event-ID, then each as
+// it is stored, until the run finishes), else — a client — its run's
+// progress and its result.
+func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
+	run, e := runID(r, "id")
+	if e != nil {
+		s.fail(w, r, e, nil)
+		return
+	}
+	var after uint64
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			s.fail(w, r, badField("Last-Event-ID", "Last-Event-ID must be an event id this stream sent (a number)"), nil)
+			return
+		}
+		after = n
+	}
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		s.fail(w, r, errorf(http.StatusServiceUnavailable, CodeUnavailable, "too many event streams open; try again later"), nil)
+		return
+	}
+	if _, ok := w.(http.Flusher); !ok {
+		s.fail(w, r, errorf(http.StatusInternalServerError, CodeInternal, "internal error"), nil)
+		return
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	out := make(chan Event, s.cfg.StreamBuffer)
+	send := func(ev Event) bool {
+		select {
+		case out <- ev:
+			return true
+		default:
+			cancel(errBehind)
+			return false
+		}
+	}
+	// The journal, if this user reads it; the probe's refusal ends the
+	// probe, and a client then gets its own run's progress and result.
+	probe, endProbe := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	watch, err := natsbus.WatchJournal(probe, ss.js, s.subjects, run)
+	endProbe()
+	done := make(chan struct{})
+	switch {
+	case err == nil:
+		go func() {
+			defer close(done)
+			defer watch.Stop()
+			s.followJournal(ctx, watch, after, send)
+		}()
+	case fromNATS(ctx, err) == forbidden || errors.Is(context.Cause(ctx), errRefused):
+		// the refusal cancelled ctx: streams go on with a context of their own
+		ctx, cancel = context.WithCancelCause(context.WithoutCancel(r.Context()))
+		defer cancel(nil)
+		stop := context.AfterFunc(r.Context(), func() { cancel(r.Context().Err()) })
+		defer stop()
+		if e := s.followResult(ctx, ss, run, send, done); e != nil {
+			s.fail(w, r, e, nil)
+			return
+		}
+	default:
+		s.fail(w, r, fromNATS(ctx, err), err)
+		return
+	}
+	defer func() { cancel(nil); <-done }()
+	s.writeEvents(ctx, w, out, done)
+}
+
+// followJournal sends each journal event after seq after, until the run
+// finishes or ctx ends.
+func (s *Server) followJournal(ctx context.Context, watch *natsbus.JournalWatch, after uint64, send func(Event) bool) {
+	tools := map[protocol.CallKey]string{}
+	for {
+		rec, err := watch.Next(ctx)
+		if err != nil {
+			return
+		}
+		ev, ok := journalEvent(rec, tools)
+		if !ok || rec.Seq <= after {
+			continue
+		}
+		if !send(ev) || ev.Kind == EventFinished {
+			return
+		}
+	}
+}
+
+// followResult sends a client's run's progress and, once stored, its
+// result as the finished event (its id the word "result"), then ends.
+func (s *Server) followResult(ctx context.Context, ss *session, run protocol.RunID, send func(Event) bool, done chan struct{}) *apiError {
+	progressSubject, err := s.subjects.ClientRunProgress(ss.user, run)
+	if err != nil {
+		return badField("id", "the run id does not make a subject")
+	}
+	resultSubject, err := s.subjects.ClientRunResult(ss.user, run)
+	if err != nil {
+		return badField("id", "the run id does not make a subject")
+	}
+	msgs := make(chan *nats.Msg, s.cfg.StreamBuffer)
+	sub, err := ss.nc.ChanSubscribe(progressSubject, msgs)
+	if err != nil {
+		return fromNATS(ctx, err)
+	}
+	results := make(chan *protocol.RunResult, 1)
+	go func() {
+		res, _ := ss.cl.Wait(ctx, client.Run{ID: run, Key: protocol.RunKey(ss.user, run), Subject: resultSubject})
+		results <- res
+	}()
+	go func() {
+		defer close(done)
+		defer sub.Unsubscribe()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-msgs:
+				p, err := protocol.DecodeProgress(m.Data, protocol.MaxProgressBytes*4)
+				if err != nil || p.RunID != run {
+					continue
+				}
+				if !send(Event{Kind: EventProgress, At: s.cfg.Now().UTC(), Progress: &p}) {
+					return
+				}
+			case res := <-results:
+				if res != nil {
+					send(Event{Kind: EventFinished, At: res.FinishedAt, Termination: loop.TerminationReason(res.TerminationReason), Answer: res.Answer})
+				}
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// writeEvents writes the events of out to w as they come, a heartbeat
+// comment between them, until the producer is done (then the stream
+// ends), ctx ends, or a write fails or takes too long.
+func (s *Server) writeEvents(ctx context.Context, w http.ResponseWriter, out chan Event, done chan struct{}) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write([]byte(": stream of run events\n\n")) {
+		return
+	}
+	beat := time.NewTicker(s.cfg.Heartbeat)
+	defer beat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-beat.C:
+			if !write([]byte(": heartbeat\n\n")) {
+				return
+			}
+		case ev := <-out:
+			if !write(sse(ev)) {
+				return
+			}
+		case <-done:
+			for {
+				select {
+				case ev := <-out:
+					if !write(sse(ev)) {
+						return
+					}
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// sse is ev as one server-sent event.
+func sse(ev Event) []byte {
+	data, _ := json.Marshal(ev)
+	b := fmt.Appendf(nil, "event: %s\n", ev.Kind)
+	switch {
+	case ev.Seq > 0:
+		b = fmt.Appendf(b, "id: %d\n", ev.Seq)
+	case ev.Kind == EventFinished:
+		b = append(b, "id: result\n"...)
+	}
+	b = append(b, "data: "...)
+	b = append(b, data...)
+	return append(b, "\n\n"...)
+}
