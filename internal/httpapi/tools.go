@@ -12,14 +12,26 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// Tool is one tool of GET /v1/tools: its catalog spec, the live workers
-// serving it, whether it is paused and its fleet-wide rate limit.
+// Tool is one tool of GET /v1/tools, as its live workers describe it
+// (NATS micro discovery): its flags and timeout, the workers serving it
+// with their schema digests, whether it is paused and its fleet-wide rate
+// limit.
 type Tool struct {
-	Spec        protocol.ToolSpec   `json:"spec"`
-	Workers     []string            `json:"workers"`
-	Paused      bool                `json:"paused"`
-	PausedUntil time.Time           `json:"paused_until,omitzero"`
-	Limit       *protocol.RateLimit `json:"limit,omitempty"`
+	Name             protocol.ToolName   `json:"name"`
+	Workers          []ToolWorker        `json:"workers"`
+	TimeoutMS        int64               `json:"timeout_ms,omitempty"`
+	Idempotent       bool                `json:"idempotent"`
+	RequiresApproval bool                `json:"requires_approval"`
+	Paused           bool                `json:"paused"`
+	PausedUntil      time.Time           `json:"paused_until,omitzero"`
+	Limit            *protocol.RateLimit `json:"limit,omitempty"`
+}
+
+// ToolWorker is one live worker serving a tool, with the digest of the
+// schema it validates the tool's arguments against.
+type ToolWorker struct {
+	Name         string `json:"name"`
+	SchemaDigest string `json:"schema_digest"`
 }
 
 // PauseRequest is the body of POST /v1/tools/{tool}/pause.
@@ -55,35 +67,35 @@ func toolName(r *http.Request) (protocol.ToolName, *apiError) {
 }
 
 func (s *Server) listTools(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
-	specs, err := ss.cl.Catalog(ctx)
+	found, err := discovery.Discover(ctx, ss.nc, s.subjects, discovery.DiscoverConfig{})
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
 	}
-	workers := map[protocol.ToolName][]string{}
-	if found, err := discovery.Discover(ctx, ss.nc, s.subjects, discovery.DiscoverConfig{}); err == nil {
-		for _, wk := range found {
-			for _, t := range wk.Tools {
-				workers[t.Name] = append(workers[t.Name], wk.Name)
+	byName := map[protocol.ToolName]*Tool{}
+	for _, wk := range found {
+		for _, t := range wk.Tools {
+			tool := byName[t.Name]
+			if tool == nil {
+				tool = &Tool{Name: t.Name, TimeoutMS: t.Timeout.Milliseconds(), Idempotent: t.Idempotent, RequiresApproval: t.RequiresApproval}
+				byName[t.Name] = tool
 			}
+			tool.Workers = append(tool.Workers, ToolWorker{Name: wk.Name, SchemaDigest: t.SchemaDigest})
 		}
 	}
 	tt := natsbus.NewToolTraffic(ss.js, s.subjects)
-	out := make([]Tool, 0, len(specs))
-	for _, spec := range specs {
-		t := Tool{Spec: spec, Workers: workers[spec.Name]}
-		if t.Workers == nil {
-			t.Workers = []string{}
-		}
-		slices.Sort(t.Workers)
-		if p, err := tt.PauseState(ctx, spec.Name); err == nil {
+	out := make([]Tool, 0, len(byName))
+	for _, t := range byName {
+		slices.SortFunc(t.Workers, func(a, b ToolWorker) int { return cmpString(a.Name, b.Name) })
+		if p, err := tt.PauseState(ctx, t.Name); err == nil {
 			t.Paused, t.PausedUntil = p.Paused, p.Until
 		}
-		if lim, set, err := tt.Limit(ctx, spec.Name); err == nil && set {
+		if lim, set, err := tt.Limit(ctx, t.Name); err == nil && set {
 			t.Limit = &lim
 		}
-		out = append(out, t)
+		out = append(out, *t)
 	}
+	slices.SortFunc(out, func(a, b Tool) int { return cmpString(string(a.Name), string(b.Name)) })
 	writeJSON(w, http.StatusOK, map[string]any{"tools": out})
 }
 

@@ -1,0 +1,423 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/httpapi"
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/testsync"
+	"github.com/toolfleet/toolfleet/pkg/fleettest"
+	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/model/scripted"
+	"github.com/toolfleet/toolfleet/pkg/serve"
+	"github.com/toolfleet/toolfleet/pkg/tool"
+)
+
+type addArgs struct {
+	A int `json:"a"`
+	B int `json:"b"`
+}
+
+var (
+	add = tool.Must(tool.New(tool.Config{Name: "add", Idempotent: true},
+		func(_ context.Context, a addArgs) (int, error) { return a.A + a.B, nil }))
+	refund = tool.Must(tool.New(tool.Config{Name: "refund", RequiresApproval: true},
+		func(_ context.Context, a addArgs) (string, error) { return "refunded", nil }))
+)
+
+// script: round 1 adds and asks to refund (which waits for a human),
+// round 2 answers.
+const script = `{"turns": [
+	{"tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}},
+	                {"id": "c2", "name": "refund", "arguments": {"a": 1, "b": 1}}]},
+	{"content": "sum {{result \"c1\"}}, refund {{result \"c2\"}}"}]}`
+
+// api is a fleet (a server from the shipped accounts, a serving
+// coordinator, a worker) and the API served over it.
+type api struct {
+	fleet *fleettest.Fleet
+	srv   *httptest.Server
+	logs  *testsync.Buffer
+}
+
+func startAPI(t *testing.T, cfg httpapi.Config) *api {
+	t.Helper()
+	model, err := scripted.Parse([]byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := fleettest.Start(t, fleettest.Config{
+		Tools:  []harness.Tool{add, refund},
+		Listen: true,
+		Serve:  &serve.Config{Model: model, ShutdownGrace: time.Second, PollWait: 100 * time.Millisecond},
+	})
+	u, err := url.Parse(fleet.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = nil
+	natsURL := u.String()
+	logs := &testsync.Buffer{}
+	cfg.Logger = zerolog.New(logs)
+	cfg.Dial = func(ctx context.Context, user, password string, opts ...nats.Option) (*nats.Conn, error) {
+		return natsbus.Connect(ctx, natsbus.ConnConfig{URL: natsURL, User: user, Password: password,
+			InboxPrefix: "_INBOX_" + user, Getenv: func(string) string { return "" }}, opts...)
+	}
+	s, err := httpapi.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() { srv.Close(); s.Close() })
+	return &api{fleet: fleet, srv: srv, logs: logs}
+}
+
+// user is one logged-in browser: a cookie jar and the CSRF token.
+type user struct {
+	t    *testing.T
+	a    *api
+	c    *http.Client
+	csrf string
+}
+
+func (a *api) login(t *testing.T, name string) *user {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	u := &user{t: t, a: a, c: &http.Client{Jar: jar}}
+	var info httpapi.SessionInfo
+	if st := u.do("POST", "/v1/session", nil, map[string]string{"user": name, "password": a.fleet.Password(name)}, &info); st != http.StatusCreated {
+		t.Fatalf("login as %s: status %d", name, st)
+	}
+	u.csrf = info.CSRFToken
+	return u
+}
+
+// do sends a request with the session's CSRF token and a same-origin
+// Origin, decodes the answer into out (if not nil) and returns the status.
+func (u *user) do(method, path string, hdr map[string]string, body any, out any) int {
+	u.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		data, _ := json.Marshal(body)
+		rd = bytes.NewReader(data)
+	}
+	req, _ := http.NewRequestWithContext(u.t.Context(), method, u.a.srv.URL+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", u.a.srv.URL)
+	if u.csrf != "" {
+		req.Header.Set(httpapi.CSRFHeader, u.csrf)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := u.c.Do(req)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(data, out); err != nil {
+			u.t.Fatalf("%s %s: %v: %s", method, path, err, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+// stream reads a run's events until stop says so or the stream ends,
+// starting after lastID ("" for the start).
+func (u *user) stream(run, lastID string, stop func(ev sseEvent) bool) []sseEvent {
+	u.t.Helper()
+	ctx, cancel := context.WithTimeout(u.t.Context(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", u.a.srv.URL+"/v1/runs/"+run+"/events", nil)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := u.c.Do(req)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		u.t.Fatalf("events: status %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var evs []sseEvent
+	var cur sseEvent
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			cur.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			cur.kind = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			if err := json.Unmarshal([]byte(line[6:]), &cur.data); err != nil {
+				u.t.Fatalf("event data: %v", err)
+			}
+		case line == "" && cur.kind != "":
+			evs = append(evs, cur)
+			if stop != nil && stop(cur) {
+				return evs
+			}
+			cur = sseEvent{}
+		}
+	}
+	return evs
+}
+
+type sseEvent struct {
+	id, kind string
+	data     httpapi.Event
+}
+
+// TestIdempotentSubmitAndResumedStream: two POSTs with one
+// Idempotency-Key give one run (201, then 200 with the same id); the
+// operator's stream of its events, cut after the approval request and
+// resumed with Last-Event-ID after the approval, holds every event of a
+// full stream read after the run ended, none missed and none twice.
+func TestIdempotentSubmitAndResumedStream(t *testing.T) {
+	a := startAPI(t, httpapi.Config{})
+	cl := a.login(t, "client")
+	op := a.login(t, "operator")
+
+	var first, second httpapi.Submitted
+	hdr := map[string]string{httpapi.IdempotencyKeyHeader: "order-42"}
+	if st := cl.do("POST", "/v1/runs", hdr, map[string]any{"prompt": "refund order 42"}, &first); st != http.StatusCreated {
+		t.Fatalf("first POST: status %d, want 201", st)
+	}
+	if st := cl.do("POST", "/v1/runs", hdr, map[string]any{"prompt": "refund order 42"}, &second); st != http.StatusOK {
+		t.Fatalf("second POST: status %d, want 200", st)
+	}
+	if first.RunID != second.RunID || !second.Duplicate {
+		t.Fatalf("runs %s and %s (duplicate %v), want one run", first.RunID, second.RunID, second.Duplicate)
+	}
+	run := string(first.RunID)
+
+	head := op.stream(run, "", func(ev sseEvent) bool { return ev.kind == httpapi.EventApprovalRequested })
+	testsync.WaitUntil(t, 30*time.Second, "the approval request is stored", func() bool {
+		var l struct{ Approvals []httpapi.Approval }
+		return op.do("GET", "/v1/approvals", nil, nil, &l) == http.StatusOK && len(l.Approvals) == 1
+	})
+	last := head[len(head)-1]
+	if last.kind != httpapi.EventApprovalRequested || len(last.data.Calls) != 1 || last.data.Calls[0].Tool != "refund" {
+		t.Fatalf("the stream's last event is %+v, want the refund's approval request", last)
+	}
+	var dec httpapi.DecisionResult
+	key := string(last.data.Calls[0].CallKey)
+	if st := op.do("POST", "/v1/approvals/"+run+"/"+key, nil, map[string]string{"decision": "approve"}, &dec); st != http.StatusOK || dec.Outcome != "approved" || dec.Approver != "operator" {
+		t.Fatalf("approve: status %d %+v, want 200 approved by operator", st, dec)
+	}
+	tail := op.stream(run, last.id, nil)
+	if k := tail[len(tail)-1].kind; k != httpapi.EventFinished {
+		t.Fatalf("the resumed stream ends with %s, want finished", k)
+	}
+	full := op.stream(run, "", nil)
+	got := append(append([]sseEvent{}, head...), tail...)
+	if len(got) != len(full) {
+		t.Fatalf("head %d + tail %d events, a full stream %d", len(head), len(tail), len(full))
+	}
+	for i := range full {
+		if got[i].id != full[i].id || got[i].kind != full[i].kind {
+			t.Fatalf("event %d: %s %s, a full stream has %s %s", i, got[i].id, got[i].kind, full[i].id, full[i].kind)
+		}
+	}
+	if a := full[len(full)-1].data.Answer; a != "sum 5, refund refunded" {
+		t.Fatalf("answer %q", a)
+	}
+	// the client reads its run's result
+	var r httpapi.Run
+	if st := cl.do("GET", "/v1/runs/"+run, nil, nil, &r); st != http.StatusOK || r.Result == nil || r.Result.Answer != "sum 5, refund refunded" {
+		t.Fatalf("client GET run: status %d %+v", st, r.Result)
+	}
+	// and the operator the journal's state as well
+	if st := op.do("GET", "/v1/runs/"+run, nil, nil, &r); st != http.StatusOK || r.State == nil || r.State.Client != "client" || r.Result == nil {
+		t.Fatalf("operator GET run: status %d state %+v", st, r.State)
+	}
+}
+
+// TestEachRoleAsNATSPermits: a client submits and reads its own run, and
+// may not approve, cancel, list runs or pause a tool; the operator may
+// list, cancel and pause, and may not submit. Every refusal is NATS's
+// (403).
+func TestEachRoleAsNATSPermits(t *testing.T) {
+	a := startAPI(t, httpapi.Config{})
+	cl := a.login(t, "client")
+	op := a.login(t, "operator")
+	var sub httpapi.Submitted
+	if st := cl.do("POST", "/v1/runs", nil, map[string]any{"prompt": "hi"}, &sub); st != http.StatusCreated {
+		t.Fatalf("client submit: %d", st)
+	}
+	run := string(sub.RunID)
+	testsync.WaitUntil(t, 30*time.Second, "the refund waits for approval", func() bool {
+		var l struct{ Approvals []httpapi.Approval }
+		return op.do("GET", "/v1/approvals", nil, nil, &l) == http.StatusOK && len(l.Approvals) == 1
+	})
+	var l struct{ Approvals []httpapi.Approval }
+	op.do("GET", "/v1/approvals", nil, nil, &l)
+	ap := l.Approvals[0]
+	var args bytes.Buffer
+	_ = json.Compact(&args, ap.Arguments)
+	if ap.Tool != "refund" || args.String() != `{"a":1,"b":1}` || ap.Digest == "" || ap.RunID != sub.RunID {
+		t.Fatalf("approval %+v", ap)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		who                *user
+		body               any
+		want               int
+	}{
+		{"client approves", "POST", "/v1/approvals/" + run + "/" + string(ap.CallKey), cl, map[string]string{"decision": "approve"}, http.StatusForbidden},
+		{"client lists approvals", "GET", "/v1/approvals", cl, nil, http.StatusForbidden},
+		{"client cancels", "POST", "/v1/runs/" + run + "/cancel", cl, map[string]string{"reason": "mine"}, http.StatusForbidden},
+		{"client pauses a tool", "POST", "/v1/tools/add/pause", cl, map[string]string{"reason": "x"}, http.StatusForbidden},
+		{"client lists runs", "GET", "/v1/runs", cl, nil, http.StatusForbidden},
+		{"operator submits", "POST", "/v1/runs", op, map[string]any{"prompt": "hi"}, http.StatusForbidden},
+		{"operator lists runs", "GET", "/v1/runs?client=client", op, nil, http.StatusOK},
+		{"operator lists tools", "GET", "/v1/tools", op, nil, http.StatusOK},
+		{"operator pauses a tool", "POST", "/v1/tools/add/pause", op, map[string]string{"reason": "maintenance"}, http.StatusOK},
+		{"operator resumes it", "POST", "/v1/tools/add/resume", op, map[string]string{"reason": "done"}, http.StatusOK},
+		{"operator denies", "POST", "/v1/approvals/" + run + "/" + string(ap.CallKey), op, map[string]string{"decision": "deny", "reason": "not today"}, http.StatusOK},
+		{"operator cancels", "POST", "/v1/runs/" + run + "/cancel", op, map[string]string{"reason": "test"}, http.StatusAccepted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.who.t = t
+			if st := tc.who.do(tc.method, tc.path, nil, tc.body, nil); st != tc.want {
+				t.Fatalf("status %d, want %d", st, tc.want)
+			}
+		})
+	}
+}
+
+// TestRefusedRequests: no session, a cross-site POST, a missing CSRF
+// token, hostile bodies and a bad password each get a clear JSON error,
+// and the canary password never reaches a response or a log line.
+func TestRefusedRequests(t *testing.T) {
+	a := startAPI(t, httpapi.Config{MaxBodyBytes: 4 << 10})
+	cl := a.login(t, "client")
+	anon := &user{t: t, a: a, c: &http.Client{}}
+	const canary = "canary-Pw-7f3a9"
+	crossSite := &user{t: t, a: a, c: cl.c, csrf: cl.csrf}
+	for _, tc := range []struct {
+		name     string
+		u        *user
+		method   string
+		path     string
+		hdr      map[string]string
+		body     any
+		want     int
+		wantCode string
+	}{
+		{"no session", anon, "GET", "/v1/runs/x", nil, nil, 401, httpapi.CodeUnauthenticated},
+		{"no session POST", anon, "POST", "/v1/runs", nil, map[string]any{"prompt": "x"}, 401, httpapi.CodeUnauthenticated},
+		{"cross-site Origin", crossSite, "POST", "/v1/runs", map[string]string{"Origin": "https://evil.example"}, map[string]any{"prompt": "x"}, 403, httpapi.CodeCrossSite},
+		{"cross-site fetch", crossSite, "POST", "/v1/runs", map[string]string{"Sec-Fetch-Site": "cross-site"}, map[string]any{"prompt": "x"}, 403, httpapi.CodeCrossSite},
+		{"no CSRF token", crossSite, "POST", "/v1/runs", map[string]string{httpapi.CSRFHeader: "wrong"}, map[string]any{"prompt": "x"}, 403, httpapi.CodeCrossSite},
+		{"huge body", cl, "POST", "/v1/runs", nil, map[string]any{"prompt": strings.Repeat("x", 8<<10)}, 413, httpapi.CodeTooLarge},
+		{"unknown field", cl, "POST", "/v1/runs", nil, map[string]any{"prompt": "x", "sudo": true}, 400, httpapi.CodeBadRequest},
+		{"bad JSON", cl, "POST", "/v1/runs", nil, json.RawMessage(`{"prompt": `), 400, httpapi.CodeBadRequest},
+		{"control characters in a reason", cl, "POST", "/v1/approvals/r1/k1", nil, map[string]string{"decision": "deny", "reason": "ok\n\x1b[2J"}, 400, httpapi.CodeBadRequest},
+		{"bad idempotency key", cl, "POST", "/v1/runs", map[string]string{httpapi.IdempotencyKeyHeader: "a.b"}, map[string]any{"prompt": "x"}, 400, httpapi.CodeBadRequest},
+		{"wrong password", anon, "POST", "/v1/session", nil, map[string]string{"user": "operator", "password": canary}, 401, httpapi.CodeUnauthenticated},
+		{"Basic with a wrong password", anon, "GET", "/v1/tools", map[string]string{"Authorization": basic("operator", canary)}, nil, 401, httpapi.CodeUnauthenticated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.u.t = t
+			var rd io.Reader
+			if raw, ok := tc.body.(json.RawMessage); ok {
+				rd = bytes.NewReader(raw)
+			} else if tc.body != nil {
+				data, _ := json.Marshal(tc.body)
+				rd = bytes.NewReader(data)
+			}
+			req, _ := http.NewRequestWithContext(t.Context(), tc.method, a.srv.URL+tc.path, rd)
+			req.Header.Set("Origin", a.srv.URL)
+			if tc.u.csrf != "" {
+				req.Header.Set(httpapi.CSRFHeader, tc.u.csrf)
+			}
+			for k, v := range tc.hdr {
+				req.Header.Set(k, v)
+			}
+			resp, err := tc.u.c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			if resp.StatusCode != tc.want || json.Unmarshal(data, &e) != nil || e.Error.Code != tc.wantCode || e.Error.Message == "" {
+				t.Fatalf("status %d %s, want %d with code %s", resp.StatusCode, data, tc.want, tc.wantCode)
+			}
+			if resp.Header.Get("WWW-Authenticate") != "" || resp.Header.Get("Set-Cookie") != "" {
+				t.Fatalf("a refusal set a cookie or asked the browser for credentials: %v", resp.Header)
+			}
+			if bytes.Contains(data, []byte(canary)) {
+				t.Fatalf("the response quotes the password: %s", data)
+			}
+		})
+	}
+	if strings.Contains(a.logs.String(), canary) || strings.Contains(a.logs.String(), a.fleet.Password("client")) {
+		t.Fatalf("a password reached the log:\n%s", a.logs.String())
+	}
+}
+
+// TestLoginAttemptsBounded: past LoginFailures failed logins of one user,
+// even the right password is refused (429) until the window passes.
+func TestLoginAttemptsBounded(t *testing.T) {
+	a := startAPI(t, httpapi.Config{LoginFailures: 3})
+	anon := &user{t: t, a: a, c: &http.Client{}}
+	for i := range 3 {
+		if st := anon.do("POST", "/v1/session", nil, map[string]string{"user": "operator", "password": fmt.Sprintf("guess-%d", i)}, nil); st != http.StatusUnauthorized {
+			t.Fatalf("guess %d: status %d, want 401", i, st)
+		}
+	}
+	if st := anon.do("POST", "/v1/session", nil, map[string]string{"user": "operator", "password": a.fleet.Password("operator")}, nil); st != http.StatusTooManyRequests {
+		t.Fatalf("the right password after 3 failures: status %d, want 429", st)
+	}
+}
+
+// TestBasicAuth: a program with Authorization: Basic submits and reads a
+// run with no cookie.
+func TestBasicAuth(t *testing.T) {
+	a := startAPI(t, httpapi.Config{})
+	prog := &user{t: t, a: a, c: &http.Client{}}
+	hdr := map[string]string{"Authorization": basic("client", a.fleet.Password("client")), "Origin": ""}
+	var sub httpapi.Submitted
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", a.srv.URL+"/v1/runs", strings.NewReader(`{"prompt": "hi"}`))
+	req.Header.Set("Authorization", hdr["Authorization"])
+	resp, err := prog.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get("Set-Cookie") != "" {
+		t.Fatalf("status %d, Set-Cookie %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&sub); err != nil || !sub.RunID.Valid() {
+		t.Fatalf("%+v %v", sub, err)
+	}
+}
+
+func basic(user, password string) string {
+	r, _ := http.NewRequest("GET", "/", nil)
+	r.SetBasicAuth(user, password)
+	return r.Header.Get("Authorization")
+}
