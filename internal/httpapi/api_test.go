@@ -205,6 +205,7 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	if st := cl.do("POST", "/v1/runs", hdr, map[string]any{"prompt": "refund order 42"}, &second); st != http.StatusOK {
 		t.Fatalf("second POST: status %d, want 200", st)
 	}
+	validate(t, "Submitted", second)
 	if first.RunID != second.RunID || !second.Duplicate {
 		t.Fatalf("runs %s and %s (duplicate %v), want one run", first.RunID, second.RunID, second.Duplicate)
 	}
@@ -212,7 +213,9 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 
 	head := op.stream(run, "", func(ev sseEvent) bool { return ev.kind == httpapi.EventApprovalRequested })
 	testsync.WaitUntil(t, 30*time.Second, "the approval request is stored", func() bool {
-		var l struct{ Approvals []httpapi.Approval }
+		var l struct {
+			Approvals []httpapi.Approval `json:"approvals"`
+		}
 		return op.do("GET", "/v1/approvals", nil, nil, &l) == http.StatusOK && len(l.Approvals) == 1
 	})
 	last := head[len(head)-1]
@@ -237,6 +240,9 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 		if got[i].id != full[i].id || got[i].kind != full[i].kind {
 			t.Fatalf("event %d: %s %s, a full stream has %s %s", i, got[i].id, got[i].kind, full[i].id, full[i].kind)
 		}
+	}
+	for _, ev := range full {
+		validate(t, "Event", ev.data)
 	}
 	if a := full[len(full)-1].data.Answer; a != "sum 5, refund refunded" {
 		t.Fatalf("answer %q", a)
@@ -266,11 +272,23 @@ func TestEachRoleAsNATSPermits(t *testing.T) {
 	}
 	run := string(sub.RunID)
 	testsync.WaitUntil(t, 30*time.Second, "the refund waits for approval", func() bool {
-		var l struct{ Approvals []httpapi.Approval }
+		var l struct {
+			Approvals []httpapi.Approval `json:"approvals"`
+		}
 		return op.do("GET", "/v1/approvals", nil, nil, &l) == http.StatusOK && len(l.Approvals) == 1
 	})
-	var l struct{ Approvals []httpapi.Approval }
+	var l struct {
+		Approvals []httpapi.Approval `json:"approvals"`
+	}
 	op.do("GET", "/v1/approvals", nil, nil, &l)
+	validate(t, "ApprovalList", l)
+	var tools struct {
+		Tools []httpapi.Tool `json:"tools"`
+	}
+	if st := op.do("GET", "/v1/tools", nil, nil, &tools); st != http.StatusOK || len(tools.Tools) != 2 || len(tools.Tools[0].Workers) != 1 {
+		t.Fatalf("tools: status %d %+v, want add and refund, each on one worker", st, tools.Tools)
+	}
+	validate(t, "ToolList", tools)
 	ap := l.Approvals[0]
 	var args bytes.Buffer
 	_ = json.Compact(&args, ap.Arguments)
