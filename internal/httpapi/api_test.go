@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/httpapi"
@@ -74,10 +73,7 @@ func startAPI(t *testing.T, cfg httpapi.Config) *api {
 	natsURL := u.String()
 	logs := &testsync.Buffer{}
 	cfg.Logger = zerolog.New(logs)
-	cfg.Dial = func(ctx context.Context, user, password string, opts ...nats.Option) (*nats.Conn, error) {
-		return natsbus.Connect(ctx, natsbus.ConnConfig{URL: natsURL, User: user, Password: password,
-			InboxPrefix: "_INBOX_" + user, Getenv: func(string) string { return "" }}, opts...)
-	}
+	cfg.Dial = httpapi.NATSDialer(natsbus.ConnConfig{URL: natsURL})
 	s, err := httpapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +239,14 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	}
 	for _, ev := range full {
 		validate(t, "Event", ev.data)
+	}
+	// Resumed after any event (those a round stores in one message among
+	// them), the stream holds exactly the events after it.
+	for i, ev := range full[:len(full)-1] {
+		rest := op.stream(run, ev.id, nil)
+		if len(rest) != len(full)-i-1 || rest[0].id != full[i+1].id {
+			t.Fatalf("resumed after %s (%s): %d events from %s, want %d from %s", ev.id, ev.kind, len(rest), rest[0].id, len(full)-i-1, full[i+1].id)
+		}
 	}
 	if a := full[len(full)-1].data.Answer; a != "sum 5, refund refunded" {
 		t.Fatalf("answer %q", a)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,11 +36,14 @@ const (
 const streamWriteTimeout = 30 * time.Second
 
 // Event is one event of GET /v1/runs/{id}/events: the data of one
-// server-sent event, whose "event" field is Kind and whose "id" is the
-// journal entry's sequence (none for progress).
+// server-sent event, whose "event" field is Kind and whose "id" is ID.
 type Event struct {
-	Kind        string                 `json:"kind"`
-	Seq         uint64                 `json:"seq,omitempty"`
+	Kind string `json:"kind"`
+	// ID names the event's place in the run's journal: "<seq>.<n>", the
+	// n-th entry (from 0) of the journal message stored at stream
+	// sequence seq (a round's entries may be stored as one message). A
+	// client's finished event has the ID "result"; progress has none.
+	ID          string                 `json:"id,omitempty"`
 	At          time.Time              `json:"at"`
 	Round       int                    `json:"round,omitempty"`
 	Owner       string                 `json:"owner,omitempty"`
@@ -73,9 +77,9 @@ type EventCall struct {
 
 // journalEvent is the event of one journal record, or false for a record
 // no viewer needs (the run's secret seed, the tools offered).
-func journalEvent(rec natsbus.JournalRecord, tools map[protocol.CallKey]string) (Event, bool) {
+func journalEvent(rec natsbus.JournalRecord, at eventID, tools map[protocol.CallKey]string) (Event, bool) {
 	e := rec.Entry
-	ev := Event{Seq: rec.Seq, At: rec.Time, Round: e.Round}
+	ev := Event{ID: at.String(), At: rec.Time, Round: e.Round}
 	calls := func(cs []loop.JournaledCall) []EventCall {
 		out := make([]EventCall, len(cs))
 		for i, c := range cs {
@@ -120,6 +124,34 @@ func journalEvent(rec natsbus.JournalRecord, tools map[protocol.CallKey]string) 
 	return ev, true
 }
 
+// eventID is an event's place in the journal: the n-th entry of the
+// message at stream sequence seq.
+type eventID struct{ seq, n uint64 }
+
+func (id eventID) String() string {
+	return strconv.FormatUint(id.seq, 10) + "." + strconv.FormatUint(id.n, 10)
+}
+
+func (id eventID) after(o eventID) bool { return id.seq > o.seq || (id.seq == o.seq && id.n > o.n) }
+
+// resultID is the ID of a client's finished event.
+const resultID = "result"
+
+// parseEventID reads a Last-Event-ID: "<seq>.<n>", or "result" (the
+// stream already ended: everything is past it).
+func parseEventID(s string) (eventID, bool) {
+	if s == resultID {
+		return eventID{seq: ^uint64(0), n: ^uint64(0)}, true
+	}
+	seq, n, ok := strings.Cut(s, ".")
+	if !ok {
+		return eventID{}, false
+	}
+	a, err1 := strconv.ParseUint(seq, 10, 64)
+	b, err2 := strconv.ParseUint(n, 10, 64)
+	return eventID{a, b}, err1 == nil && err2 == nil
+}
+
 // errBehind ends a stream whose viewer fell StreamBuffer events behind.
 var errBehind = errors.New("the viewer fell behind")
 
@@ -133,14 +165,15 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		s.fail(w, r, e, nil)
 		return
 	}
-	var after uint64
+	var after eventID
+	resumed := false
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			s.fail(w, r, badField("Last-Event-ID", "Last-Event-ID must be an event id this stream sent (a number)"), nil)
+		id, ok := parseEventID(v)
+		if !ok {
+			s.fail(w, r, badField("Last-Event-ID", "Last-Event-ID must be an event id this stream sent"), nil)
 			return
 		}
-		after = n
+		after, resumed = id, true
 	}
 	select {
 	case s.streams <- struct{}{}:
@@ -176,7 +209,7 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		go func() {
 			defer close(done)
 			defer watch.Stop()
-			s.followJournal(ctx, watch, after, send)
+			s.followJournal(ctx, watch, after, resumed, send)
 		}()
 	case fromNATS(ctx, err) == forbidden || errors.Is(context.Cause(ctx), errRefused):
 		// the refusal cancelled ctx: streams go on with a context of their own
@@ -184,7 +217,7 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		defer cancel(nil)
 		stop := context.AfterFunc(r.Context(), func() { cancel(r.Context().Err()) })
 		defer stop()
-		if e := s.followResult(ctx, ss, run, send, done); e != nil {
+		if e := s.followResult(ctx, ss, run, resumed && after.seq == ^uint64(0), send, done); e != nil {
 			s.fail(w, r, e, nil)
 			return
 		}
@@ -198,15 +231,21 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 
 // followJournal sends each journal event after seq after, until the run
 // finishes or ctx ends.
-func (s *Server) followJournal(ctx context.Context, watch *natsbus.JournalWatch, after uint64, send func(Event) bool) {
+func (s *Server) followJournal(ctx context.Context, watch *natsbus.JournalWatch, after eventID, resumed bool, send func(Event) bool) {
 	tools := map[protocol.CallKey]string{}
+	var at eventID
 	for {
 		rec, err := watch.Next(ctx)
 		if err != nil {
 			return
 		}
-		ev, ok := journalEvent(rec, tools)
-		if !ok || rec.Seq <= after {
+		if rec.Seq == at.seq {
+			at.n++
+		} else {
+			at = eventID{seq: rec.Seq}
+		}
+		ev, ok := journalEvent(rec, at, tools)
+		if !ok || (resumed && !at.after(after)) {
 			continue
 		}
 		if !send(ev) || ev.Kind == EventFinished {
@@ -216,8 +255,9 @@ func (s *Server) followJournal(ctx context.Context, watch *natsbus.JournalWatch,
 }
 
 // followResult sends a client's run's progress and, once stored, its
-// result as the finished event (its id the word "result"), then ends.
-func (s *Server) followResult(ctx context.Context, ss *session, run protocol.RunID, send func(Event) bool, done chan struct{}) *apiError {
+// result as the finished event (its id the word "result"; not again when
+// ended is set: the viewer had it), then ends.
+func (s *Server) followResult(ctx context.Context, ss *session, run protocol.RunID, ended bool, send func(Event) bool, done chan struct{}) *apiError {
 	progressSubject, err := s.subjects.ClientRunProgress(ss.user, run)
 	if err != nil {
 		return badField("id", "the run id does not make a subject")
@@ -252,8 +292,8 @@ func (s *Server) followResult(ctx context.Context, ss *session, run protocol.Run
 					return
 				}
 			case res := <-results:
-				if res != nil {
-					send(Event{Kind: EventFinished, At: res.FinishedAt, Termination: loop.TerminationReason(res.TerminationReason), Answer: res.Answer})
+				if res != nil && !ended {
+					send(Event{Kind: EventFinished, ID: resultID, At: res.FinishedAt, Termination: loop.TerminationReason(res.TerminationReason), Answer: res.Answer})
 				}
 				return
 			}
@@ -314,11 +354,8 @@ func (s *Server) writeEvents(ctx context.Context, w http.ResponseWriter, out cha
 func sse(ev Event) []byte {
 	data, _ := json.Marshal(ev)
 	b := fmt.Appendf(nil, "event: %s\n", ev.Kind)
-	switch {
-	case ev.Seq > 0:
-		b = fmt.Appendf(b, "id: %d\n", ev.Seq)
-	case ev.Kind == EventFinished:
-		b = append(b, "id: result\n"...)
+	if ev.ID != "" {
+		b = fmt.Appendf(b, "id: %s\n", ev.ID)
 	}
 	b = append(b, "data: "...)
 	b = append(b, data...)
