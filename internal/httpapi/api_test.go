@@ -443,3 +443,65 @@ func basic(user, password string) string {
 	r.SetBasicAuth(user, password)
 	return r.Header.Get("Authorization")
 }
+
+// TestToolsShowPauseAndQueue: a tool the operator paused through the API
+// shows paused, with the call a run made waiting in its queue; resumed,
+// the call runs and the run finishes. The pause and the resume are in the
+// tool's history, by the operator's NATS user, with their reasons.
+func TestToolsShowPauseAndQueue(t *testing.T) {
+	a := startAPI(t, httpapi.Config{})
+	cl := a.login(t, "client")
+	op := a.login(t, "operator")
+	if st := op.do("POST", "/v1/tools/add/pause", nil, map[string]string{"reason": "maintenance"}, nil); st != http.StatusOK {
+		t.Fatalf("pause: %d", st)
+	}
+	var sub httpapi.Submitted
+	if st := cl.do("POST", "/v1/runs", nil, map[string]any{"prompt": "hi"}, &sub); st != http.StatusCreated {
+		t.Fatalf("submit: %d", st)
+	}
+	var l struct {
+		Approvals []httpapi.Approval `json:"approvals"`
+	}
+	testsync.WaitUntil(t, 30*time.Second, "the refund waits for approval", func() bool {
+		return op.do("GET", "/v1/approvals", nil, nil, &l) == http.StatusOK && len(l.Approvals) == 1
+	})
+	if st := op.do("POST", "/v1/approvals/"+string(sub.RunID)+"/"+string(l.Approvals[0].CallKey), nil, map[string]string{"decision": "deny", "reason": "no"}, nil); st != http.StatusOK {
+		t.Fatalf("deny: %d", st)
+	}
+	add := func() httpapi.Tool {
+		var tools struct {
+			Tools []httpapi.Tool `json:"tools"`
+		}
+		if st := op.do("GET", "/v1/tools", nil, nil, &tools); st != http.StatusOK {
+			t.Fatalf("tools: %d", st)
+		}
+		for _, tl := range tools.Tools {
+			if tl.Name == "add" {
+				return tl
+			}
+		}
+		t.Fatal("no tool add")
+		return httpapi.Tool{}
+	}
+	testsync.WaitUntil(t, 30*time.Second, "the add call waits in the paused tool's queue", func() bool {
+		tl := add()
+		return tl.Paused && tl.Waiting == 1
+	})
+	if st := op.do("POST", "/v1/tools/add/resume", nil, map[string]string{"reason": "done"}, nil); st != http.StatusOK {
+		t.Fatalf("resume: %d", st)
+	}
+	var r httpapi.Run
+	testsync.WaitUntil(t, 30*time.Second, "the run finishes", func() bool {
+		return cl.do("GET", "/v1/runs/"+string(sub.RunID), nil, nil, &r) == http.StatusOK && r.Result != nil
+	})
+	if tl := add(); tl.Paused || tl.Waiting != 0 {
+		t.Fatalf("after the run: %+v", tl)
+	}
+	var h struct {
+		History []struct{ Action, By, Reason string } `json:"history"`
+	}
+	if st := op.do("GET", "/v1/tools/add/history", nil, nil, &h); st != http.StatusOK || len(h.History) != 2 ||
+		h.History[0].By != "operator" || h.History[0].Reason != "maintenance" || h.History[1].Reason != "done" {
+		t.Fatalf("history: %d %+v", st, h.History)
+	}
+}

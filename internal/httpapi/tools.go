@@ -14,14 +14,16 @@ import (
 
 // Tool is one tool of GET /v1/tools, as its live workers describe it
 // (NATS micro discovery): its flags and timeout, the workers serving it
-// with their schema digests, whether it is paused and its fleet-wide rate
-// limit.
+// with their schema digests, its queue (calls waiting for a worker, calls
+// a worker holds), whether it is paused and its fleet-wide rate limit.
 type Tool struct {
 	Name             protocol.ToolName   `json:"name"`
 	Workers          []ToolWorker        `json:"workers"`
 	TimeoutMS        int64               `json:"timeout_ms,omitempty"`
 	Idempotent       bool                `json:"idempotent"`
 	RequiresApproval bool                `json:"requires_approval"`
+	Waiting          uint64              `json:"waiting"`
+	InFlight         int                 `json:"in_flight"`
 	Paused           bool                `json:"paused"`
 	PausedUntil      time.Time           `json:"paused_until,omitzero"`
 	Limit            *protocol.RateLimit `json:"limit,omitempty"`
@@ -87,6 +89,9 @@ func (s *Server) listTools(ctx context.Context, w http.ResponseWriter, r *http.R
 	out := make([]Tool, 0, len(byName))
 	for _, t := range byName {
 		slices.SortFunc(t.Workers, func(a, b ToolWorker) int { return cmpString(a.Name, b.Name) })
+		if q, err := tt.Queue(ctx, t.Name); err == nil {
+			t.Waiting, t.InFlight = q.Waiting, q.InFlight
+		}
 		if p, err := tt.PauseState(ctx, t.Name); err == nil {
 			t.Paused, t.PausedUntil = p.Paused, p.Until
 		}
