@@ -497,6 +497,14 @@ func TestToolsShowPauseAndQueue(t *testing.T) {
 	if tl := add(); tl.Paused || tl.Waiting != 0 {
 		t.Fatalf("after the run: %+v", tl)
 	}
+	var d struct {
+		Decisions []httpapi.Decided `json:"decisions"`
+	}
+	if st := op.do("GET", "/v1/approvals/decisions?since=1h", nil, nil, &d); st != http.StatusOK || len(d.Decisions) != 1 ||
+		d.Decisions[0].Outcome != "denied" || d.Decisions[0].Approver != "operator" || d.Decisions[0].Reason != "no" || d.Decisions[0].RunID != sub.RunID {
+		t.Fatalf("decisions: %d %+v, want the operator's denial", st, d.Decisions)
+	}
+	validate(t, "DecisionList", d)
 	var h struct {
 		History []struct{ Action, By, Reason string } `json:"history"`
 	}

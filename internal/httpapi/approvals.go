@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -120,4 +121,73 @@ func (s *Server) decide(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	writeJSON(w, http.StatusOK, DecisionResult{RunID: run, CallKey: key, Outcome: outcome, Approver: ss.user})
+}
+
+// Bounds of GET /v1/approvals/decisions.
+const (
+	defaultDecisions = 100
+	maxDecisionsScan = 10_000
+)
+
+// Decided is one settled approval request of GET
+// /v1/approvals/decisions: what the run's coordinator recorded in the
+// approvals stream (the audit log) — approved, denied, expired or
+// cancelled, by whom and why — and its place there.
+type Decided struct {
+	protocol.ApprovalNote
+	Sequence uint64 `json:"sequence"`
+}
+
+// decisions lists the settled approval requests stored since the
+// query's since (default 24h), oldest first, the newest limit of them.
+func (s *Server) decisions(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "since" && k != "limit" {
+			s.fail(w, r, badField(k, "unknown query parameter "+strconv.Quote(k)), nil)
+			return
+		}
+	}
+	since := s.cfg.Now().Add(-24 * time.Hour)
+	if v := q.Get("since"); v != "" {
+		t, e := parseSince(v, s.cfg.Now())
+		if e != nil {
+			s.fail(w, r, e, nil)
+			return
+		}
+		since = t
+	}
+	limit := defaultDecisions
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			s.fail(w, r, badField("limit", "limit must be 1.."+strconv.Itoa(maxListLimit)), nil)
+			return
+		}
+		limit = n
+	}
+	watch, err := natsbus.WatchStream(ctx, ss.js, s.subjects.ApprovalsStream(), []string{s.subjects.ApprovalOutcomes()}, since, 256)
+	if err != nil {
+		s.fail(w, r, fromNATS(ctx, err), err)
+		return
+	}
+	defer watch.Stop()
+	out := []Decided{}
+	for n := uint64(0); n < min(watch.Pending(), maxDecisionsScan); n++ {
+		m, err := watch.Next(ctx)
+		if err != nil {
+			s.fail(w, r, fromNATS(ctx, err), err)
+			return
+		}
+		if note, err := protocol.DecodeApprovalNote(m.Data); err == nil && !m.Reflected {
+			out = append(out, Decided{ApprovalNote: note, Sequence: m.Seq})
+		}
+		if m.Pending == 0 {
+			break
+		}
+	}
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"decisions": out})
 }

@@ -272,14 +272,10 @@ func (s *Server) listRuns(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	var since time.Time
 	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			d, derr := time.ParseDuration(v)
-			if derr != nil || d <= 0 {
-				s.fail(w, r, badField("since", "since must be an RFC 3339 time or a positive duration (1h)"), nil)
-				return
-			}
-			t = s.cfg.Now().Add(-d)
+		t, e := parseSince(v, s.cfg.Now())
+		if e != nil {
+			s.fail(w, r, e, nil)
+			return
 		}
 		since = t
 	}
@@ -356,4 +352,17 @@ func (s *Server) cancelRun(ctx context.Context, w http.ResponseWriter, r *http.R
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"run_id": id, "cancel_requested": true})
+}
+
+// parseSince reads a since query parameter: an RFC 3339 time, or a
+// positive duration before now.
+func parseSince(v string, now time.Time) (time.Time, *apiError) {
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return time.Time{}, badField("since", "since must be an RFC 3339 time or a positive duration (1h)")
+	}
+	return now.Add(-d), nil
 }
