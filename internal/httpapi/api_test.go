@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -512,4 +513,68 @@ func TestToolsShowPauseAndQueue(t *testing.T) {
 		h.History[0].By != "operator" || h.History[0].Reason != "maintenance" || h.History[1].Reason != "done" {
 		t.Fatalf("history: %d %+v", st, h.History)
 	}
+}
+
+// TestStreamsBoundedAndViewersNeverHoldARun: with MaxStreams 2, two
+// viewers that attach to a run's events and never read hold the only two
+// streams — a third gets a 503 — until they vanish (their connections
+// closed): then a new viewer gets a stream while the run still waits.
+// And they hold nothing else: two such viewers attached, the run is
+// approved and finishes.
+func TestStreamsBoundedAndViewersNeverHoldARun(t *testing.T) {
+	a := startAPI(t, httpapi.Config{MaxStreams: 2})
+	cl := a.login(t, "client")
+	op := a.login(t, "operator")
+	var sub httpapi.Submitted
+	if st := cl.do("POST", "/v1/runs", nil, map[string]any{"prompt": "hi"}, &sub); st != http.StatusCreated {
+		t.Fatalf("submit: %d", st)
+	}
+	run := string(sub.RunID)
+	auth := basic("operator", a.fleet.Password("operator"))
+	stall := func() []net.Conn {
+		var conns []net.Conn
+		for range 2 {
+			c, err := net.Dial("tcp", a.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			fmt.Fprintf(c, "GET /v1/runs/%s/events HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\n\r\n", run, a.srv.Listener.Addr(), auth)
+			conns = append(conns, c)
+		}
+		return conns
+	}
+	// another viewer's status: its stream, if it gets one, is closed at once
+	another := func() int {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", a.srv.URL+"/v1/runs/"+run+"/events", nil)
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var l struct {
+		Approvals []httpapi.Approval `json:"approvals"`
+	}
+	testsync.WaitUntil(t, 30*time.Second, "the refund waits for approval", func() bool {
+		return op.do("GET", "/v1/approvals", nil, nil, &l) == http.StatusOK && len(l.Approvals) == 1
+	})
+	stalled := stall()
+	testsync.WaitUntil(t, 30*time.Second, "both stalled viewers hold a stream", func() bool { return another() == http.StatusServiceUnavailable })
+	for _, c := range stalled {
+		c.Close()
+	}
+	testsync.WaitUntil(t, 30*time.Second, "the vanished viewers' streams are freed", func() bool { return another() == http.StatusOK })
+
+	stall()
+	testsync.WaitUntil(t, 30*time.Second, "two stalled viewers hold a stream again", func() bool { return another() == http.StatusServiceUnavailable })
+	if st := op.do("POST", "/v1/approvals/"+run+"/"+string(l.Approvals[0].CallKey), nil, map[string]string{"decision": "approve"}, nil); st != http.StatusOK {
+		t.Fatalf("approve: %d", st)
+	}
+	var r httpapi.Run
+	testsync.WaitUntil(t, 30*time.Second, "the run finishes with two viewers that never read", func() bool {
+		return cl.do("GET", "/v1/runs/"+run, nil, nil, &r) == http.StatusOK && r.Result != nil
+	})
 }
