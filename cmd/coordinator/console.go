@@ -118,7 +118,10 @@ Flags:`)
 		return cmd.fail(err)
 	}
 	defer api.Close()
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+	// No ReadTimeout or WriteTimeout: event streams are long; the API
+	// bounds the reading of each other request, and each write of a
+	// stream, itself.
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() { served <- srv.Serve(ln) }()
 	log.Info().Str("addr", ln.Addr().String()).Str("openapi", "http://"+ln.Addr().String()+"/v1/openapi.json").

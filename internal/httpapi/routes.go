@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"time"
 )
 
 // route is one of the API's routes: its pattern (method and path), as
@@ -50,8 +51,13 @@ func (s *Server) register() {
 	for _, rt := range s.routes {
 		s.mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
 			if rt.public {
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 				rt.handle(r.Context(), w, r, nil)
 				return
+			}
+			if !rt.stream {
+				// a body dripped in slowly holds nothing for long
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 			}
 			ss, e := s.authenticate(r)
 			if e != nil {
