@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 )
@@ -58,8 +57,8 @@ var forbidden = errorf(http.StatusForbidden, CodeForbidden, "the NATS server's p
 
 // fromNATS turns err, from NATS work done for the request whose context
 // is ctx, into the API's answer: a refusal by the server's permissions is
-// 403 (a subject the user may not publish to, or JetStream its account
-// does not have), a timeout 504, a lost connection 503; anything else is
+// 403 (a subject the user may not publish to, or one nobody in its
+// account answers), a timeout 504, a lost connection 503; anything else is
 // an internal error, whose details only the log gets.
 func fromNATS(ctx context.Context, err error) *apiError {
 	var ae *apiError
@@ -67,8 +66,7 @@ func fromNATS(ctx context.Context, err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.Is(context.Cause(ctx), errRefused), errors.Is(err, nats.ErrPermissionViolation),
-		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
-		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount), errors.Is(err, nats.ErrAuthorization):
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrAuthorization):
 		return forbidden
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return errorf(http.StatusGatewayTimeout, CodeTimeout, "NATS did not answer in time")
