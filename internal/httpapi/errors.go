@@ -96,7 +96,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, e *apiError, cause
 			ev = ev.Str(logkey.ErrorType, errorType(cause))
 		}
 	}
-	ev.Str("method", r.Method).Str("route", r.Pattern).Int("status", e.Status).Str("code", e.Code).Msg("http api request refused")
+	ev.Str(keyMethod, r.Method).Str(keyRoute, r.Pattern).Int(keyStatus, e.Status).Str(keyCode, e.Code).Msg("http api request refused")
 	writeJSON(w, e.Status, map[string]*apiError{"error": e})
 }
 

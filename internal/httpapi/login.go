@@ -53,7 +53,7 @@ func (s *Server) login(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		SameSite: http.SameSiteStrictMode,
 		Secure:   r.TLS != nil || s.cfg.SecureCookies,
 	})
-	s.cfg.Logger.Info().Str("user", ss.user).Msg("http api session opened")
+	s.cfg.Logger.Info().Str(keyUser, ss.user).Msg("http api session opened")
 	writeJSON(w, http.StatusCreated, SessionInfo{User: ss.user, CSRFToken: ss.csrf})
 }
 

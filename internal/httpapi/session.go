@@ -263,7 +263,7 @@ func (s *Server) connect(ctx context.Context, r *http.Request, id, user, passwor
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
 			s.logins.failed(user, addr, now)
-			s.cfg.Logger.Info().Str("user", user).Msg("http api login refused by the NATS server")
+			s.cfg.Logger.Info().Str(keyUser, user).Msg("http api login refused by the NATS server")
 			return nil, errorf(http.StatusUnauthorized, CodeUnauthenticated, "the NATS server refused this user and password")
 		}
 		return nil, errorf(http.StatusServiceUnavailable, CodeUnavailable, "NATS cannot be reached; try again")
