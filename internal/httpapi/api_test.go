@@ -21,6 +21,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/httpapi"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/testsync"
+	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/fleettest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
@@ -61,8 +62,14 @@ func startAPI(t *testing.T, cfg httpapi.Config) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
+	math, err := agent.Parse([]byte(`{"name": "math", "instructions": "Add.",
+		"model": {"provider": "scripted", "script": {"turns": [{"content": "done"}]}}, "tools": ["add"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	fleet := fleettest.Start(t, fleettest.Config{
 		Tools:  []harness.Tool{add, refund},
+		Agents: []agent.Definition{math},
 		Listen: true,
 		Serve:  &serve.Config{Model: model, ShutdownGrace: time.Second, PollWait: 100 * time.Millisecond},
 	})
@@ -294,6 +301,20 @@ func TestEachRoleAsNATSPermits(t *testing.T) {
 		t.Fatalf("tools: status %d %+v, want add and refund, each on one worker", st, tools.Tools)
 	}
 	validate(t, "ToolList", tools)
+	var agents struct {
+		Agents []string `json:"agents"`
+	}
+	if st := op.do("GET", "/v1/agents", nil, nil, &agents); st != http.StatusOK || len(agents.Agents) != 1 || agents.Agents[0] != "math" {
+		t.Fatalf("agents: %d %v", st, agents.Agents)
+	}
+	validate(t, "AgentList", agents)
+	var math httpapi.Agent
+	var def struct{ Instructions string }
+	if st := op.do("GET", "/v1/agents/math", nil, nil, &math); st != http.StatusOK || math.Revision == 0 ||
+		json.Unmarshal(math.Definition, &def) != nil || def.Instructions != "Add." {
+		t.Fatalf("agent math: %d %+v", st, math)
+	}
+	validate(t, "Agent", math)
 	ap := l.Approvals[0]
 	var args bytes.Buffer
 	_ = json.Compact(&args, ap.Arguments)
@@ -311,6 +332,15 @@ func TestEachRoleAsNATSPermits(t *testing.T) {
 		{"client cancels", "POST", "/v1/runs/" + run + "/cancel", cl, map[string]string{"reason": "mine"}, http.StatusForbidden},
 		{"client pauses a tool", "POST", "/v1/tools/add/pause", cl, map[string]string{"reason": "x"}, http.StatusForbidden},
 		{"client lists runs", "GET", "/v1/runs", cl, nil, http.StatusForbidden},
+		{"client reads a run not its own", "GET", "/v1/runs/someoneelses", cl, nil, http.StatusNotFound},
+		{"client lists tools", "GET", "/v1/tools", cl, nil, http.StatusForbidden},
+		{"client reads a tool's history", "GET", "/v1/tools/add/history", cl, nil, http.StatusForbidden},
+		{"client reads the decisions", "GET", "/v1/approvals/decisions", cl, nil, http.StatusForbidden},
+		{"client lists agents", "GET", "/v1/agents", cl, nil, http.StatusForbidden},
+		{"operator lists agents", "GET", "/v1/agents", op, nil, http.StatusOK},
+		{"operator reads an agent", "GET", "/v1/agents/math", op, nil, http.StatusOK},
+		{"operator reads no agent", "GET", "/v1/agents/nope", op, nil, http.StatusNotFound},
+		{"operator limits a tool", "POST", "/v1/tools/add/limit", op, map[string]any{"rate": 5, "burst": 2, "reason": "quota"}, http.StatusOK},
 		{"operator submits", "POST", "/v1/runs", op, map[string]any{"prompt": "hi"}, http.StatusForbidden},
 		{"operator lists runs", "GET", "/v1/runs?client=client", op, nil, http.StatusOK},
 		{"operator lists tools", "GET", "/v1/tools", op, nil, http.StatusOK},
