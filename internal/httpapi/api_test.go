@@ -147,9 +147,17 @@ func (u *user) do(method, path string, hdr map[string]string, body any, out any)
 // starting after lastID ("" for the start).
 func (u *user) stream(run, lastID string, stop func(ev sseEvent) bool) []sseEvent {
 	u.t.Helper()
+	return u.sse("/v1/runs/"+run+"/events", lastID, nil, stop)
+}
+
+// sse reads the server-sent events of path until stop says so or the
+// stream ends, starting after lastID ("" for the start); opened, if not
+// nil, is called once the stream is answered.
+func (u *user) sse(path, lastID string, opened func(), stop func(ev sseEvent) bool) []sseEvent {
+	u.t.Helper()
 	ctx, cancel := context.WithTimeout(u.t.Context(), time.Minute)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", u.a.srv.URL+"/v1/runs/"+run+"/events", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", u.a.srv.URL+path, nil)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
@@ -160,6 +168,9 @@ func (u *user) stream(run, lastID string, stop func(ev sseEvent) bool) []sseEven
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		u.t.Fatalf("events: status %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if opened != nil {
+		opened()
 	}
 	var evs []sseEvent
 	var cur sseEvent
@@ -172,8 +183,11 @@ func (u *user) stream(run, lastID string, stop func(ev sseEvent) bool) []sseEven
 		case strings.HasPrefix(line, "event: "):
 			cur.kind = line[7:]
 		case strings.HasPrefix(line, "data: "):
-			if err := json.Unmarshal([]byte(line[6:]), &cur.data); err != nil {
-				u.t.Fatalf("event data: %v", err)
+			cur.raw = json.RawMessage(line[6:])
+			if cur.kind != httpapi.EventApproval {
+				if err := json.Unmarshal(cur.raw, &cur.data); err != nil {
+					u.t.Fatalf("event data: %v", err)
+				}
 			}
 		case line == "" && cur.kind != "":
 			evs = append(evs, cur)
@@ -189,6 +203,7 @@ func (u *user) stream(run, lastID string, stop func(ev sseEvent) bool) []sseEven
 type sseEvent struct {
 	id, kind string
 	data     httpapi.Event
+	raw      json.RawMessage
 }
 
 // TestIdempotentSubmitAndResumedStream: two POSTs with one
@@ -607,4 +622,35 @@ func TestStreamsBoundedAndViewersNeverHoldARun(t *testing.T) {
 	testsync.WaitUntil(t, 30*time.Second, "the run finishes with two viewers that never read", func() bool {
 		return cl.do("GET", "/v1/runs/"+run, nil, nil, &r) == http.StatusOK && r.Result != nil
 	})
+}
+
+// TestApprovalsAppearLive: the operator's approvals stream, open before
+// the run is submitted, delivers the run's approval request when it is
+// stored (what a page shows without a reload), with the id a reconnect
+// names; a client's is refused (403), as NATS refuses it the approvals.
+func TestApprovalsAppearLive(t *testing.T) {
+	a := startAPI(t, httpapi.Config{})
+	cl := a.login(t, "client")
+	op := a.login(t, "operator")
+	var sub httpapi.Submitted
+	evs := op.sse("/v1/approvals/events", "", func() {
+		if st := cl.do("POST", "/v1/runs", nil, map[string]any{"prompt": "hi"}, &sub); st != http.StatusCreated {
+			t.Errorf("submit: %d", st)
+		}
+	}, func(sseEvent) bool { return true })
+	var ap httpapi.Approval
+	if err := json.Unmarshal(evs[0].raw, &ap); err != nil || evs[0].kind != httpapi.EventApproval || ap.RunID != sub.RunID ||
+		ap.Tool != "refund" || evs[0].id != fmt.Sprint(ap.Sequence) {
+		t.Fatalf("approvals stream: %s %s %s (%v), want the refund's request of run %s", evs[0].kind, evs[0].id, evs[0].raw, err, sub.RunID)
+	}
+	validate(t, "Approval", ap)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", a.srv.URL+"/v1/approvals/events", nil)
+	resp, err := cl.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a client's approvals stream: status %d, want 403", resp.StatusCode)
+	}
 }

@@ -57,17 +57,89 @@ func (s *Server) listApprovals(ctx context.Context, w http.ResponseWriter, r *ht
 	agents := map[protocol.RunID]string{}
 	out := make([]Approval, 0, len(reqs))
 	for _, q := range reqs {
-		agent, ok := agents[q.RunID]
-		if !ok {
-			if recs, err := natsbus.ReadJournal(ctx, ss.js, s.subjects, q.RunID); err == nil && len(recs) > 0 {
-				agent = summary(q.RunID, recs).Agent
-			}
-			agents[q.RunID] = agent
-		}
-		out = append(out, Approval{RunID: q.RunID, CallKey: q.CallKey, CallID: q.CallID, Round: q.Round, Tool: q.Tool,
-			Arguments: q.Arguments, Digest: q.Digest, Agent: agent, Deadline: q.Deadline, Sequence: q.Sequence})
+		out = append(out, s.approval(ctx, ss, q, agents))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"approvals": out})
+}
+
+// approval is q as the API shows it, with its run's agent (read from the
+// run's journal once a run: agents caches it).
+func (s *Server) approval(ctx context.Context, ss *session, q client.ApprovalRequest, agents map[protocol.RunID]string) Approval {
+	agent, ok := agents[q.RunID]
+	if !ok {
+		if recs, err := natsbus.ReadJournal(ctx, ss.js, s.subjects, q.RunID); err == nil && len(recs) > 0 {
+			agent = summary(q.RunID, recs).Agent
+		}
+		agents[q.RunID] = agent
+	}
+	return Approval{RunID: q.RunID, CallKey: q.CallKey, CallID: q.CallID, Round: q.Round, Tool: q.Tool,
+		Arguments: q.Arguments, Digest: q.Digest, Agent: agent, Deadline: q.Deadline, Sequence: q.Sequence}
+}
+
+// EventApproval is the kind of the events of GET /v1/approvals/events.
+const EventApproval = "approval"
+
+// maxAgentsCached bounds the runs whose agent an approvals stream keeps.
+const maxAgentsCached = 1024
+
+// approvalEvents streams the open approval requests as server-sent
+// events (kind "approval", data an Approval, id its sequence in the
+// approvals stream): those open when it starts, then each as it is
+// stored. A viewer that reconnects with Last-Event-ID gets those stored
+// after it.
+func (s *Server) approvalEvents(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
+	var after uint64
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			s.fail(w, r, badField("Last-Event-ID", "Last-Event-ID must be an event id this stream sent"), nil)
+			return
+		}
+		after = n
+	}
+	release, e := s.takeStream(w)
+	if e != nil {
+		s.fail(w, r, e, nil)
+		return
+	}
+	defer release()
+	// Whether the user reads the approvals at all, before the stream is
+	// answered 200: a watch that may not read them waits.
+	probe, endProbe := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	_, err := ss.cl.Approvals(probe, time.Nanosecond)
+	endProbe()
+	if err != nil {
+		s.fail(w, r, fromNATS(ctx, err), err)
+		return
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	out := make(chan []byte, s.cfg.StreamBuffer)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		agents := map[protocol.RunID]string{}
+		for q, err := range ss.cl.WatchApprovals(ctx, client.ApprovalFilter{}) {
+			if err != nil {
+				return
+			}
+			if q.Sequence <= after {
+				continue
+			}
+			if len(agents) >= maxAgentsCached {
+				clear(agents)
+			}
+			seq := strconv.FormatUint(q.Sequence, 10)
+			select {
+			case out <- sse(EventApproval, seq, s.approval(ctx, ss, q, agents)):
+			default:
+				cancel(errBehind)
+				return
+			}
+		}
+	}()
+	defer func() { cancel(nil); <-done }()
+	s.writeEvents(ctx, w, out, done)
 }
 
 func (s *Server) decide(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {

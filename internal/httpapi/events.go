@@ -2,9 +2,7 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,10 +28,6 @@ const (
 	EventProgress          = "progress"           // a running call's tool said what it does (Progress); no id
 	EventFinished          = "finished"           // the run ended (Termination, Answer)
 )
-
-// streamWriteTimeout bounds one write to a stream's connection: a viewer
-// that stops reading is dropped, never waited for.
-const streamWriteTimeout = 30 * time.Second
 
 // Event is one event of GET /v1/runs/{id}/events: the data of one
 // server-sent event, whose "event" field is Kind and whose "id" is ID.
@@ -152,9 +146,6 @@ func parseEventID(s string) (eventID, bool) {
 	return eventID{a, b}, err1 == nil && err2 == nil
 }
 
-// errBehind ends a stream whose viewer fell StreamBuffer events behind.
-var errBehind = errors.New("the viewer fell behind")
-
 // events streams run's events as server-sent events: from the journal
 // for a user who reads it (every event after Last-Event-ID, then each as
 // it is stored, until the run finishes), else — a client — its run's
@@ -175,23 +166,18 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		after, resumed = id, true
 	}
-	select {
-	case s.streams <- struct{}{}:
-		defer func() { <-s.streams }()
-	default:
-		s.fail(w, r, errorf(http.StatusServiceUnavailable, CodeUnavailable, "too many event streams open; try again later"), nil)
+	release, e := s.takeStream(w)
+	if e != nil {
+		s.fail(w, r, e, nil)
 		return
 	}
-	if _, ok := w.(http.Flusher); !ok {
-		s.fail(w, r, errorf(http.StatusInternalServerError, CodeInternal, "internal error"), nil)
-		return
-	}
+	defer release()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	out := make(chan Event, s.cfg.StreamBuffer)
+	out := make(chan []byte, s.cfg.StreamBuffer)
 	send := func(ev Event) bool {
 		select {
-		case out <- ev:
+		case out <- sse(ev.Kind, ev.ID, ev):
 			return true
 		default:
 			cancel(errBehind)
@@ -300,64 +286,4 @@ func (s *Server) followResult(ctx context.Context, ss *session, run protocol.Run
 		}
 	}()
 	return nil
-}
-
-// writeEvents writes the events of out to w as they come, a heartbeat
-// comment between them, until the producer is done (then the stream
-// ends), ctx ends, or a write fails or takes too long.
-func (s *Server) writeEvents(ctx context.Context, w http.ResponseWriter, out chan Event, done chan struct{}) {
-	rc := http.NewResponseController(w)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	if !write([]byte(": stream of run events\n\n")) {
-		return
-	}
-	beat := time.NewTicker(s.cfg.Heartbeat)
-	defer beat.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-beat.C:
-			if !write([]byte(": heartbeat\n\n")) {
-				return
-			}
-		case ev := <-out:
-			if !write(sse(ev)) {
-				return
-			}
-		case <-done:
-			for {
-				select {
-				case ev := <-out:
-					if !write(sse(ev)) {
-						return
-					}
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-// sse is ev as one server-sent event.
-func sse(ev Event) []byte {
-	data, _ := json.Marshal(ev)
-	b := fmt.Appendf(nil, "event: %s\n", ev.Kind)
-	if ev.ID != "" {
-		b = fmt.Appendf(b, "id: %s\n", ev.ID)
-	}
-	b = append(b, "data: "...)
-	b = append(b, data...)
-	return append(b, "\n\n"...)
 }

@@ -32,6 +32,7 @@ func (s *Server) table() []route {
 		{method: "GET", path: "/v1/runs/{id}/events", stream: true, handle: s.events},
 		{method: "GET", path: "/v1/approvals", handle: s.listApprovals},
 		{method: "GET", path: "/v1/approvals/decisions", handle: s.decisions},
+		{method: "GET", path: "/v1/approvals/events", stream: true, handle: s.approvalEvents},
 		{method: "POST", path: "/v1/approvals/{run}/{key}", handle: s.decide},
 		{method: "GET", path: "/v1/tools", handle: s.listTools},
 		{method: "POST", path: "/v1/tools/{tool}/pause", handle: s.pauseTool},
