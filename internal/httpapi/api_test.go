@@ -654,3 +654,41 @@ func TestApprovalsAppearLive(t *testing.T) {
 		t.Fatalf("a client's approvals stream: status %d, want 403", resp.StatusCode)
 	}
 }
+
+// TestStreamsPerSession: with MaxSessionStreams 1, a program whose Basic
+// credentials hold a stream gets a 429 for a second one, and another
+// session (a login) still gets its stream: one user cannot hold them all.
+func TestStreamsPerSession(t *testing.T) {
+	a := startAPI(t, httpapi.Config{MaxSessionStreams: 1})
+	op := a.login(t, "operator")
+	auth := basic("operator", a.fleet.Password("operator"))
+	c, err := net.Dial("tcp", a.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /v1/approvals/events HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\n\r\n", a.srv.Listener.Addr(), auth)
+	status := func(auth string, cl *http.Client) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", a.srv.URL+"/v1/approvals/events", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e struct{ Error struct{ Code string } }
+		if resp.StatusCode != http.StatusOK {
+			json.NewDecoder(resp.Body).Decode(&e)
+		}
+		return resp.StatusCode, e.Error.Code
+	}
+	testsync.WaitUntil(t, 30*time.Second, "the program's second stream is refused", func() bool {
+		st, code := status(auth, http.DefaultClient)
+		return st == http.StatusTooManyRequests && code == httpapi.CodeTooManyStreams
+	})
+	if st, _ := status("", op.c); st != http.StatusOK {
+		t.Fatalf("another session's stream: status %d, want 200", st)
+	}
+}

@@ -97,7 +97,7 @@ func (s *Server) approvalEvents(ctx context.Context, w http.ResponseWriter, r *h
 		}
 		after = n
 	}
-	release, e := s.takeStream(w)
+	release, e := s.takeStream(w, ss)
 	if e != nil {
 		s.fail(w, r, e, nil)
 		return

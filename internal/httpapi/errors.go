@@ -23,6 +23,7 @@ const (
 	CodeNotFound        = "not_found"
 	CodeConflict        = "conflict"
 	CodeTooManyLogins   = "too_many_logins"
+	CodeTooManyStreams  = "too_many_streams"
 	CodeUnavailable     = "unavailable"
 	CodeTimeout         = "timeout"
 	CodeInternal        = "internal"

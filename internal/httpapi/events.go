@@ -166,7 +166,7 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		after, resumed = id, true
 	}
-	release, e := s.takeStream(w)
+	release, e := s.takeStream(w, ss)
 	if e != nil {
 		s.fail(w, r, e, nil)
 		return

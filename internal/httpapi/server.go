@@ -16,16 +16,17 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultIdleTimeout     = 30 * time.Minute
-	DefaultMaxSessions     = 1000
-	DefaultMaxStreams      = 256
-	DefaultMaxBodyBytes    = 1 << 20
-	DefaultRequestTimeout  = 10 * time.Second
-	DefaultHeartbeat       = 15 * time.Second
-	DefaultStreamBuffer    = 64
-	DefaultLoginFailures   = 5
-	DefaultLoginWindow     = time.Minute
-	DefaultAddressFailures = 20
+	DefaultIdleTimeout       = 30 * time.Minute
+	DefaultMaxSessions       = 1000
+	DefaultMaxStreams        = 256
+	DefaultMaxSessionStreams = 16
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultRequestTimeout    = 10 * time.Second
+	DefaultHeartbeat         = 15 * time.Second
+	DefaultStreamBuffer      = 64
+	DefaultLoginFailures     = 5
+	DefaultLoginWindow       = time.Minute
+	DefaultAddressFailures   = 20
 )
 
 // Dialer connects to NATS as user with password: the connection every
@@ -56,6 +57,10 @@ type Config struct {
 	// MaxStreams bounds the event streams open at once; one past it is
 	// refused (503). Default: 256.
 	MaxStreams int
+	// MaxSessionStreams bounds the event streams one session (or one
+	// user's Basic credentials) has open at once; one past it is refused
+	// (429), so that one user cannot hold every stream. Default: 16.
+	MaxSessionStreams int
 	// MaxBodyBytes bounds a request's body. Default: 1 MiB.
 	MaxBodyBytes int64
 	// RequestTimeout bounds the NATS work of one request (not a stream's).
@@ -101,6 +106,7 @@ func (c *Config) fill() {
 	defD(&c.IdleTimeout, DefaultIdleTimeout)
 	def(&c.MaxSessions, DefaultMaxSessions)
 	def(&c.MaxStreams, DefaultMaxStreams)
+	def(&c.MaxSessionStreams, DefaultMaxSessionStreams)
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -126,6 +132,8 @@ func (c Config) Validate() error {
 		return &config.FieldError{Field: "MaxSessions", Err: fmt.Errorf("must not be negative")}
 	case c.MaxStreams < 0:
 		return &config.FieldError{Field: "MaxStreams", Err: fmt.Errorf("must not be negative")}
+	case c.MaxSessionStreams < 0:
+		return &config.FieldError{Field: "MaxSessionStreams", Err: fmt.Errorf("must not be negative")}
 	case c.MaxBodyBytes < 0:
 		return &config.FieldError{Field: "MaxBodyBytes", Err: fmt.Errorf("must not be negative")}
 	case c.RequestTimeout < 0:

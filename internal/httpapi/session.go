@@ -44,6 +44,7 @@ type session struct {
 	mu       sync.Mutex
 	lastUsed time.Time
 	inflight map[*int]context.CancelCauseFunc
+	streams  int // event streams open
 }
 
 // refused is the connection's error handler: a permissions violation ends

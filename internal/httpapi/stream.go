@@ -16,16 +16,30 @@ const streamWriteTimeout = 30 * time.Second
 // errBehind ends a stream whose viewer fell StreamBuffer events behind.
 var errBehind = errors.New("the viewer fell behind")
 
-// takeStream takes one of the MaxStreams stream slots for w, or says why
-// not; release gives it back.
-func (s *Server) takeStream(w http.ResponseWriter) (release func(), e *apiError) {
+// takeStream takes one of the MaxStreams stream slots for w, and one of
+// the session's MaxSessionStreams, or says why not; release gives them
+// back.
+func (s *Server) takeStream(w http.ResponseWriter, ss *session) (release func(), e *apiError) {
 	if _, ok := w.(http.Flusher); !ok {
 		return nil, errorf(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
+	ss.mu.Lock()
+	if ss.streams >= s.cfg.MaxSessionStreams {
+		ss.mu.Unlock()
+		return nil, errorf(http.StatusTooManyRequests, CodeTooManyStreams, "this session has too many event streams open; close one")
+	}
+	ss.streams++
+	ss.mu.Unlock()
+	untake := func() {
+		ss.mu.Lock()
+		ss.streams--
+		ss.mu.Unlock()
+	}
 	select {
 	case s.streams <- struct{}{}:
-		return func() { <-s.streams }, nil
+		return func() { <-s.streams; untake() }, nil
 	default:
+		untake()
 		return nil, errorf(http.StatusServiceUnavailable, CodeUnavailable, "too many event streams open; try again later")
 	}
 }
