@@ -279,6 +279,13 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	if st := cl.do("GET", "/v1/runs/"+run, nil, nil, &r); st != http.StatusOK || r.Result == nil || r.Result.Answer != "sum 5, refund refunded" {
 		t.Fatalf("client GET run: status %d %+v", st, r.Result)
 	}
+	// its stream, with no journal to read, is its run's result
+	if evs := cl.stream(run, "", nil); len(evs) != 1 || evs[0].kind != httpapi.EventFinished || evs[0].id != "result" || evs[0].data.Answer != "sum 5, refund refunded" {
+		t.Fatalf("the client's stream: %+v, want the finished event with id result", evs)
+	}
+	if evs := cl.stream(run, "result", nil); len(evs) != 0 {
+		t.Fatalf("the client's stream resumed after its result: %+v, want none", evs)
+	}
 	// and the operator the journal's state as well
 	if st := op.do("GET", "/v1/runs/"+run, nil, nil, &r); st != http.StatusOK || r.State == nil || r.State.Client != "client" || r.Result == nil {
 		t.Fatalf("operator GET run: status %d state %+v", st, r.State)

@@ -198,11 +198,10 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			s.followJournal(ctx, watch, after, resumed, send)
 		}()
 	case fromNATS(ctx, err) == forbidden || errors.Is(context.Cause(ctx), errRefused):
-		// the refusal cancelled ctx: streams go on with a context of their own
-		ctx, cancel = context.WithCancelCause(context.WithoutCancel(r.Context()))
+		// The refusal ended the session's request context: the stream goes
+		// on with the connection's.
+		ctx, cancel = context.WithCancelCause(r.Context())
 		defer cancel(nil)
-		stop := context.AfterFunc(r.Context(), func() { cancel(r.Context().Err()) })
-		defer stop()
 		if e := s.followResult(ctx, ss, run, resumed && after.seq == ^uint64(0), send, done); e != nil {
 			s.fail(w, r, e, nil)
 			return
