@@ -262,7 +262,7 @@ func (s *Server) connect(ctx context.Context, r *http.Request, id, user, passwor
 	defer cancel()
 	nc, err := s.cfg.Dial(ctx, user, password, nats.ErrorHandler(ss.refused), nats.Name("toolfleet-console-"+user))
 	if err != nil {
-		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		if errors.Is(err, nats.ErrAuthorization) {
 			s.logins.failed(user, addr, now)
 			s.cfg.Logger.Info().Str(keyUser, user).Msg("http api login refused by the NATS server")
 			return nil, errorf(http.StatusUnauthorized, CodeUnauthenticated, "the NATS server refused this user and password")
