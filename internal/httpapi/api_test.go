@@ -108,6 +108,7 @@ func (a *api) login(t *testing.T, name string) *user {
 		t.Fatalf("login as %s: status %d", name, st)
 	}
 	u.csrf = info.CSRFToken
+	validate(t, "SessionInfo", info)
 	return u
 }
 
@@ -246,6 +247,7 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	if st := op.do("POST", "/v1/approvals/"+run+"/"+key, nil, map[string]string{"decision": "approve"}, &dec); st != http.StatusOK || dec.Outcome != "approved" || dec.Approver != "operator" {
 		t.Fatalf("approve: status %d %+v, want 200 approved by operator", st, dec)
 	}
+	validate(t, "DecisionResult", dec)
 	tail := op.stream(run, last.id, nil)
 	if k := tail[len(tail)-1].kind; k != httpapi.EventFinished {
 		t.Fatalf("the resumed stream ends with %s, want finished", k)
@@ -279,6 +281,7 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	if st := cl.do("GET", "/v1/runs/"+run, nil, nil, &r); st != http.StatusOK || r.Result == nil || r.Result.Answer != "sum 5, refund refunded" {
 		t.Fatalf("client GET run: status %d %+v", st, r.Result)
 	}
+	validate(t, "Run", r)
 	// its stream, with no journal to read, is its run's result
 	if evs := cl.stream(run, "", nil); len(evs) != 1 || evs[0].kind != httpapi.EventFinished || evs[0].id != "result" || evs[0].data.Answer != "sum 5, refund refunded" {
 		t.Fatalf("the client's stream: %+v, want the finished event with id result", evs)
@@ -289,6 +292,17 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	// and the operator the journal's state as well
 	if st := op.do("GET", "/v1/runs/"+run, nil, nil, &r); st != http.StatusOK || r.State == nil || r.State.Client != "client" || r.Result == nil {
 		t.Fatalf("operator GET run: status %d state %+v", st, r.State)
+	}
+	validate(t, "Run", r)
+	var list struct {
+		Runs []httpapi.RunSummary `json:"runs"`
+	}
+	if st := op.do("GET", "/v1/runs?client=client&state=finished&since=1h", nil, nil, &list); st != http.StatusOK || len(list.Runs) != 1 || list.Runs[0].RunID != first.RunID {
+		t.Fatalf("operator lists runs: status %d %+v", st, list.Runs)
+	}
+	validate(t, "RunList", list)
+	if st := op.do("GET", "/v1/runs?agent=math", nil, nil, &list); st != http.StatusOK || len(list.Runs) != 0 {
+		t.Fatalf("operator lists another agent's runs: status %d %+v", st, list.Runs)
 	}
 }
 
