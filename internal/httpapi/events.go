@@ -143,7 +143,8 @@ func parseEventID(s string) (eventID, bool) {
 	}
 	a, err1 := strconv.ParseUint(seq, 10, 64)
 	b, err2 := strconv.ParseUint(n, 10, 64)
-	return eventID{a, b}, err1 == nil && err2 == nil
+	id := eventID{a, b}
+	return id, err1 == nil && err2 == nil && id.String() == s // only as the API prints it
 }
 
 // events streams run's events as server-sent events: from the journal

@@ -29,3 +29,16 @@ func CheckText(text string) string {
 	}
 	return ""
 }
+
+// ParseEventID is parseEventID, with the id printed back ("" when it does
+// not parse).
+func ParseEventID(s string) string {
+	id, ok := parseEventID(s)
+	switch {
+	case !ok:
+		return ""
+	case s == resultID:
+		return resultID
+	}
+	return id.String()
+}

@@ -38,3 +38,18 @@ func FuzzDecoders(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEventID: a Last-Event-ID parses only as what the API sends — the
+// word "result", or "<seq>.<n>" printed back as it was given (no sign, no
+// space, no leading zero beyond "0") — or not at all; it never panics.
+func FuzzEventID(f *testing.F) {
+	for _, s := range []string{"1.0", "5.1", "result", "", ".", "1.", "-1.0", "01.0", "18446744073709551615.18446744073709551615", "1.0.0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := httpapi.ParseEventID(s)
+		if got != "" && got != s {
+			t.Fatalf("%q parsed as %q", s, got)
+		}
+	})
+}
