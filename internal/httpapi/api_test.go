@@ -51,9 +51,10 @@ const script = `{"turns": [
 // api is a fleet (a server from the shipped accounts, a serving
 // coordinator, a worker) and the API served over it.
 type api struct {
-	fleet *fleettest.Fleet
-	srv   *httptest.Server
-	logs  *testsync.Buffer
+	fleet  *fleettest.Fleet
+	server *httpapi.Server
+	srv    *httptest.Server
+	logs   *testsync.Buffer
 }
 
 func startAPI(t *testing.T, cfg httpapi.Config) *api {
@@ -88,7 +89,7 @@ func startAPI(t *testing.T, cfg httpapi.Config) *api {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() { srv.Close(); s.Close() })
-	return &api{fleet: fleet, srv: srv, logs: logs}
+	return &api{fleet: fleet, server: s, srv: srv, logs: logs}
 }
 
 // user is one logged-in browser: a cookie jar and the CSRF token.
@@ -711,5 +712,66 @@ func TestStreamsPerSession(t *testing.T) {
 	})
 	if st, _ := status("", op.c); st != http.StatusOK {
 		t.Fatalf("another session's stream: status %d, want 200", st)
+	}
+}
+
+// TestSessionEnds: after a logout the session's cookie is refused (401),
+// and so is one left unused past IdleTimeout; the cookie of a login is
+// HttpOnly and SameSite=Strict, and Secure with SecureCookies.
+func TestSessionEnds(t *testing.T) {
+	a := startAPI(t, httpapi.Config{IdleTimeout: 2 * time.Second, SecureCookies: true})
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", a.srv.URL+"/v1/session", strings.NewReader(
+		fmt.Sprintf(`{"user": "operator", "password": %q}`, a.fleet.Password("operator"))))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	set := resp.Header.Get("Set-Cookie")
+	for _, want := range []string{httpapi.CookieName + "=", "HttpOnly", "SameSite=Strict", "Secure", "Path=/"} {
+		if !strings.Contains(set, want) {
+			t.Fatalf("Set-Cookie %q lacks %s", set, want)
+		}
+	}
+	session := resp.Cookies()[0]
+	get := func(c *http.Cookie) int {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", a.srv.URL+"/v1/session", nil)
+		req.AddCookie(c)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get(session); st != http.StatusOK {
+		t.Fatalf("the session: %d", st)
+	}
+	// (asking would use it: the test waits for the server to close it)
+	testsync.WaitUntil(t, 30*time.Second, "the idle session ends", func() bool { return httpapi.OpenSessions(a.server) == 0 })
+	if st := get(session); st != http.StatusUnauthorized {
+		t.Fatalf("the idle session's cookie: %d, want 401", st)
+	}
+
+	// a logout ends another at once
+	var info httpapi.SessionInfo
+	req, _ = http.NewRequestWithContext(t.Context(), "POST", a.srv.URL+"/v1/session", strings.NewReader(
+		fmt.Sprintf(`{"user": "operator", "password": %q}`, a.fleet.Password("operator"))))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	second := resp.Cookies()[0]
+	req, _ = http.NewRequestWithContext(t.Context(), "DELETE", a.srv.URL+"/v1/session", nil)
+	req.AddCookie(second)
+	req.Header.Set(httpapi.CSRFHeader, info.CSRFToken)
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("logout: %v %v", err, resp.StatusCode)
+	}
+	resp.Body.Close()
+	if st := get(second); st != http.StatusUnauthorized {
+		t.Fatalf("after the logout: %d, want 401", st)
 	}
 }

@@ -42,3 +42,10 @@ func ParseEventID(s string) string {
 	}
 	return id.String()
 }
+
+// OpenSessions counts s's open sessions.
+func OpenSessions(s *Server) int {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	return len(s.sessions.byID)
+}
