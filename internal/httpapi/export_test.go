@@ -49,3 +49,6 @@ func OpenSessions(s *Server) int {
 	defer s.sessions.mu.Unlock()
 	return len(s.sessions.byID)
 }
+
+// OpenAPI returns the served OpenAPI document.
+func OpenAPI() []byte { return openAPIDocument }

@@ -12,9 +12,6 @@ import (
 //go:embed openapi.json
 var openAPIDocument []byte
 
-// OpenAPI returns the API's OpenAPI 3.1 document.
-func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
-
 func (s *Server) openAPI(_ context.Context, w http.ResponseWriter, _ *http.Request, _ *session) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openAPIDocument)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -158,7 +159,7 @@ func (s *Server) getRun(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	out := Run{RunID: id}
 	// The session's own result first: a client reads only that, and the
 	// journal read after it is refused to a client.
-	res, err := result(ctx, ss, protocol.RunKey(ss.user, id))
+	res, err := result(ctx, ss, id, ss.user)
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
@@ -170,7 +171,7 @@ func (s *Server) getRun(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		sum := summary(id, recs)
 		out.State = &sum
 		if out.Result == nil && sum.Client != "" && sum.Client != ss.user {
-			if out.Result, err = result(ctx, ss, protocol.RunKey(sum.Client, id)); err != nil {
+			if out.Result, err = result(ctx, ss, id, sum.Client); err != nil {
 				s.fail(w, r, fromNATS(ctx, err), err)
 				return
 			}
@@ -191,10 +192,10 @@ func (s *Server) getRun(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	writeJSON(w, http.StatusOK, out)
 }
 
-// result reads the stored result under key, nil when none is stored.
-func result(ctx context.Context, ss *session, key string) (*protocol.RunResult, error) {
-	id, _ := runOfKey(key)
-	res, err := ss.cl.Result(ctx, client.Run{ID: id, Key: key})
+// result reads the result of run, submitted by owner, nil when none is
+// stored.
+func result(ctx context.Context, ss *session, run protocol.RunID, owner string) (*protocol.RunResult, error) {
+	res, err := ss.cl.Result(ctx, client.Run{ID: run, Key: protocol.RunKey(owner, run)})
 	var re *client.RefusedError
 	var fe *client.FailedError
 	switch {
@@ -204,15 +205,6 @@ func result(ctx context.Context, ss *session, key string) (*protocol.RunResult, 
 		return res, nil
 	}
 	return res, err
-}
-
-func runOfKey(key string) (protocol.RunID, bool) {
-	for i := len(key) - 1; i >= 0; i-- {
-		if key[i] == '.' {
-			return protocol.RunID(key[i+1:]), true
-		}
-	}
-	return protocol.RunID(key), false
 }
 
 // summary is what run's journal records say, with its client and agent.
@@ -314,22 +306,12 @@ func (s *Server) listRuns(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if c := b.StartedAt.Compare(a.StartedAt); c != 0 {
 			return c
 		}
-		return cmpString(string(a.RunID), string(b.RunID))
+		return strings.Compare(string(a.RunID), string(b.RunID))
 	})
 	if len(out) > limit {
 		out = out[:limit]
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"runs": out})
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (s *Server) cancelRun(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/discovery"
@@ -88,7 +89,7 @@ func (s *Server) listTools(ctx context.Context, w http.ResponseWriter, r *http.R
 	tt := natsbus.NewToolTraffic(ss.js, s.subjects)
 	out := make([]Tool, 0, len(byName))
 	for _, t := range byName {
-		slices.SortFunc(t.Workers, func(a, b ToolWorker) int { return cmpString(a.Name, b.Name) })
+		slices.SortFunc(t.Workers, func(a, b ToolWorker) int { return strings.Compare(a.Name, b.Name) })
 		if q, err := tt.Queue(ctx, t.Name); err == nil {
 			t.Waiting, t.InFlight = q.Waiting, q.InFlight
 		}
@@ -100,7 +101,7 @@ func (s *Server) listTools(ctx context.Context, w http.ResponseWriter, r *http.R
 		}
 		out = append(out, *t)
 	}
-	slices.SortFunc(out, func(a, b Tool) int { return cmpString(string(a.Name), string(b.Name)) })
+	slices.SortFunc(out, func(a, b Tool) int { return strings.Compare(string(a.Name), string(b.Name)) })
 	writeJSON(w, http.StatusOK, map[string]any{"tools": out})
 }
 
