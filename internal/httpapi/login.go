@@ -40,7 +40,7 @@ func (s *Server) login(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		return
 	}
 	ss.csrf = randomID()
-	if !s.sessions.add(ss) {
+	if _, ok := s.sessions.add(ss); !ok {
 		ss.nc.Close()
 		s.fail(w, r, errorf(http.StatusServiceUnavailable, CodeUnavailable, "too many sessions"), nil)
 		return

@@ -103,15 +103,20 @@ func (s *sessions) get(id string) *session {
 	return s.byID[id]
 }
 
-// add stores ss, or returns false when the bound is reached.
-func (s *sessions) add(ss *session) bool {
+// add stores ss and returns it, or the session stored under its id
+// before (two first requests of one Basic user at once: the caller closes
+// its own); false when the bound is reached.
+func (s *sessions) add(ss *session) (*session, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if had := s.byID[ss.id]; had != nil {
+		return had, true
+	}
 	if len(s.byID) >= s.max {
-		return false
+		return nil, false
 	}
 	s.byID[ss.id] = ss
-	return true
+	return ss, true
 }
 
 func (s *sessions) remove(id string) {
@@ -300,11 +305,14 @@ func (s *Server) authenticate(r *http.Request) (*session, *apiError) {
 		if e != nil {
 			return nil, e
 		}
-		if !s.sessions.add(ss) {
+		stored, ok := s.sessions.add(ss)
+		if stored != ss {
 			ss.nc.Close()
+		}
+		if !ok {
 			return nil, errorf(http.StatusServiceUnavailable, CodeUnavailable, "too many sessions")
 		}
-		return ss, nil
+		return stored, nil
 	}
 	c, err := r.Cookie(CookieName)
 	if err != nil || c.Value == "" {
