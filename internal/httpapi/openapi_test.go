@@ -63,6 +63,19 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatalf("documented routes\n%s\nserved routes\n%s", strings.Join(documented, "\n"), strings.Join(served, "\n"))
 	}
 
+	// every schema of the document compiles (JSON Schema 2020-12, as
+	// OpenAPI 3.1 has it)
+	var comps struct {
+		Components struct {
+			Schemas map[string]json.RawMessage `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(httpapi.OpenAPI(), &comps); err != nil {
+		t.Fatal(err)
+	}
+	for name := range comps.Components.Schemas {
+		compileSchema(t, name)
+	}
 	schema := compileSchema(t, "Error")
 	for _, path := range []string{"/v1/runs/x", "/v1/nowhere"} {
 		resp, err := http.Get(srv.URL + path)
