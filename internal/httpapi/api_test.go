@@ -425,6 +425,9 @@ func TestRefusedRequests(t *testing.T) {
 		{"control characters in a reason", cl, "POST", "/v1/approvals/r1/k1", nil, map[string]string{"decision": "deny", "reason": "ok\n\x1b[2J"}, 400, httpapi.CodeBadRequest},
 		{"bad idempotency key", cl, "POST", "/v1/runs", map[string]string{httpapi.IdempotencyKeyHeader: "a.b"}, map[string]any{"prompt": "x"}, 400, httpapi.CodeBadRequest},
 		{"wrong password", anon, "POST", "/v1/session", nil, map[string]string{"user": "operator", "password": canary}, 401, httpapi.CodeUnauthenticated},
+		{"cross-site login", anon, "POST", "/v1/session", map[string]string{"Origin": "https://evil.example"}, map[string]string{"user": "operator", "password": canary}, 403, httpapi.CodeCrossSite},
+		{"credentials in the URL", anon, "POST", "/v1/session?user=operator&password=" + canary, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, json.RawMessage("user=operator"), 400, httpapi.CodeBadRequest},
+		{"a form to a JSON route", cl, "POST", "/v1/runs", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, json.RawMessage("prompt=x"), 415, httpapi.CodeBadRequest},
 		{"Basic with a wrong password", anon, "GET", "/v1/tools", map[string]string{"Authorization": basic("operator", canary)}, nil, 401, httpapi.CodeUnauthenticated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
