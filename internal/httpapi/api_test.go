@@ -295,6 +295,10 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 		t.Fatalf("operator GET run: status %d state %+v", st, r.State)
 	}
 	validate(t, "Run", r)
+	if len(r.Calls) != 2 || r.Calls[0].CallID != "c1" || r.Calls[0].Outcome != "ok" || r.Calls[0].Observation != "5" || r.Calls[0].Worker == "" ||
+		r.Calls[1].Tool != "refund" || r.Calls[1].Observation != "refunded" {
+		t.Fatalf("the run's calls: %+v", r.Calls)
+	}
 	var list struct {
 		Runs []httpapi.RunSummary `json:"runs"`
 	}

@@ -75,6 +75,38 @@ type Run struct {
 	RunID  protocol.RunID      `json:"run_id"`
 	State  *RunSummary         `json:"state,omitempty"`
 	Result *protocol.RunResult `json:"result,omitempty"`
+	// Calls are the result's calls, each with what the model read for
+	// it (client.LoopResult): absent until the result is stored.
+	Calls []RunCall `json:"calls,omitempty"`
+}
+
+// RunCall is one call of a finished run: how it ended, what the model
+// was told, how long it took and which worker ran it.
+type RunCall struct {
+	CallID      string           `json:"call_id"`
+	CallKey     protocol.CallKey `json:"call_key,omitempty"`
+	Round       int              `json:"round"`
+	Tool        string           `json:"tool"`
+	Outcome     protocol.Outcome `json:"outcome"`
+	Observation string           `json:"observation"`
+	DurationMS  int64            `json:"duration_ms"`
+	Worker      string           `json:"worker,omitempty"`
+	Attempt     int              `json:"attempt,omitempty"`
+	ErrorType   string           `json:"error_type,omitempty"`
+}
+
+// runCalls are res's calls, nil when it holds none that decode.
+func runCalls(res *protocol.RunResult) []RunCall {
+	lr, err := client.LoopResult(res)
+	if err != nil {
+		return nil
+	}
+	var out []RunCall
+	for _, c := range lr.CallResults() {
+		out = append(out, RunCall{CallID: c.CallID, CallKey: c.CallKey, Round: c.Round, Tool: c.Tool, Outcome: c.Outcome,
+			Observation: c.Observation, DurationMS: c.Duration.Milliseconds(), Worker: c.Worker, Attempt: c.Attempt, ErrorType: c.ErrorType})
+	}
+	return out
 }
 
 // CancelRequest is the body of POST /v1/runs/{id}/cancel.
@@ -188,6 +220,9 @@ func (s *Server) getRun(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		s.fail(w, r, ae, err)
 		return
+	}
+	if out.Result != nil {
+		out.Calls = runCalls(out.Result)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
