@@ -782,3 +782,45 @@ func TestSessionEnds(t *testing.T) {
 		t.Fatalf("after the logout: %d, want 401", st)
 	}
 }
+
+// TestHostileBodiesOnEveryRoute: every route that takes a body answers a
+// huge one 413, bad JSON, two values and an unknown field 400, each with
+// a JSON error — as the operator, whom NATS would let do each.
+func TestHostileBodiesOnEveryRoute(t *testing.T) {
+	a := startAPI(t, httpapi.Config{MaxBodyBytes: 64 << 10})
+	op := a.login(t, "operator")
+	fill := strings.NewReplacer("{id}", "r1", "{run}", "r1", "{key}", "k1", "{tool}", "add")
+	for _, r := range httpapi.Routes(a.server) {
+		if r[0] != "POST" {
+			continue
+		}
+		path := fill.Replace(r[1])
+		for _, tc := range []struct {
+			name string
+			body json.RawMessage
+			want int
+			code string
+		}{
+			{"huge", json.RawMessage(`{"reason": "` + strings.Repeat("x", 100<<10) + `"}`), http.StatusRequestEntityTooLarge, httpapi.CodeTooLarge},
+			{"bad JSON", json.RawMessage(`{"reason": `), http.StatusBadRequest, httpapi.CodeBadRequest},
+			{"two values", json.RawMessage(`{} {}`), http.StatusBadRequest, httpapi.CodeBadRequest},
+			{"unknown field", json.RawMessage(`{"zzz": 1}`), http.StatusBadRequest, httpapi.CodeBadRequest},
+		} {
+			t.Run(path+" "+tc.name, func(t *testing.T) {
+				req, _ := http.NewRequestWithContext(t.Context(), "POST", a.srv.URL+path, bytes.NewReader(tc.body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Origin", a.srv.URL)
+				req.Header.Set(httpapi.CSRFHeader, op.csrf)
+				resp, err := op.c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var e struct{ Error struct{ Code, Message string } }
+				if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != tc.want || e.Error.Code != tc.code {
+					t.Fatalf("status %d code %q (%v), want %d %s", resp.StatusCode, e.Error.Code, err, tc.want, tc.code)
+				}
+			})
+		}
+	}
+}
