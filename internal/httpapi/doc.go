@@ -1,9 +1,9 @@
 // Package httpapi is the fleet's HTTP API: JSON over net/http, with
 // server-sent events for a run's events, for every program that is not
 // Go (curl, Python, a browser). It submits, reads, lists and cancels runs,
-// streams a run's events, shows and decides approvals, shows the tools
-// with their workers and pauses, resumes and limits them, and reads the
-// agents. GET /v1/openapi.json is the OpenAPI 3.1 document of every route
+// streams a run's events, shows, streams and decides approvals and reads
+// their audit, shows the tools with their workers and queues and pauses,
+// resumes and limits them, and reads the agents. GET /v1/openapi.json is the OpenAPI 3.1 document of every route
 // (docs/api.md walks through it with curl).
 //
 // # Identity
