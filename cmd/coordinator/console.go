@@ -93,7 +93,9 @@ Flags:`)
 	natsURL := f.natsURL
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	served := make(chan error, 1)
+	served := make(chan error, 1)   // the HTTP server's end
+	runsDone := make(chan error, 1) // the embedded fleet's serving coordinator's
+	close(runsDone)
 	if natsURL == "" {
 		c, l, code, done := f.open(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel)
 		if done {
@@ -105,7 +107,8 @@ Flags:`)
 			return cmd.fail(&usageError{"--listen none: the console needs the embedded server's listener"})
 		}
 		sc := f.serveConfig()
-		go func() { served <- c.Serve(ctx, sc) }()
+		runsDone = make(chan error, 1)
+		go func() { runsDone <- c.Serve(ctx, sc) }()
 	} else {
 		if log, err = logging.New(stderr, f.logLevel, "coordinator"); err != nil {
 			return cmd.fail(err)
@@ -126,16 +129,26 @@ Flags:`)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info().Str("addr", ln.Addr().String()).Str("openapi", "http://"+ln.Addr().String()+"/v1/openapi.json").
 		Msg("serving the HTTP API")
-	var serveErr error
+	var serveErr, runsErr error
+	runsEnded := false
 	select {
 	case <-ctx.Done():
 	case serveErr = <-served:
+	case runsErr = <-runsDone:
+		runsEnded = true
 	}
 	stop()
 	sctx, cancel := context.WithTimeout(context.Background(), consoleShutdownGrace)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+	if !runsEnded {
+		// the serving coordinator hands its runs off before c.Close
+		runsErr = <-runsDone
+	}
+	switch {
+	case runsErr != nil:
+		return cmd.fail(runsErr)
+	case serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed):
 		return cmd.fail(serveErr)
 	}
 	return exitOK
