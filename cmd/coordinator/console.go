@@ -93,9 +93,8 @@ Flags:`)
 	natsURL := f.natsURL
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	served := make(chan error, 1)   // the HTTP server's end
-	runsDone := make(chan error, 1) // the embedded fleet's serving coordinator's
-	close(runsDone)
+	served := make(chan error, 1) // the HTTP server's end
+	var runsDone chan error       // the embedded fleet's serving coordinator's (nil: none)
 	if natsURL == "" {
 		c, l, code, done := f.open(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel)
 		if done {
@@ -141,7 +140,7 @@ Flags:`)
 	sctx, cancel := context.WithTimeout(context.Background(), consoleShutdownGrace)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	if !runsEnded {
+	if runsDone != nil && !runsEnded {
 		// the serving coordinator hands its runs off before c.Close
 		runsErr = <-runsDone
 	}

@@ -816,7 +816,9 @@ func TestHostileBodiesOnEveryRoute(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer resp.Body.Close()
-				var e struct{ Error struct{ Code, Message string } }
+				var e struct {
+					Error struct{ Code, Message string }
+				}
 				if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != tc.want || e.Error.Code != tc.code {
 					t.Fatalf("status %d code %q (%v), want %d %s", resp.StatusCode, e.Error.Code, err, tc.want, tc.code)
 				}
