@@ -83,6 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return agentsCommand(ctx, args[1:], stdout, stderr)
 	case "tools":
 		return toolsCommand(ctx, args[1:], stdout, stderr)
+	case "console":
+		return consoleCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -107,6 +109,7 @@ func usage(w io.Writer) {
   coordinator resume [flags] RUN                  continue a killed "coordinator run --nats-url"
   coordinator tools pause|resume|limit|status TOOL  a tool's kill switch and rate limit, fleet-wide (operator)
   coordinator tools history [TOOL] [--limit N]    who paused, resumed or limited what, when and why (operator)
+  coordinator console [--addr HOST:PORT] [flags]   the fleet's HTTP API, each request as its user's NATS identity (docs/api.md)
 
 Each command connects as one user of deploy/nats-server.conf (docs/setup.md):
 env NATS_URL, NATS_USER, NATS_PASSWORD.

@@ -78,6 +78,41 @@ func (t *ToolTraffic) PauseState(ctx context.Context, tool protocol.ToolName) (T
 	return p, nil
 }
 
+// ToolQueue is a tool's queue as its consumers (interactive and batch)
+// report it.
+type ToolQueue struct {
+	// Waiting counts the calls stored and not yet delivered to a worker.
+	Waiting uint64
+	// InFlight counts the calls delivered to a worker and not yet
+	// acknowledged: running, or lost with a worker until redelivered.
+	InFlight int
+}
+
+// Queue returns the tool's queue, or ErrNoToolConsumer before any worker
+// served it. It reads consumer info, as PauseState does.
+func (t *ToolTraffic) Queue(ctx context.Context, tool protocol.ToolName) (ToolQueue, error) {
+	var q ToolQueue
+	for _, class := range []protocol.Class{protocol.ClassInteractive, protocol.ClassBatch} {
+		durable, err := t.subjects.ClassConsumer(tool, class)
+		if err != nil {
+			return ToolQueue{}, err
+		}
+		cons, err := t.js.Consumer(ctx, t.subjects.CallsStream(), durable)
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound) && class == protocol.ClassInteractive:
+			return ToolQueue{}, ErrNoToolConsumer
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			continue
+		case err != nil:
+			return ToolQueue{}, err
+		}
+		info := cons.CachedInfo()
+		q.Waiting += info.NumPending
+		q.InFlight += info.NumAckPending
+	}
+	return q, nil
+}
+
 // Pause records note (action pause, until set) and pauses the tool's
 // consumer until note.Until. Nothing is paused unless the record is
 // stored.

@@ -450,6 +450,13 @@ func (f *Fleet) urlAs(role string) string {
 	return u.String()
 }
 
+// Password returns the password drawn at start for user role of
+// deploy/nats-server.conf ("client", "operator", "worker", ...), for a
+// test that logs in as that user through another door than a Go
+// connection (the HTTP API's login, with Config.Listen's address); "" for
+// a user the fleet does not have.
+func (f *Fleet) Password(role string) string { return f.server.Password(role) }
+
 // Runner returns a runner over the fleet (its Prefix and Logger are the
 // fleet's), closed when the fleet closes; it fails the test on an error.
 // Only cfg.Model is required.
