@@ -363,6 +363,31 @@ func SubmissionMsgID(client, submission string) string {
 	return "submit-" + strconv.Itoa(len(client)) + "-" + client + "-" + submission
 }
 
+// ResubmissionMsgID is the Nats-Msg-Id of a submission stored again
+// when the parked run it started is resumed (seq, the journal sequence of
+// its parked entry, names the resume): [SubmissionMsgID] and
+// ".resume-<seq>", so the runs stream's duplicate window does not drop it
+// as the first, and the submission id it names is the same.
+func ResubmissionMsgID(client, submission string, seq uint64) string {
+	return SubmissionMsgID(client, submission) + resubmissionMark + strconv.FormatUint(seq, 10)
+}
+
+// resubmissionMark separates a resubmission's seq from its submission id.
+const resubmissionMark = ".resume-"
+
+// digits tells a non-empty run of ASCII digits.
+func digits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // SubmissionRunID is the run id of client's submission: a 22-character
 // token derived (SHA-256) from both, so a client knows where its result
 // will be ([RunKey]) before any coordinator runs it, a retry of the same

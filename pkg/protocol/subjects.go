@@ -439,7 +439,8 @@ func (s Subjects) RunsQueued() string { return s.p() + ".run.queued.*.*" }
 // ParseStoredSubmission reads a submission as the runs stream stored it:
 // its client and agent from the subject, <prefix>.run.queued.<client>.<agent>
 // ([Subjects.QueuedRuns]), and its submission id from msgID, its
-// Nats-Msg-Id, which must be [SubmissionMsgID] of that client. A
+// Nats-Msg-Id, which must be [SubmissionMsgID] of that client, or
+// [ResubmissionMsgID] of it. A
 // submission stored before the stream transformed subjects
 // (<prefix>.run.submit.<client>.<agent>.<submission>, [Subjects.RunSubmission])
 // is read from its subject alone.
@@ -455,8 +456,12 @@ func (s Subjects) ParseStoredSubmission(subject, msgID string) (client, agent, s
 	if !ok || !ValidToken(client) || !ValidToken(agent) {
 		return "", "", "", false
 	}
-	submission, ok = strings.CutPrefix(msgID, SubmissionMsgID(client, ""))
-	if !ok || !ValidToken(submission) {
+	rest, ok = strings.CutPrefix(msgID, SubmissionMsgID(client, ""))
+	if !ok {
+		return "", "", "", false
+	}
+	submission, again, resubmitted := strings.Cut(rest, resubmissionMark)
+	if !ValidToken(submission) || resubmitted && !digits(again) {
 		return "", "", "", false
 	}
 	return client, agent, submission, true

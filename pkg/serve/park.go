@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -109,7 +108,7 @@ func (s *Server) onResumeRequest(m *nats.Msg) {
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = p.Request
-	msg.Header.Set(nats.MsgIdHdr, "resume-"+string(run)+"-"+strconv.FormatUint(last.Seq, 10))
+	msg.Header.Set(nats.MsgIdHdr, protocol.ResubmissionMsgID(p.Client, p.Submission, last.Seq))
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		log.Warn().Err(err).Msg("could not submit a parked run again: its resume is lost, ask again")
 		return
