@@ -251,12 +251,13 @@ func TestRunControlParkAndResume(t *testing.T) {
 	}
 
 	// The client submits its parked run again, past the duplicate window
-	// (another message id): acknowledged, not run; only an operator
-	// resumes it.
+	// (a message id the window does not hold: the one a resume's
+	// resubmission carries, forged): acknowledged, not run; only an
+	// operator resumes it.
 	cnc, _ := approvalConn(t, f.url, "client")
 	again := nats.NewMsg("fleet.run.submit.client.default.park-1")
 	again.Data = []byte(`{"prompt": "p1"}`)
-	again.Header.Set(nats.MsgIdHdr, "a-retry-past-the-window")
+	again.Header.Set(nats.MsgIdHdr, protocol.ResubmissionMsgID("client", "park-1", 1))
 	if _, err := cnc.RequestMsg(again, 10*time.Second); err != nil {
 		t.Fatalf("the client's second submission: %v", err)
 	}
