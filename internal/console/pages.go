@@ -6,7 +6,7 @@ import "strings"
 // (templates/<name>.html) and script (assets/<name>.js), and its title.
 type page struct {
 	name, title string
-	// Nav names the page in the navigation bar; the login page has none.
+	// Nav says whether the page has the navigation bar; the login page has none.
 	Nav bool
 }
 
@@ -19,11 +19,11 @@ func (p page) Script() string { return "/assets/" + p.name + ".js" }
 // Name is the page's name, the body's data-page.
 func (p page) Name() string { return p.name }
 
-// pages are the console's pages, in the navigation bar's order.
+// pages are the console's pages, in the order of the navigation bar.
 var pages = []page{
 	{name: "fleet", title: "Fleet", Nav: true},
 	{name: "runs", title: "Runs", Nav: true},
-	{name: "run", title: "Run"},
+	{name: "run", title: "Run", Nav: true},
 	{name: "approvals", title: "Approvals", Nav: true},
 	{name: "tools", title: "Tools", Nav: true},
 	{name: "login", title: "Log in"},

@@ -62,7 +62,7 @@ TF.start(async () => {
     let end = t0 + 1;
     for (const c of rows) for (const t of [c.approvalFrom, c.approvalTo, c.dispatched, c.started, c.done]) if (t) end = Math.max(end, t);
     if (!finished) end = Math.max(end, now);
-    const W = 900, L = 230, R = 20, H = 28, top = 24;
+    const W = 900, L = 230, R = 70, H = 28, top = 24;
     const x = (t) => L + ((t - t0) / (end - t0)) * (W - L - R);
     const g = svg("svg", { viewBox: `0 0 ${W} ${top + rows.length * H + 8}`, width: "100%", role: "img", "aria-label": "the calls of the run over time", id: "timeline-svg" });
     for (let i = 0; i <= 4; i++) {
@@ -86,7 +86,7 @@ TF.start(async () => {
       seg(c.started, c.done, "running", "running on " + (c.worker || "a worker") + (c.said ? ": " + c.said : ""));
       if (c.done) {
         row.append(svg("circle", { cx: x(c.done), cy: y + h / 2, r: 6, class: "done " + (c.outcome === "ok" ? "ok" : "bad") }));
-        row.append(svg("text", { x: Math.min(x(c.done) + 10, W - 80), y: y + h - 4, class: "outcome" }, c.outcome || ""));
+        row.append(svg("text", { x: x(c.done) + 10, y: y + h - 4, class: "outcome" }, c.outcome || ""));
       }
       g.append(row);
     });
@@ -118,6 +118,7 @@ TF.start(async () => {
     if (!msgs || msgs.length === 0) ol.append(TF.el("li", { class: "hint" }, finished ? "The result keeps no transcript." : "The transcript is stored with the result."));
   }
 
+  // load reads the run; it answers whether the result is stored.
   async function load() {
     let run;
     try {
@@ -140,6 +141,16 @@ TF.start(async () => {
     transcript(res && res.messages);
     callRows();
     draw();
+    return !!res;
+  }
+
+  // loadResult reads the run until its result is stored, which follows
+  // the journal's finished step closely but not at once.
+  async function loadResult() {
+    for (let i = 0; i < 40; i++) {
+      if (await load()) return;
+      await new Promise((r) => setTimeout(r, 500));
+    }
   }
 
   document.getElementById("run-cancel").addEventListener("click", async () => {
@@ -172,7 +183,7 @@ TF.start(async () => {
         finished = true;
         es.close();
         document.getElementById("run-answer").textContent = ev.answer || "(no answer)";
-        load();
+        loadResult();
       } else if (!result) {
         callRows();
       }
