@@ -67,7 +67,6 @@
     if (err instanceof APIError) {
       const verb = err.status === 403 ? "Refused" : "Failed";
       text = verb + (what ? " — " + what : "") + ": " + err.message + " (" + err.status + " " + err.code + ")";
-      if (err.code === "forbidden") text += ". The NATS server does not let this user do that.";
     } else {
       text = "Failed" + (what ? " — " + what : "") + ": " + (err && err.message ? err.message : String(err));
     }
@@ -118,9 +117,16 @@
       body.append(TF.el("tr", { class: "empty" }, TF.el("td", { colSpan: cols }, empty || "none")));
     }
   };
+  // until is the end of a pause: a time, or "indefinitely" for one
+  // paused with no end (stored as far in the future).
+  TF.until = function (s) {
+    const d = new Date(s);
+    if (isNaN(d)) return "";
+    return d.getTime() - Date.now() > 365 * 24 * 3600 * 1000 ? "indefinitely" : "until " + d.toLocaleString();
+  };
   TF.traffic = function (t) {
     const parts = [];
-    if (t.paused) parts.push(TF.el("span", { class: "badge paused" }, "paused" + (t.paused_until ? " until " + TF.time(t.paused_until) : "")));
+    if (t.paused) parts.push(TF.el("span", { class: "badge paused" }, "paused" + (t.paused_until ? " " + TF.until(t.paused_until) : "")));
     if (t.limit) parts.push(TF.el("span", { class: "badge limited" }, "limited " + t.limit.rate + "/s" + (t.limit.burst ? " burst " + t.limit.burst : "")));
     if (parts.length === 0) parts.push(TF.el("span", { class: "badge ok" }, "open"));
     return parts;

@@ -15,7 +15,7 @@ TF.start(async () => {
       TF.fill(history, d.history.slice().reverse().map((n) => TF.el("tr", {},
         TF.el("td", {}, TF.time(n.at)), TF.el("td", {}, n.action), TF.el("td", {}, n.by || ""),
         TF.el("td", { class: "reason" }, n.reason || ""),
-        TF.el("td", {}, n.until ? "until " + TF.time(n.until) : n.rate ? n.rate + "/s" + (n.burst ? " burst " + n.burst : "") : ""))), "nothing was done to " + tool);
+        TF.el("td", {}, n.until ? TF.until(n.until) : n.rate ? n.rate + "/s" + (n.burst ? " burst " + n.burst : "") : ""))), "nothing was done to " + tool);
     } catch (e) {
       TF.fill(history, [], "refused: " + e.message);
       TF.fail(e, "reading the history of " + tool);
