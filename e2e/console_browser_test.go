@@ -49,7 +49,6 @@ func TestConsoleInABrowser(t *testing.T) {
 	operator := b.user("operator")
 	operator.login(base + "/approvals")
 	operator.do("the approvals page streams", chromedp.WaitVisible(chromedp.CSS(`#approvals-live.on`)))
-	operator.screenshot("approvals-empty")
 	marker := `window.consoleNotReloaded = true`
 	operator.do("marking the page", chromedp.Evaluate[chromedp.Void](marker))
 
