@@ -15,7 +15,7 @@ var files embed.FS
 // ContentSecurityPolicy is the policy every page and asset is sent with:
 // the console's own origin only, no inline script or style, no framing,
 // and forms that post nowhere else.
-const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // Handler serves the console's pages and assets, and every request under

@@ -56,3 +56,32 @@ func TestHandler(t *testing.T) {
 		t.Fatalf("POST /runs: %d, want 405", w.Code)
 	}
 }
+
+// FuzzPageOf: a path names one of the pages or none; a run's page takes
+// one path segment, and the fixed pages only their own path.
+func FuzzPageOf(f *testing.F) {
+	for _, s := range []string{"/", "/runs", "/runs/", "/runs/x", "/runs/x/y", "/login", "/assets/x.js", "//", "/v1/runs"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		name, ok := pageOf(path)
+		if !ok {
+			return
+		}
+		found := false
+		for _, p := range pages {
+			found = found || p.name == name
+		}
+		if !found {
+			t.Fatalf("pageOf(%q) = %q, no such page", path, name)
+		}
+		if name == "run" {
+			id := strings.TrimPrefix(path, "/runs/")
+			if id == "" || strings.Contains(id, "/") || !strings.HasPrefix(path, "/runs/") {
+				t.Fatalf("pageOf(%q) = run", path)
+			}
+		} else if path != "/"+name && !(name == "fleet" && path == "/") {
+			t.Fatalf("pageOf(%q) = %q", path, name)
+		}
+	})
+}
