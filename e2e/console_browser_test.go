@@ -27,7 +27,8 @@ import (
 // finishing on the worker and the answer, live. The operator pauses and
 // resumes a tool and reads its history. The client, logged in, has the
 // list of runs refused, reads its own run, and a run not its own is not
-// found. A cross-site POST and a request without a session are refused.
+// found; a prompt written as markup is shown as text and runs nothing.
+// A cross-site POST and a request without a session are refused.
 // No page throws or breaks its Content-Security-Policy.
 //
 // With CONSOLE_SCREENSHOTS=1 it writes a screenshot of each page into
@@ -135,6 +136,19 @@ func TestConsoleInABrowser(t *testing.T) {
 	client.do("its own run", chromedp.Navigate(base+"/runs/"+run), chromedp.WaitVisible(chromedp.CSS(`#calls tbody tr[data-call]`)))
 	if got := client.text(`#run-answer`); !strings.Contains(got, "42") {
 		t.Fatalf("the client's own run: %q", got)
+	}
+	// text from outside is shown as text: a prompt that would run script
+	// if inserted as HTML runs none
+	hostile := `<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>`
+	evil := submitAsClient(t, base, fmt.Sprintf(`{"prompt": %q}`, hostile))
+	client.do("a run with hostile text", chromedp.Navigate(base+"/runs/"+evil),
+		chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="finished"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#transcript li.msg.user`)))
+	if got := client.text(`#transcript li.msg.user`); !strings.Contains(got, hostile) {
+		t.Fatalf("the hostile prompt reads %q, want it as text", got)
+	}
+	if pwned, err := chromedp.Run(client.ctx, chromedp.Evaluate[bool](`window.pwned !== undefined || document.querySelector("#transcript img, #transcript script") !== null`)); err != nil || pwned {
+		t.Fatalf("the hostile prompt became markup or ran (%v)", err)
 	}
 	client.do("a run not its own", chromedp.Navigate(base+"/runs/notitsown"), chromedp.WaitVisible(chromedp.CSS(`#error`)))
 	if got := client.text(`#error`); !strings.Contains(got, "404") {
