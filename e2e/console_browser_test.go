@@ -338,10 +338,12 @@ func (tb *tab) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	ctx, cancel := context.WithTimeout(tb.ctx, browserWait)
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
-		loc, _ := chromedp.Run(tb.ctx, chromedp.Location())
-		page, _ := chromedp.Run(tb.ctx, chromedp.OuterHTML(chromedp.CSS(`main`)))
-		errText, _ := chromedp.Run(tb.ctx, chromedp.TextContent(chromedp.CSS(`#error`)))
-		tb.b.t.Fatalf("%s (%s at %s): %v\nerror banner: %s\n%s", what, tb.user, loc, err, errText, page)
+		// what the page shows, read at once: no element is waited for
+		look, stop := context.WithTimeout(tb.ctx, 5*time.Second)
+		defer stop()
+		loc, _ := chromedp.Run(look, chromedp.Location())
+		page, _ := chromedp.Run(look, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		tb.b.t.Fatalf("%s (%s at %s): %v\nthe page reads:\n%s", what, tb.user, loc, err, page)
 	}
 }
 
