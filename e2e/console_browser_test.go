@@ -22,7 +22,8 @@ import (
 // a serving coordinator (the demo model), a toolworker and "coordinator
 // console --nats-url". The operator logs in; a run the client submits
 // asks for the calculator's approval, which appears on the operator's
-// approvals page without a reload; the operator approves it; the run's
+// approvals page without a reload, and on the fleet page; the operator
+// approves it; the run's
 // page, open in another tab since before the approval, shows the call
 // finishing on the worker and the answer, live. The operator pauses and
 // resumes a tool and reads its history. The client, logged in, has the
@@ -63,6 +64,10 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// the run's page, open before the approval, follows the run live
 	runTab := operator.tab()
+	runTab.do("the fleet with the pending approval", chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#fleet-tools tr[data-tool="calculator"]`)),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#fleet-approvals a[href="/runs/%s"]`, run))))
+	runTab.screenshot("fleet")
 	runTab.do("the run's page", chromedp.Navigate(base+"/runs/"+run),
 		chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="approval_requested"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#timeline-svg g.call.is-open`)),
@@ -110,7 +115,6 @@ func TestConsoleInABrowser(t *testing.T) {
 	if got := operator.text(`#fleet-tools tr[data-tool="calculator"]`); !strings.Contains(got, workerName) || !strings.Contains(got, "open") {
 		t.Fatalf("the fleet's calculator row: %q, want its worker and open", got)
 	}
-	operator.screenshot("fleet")
 
 	row := `#tools tr[data-tool="echo"]`
 	operator.do("pausing a tool", chromedp.Navigate(base+"/tools#echo"), chromedp.WaitVisible(chromedp.CSS(row)),
