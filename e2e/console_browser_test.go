@@ -23,9 +23,8 @@ import (
 // console --nats-url". The operator logs in; a run the client submits
 // asks for the calculator's approval, which appears on the operator's
 // approvals page without a reload, and on the fleet page; the operator
-// approves it; the run's
-// page, open in another tab since before the approval, shows the call
-// finishing on the worker and the answer, live. The operator pauses and
+// approves it; the run's page, open in another tab since before the
+// approval, shows the call finishing on the worker and the answer, live. The operator pauses and
 // resumes a tool and reads its history. The client, logged in, has the
 // list of runs refused, reads its own run, and a run not its own is not
 // found; a prompt written as markup is shown as text and runs nothing.
