@@ -115,6 +115,15 @@ go build -o "$e2ebin/sidefx" ./e2e/sidefx
 export TOOLFLEET_E2E_BIN=$e2ebin
 phase "nats CLI" "the nats CLI the tests drive (built once into the Go cache)"
 go run ./internal/natscli/install
+phase "chromium" "Chromium for the console's browser test (Debian's package, when missing)"
+if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+  echo "  installed"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } ||
+    echo "  note: chromium did not install; TestConsoleInABrowser will skip"
+else
+  echo "  note: not root with apt-get; TestConsoleInABrowser will skip (apt-get install chromium to run it)"
+fi
 
 # The tests, in two steps. Most tests wait (on processes, ack waits,
 # deadlines, elections) rather than compute: run one package after another

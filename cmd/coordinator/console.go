@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/console"
 	"github.com/toolfleet/toolfleet/internal/httpapi"
 	"github.com/toolfleet/toolfleet/internal/logging"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -58,8 +59,9 @@ func consoleCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: coordinator console [--addr HOST:PORT] [flags]
 
-Serves the fleet's HTTP API (docs/api.md): runs, their events, approvals,
-tools and agents, as JSON, with its OpenAPI document at /v1/openapi.json.
+Serves the fleet's web console (docs/console.md) at / and its HTTP API
+(docs/api.md) under /v1/: runs, their events, approvals, tools and
+agents, as JSON, with its OpenAPI document at /v1/openapi.json.
 Each person logs in (POST /v1/session) or each program sends
 Authorization: Basic with a NATS user and password; every request acts on
 NATS as that user, so the NATS server's permissions decide what it may do.
@@ -120,10 +122,14 @@ Flags:`)
 		return cmd.fail(err)
 	}
 	defer api.Close()
+	web, err := console.New(api)
+	if err != nil {
+		return cmd.fail(err)
+	}
 	// No ReadTimeout or WriteTimeout: event streams are long; the API
 	// bounds the reading of each other request, and each write of a
 	// stream, itself.
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+	srv := &http.Server{Handler: web, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() { served <- srv.Serve(ln) }()
 	log.Info().Str("addr", ln.Addr().String()).Str("openapi", "http://"+ln.Addr().String()+"/v1/openapi.json").
