@@ -134,16 +134,9 @@ func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerC
 // DefaultStreamStartWait, so that a coordinator started in that window
 // starts instead of exiting.
 func EnsureRunsConsumer(ctx context.Context, js JetStream, subjects protocol.Subjects, cfg RunsConsumerConfig) (Consumer, error) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultStreamStartWait)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		actx, cancelAttempt := context.WithTimeout(ctx, DefaultKeyWatchMake)
-		cons, err := js.CreateOrUpdateConsumer(actx, subjects.RunsStream(), runsConsumer(subjects, cfg))
-		cancelAttempt()
-		if err == nil || !transient(err) || !sleepCtx(ctx, backoff(attempt)) {
-			return cons, err
-		}
-	}
+	return askRetrying(ctx, nil, func(ctx context.Context) (Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), runsConsumer(subjects, cfg))
+	})
 }
 
 // RunsStream returns the runs stream, to read a stored run request by
