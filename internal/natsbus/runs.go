@@ -13,10 +13,6 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// ErrWatchEnded is returned by [RunResults.Wait] when the server ended the
-// watch before a result came.
-var ErrWatchEnded = errors.New("natsbus: the watch ended")
-
 // RunResults is the runs bucket: one stored result per run, under its
 // [protocol.RunKey].
 type RunResults struct {
@@ -75,31 +71,6 @@ func (r *RunResults) Entry(ctx context.Context, key string) ([]byte, uint64, err
 func (r *RunResults) Replace(ctx context.Context, key string, data []byte, rev uint64) error {
 	_, err := r.kv.Update(ctx, key, data, rev)
 	return err
-}
-
-// Wait returns the result under key as stored, whether it was stored
-// before Wait was called or later. It waits until ctx ends (returning
-// ctx.Err()) or the watch ends ([ErrWatchEnded]).
-func (r *RunResults) Wait(ctx context.Context, key string) ([]byte, error) {
-	w, err := r.kv.Watch(ctx, key, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("watching %s: %w", key, err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, ErrWatchEnded
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // the end of the initial values, or a delete
-			}
-			return e.Value(), nil
-		}
-	}
 }
 
 // RunsConsumerConfig is what a serving coordinator sets on the runs
