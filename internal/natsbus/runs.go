@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,16 +42,23 @@ func (r *RunResults) Has(ctx context.Context, key string) bool {
 }
 
 // Create stores data under key unless a result is there already; created
-// says whether this call stored it.
+// says whether this call stored it. A key that already holds exactly data
+// counts as stored by this call: an earlier attempt of the caller's whose
+// answer was lost (a leader lost after storing it) stored it, and a caller
+// that asks again is never told its own result is another's.
 func (r *RunResults) Create(ctx context.Context, key string, data []byte) (created bool, err error) {
 	_, err = r.kv.Create(ctx, key, data)
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.Is(err, jetstream.ErrKeyExists):
-		return false, nil
+	case !errors.Is(err, jetstream.ErrKeyExists):
+		return false, err
 	}
-	return false, err
+	held, _, err := r.Entry(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("reading the value that is there: %w", err)
+	}
+	return bytes.Equal(held, data), nil
 }
 
 // Entry returns the value under key and its revision: [ErrNoResult] when
