@@ -58,48 +58,56 @@ func SubmitRawAs(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects,
 // [protocol.RunKey] of a client's run: a RunResponse's ResultKey) is in
 // the runs bucket and returns it decoded and as stored. It sees a result
 // stored before it was called as well as one stored later, and waits until
-// ctx ends.
+// ctx ends, across node losses, reconnects and leader changes: it waits as
+// [client.Client.Wait] does, then reads the stored bytes.
 func WaitResult(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, key string) (protocol.RunResult, []byte, error) {
-	run := key
-	if client, r, ok := strings.Cut(key, "."); ok {
-		if !protocol.ValidToken(client) {
-			return protocol.RunResult{}, nil, fmt.Errorf("coordinator: result key %q is not valid", key)
-		}
-		run = r
+	name, run, ok := strings.Cut(key, ".")
+	if !ok {
+		name, run = client.DefaultClient, key
+	}
+	if !protocol.ValidToken(name) {
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: result key %q is not valid", key)
 	}
 	if !protocol.ValidToken(run) {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: run id %q is not valid", run)
 	}
-	// The bucket may not exist yet: a submission is stored before any
-	// coordinator has started (and made it).
-	var results *natsbus.RunResults
-	var err error
+	c, err := client.New(js.Conn(), client.Config{Prefix: subjects.Prefix, Client: name})
+	if err != nil {
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: %w", err)
+	}
+	subject, _ := subjects.ClientRunResult(name, protocol.RunID(run))
+	var refused *client.RefusedError
+	var failed *client.FailedError
+	_, err = c.Wait(ctx, client.Run{ID: protocol.RunID(run), Key: key, Subject: subject})
+	if err != nil && !errors.As(err, &refused) && !errors.As(err, &failed) {
+		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: %w", err)
+	}
+	// A run's result is stored once: read it again as stored, asking
+	// again while the cluster does not answer.
+	var data []byte
 	for attempt := 1; ; attempt++ {
-		if results, err = natsbus.OpenRunResults(ctx, js, subjects); !errors.Is(err, natsbus.ErrNoRunsBucket) {
+		if data, err = readResult(ctx, js, subjects, key); err == nil {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return protocol.RunResult{}, nil, fmt.Errorf("coordinator: bucket %s: %w", subjects.RunsBucket(), err)
+			return protocol.RunResult{}, nil, fmt.Errorf("coordinator: reading the result of run %s: %w", run, err)
 		case <-time.After(min(time.Duration(attempt)*50*time.Millisecond, time.Second)):
 		}
-	}
-	if err != nil {
-		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: bucket %s: %w", subjects.RunsBucket(), err)
-	}
-	data, err := results.Wait(ctx, key)
-	switch {
-	case err == nil:
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: waiting for the result of run %s: %w", run, ctx.Err())
-	case errors.Is(err, natsbus.ErrWatchEnded):
-		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: the watch of run %s ended", run)
-	default:
-		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: watching run %s: %w", run, err)
 	}
 	res, err := protocol.DecodeRunResult(data, 64<<20)
 	if err != nil {
 		return protocol.RunResult{}, nil, fmt.Errorf("coordinator: the stored result of run %s: %w", run, err)
 	}
 	return res, data, nil
+}
+
+// readResult reads the result under key as stored.
+func readResult(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, key string) ([]byte, error) {
+	results, err := natsbus.OpenRunResults(ctx, js, subjects)
+	if err != nil {
+		return nil, err
+	}
+	data, _, err := results.Entry(ctx, key)
+	return data, err
 }

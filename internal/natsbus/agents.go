@@ -36,20 +36,33 @@ func (a *AgentStore) Put(ctx context.Context, name string, data []byte) (uint64,
 	return a.kv.Put(ctx, name, data)
 }
 
-// Get returns agent name's newest definition and its revision.
+// Get returns agent name's newest definition and its revision. Like
+// every read of the store it asks again while the cluster does not answer
+// (a leader being elected, an answer lost with a node), 5s an attempt, for
+// up to 30s: a run started or resumed then is configured, not failed.
 func (a *AgentStore) Get(ctx context.Context, name string) ([]byte, uint64, error) {
-	e, err := a.kv.Get(ctx, name)
-	return entry(e, err)
+	type got struct {
+		data []byte
+		rev  uint64
+	}
+	g, err := askRetrying(ctx, agentNotFound, func(ctx context.Context) (got, error) {
+		data, rev, err := entry(a.kv.Get(ctx, name))
+		return got{data, rev}, err
+	})
+	return g.data, g.rev, err
 }
 
 // GetRevision returns agent name's definition at revision rev, also when
 // a newer one replaced it or it was removed since (within
 // [AgentHistory] revisions).
 func (a *AgentStore) GetRevision(ctx context.Context, name string, rev uint64) ([]byte, error) {
-	e, err := a.kv.GetRevision(ctx, name, rev)
-	data, _, err := entry(e, err)
-	return data, err
+	return askRetrying(ctx, agentNotFound, func(ctx context.Context) ([]byte, error) {
+		data, _, err := entry(a.kv.GetRevision(ctx, name, rev))
+		return data, err
+	})
 }
+
+func agentNotFound(err error) bool { return errors.Is(err, ErrAgentNotFound) }
 
 // AgentRevision is one kept revision of an agent: its stored bytes, or
 // its removal.
@@ -62,11 +75,14 @@ type AgentRevision struct {
 // History returns the kept revisions of agent name (at most
 // [AgentHistory]), newest first; [ErrAgentNotFound] when none is kept.
 func (a *AgentStore) History(ctx context.Context, name string) ([]AgentRevision, error) {
-	es, err := a.kv.History(ctx, name)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil, ErrAgentNotFound
-	case err != nil:
+	es, err := askRetrying(ctx, agentNotFound, func(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
+		es, err := a.kv.History(ctx, name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, ErrAgentNotFound
+		}
+		return es, err
+	})
+	if err != nil {
 		return nil, err
 	}
 	out := make([]AgentRevision, 0, len(es))

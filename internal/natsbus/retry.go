@@ -66,6 +66,25 @@ func publishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg,
 	}
 }
 
+// askRetrying calls ask, a request to the cluster that changes nothing or
+// may be repeated, each attempt bounded by DefaultKeyWatchMake (an answer
+// lost with a node is asked again, never waited on), asking again while it
+// fails transiently, for up to DefaultStreamStartWait: what a leader
+// election takes on a loaded machine. final, when set, says which errors
+// are answers, not failures (a key the bucket does not hold).
+func askRetrying[T any](ctx context.Context, final func(error) bool, ask func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, DefaultStreamStartWait)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, cancelAttempt := context.WithTimeout(ctx, DefaultKeyWatchMake)
+		v, err := ask(actx)
+		cancelAttempt()
+		if err == nil || (final != nil && final(err)) || !transient(err) || !sleepCtx(ctx, backoff(attempt)) {
+			return v, err
+		}
+	}
+}
+
 // backoff is the pause after the n-th consecutive failure.
 func backoff(n int) time.Duration { return min(time.Duration(n)*50*time.Millisecond, 2*time.Second) }
 

@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,10 +13,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
-
-// ErrWatchEnded is returned by [RunResults.Wait] when the server ended the
-// watch before a result came.
-var ErrWatchEnded = errors.New("natsbus: the watch ended")
 
 // RunResults is the runs bucket: one stored result per run, under its
 // [protocol.RunKey].
@@ -45,16 +42,23 @@ func (r *RunResults) Has(ctx context.Context, key string) bool {
 }
 
 // Create stores data under key unless a result is there already; created
-// says whether this call stored it.
+// says whether this call stored it. A key that already holds exactly data
+// counts as stored by this call: an earlier attempt of the caller's whose
+// answer was lost (a leader lost after storing it) stored it, and a caller
+// that asks again is never told its own result is another's.
 func (r *RunResults) Create(ctx context.Context, key string, data []byte) (created bool, err error) {
 	_, err = r.kv.Create(ctx, key, data)
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.Is(err, jetstream.ErrKeyExists):
-		return false, nil
+	case !errors.Is(err, jetstream.ErrKeyExists):
+		return false, err
 	}
-	return false, err
+	held, _, err := r.Entry(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("reading the value that is there: %w", err)
+	}
+	return bytes.Equal(held, data), nil
 }
 
 // Entry returns the value under key and its revision: [ErrNoResult] when
@@ -75,31 +79,6 @@ func (r *RunResults) Entry(ctx context.Context, key string) ([]byte, uint64, err
 func (r *RunResults) Replace(ctx context.Context, key string, data []byte, rev uint64) error {
 	_, err := r.kv.Update(ctx, key, data, rev)
 	return err
-}
-
-// Wait returns the result under key as stored, whether it was stored
-// before Wait was called or later. It waits until ctx ends (returning
-// ctx.Err()) or the watch ends ([ErrWatchEnded]).
-func (r *RunResults) Wait(ctx context.Context, key string) ([]byte, error) {
-	w, err := r.kv.Watch(ctx, key, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("watching %s: %w", key, err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, ErrWatchEnded
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // the end of the initial values, or a delete
-			}
-			return e.Value(), nil
-		}
-	}
 }
 
 // RunsConsumerConfig is what a serving coordinator sets on the runs
@@ -135,16 +114,9 @@ func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerC
 // DefaultStreamStartWait, so that a coordinator started in that window
 // starts instead of exiting.
 func EnsureRunsConsumer(ctx context.Context, js JetStream, subjects protocol.Subjects, cfg RunsConsumerConfig) (Consumer, error) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultStreamStartWait)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		actx, cancelAttempt := context.WithTimeout(ctx, DefaultKeyWatchMake)
-		cons, err := js.CreateOrUpdateConsumer(actx, subjects.RunsStream(), runsConsumer(subjects, cfg))
-		cancelAttempt()
-		if err == nil || !transient(err) || !sleepCtx(ctx, backoff(attempt)) {
-			return cons, err
-		}
-	}
+	return askRetrying(ctx, nil, func(ctx context.Context) (Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, subjects.RunsStream(), runsConsumer(subjects, cfg))
+	})
 }
 
 // RunsStream returns the runs stream, to read a stored run request by
