@@ -11,7 +11,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
-	"github.com/toolfleet/toolfleet/pkg/model/modelhttp"
+	"github.com/toolfleet/toolfleet/pkg/model/modelerr"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -27,18 +27,18 @@ type parkedRun struct {
 
 // parkReason is loop.Durable.Park of a served run: a model that answered
 // an HTTP error, did not answer in time or could not be reached, after
-// its provider's retries (modelhttp.Policy), parks the run; an answer the
+// its provider's retries (modelerr.Policy), parks the run; an answer the
 // loop cannot use, a request the provider cannot express, or a failure
 // of another kind fails it as before, since asking again cannot help. The
 // reason names the provider's status and error type and code, never the
-// server's message (modelhttp.APIError).
+// server's message (modelerr.APIError).
 func parkReason(err error) string {
-	var apiErr *modelhttp.APIError
-	var terr *modelhttp.TransportError
+	var apiErr *modelerr.APIError
+	var terr *modelerr.TransportError
 	switch {
 	case errors.As(err, &apiErr):
 		return "the model answered " + apiErr.Error() + ", after its retries"
-	case errors.Is(err, modelhttp.ErrTimeout):
+	case errors.Is(err, modelerr.ErrTimeout):
 		return "the model did not answer within its request timeout, after its retries"
 	case errors.As(err, &terr):
 		return "the model could not be reached (transport error), after its retries"
