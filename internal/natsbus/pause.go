@@ -261,3 +261,12 @@ func (t *ToolTraffic) Limit(ctx context.Context, tool protocol.ToolName) (protoc
 	}
 	return lim, true, nil
 }
+
+// RecordTraffic stores data, an audit record of an operator's change
+// (a bulk cancel or resume of runs), on subject in the traffic stream,
+// where the tools' pause and limit records are: the server refuses it
+// when subject is not the stream's.
+func RecordTraffic(ctx context.Context, js JetStream, s protocol.Subjects, subject string, data []byte) error {
+	_, err := js.Publish(ctx, subject, data, jetstream.WithExpectStream(s.TrafficStream()))
+	return err
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -66,7 +65,7 @@ func record(ctx context.Context, js natsbus.JetStream, subjects protocol.Subject
 	if err != nil {
 		return err
 	}
-	if _, err := js.Publish(ctx, NoteSubject(subjects, action), data, jetstream.WithExpectStream(subjects.TrafficStream())); err != nil {
+	if err := natsbus.RecordTraffic(ctx, js, subjects, NoteSubject(subjects, action), data); err != nil {
 		return fmt.Errorf("recording the change in %s: %w", subjects.TrafficStream(), err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelerr"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -113,7 +114,7 @@ func (s *Server) onResumeRequest(m *nats.Msg) {
 		log.Warn().Err(err).Msg("could not submit a parked run again: its resume is lost, ask again")
 		return
 	}
-	log.Info().Str(logClient, p.Client).Str(logAgent, p.Agent).Str("by", req.By).Int("round", last.Entry.Round).
+	log.Info().Str(logClient, p.Client).Str(logAgent, p.Agent).Str("by", req.By).Int(logkey.Round, last.Entry.Round).
 		Msg("parked run submitted again: a serving coordinator resumes it from its journal")
 }
 
