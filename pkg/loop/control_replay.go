@@ -357,7 +357,7 @@ func lastLoopEntry(entries []JournalEntry) *JournalEntry {
 	for i := len(entries) - 1; i >= 0; i-- {
 		switch entries[i].Kind {
 		case EntryStart, EntryTools, EntryModel, EntryApprovalRequested, EntryApprovalDecided, EntryDispatched,
-			EntryPublished, EntryObserved, EntryFinished, EntryParked:
+			EntryPublished, EntryObserved, EntryFinished, EntryParked, EntryInput:
 			return &entries[i]
 		}
 	}
