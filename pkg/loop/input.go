@@ -13,14 +13,14 @@ type InputMode string
 const (
 	// InputEnqueue: the message is added to the transcript before the
 	// run's next model step; the round in flight goes on as it would.
-	InputEnqueue InputMode = "enqueue"
+	InputEnqueue InputMode = protocol.RunInputEnqueue
 	// InputInterrupt: the round in flight stops waiting for what has not
 	// started. Each of its calls not yet published, or published and
 	// withdrawn before any worker claimed it, is answered interrupted and
 	// never runs; a call a worker claimed or started keeps its rule (its
 	// result; timeout, or outcome_unknown for a non-idempotent one). Then
 	// the message is added, and the model asked.
-	InputInterrupt InputMode = "interrupt"
+	InputInterrupt InputMode = protocol.RunInputInterrupt
 )
 
 // Valid reports whether m is one of the input modes.
