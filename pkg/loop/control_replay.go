@@ -280,7 +280,7 @@ func (rp *replayer) run(ctx context.Context, cfg Config, model Model, msgs []Mes
 	}
 	rp.inputLen = len(fixed)
 	ru := r.newRun(fixed, "")
-	ru.ctl = rp
+	ru.ctl, ru.given = rp, rp.rec.rp
 	defer ru.closeInbox()
 	return ru.execute(ctx)
 }

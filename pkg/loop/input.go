@@ -35,9 +35,10 @@ type Input struct {
 // takeInputs adds to the transcript, as user messages, the inputs that
 // follow round: those journaled before the run was resumed, those taken
 // while the round gathered, and those waiting on the run's input channel
-// now (each journaled before it takes effect). false: the run must stop.
+// now (each journaled before it takes effect); a replay or a fork puts
+// back those of the recorded run. false: the run must stop.
 func (ru *run) takeInputs(ctx context.Context, round int) bool {
-	for _, in := range ru.j.replay().inputs(round) {
+	for _, in := range append(ru.j.replay().inputs(round), ru.given.inputs(round)...) {
 		ru.msgs = append(ru.msgs, Message{Role: "user", Content: in.Content})
 	}
 	for _, in := range ru.taken {

@@ -270,3 +270,28 @@ func TestInputEntryRefusedByAnOlderReader(t *testing.T) {
 		}
 	}
 }
+
+// A replay of a run that took an input puts the message back where it
+// was: with the same model's answers, the replay does not diverge and its
+// round-2 request is the recorded one; nothing runs.
+func TestRunInputReplayedAtTheSamePoint(t *testing.T) {
+	ir := newInputRound(t)
+	ir.run(t, loop.Input{Mode: loop.InputInterrupt, Content: "stop paying"}, func() {
+		testsync.WaitUntil(t, 10*time.Second, "both pay calls withdrawn", func() bool { return len(ir.disp.Withdrawn()) == 2 })
+	})
+	again := looptest.NewModel(
+		looptest.Calls(looptest.Call("s", "slow", `{}`), looptest.Call("p1", "pay", `{"n":1}`), looptest.Call("p2", "pay", `{"n":2}`)),
+		looptest.Answer("done"))
+	rep, err := loop.Replay(t.Context(), loop.Config{}, again, loop.ReplayInput{Entries: ir.journal.Resume(-1).Entries()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Diverged || rep.NotReplayedCalls != 0 {
+		t.Fatalf("replay diverged: %+v", rep)
+	}
+	got, _ := json.Marshal(again.Requests()[1].Messages)
+	want, _ := json.Marshal(ir.model.Requests()[1].Messages)
+	if string(got) != string(want) {
+		t.Fatalf("replayed request\n%s\nwant\n%s", got, want)
+	}
+}

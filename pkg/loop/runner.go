@@ -172,6 +172,9 @@ type run struct {
 	input       <-chan Input
 	taken       []Input
 	interrupted bool
+	// given is a replay's or a fork's recorded run, whose journaled
+	// inputs it puts back where they were (input.go).
+	given *replay
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
