@@ -85,8 +85,8 @@ type Server struct {
 	// next step boundary and go back to the stream.
 	handoff chan struct{}
 	// owned holds the cancel of every run this coordinator runs.
-	mu     sync.Mutex
-	owned  map[protocol.RunID]context.CancelCauseFunc
+	mu    sync.Mutex
+	owned map[protocol.RunID]context.CancelCauseFunc
 	// inputs holds where each run it runs takes its client's input
 	// (input.go).
 	inputs map[protocol.RunID]*runInput
