@@ -74,8 +74,9 @@ commands:
                               as the run's client C (default: $NATS_USER, else
                               "default"), add a user message to its run in
                               flight: --enqueue, seen at its next model step;
-                              --interrupt, the round's calls no worker started
-                              are withdrawn (answered interrupted) first.
+                              --interrupt, the round's non-idempotent calls no
+                              worker claimed are withdrawn first (answered
+                              interrupted, never run).
                               Waits until the run's coordinator accepted it
                               (--timeout)
 

@@ -162,10 +162,11 @@ func (c *Client) Enqueue(ctx context.Context, run protocol.RunID, text string) e
 }
 
 // Interrupt is [Client.Enqueue] that interrupts the run's round in
-// flight first: each of its calls no worker has claimed or started is
-// withdrawn and answered "interrupted" (it never runs); a started call
-// keeps its rule (its result, or outcome_unknown for a non-idempotent one
-// whose worker went silent). Then the model sees every call answered and
+// flight first: each of its calls not yet published, and each
+// non-idempotent one no worker has claimed, is withdrawn and answered
+// "interrupted" (it never runs); any other call keeps its rule (its
+// result; outcome_unknown for a non-idempotent one whose worker went
+// silent). An idempotent call already published is awaited. Then the model sees every call answered and
 // the message.
 func (c *Client) Interrupt(ctx context.Context, run protocol.RunID, text string) error {
 	return c.input(ctx, run, protocol.RunInputInterrupt, text)

@@ -15,11 +15,11 @@ const (
 	// run's next model step; the round in flight goes on as it would.
 	InputEnqueue InputMode = protocol.RunInputEnqueue
 	// InputInterrupt: the round in flight stops waiting for what has not
-	// started. Each of its calls not yet published, or published and
-	// withdrawn before any worker claimed it, is answered interrupted and
-	// never runs; a call a worker claimed or started keeps its rule (its
-	// result; timeout, or outcome_unknown for a non-idempotent one). Then
-	// the message is added, and the model asked.
+	// started. Each of its calls not yet published, and each
+	// non-idempotent one withdrawn before any worker claimed it, is
+	// answered interrupted and never runs; any other call keeps its rule
+	// (its result; timeout, or outcome_unknown for a non-idempotent one a
+	// worker started). Then the message is added, and the model asked.
 	InputInterrupt InputMode = protocol.RunInputInterrupt
 )
 
@@ -113,10 +113,12 @@ func (ru *run) interruptUnpublished(calls []roundCall) {
 	}
 }
 
-// interrupt asks the inbox to take back every pending call no worker is
-// known to have claimed or started, idempotent or not: one withdrawn never
-// runs and is answered interrupted now; any other is awaited under its
-// rule. Without a [WithdrawInbox] every pending call is awaited.
+// interrupt asks the inbox to take back every pending non-idempotent call
+// no worker is known to have claimed or started (withdrawable, as at its
+// deadline): one withdrawn never runs and is answered interrupted now; any
+// other is awaited under its rule. An idempotent call is awaited too: the
+// fleet cannot promise it never runs, and its result is safe to use.
+// Without a [WithdrawInbox] every pending call is awaited.
 func (ru *run) interrupt(ctx context.Context, round int, pending map[protocol.CallKey]*roundCall) {
 	in, _ := ru.inbox.(WithdrawInbox)
 	if in == nil || len(pending) == 0 || !ru.j.flush(ctx) {
@@ -125,7 +127,7 @@ func (ru *run) interrupt(ctx context.Context, round int, pending map[protocol.Ca
 	wctx, cancel := context.WithTimeout(ctx, withdrawWait)
 	defer cancel()
 	for key, s := range pending {
-		if s.started || s.asked {
+		if !withdrawable(s) {
 			continue
 		}
 		s.asked = true

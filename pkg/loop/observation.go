@@ -75,7 +75,7 @@ var OutcomeTexts = []OutcomeText{
 	{protocol.OutcomeNotReplayed, "Tool '<name>' was not run (replay): the recorded run has no result for this call with these arguments.",
 		"A replay's call that the recorded run never made with this tool and these arguments: nothing ran."},
 	{protocol.OutcomeInterrupted, "Tool '<name>' was not run: the user interrupted this round with a new message.",
-		"The run's client interrupted the round (input mode interrupt) before any worker started the call: it was never published, or withdrawn before a worker claimed it."},
+		"The run's client interrupted the round (input mode interrupt) before any worker took the call: it was never published, or (not idempotent) withdrawn before a worker claimed it."},
 }
 
 // obsInterrupted answers a call withdrawn, or never published, because

@@ -45,8 +45,8 @@ const (
 	// tool is not declared read-only.
 	OutcomeSimulated Outcome = "simulated"
 	// OutcomeInterrupted means the run's client interrupted the round
-	// with a new message (run control) before any worker started the
-	// call: it was withdrawn, or never published, and did not run.
+	// with a new message (run control) before any worker took the call:
+	// it was withdrawn, or never published, and did not run.
 	OutcomeInterrupted Outcome = "interrupted"
 )
 

@@ -10,8 +10,9 @@ const (
 	// RunInputEnqueue: the message is seen at the run's next model step.
 	RunInputEnqueue = "enqueue"
 	// RunInputInterrupt: the round in flight is interrupted first — its
-	// calls no worker has started are withdrawn and answered
-	// [OutcomeInterrupted] — then the model sees the message.
+	// calls not yet published, and its non-idempotent calls no worker has
+	// claimed, are withdrawn and answered [OutcomeInterrupted] — then the
+	// model sees the message.
 	RunInputInterrupt = "interrupt"
 )
 
