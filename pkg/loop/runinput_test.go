@@ -31,7 +31,10 @@ type inputRound struct {
 	runner  *loop.Runner
 }
 
-func newInputRound(t *testing.T) *inputRound {
+func newInputRound(t *testing.T) *inputRound { return newInputRoundPay(t, false) }
+
+// newInputRoundPay is newInputRound with pay idempotent or not.
+func newInputRoundPay(t *testing.T, idempotent bool) *inputRound {
 	t.Helper()
 	ir := &inputRound{
 		model: looptest.NewModel(
@@ -57,6 +60,7 @@ func newInputRound(t *testing.T) *inputRound {
 	ir.disp.Withdrawals, ir.disp.Started = true, true
 	ir.disp.Hold = func(c protocol.Call) bool { return c.Tool == "pay" }
 	pay := looptest.MustSpec("pay", openSchema)
+	pay.Idempotent = idempotent
 	slow := looptest.MustSpec("slow", openSchema)
 	slow.Idempotent = true
 	var err error
@@ -294,4 +298,29 @@ func TestRunInputReplayedAtTheSamePoint(t *testing.T) {
 	if string(got) != string(want) {
 		t.Fatalf("replayed request\n%s\nwant\n%s", got, want)
 	}
+}
+
+// An interrupt withdraws no idempotent call: the fleet cannot promise one
+// already published never runs, so it is awaited and answered by its
+// result.
+func TestRunInputInterruptAwaitsIdempotentCalls(t *testing.T) {
+	ir := newInputRoundPay(t, true)
+	res := ir.run(t, loop.Input{Mode: loop.InputInterrupt, Content: "stop"}, func() {
+		testsync.WaitUntil(t, 10*time.Second, "the input journaled", func() bool { return inputEntries(ir.journal) == 1 })
+		for _, c := range ir.disp.Published() {
+			if c.Tool == "pay" {
+				ir.disp.Inject(c.RunID, loop.Event{Result: &protocol.Result{V: protocol.Version, RunID: c.RunID, CallKey: c.CallKey,
+					Outcome: protocol.OutcomeOK, Output: "paid"}, Tool: "pay"})
+			}
+		}
+	})
+	if asked := ir.disp.Asked(); len(asked) != 0 {
+		t.Fatalf("withdrawals asked for %v, want none", asked)
+	}
+	for _, c := range res.Calls {
+		if c.Outcome != protocol.OutcomeOK {
+			t.Fatalf("call %s: %s, want ok", c.CallID, c.Outcome)
+		}
+	}
+	checkNextRequest(t, ir.model, "stop")
 }
