@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/openai/openaitest"
@@ -88,11 +91,13 @@ func toolIDs(msgs []openaitest.Message) (ids []string, last openaitest.Message) 
 // request answers every id of the round and then has the new message.
 // In round 2 the client enqueues a message: the round's charge runs as it
 // would, and the model's round-3 request has it after the charge's
-// answer. Neither a worker nor the operator may send input to the run
-// (refused by the server), and a run that ended takes none.
+// answer. No other client may send input to the run (bob, a second
+// client account: refused by the server on the client's subject, refused
+// by the coordinator on his own), nor a worker or the operator (refused
+// by the server), and a run that ended takes none.
 func TestRunControlInput(t *testing.T) {
 	t.Parallel()
-	srv := startApprovalServer(t)
+	srv := startServerWithBob(t) // the shipped conf, and a second client account, bob
 	f := &parkFleet{url: srv.ClientURL()}
 	f.fleet = &fleet{t: t, dir: t.TempDir()}
 	f.effects = filepath.Join(f.dir, "effects.log")
@@ -111,7 +116,7 @@ func TestRunControlInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.results = kv
-	f.serve("c1")
+	c1 := f.serve("c1")
 	run := f.submit("input-1", "in1")
 
 	// The worker took one charge; the others wait for it.
@@ -125,7 +130,27 @@ func TestRunControlInput(t *testing.T) {
 		return nil
 	})
 
-	// Fail closed: no other user may send input to the run.
+	// Fail closed: no other client may send input to the run: bob may not
+	// publish on the client's subject (the server refuses it), and what he
+	// sends on his own reaches a coordinator that refuses it, unanswered.
+	bobRun := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bins.coordinator, args...)
+		cmd.Env = append(natscli.Env(t), "NATS_URL="+f.url, "NATS_USER=bob", "NATS_PASSWORD="+bobPassword)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := bobRun("runs", "input", string(run), "--interrupt", "--text", "hijack", "--client", "client", "--timeout", "5s"); err == nil ||
+		!strings.Contains(strings.ToLower(out), "permissions violation") {
+		t.Fatalf("bob's runs input on the client's subject: %v\n%s\nwant refused by the server", err, out)
+	}
+	if out, err := bobRun("runs", "input", string(run), "--interrupt", "--text", "hijack", "--timeout", "5s"); err == nil ||
+		!strings.Contains(out, "no coordinator runs the run") {
+		t.Fatalf("bob's runs input on his own subject: %v\n%s\nwant unanswered", err, out)
+	}
+	c1.waitLog(30*time.Second, "refused an input to a run from another client than the run's")
+	// Nor may a user of the fleet's own account.
 	for _, user := range []string{"worker", "operator"} {
 		if out, err := f.as(user, "runs", "input", string(run), "--interrupt", "--text", "hijack", "--client", "client", "--timeout", "5s"); err == nil ||
 			!strings.Contains(strings.ToLower(out), "permissions violation") {
