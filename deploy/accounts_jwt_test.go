@@ -66,6 +66,7 @@ func TestJWTAccountsLayout(t *testing.T) {
 		{"$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.*.>", "$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.client.>", true},
 		{"fleet.run.result.*.>", "fleet.run.result.client.>", false},
 		{"fleet.run.progress.*.>", "fleet.run.progress.client.>", false},
+		{"fleet.run.input.*.>", "fleet.run.input.client.>", true},
 	}
 	run("add", "account", "client")
 	clientKey := strings.Trim(strings.TrimSpace(run("describe", "account", "client", "--field", "sub")), `"`)
@@ -83,7 +84,7 @@ func TestJWTAccountsLayout(t *testing.T) {
 	// has the conf's permissions.
 	run("add", "user", "--account", "FLEET", "--name", "admin")
 	run("add", "user", "--account", "client", "--name", "client",
-		"--allow-pub", "fleet.run.submit.client.>,$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.client.>",
+		"--allow-pub", "fleet.run.submit.client.>,$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.client.>,fleet.run.input.client.>",
 		"--allow-sub", "fleet.run.result.client.>,fleet.run.progress.client.>,_INBOX_client.>")
 	// One tool's workers (DEPLOY) and an edge site (EDGE), as the conf
 	// has them.

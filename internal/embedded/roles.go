@@ -54,12 +54,14 @@ func FleetAccounts(s protocol.Subjects, password func(role string) string) []Acc
 			{Subject: runs + "*.>", AccountTokenPosition: 8},
 			{Subject: p + ".run.result.*.>", Stream: true, AccountTokenPosition: 4},
 			{Subject: p + ".run.progress.*.>", Stream: true, AccountTokenPosition: 4},
+			{Subject: p + ".run.input.*.>", AccountTokenPosition: 4},
 		}},
 		{Name: RoleClient, Users: []User{client}, Imports: []Import{
 			{Account: FleetAccount, Subject: p + ".run.submit." + RoleClient + ".>"},
 			{Account: FleetAccount, Subject: runs + RoleClient + ".>"},
 			{Account: FleetAccount, Subject: p + ".run.result." + RoleClient + ".>", Stream: true},
 			{Account: FleetAccount, Subject: p + ".run.progress." + RoleClient + ".>", Stream: true},
+			{Account: FleetAccount, Subject: p + ".run.input." + RoleClient + ".>"},
 		}},
 	}
 }
@@ -190,6 +192,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 		Publish: &server.SubjectPermission{Allow: []string{
 			p + ".run.submit." + RoleClient + ".>",
 			"$JS.API.DIRECT.GET." + runs + ".$KV." + s.RunsBucket() + "." + RoleClient + ".>",
+			p + ".run.input." + RoleClient + ".>",
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			p + ".run.result." + RoleClient + ".>",
