@@ -122,8 +122,11 @@ func TestJWTAccountsLayout(t *testing.T) {
 		return s
 	}
 	connect := func(s *server.Server, user string) (client, error) {
+		// The connect's own bound is generous: on a loaded machine the
+		// JWT handshake (the user's signature checked against its account)
+		// can take more than nats.go's default 2s.
 		nc, err := nats.Connect(s.ClientURL(), nats.UserCredentials(creds[user]), nats.CustomInboxPrefix(inboxOf(user)),
-			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+			nats.Timeout(30*time.Second), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 		if err != nil {
 			return client{}, err
 		}
