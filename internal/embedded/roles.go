@@ -17,8 +17,8 @@ const (
 	FleetAccount = "FLEET"
 	// RoleCoordinator is the coordinator's own user: it connects in
 	// process only and its password, drawn at start, never leaves the
-	// process. It may do everything but decide approvals or erase the
-	// approvals stream.
+	// process. Its in-process workers share its connection. It may do
+	// everything but decide approvals or erase the approvals stream.
 	RoleCoordinator = "coordinator"
 	// RoleWorker is the user of remote toolworkers.
 	RoleWorker = "worker"
@@ -106,9 +106,13 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				p + ".journal.cancel.>",
 				// runs resume: a parked run's request submitted again
 				s.RunSubmissions(),
-				// withdrawals: a call's start record, never an execution record
+				// withdrawals: a call's start record
 				s.Starts(),
 				p + ".own.*.start.>",
+				// its in-process workers share its connection: an approved
+				// call's execution record, written only after the worker
+				// has checked the operator's decision itself
+				s.Claims(),
 				"$SRV.*.toolworker",
 				s.ToolInfos(),
 			}, Deny: []string{
