@@ -123,21 +123,8 @@ func TestJWTAccountsLayout(t *testing.T) {
 		return s
 	}
 	connect := func(s *server.Server, user string) (client, error) {
-		// On a loaded machine the JWT handshake (the user's signature
-		// checked against its account) can outlast nats.go's default 2s
-		// bound, or the server's first PING can come before its PONG,
-		// which nats.go refuses: the bound is generous, and a handshake
-		// that failed for anything but the server's refusal is tried
-		// again, three times at most.
-		var nc *nats.Conn
-		var err error
-		for attempt := 1; attempt <= 3; attempt++ {
-			nc, err = nats.Connect(s.ClientURL(), nats.UserCredentials(creds[user]), nats.CustomInboxPrefix(inboxOf(user)),
-				nats.Timeout(30*time.Second), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-			if err == nil || errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
-				break
-			}
-		}
+		nc, err := connectJWT(s.ClientURL(), nats.UserCredentials(creds[user]), nats.CustomInboxPrefix(inboxOf(user)),
+			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 		if err != nil {
 			return client{}, err
 		}
@@ -193,4 +180,23 @@ func TestJWTAccountsLayout(t *testing.T) {
 	if _, err := connect(s, "admin"); err != nil {
 		t.Errorf("admin after the client's revocation: %v", err)
 	}
+}
+
+// connectJWT connects to url with opts. On a loaded machine the JWT
+// handshake (the user's signature checked against its account) can
+// outlast nats.go's default 2s bound, or the server's first PING can come
+// before its PONG, which nats.go refuses: the bound is generous, and a
+// handshake that failed for anything but the server's refusal is tried
+// again, three times at most.
+func connectJWT(url string, opts ...nats.Option) (*nats.Conn, error) {
+	opts = append(opts, nats.Timeout(30*time.Second))
+	var nc *nats.Conn
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		nc, err = nats.Connect(url, opts...)
+		if err == nil || errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			break
+		}
+	}
+	return nc, err
 }
