@@ -68,8 +68,9 @@ func (m multiObserver) CallEvent(ev CallEvent) {
 // A call's events, each with its sinks: callStarted (its span opens and
 // its "tool call start" line), callQueued (the CallObserver, progress
 // tracking), callStartedOnWorker (the CallObserver, a debug line), answer
-// (the CallObserver) and callRecorded (its "tool call end" line, its span's
-// end and the Observer; the Result is written by record).
+// (the CallObserver; in answer.go, where each way a call ends is made)
+// and callRecorded (its "tool call end" line, its span's end and the
+// Observer; the Result is written by record).
 
 // callStarted: the call is validated (or answered by its validation).
 func (ru *run) callStarted(ctx context.Context, round int, c *roundCall, raw string, obj map[string]any) {
@@ -123,16 +124,6 @@ func (ru *run) callStartedOnWorker(round int, c *roundCall, p protocol.Started) 
 	}
 	ru.log.Debug().Str(logKeyEvent, evProgress).Int(logKeyRound, round).
 		Str(logKeyCallKey, string(p.CallKey)).Str(logKeyWorker, c.ans.Worker).Send()
-}
-
-// answer closes a call with its outcome and observation (a later answer
-// replaces them); the CallObserver hears of the first.
-func (ru *run) answer(c *roundCall, o protocol.Outcome, obs string) {
-	first := !c.done
-	c.done, c.ans.Outcome, c.ans.Content, c.end = true, o, obs, ru.cfg.Now()
-	if first {
-		ru.callEvent(c.round, c, CallDone)
-	}
 }
 
 // callEvent tells the run's Observer, when it follows calls, that s is in

@@ -81,16 +81,6 @@ func (c *roundCall) sideEffect() bool {
 	return false
 }
 
-// answerOpen answers cancelled every call still open: unreachable, but
-// no id is ever left open.
-func (ru *run) answerOpen(calls []roundCall) {
-	for i := range calls {
-		if !calls[i].done {
-			ru.answer(&calls[i], protocol.OutcomeCancelled, obsCancelled(calls[i].name))
-		}
-	}
-}
-
 // ms is the unit of every duration_ms of the loop — a CallRecord's, a
 // journaled observation's, a log line's: whole milliseconds, as an int64.
 func ms(d time.Duration) int64 { return d.Milliseconds() }
