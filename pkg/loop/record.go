@@ -33,9 +33,7 @@ func (ru *run) record(ctx context.Context, round int, asked []ToolCall, calls []
 		ru.res.Metadata.Outcomes[protocol.OutcomeRejected]++
 		ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: tc.ID,
 			Tool: clipName(tc.Function.Name), Outcome: protocol.OutcomeRejected})
-		ru.cfg.Observer.CallEnded(catalogName(tc.Function.Name, tools), protocol.OutcomeRejected, 0)
-		ru.callEvent(round, &roundCall{id: tc.ID, idText: clipName(tc.ID), ans: JournaledObservation{Outcome: protocol.OutcomeRejected}}, CallDone)
-		ru.rejectedSpan(ctx, round, tc, tools)
+		ru.callRejected(ctx, round, tc, tools)
 	}
 }
 
