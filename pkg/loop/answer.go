@@ -414,6 +414,9 @@ func obsInputUnanswered(name string) string {
 	return "Tool '" + clipName(name) + "' outcome unknown: the run stopped before this call was answered, so it may or may not have taken effect; check before calling it again."
 }
 
+// What the model or a worker wrote, made safe to quote in these texts, in
+// records and in log lines.
+
 // maxNameRunes bounds a model-written name or id quoted in an observation
 // or a log line.
 const maxNameRunes = 64
