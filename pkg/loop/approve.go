@@ -36,10 +36,9 @@ func (ru *run) approve(ctx context.Context, round int, calls []roundCall) {
 		for _, i := range waiting {
 			c := &calls[i]
 			if gate == nil {
-				c.ans.GateResult = "no_gate"
-				ru.answer(c, protocol.OutcomeDenied, obsApprovalUnavailable(c.name))
+				ru.answerApprovalUnavailable(c, "no_gate")
 			} else {
-				ru.answer(c, protocol.OutcomeCancelled, obsCancelled(c.name))
+				ru.answerCancelled(c)
 			}
 		}
 		return
@@ -60,8 +59,7 @@ func (ru *run) approve(ctx context.Context, round int, calls []roundCall) {
 		c := &calls[i]
 		digest, err := protocol.Digest(ru.id, c.key, c.entry.spec.Name, c.args)
 		if err != nil {
-			c.ans.GateResult = "digest_error"
-			ru.answer(c, protocol.OutcomeDenied, obsApprovalUnavailable(c.name))
+			ru.answerApprovalUnavailable(c, "digest_error")
 			continue
 		}
 		req := protocol.ApprovalRequest{
@@ -90,8 +88,7 @@ func (ru *run) approve(ctx context.Context, round int, calls []roundCall) {
 		case <-backstop.C:
 			for i := range open {
 				c := &calls[i]
-				c.ans.GateResult = "no_answer"
-				ru.answer(c, protocol.OutcomeApprovalExpired, obsApprovalExpired(c.name, timeout))
+				ru.answerApprovalExpired(c, "no_answer", timeout)
 				if !ru.j.approvalDecided(ctx, c) {
 					return
 				}
@@ -103,32 +100,9 @@ func (ru *run) approve(ctx context.Context, round int, calls []roundCall) {
 			return
 		case <-ctx.Done():
 			for i := range open {
-				ru.answer(&calls[i], protocol.OutcomeCancelled, obsCancelled(calls[i].name))
+				ru.answerCancelled(&calls[i])
 			}
 			return
 		}
-	}
-}
-
-// applyDecision maps a gate answer onto the call. Anything but a timely,
-// explicit approval keeps the call from running; only an explicit "no" is
-// reported as a denial with a reason, never a timeout or a gate failure.
-func (ru *run) applyDecision(ctx context.Context, c *roundCall, a approval, timeout time.Duration) {
-	switch {
-	case ctx.Err() != nil:
-		ru.answer(c, protocol.OutcomeCancelled, obsCancelled(c.name))
-	case a.expired || (a.err == nil && a.d.Expired):
-		c.ans.GateResult = "expired"
-		ru.answer(c, protocol.OutcomeApprovalExpired, obsApprovalExpired(c.name, timeout))
-	case a.err != nil:
-		c.ans.GateResult = "gate_error:" + errType(a.err)
-		ru.answer(c, protocol.OutcomeDenied, obsApprovalUnavailable(c.name))
-	case a.d.Approved:
-		c.ans.GateResult = "approved"
-		c.proof = a.d.Proof
-	default:
-		c.ans.GateResult = "denied"
-		reason, _ := protocol.Truncate(a.d.Reason, protocol.MaxReasonLen)
-		ru.answer(c, protocol.OutcomeDenied, obsDenied(c.name, reason))
 	}
 }

@@ -68,8 +68,10 @@ func (m multiObserver) CallEvent(ev CallEvent) {
 // A call's events, each with its sinks: callStarted (its span opens and
 // its "tool call start" line), callQueued (the CallObserver, progress
 // tracking), callStartedOnWorker (the CallObserver, a debug line), answer
-// (the CallObserver) and callRecorded (its "tool call end" line, its span's
-// end and the Observer; the Result is written by record).
+// (the CallObserver; in answer.go, where each way a call ends is made),
+// callRecorded (its "tool call end" line, its span's end and the Observer;
+// the Result is written by record) and, for a call past the round's cap,
+// callRejected (the Observer, the CallObserver, its span).
 
 // callStarted: the call is validated (or answered by its validation).
 func (ru *run) callStarted(ctx context.Context, round int, c *roundCall, raw string, obj map[string]any) {
@@ -123,16 +125,6 @@ func (ru *run) callStartedOnWorker(round int, c *roundCall, p protocol.Started) 
 	}
 	ru.log.Debug().Str(logKeyEvent, evProgress).Int(logKeyRound, round).
 		Str(logKeyCallKey, string(p.CallKey)).Str(logKeyWorker, c.ans.Worker).Send()
-}
-
-// answer closes a call with its outcome and observation (a later answer
-// replaces them); the CallObserver hears of the first.
-func (ru *run) answer(c *roundCall, o protocol.Outcome, obs string) {
-	first := !c.done
-	c.done, c.ans.Outcome, c.ans.Content, c.end = true, o, obs, ru.cfg.Now()
-	if first {
-		ru.callEvent(c.round, c, CallDone)
-	}
 }
 
 // callEvent tells the run's Observer, when it follows calls, that s is in
@@ -204,9 +196,13 @@ func (ru *run) endToolSpan(s *roundCall) {
 	s.span.End(trace.WithTimestamp(s.end))
 }
 
-// rejectedSpan records a call past the per-round cap, which never gets a
-// roundCall: a span that starts and ends with its rejection.
-func (ru *run) rejectedSpan(ctx context.Context, round int, tc ToolCall, tools map[protocol.ToolName]*toolEntry) {
+// callRejected: a call past the round's cap is answered rejected and
+// recorded (record.go). It never gets a roundCall or a log line of its
+// own: the Observer, the CallObserver and a span that starts and ends
+// with its rejection hear of it.
+func (ru *run) callRejected(ctx context.Context, round int, tc ToolCall, tools map[protocol.ToolName]*toolEntry) {
+	ru.cfg.Observer.CallEnded(catalogName(tc.Function.Name, tools), protocol.OutcomeRejected, 0)
+	ru.callEvent(round, &roundCall{id: tc.ID, idText: clipName(tc.ID), ans: JournaledObservation{Outcome: protocol.OutcomeRejected}}, CallDone)
 	s := roundCall{id: tc.ID, name: tc.Function.Name, tool: clipName(tc.Function.Name), idText: clipName(tc.ID),
 		entry: catalogTool(tc.Function.Name, tools),
 		start: ru.cfg.Now(), end: ru.cfg.Now(), ans: JournaledObservation{Outcome: protocol.OutcomeRejected}}

@@ -1,9 +1,6 @@
 package loop
 
-import (
-	"github.com/toolfleet/toolfleet/pkg/protocol"
-	"github.com/toolfleet/toolfleet/pkg/schema"
-)
+import "github.com/toolfleet/toolfleet/pkg/schema"
 
 // Run control (docs/design.md, "Run control"): a replay answers a round's
 // calls from a recorded run's journal, a dry run answers the calls of
@@ -41,7 +38,7 @@ func (dryRun) beforeDispatch(ru *run, _ int, calls []roundCall) {
 		if c.done || c.entry == nil || c.entry.spec.ReadOnly {
 			continue
 		}
-		ru.answer(c, protocol.OutcomeSimulated, obsSimulated(c.name, canonicalArgKeys(c.args), protocol.CanonicalArgsDigest(c.args)))
+		ru.answerSimulated(c)
 	}
 }
 

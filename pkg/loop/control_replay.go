@@ -315,7 +315,7 @@ func (rp *replayer) beforeApprove(ru *run, _ int, calls []roundCall) {
 			rp.replayed++
 			continue
 		}
-		ru.answer(c, protocol.OutcomeNotReplayed, obsNotReplayed(c.name))
+		ru.answerNotReplayed(c)
 		rp.notReplayed++
 	}
 }

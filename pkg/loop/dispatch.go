@@ -37,7 +37,7 @@ func (ru *run) dispatch(ctx context.Context, round int, calls []roundCall) (pend
 	}
 	if ctx.Err() != nil {
 		for _, i := range todo {
-			ru.answer(&calls[i], protocol.OutcomeCancelled, obsCancelled(calls[i].name))
+			ru.answerCancelled(&calls[i])
 		}
 		return nil, true
 	}
@@ -189,24 +189,5 @@ func (ru *run) publish(ctx context.Context, last time.Time, outs []Outgoing, idx
 			defer cancel()
 			ch <- publishResult{i: idx[k], err: ru.r.disp.Publish(pctx, o)}
 		}()
-	}
-}
-
-// failDispatch answers a call whose publish failed. If the run was being
-// cancelled the call may have gone out, so a Cancel follows it.
-func (ru *run) failDispatch(ctx context.Context, c *roundCall) {
-	ru.closeKey(c.key, keyBySynth)
-	if ctx.Err() != nil {
-		c.cancelWhy = cancelUnpublish
-		ru.answer(c, protocol.OutcomeCancelled, obsCancelled(c.name))
-		return
-	}
-	c.ans.ErrorType = "dispatch"
-	ru.answer(c, protocol.OutcomeFailed, obsDispatchFailed(c.name))
-}
-
-func (ru *run) closeKey(key protocol.CallKey, st keyState) {
-	if _, ok := ru.keys[key]; ok {
-		ru.keys[key] = st
 	}
 }

@@ -14,9 +14,12 @@
 // file named for it: validate (steps 1 to 3 below), approve (4), dispatch
 // (5: publish, and wait until the fleet stored the calls), gather (6) and
 // record (7). Each call of the round is a roundCall from its validation to
-// its answer; its events (started, queued, answered, recorded) are emitted
-// once each, in call_events.go, to their sinks: the Result, the log
-// lines, the call's span, the Observer and the CallObserver.
+// its answer. Whichever phase ends a call, its answer is made in
+// answer.go: the outcome, the text the model reads (a row of
+// [OutcomeTexts]), what its record keeps of how it ended, and its
+// answered event. A call's events (started, queued, answered, recorded)
+// are emitted once each, in call_events.go, to their sinks: the Result,
+// the log lines, the call's span, the Observer and the CallObserver.
 //
 // For the tool calls of one assistant message, in request order:
 //

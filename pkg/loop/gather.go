@@ -7,14 +7,6 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// Cancel reasons sent to workers.
-const (
-	cancelTimeout   = "timeout"
-	cancelUnknown   = "outcome_unknown"
-	cancelRun       = "run_cancelled"
-	cancelUnpublish = "publish_interrupted"
-)
-
 // gather is a round's fourth phase (docs/design.md §4, step 6): it reads
 // the inbox until every pending call is answered, its deadline plus grace
 // has passed (timeout, or outcome_unknown for a started non-idempotent
@@ -89,9 +81,7 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 			}
 		case <-ctx.Done():
 			for key, s := range pending {
-				s.cancelWhy = cancelRun
-				ru.closeKey(key, keyBySynth)
-				ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
+				ru.answerRunCancelled(s)
 				delete(pending, key)
 			}
 		case ev, ok := <-events:
@@ -162,22 +152,9 @@ func (ru *run) withdrawDue(ctx context.Context, round int, in WithdrawInbox, now
 			continue
 		}
 		ru.log.Debug().Str(logKeyEvent, evWithdrawn).Int(logKeyRound, round).Str(logKeyCallKey, string(key)).Send()
-		ru.closeKey(key, keyBySynth)
-		ru.answer(s, protocol.OutcomeTimeout, obsWithdrawn(s.name, s.timeout))
+		ru.answerWithdrawn(s)
 		delete(pending, key)
 	}
-}
-
-// expire answers a call whose deadline and grace passed without a result.
-func (ru *run) expire(s *roundCall) {
-	ru.closeKey(s.key, keyBySynth)
-	if s.started && !s.entry.spec.Idempotent {
-		s.cancelWhy = cancelUnknown
-		ru.answer(s, protocol.OutcomeUnknown, obsOutcomeUnknown(s.name))
-		return
-	}
-	s.cancelWhy = cancelTimeout
-	ru.answer(s, protocol.OutcomeTimeout, obsTimeout(s.name, s.timeout))
 }
 
 // handle applies one inbox event. Anything that does not answer an open
@@ -243,41 +220,6 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*roundCa
 		}
 	default:
 		drop("", dropMalformed)
-	}
-}
-
-// fromResult answers a call from its worker's result (docs/design.md §4,
-// step 7), with the observation of its outcome: one case for each outcome
-// protocol's table says a worker may report (TestWorkerOutcomesAnswered).
-func (ru *run) fromResult(s *roundCall, res protocol.Result) {
-	if res.Worker != "" {
-		s.ans.Worker = clipName(res.Worker)
-	}
-	if res.Attempt != 0 {
-		s.ans.Attempt = res.Attempt
-	}
-	switch res.Outcome {
-	case protocol.OutcomeOK:
-		s.ans.Truncated = res.Truncated
-		ru.answer(s, protocol.OutcomeOK, res.Output)
-	case protocol.OutcomeFailed:
-		s.ans.ErrorType = cleanErrorType(res.ErrorType)
-		ru.answer(s, protocol.OutcomeFailed, obsFailed(s.name, res.ErrorType))
-	case protocol.OutcomeInvalidArguments:
-		ru.answer(s, protocol.OutcomeInvalidArguments, obsArgumentError(s.name, res.Output))
-	case protocol.OutcomeUnknownTool:
-		ru.answer(s, protocol.OutcomeUnknownTool, obsUnknownTool(s.name))
-	case protocol.OutcomeTimeout:
-		ru.answer(s, protocol.OutcomeTimeout, obsTimeout(s.name, s.timeout))
-	case protocol.OutcomeDenied:
-		s.ans.GateResult = "worker_refused"
-		ru.answer(s, protocol.OutcomeDenied, obsWorkerRefused(s.name))
-	case protocol.OutcomeRateLimited:
-		ru.answer(s, protocol.OutcomeRateLimited, obsRateLimited(s.name, time.Duration(res.RetryAfterMS)*time.Millisecond))
-	case protocol.OutcomeCancelled:
-		ru.answer(s, protocol.OutcomeCancelled, obsCancelled(s.name))
-	default: // not a worker's outcome: handle drops those
-		ru.answer(s, protocol.OutcomeFailed, obsFailed(s.name, "unexpected_outcome"))
 	}
 }
 

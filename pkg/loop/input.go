@@ -108,7 +108,7 @@ func (ru *run) pollInterrupt(ctx context.Context, round int) (interrupted, ok bo
 func (ru *run) interruptUnpublished(calls []roundCall) {
 	for i := range calls {
 		if !calls[i].done {
-			ru.answer(&calls[i], protocol.OutcomeInterrupted, obsInterrupted(calls[i].name))
+			ru.answerInterrupted(&calls[i])
 		}
 	}
 }
@@ -138,7 +138,7 @@ func (ru *run) interrupt(ctx context.Context, round int, pending map[protocol.Ca
 		}
 		ru.log.Debug().Str(logKeyEvent, evWithdrawn).Int(logKeyRound, round).Str(logKeyCallKey, string(key)).Send()
 		ru.closeKey(key, keyBySynth)
-		ru.answer(s, protocol.OutcomeInterrupted, obsInterrupted(s.name))
+		ru.answerInterrupted(s)
 		delete(pending, key)
 	}
 }

@@ -42,7 +42,7 @@ var observationSamples = map[string]func() string{
 
 // capTexts are the observation texts the loop sends through a variable
 // rather than at an answer site: the calls past the round's cap
-// (record.go), answered rejected.
+// (capRejected, sent by record.go), answered rejected.
 var capTexts = map[string]bool{"obsCapRejected": true, "obsBudgetRejected": true, "obsDropped": true}
 
 // TestOutcomeTextsAreWhatTheLoopSends holds OutcomeTexts and the loop to
@@ -99,7 +99,7 @@ func TestOutcomeTextsAreWhatTheLoopSends(t *testing.T) {
 					placed[call] = true
 					addSite(fn, oc)
 				} else if isConst && oc != protocol.OutcomeOK {
-					t.Errorf("%s: a %s answer whose text is no observation function of observation.go", fset.Position(x.Pos()), oc)
+					t.Errorf("%s: a %s answer whose text is no observation function of answer.go", fset.Position(x.Pos()), oc)
 				}
 			case *ast.CompositeLit:
 				var content, outcome ast.Expr
@@ -125,9 +125,6 @@ func TestOutcomeTextsAreWhatTheLoopSends(t *testing.T) {
 			}
 			return true
 		})
-		if path == "observation.go" {
-			continue
-		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			if call, fn := obsCall(n); call != nil && !placed[call] {
 				if capTexts[fn] {

@@ -33,9 +33,7 @@ func (ru *run) record(ctx context.Context, round int, asked []ToolCall, calls []
 		ru.res.Metadata.Outcomes[protocol.OutcomeRejected]++
 		ru.res.Calls = append(ru.res.Calls, CallRecord{Round: round, CallID: tc.ID,
 			Tool: clipName(tc.Function.Name), Outcome: protocol.OutcomeRejected})
-		ru.cfg.Observer.CallEnded(catalogName(tc.Function.Name, tools), protocol.OutcomeRejected, 0)
-		ru.callEvent(round, &roundCall{id: tc.ID, idText: clipName(tc.ID), ans: JournaledObservation{Outcome: protocol.OutcomeRejected}}, CallDone)
-		ru.rejectedSpan(ctx, round, tc, tools)
+		ru.callRejected(ctx, round, tc, tools)
 	}
 }
 
@@ -79,16 +77,6 @@ func (c *roundCall) sideEffect() bool {
 		return c.started
 	}
 	return false
-}
-
-// answerOpen answers cancelled every call still open: unreachable, but
-// no id is ever left open.
-func (ru *run) answerOpen(calls []roundCall) {
-	for i := range calls {
-		if !calls[i].done {
-			ru.answer(&calls[i], protocol.OutcomeCancelled, obsCancelled(calls[i].name))
-		}
-	}
 }
 
 // ms is the unit of every duration_ms of the loop — a CallRecord's, a

@@ -33,7 +33,7 @@ func (ru *run) validate(ctx context.Context, round int, msg Message, tools map[p
 		c := &calls[i]
 		c.start, c.round = start, round
 		if c.repeatOf != "" {
-			ru.answer(c, protocol.OutcomeRejected, obsRepeatRejected(c.repeatOf))
+			ru.answerRepeat(c)
 			continue
 		}
 		ru.res.Metadata.ToolCallsMade++
@@ -66,14 +66,6 @@ func (ru *run) callLimit(n int) int {
 		}
 	}
 	return limit
-}
-
-// capRejected is the observation of a call past the round's limit.
-func (ru *run) capRejected(requested, limit int) string {
-	if ru.b.cut {
-		return obsBudgetRejected(requested, limit)
-	}
-	return obsCapRejected(requested, limit)
 }
 
 // token returns a fresh id from newID that is a valid subject token and
@@ -171,15 +163,14 @@ func (ru *run) callIDs(round int, asked []ToolCall, within int) []roundCall {
 func (ru *run) validateCall(c *roundCall, raw string, tools map[protocol.ToolName]*toolEntry) map[string]any {
 	c.entry = catalogTool(c.name, tools)
 	if c.entry == nil {
-		ru.answer(c, protocol.OutcomeUnknownTool, obsUnknownTool(c.name))
+		ru.answerUnknownTool(c)
 		return nil
 	}
 	if strings.TrimSpace(raw) == "" {
 		raw = "{}"
 	}
 	if len(raw) > MaxArgumentsBytes {
-		ru.answer(c, protocol.OutcomeInvalidArguments, obsArgumentError(c.name,
-			fmt.Sprintf("arguments are too large: %d bytes, limit %d", len(raw), MaxArgumentsBytes)))
+		ru.answerArgumentError(c, fmt.Sprintf("arguments are too large: %d bytes, limit %d", len(raw), MaxArgumentsBytes))
 		return nil
 	}
 	// Parsed once: validated and canonicalised from the same object.
@@ -200,7 +191,7 @@ func (ru *run) validateCall(c *roundCall, raw string, tools map[protocol.ToolNam
 			msg = ae.Msg
 		}
 		c.args = nil
-		ru.answer(c, protocol.OutcomeInvalidArguments, obsArgumentError(c.name, msg))
+		ru.answerArgumentError(c, msg)
 	}
 	return obj
 }
