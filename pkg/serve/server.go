@@ -447,9 +447,12 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 		defer forget()
 	}
 	input, forgetInput := s.takeInputs(run, client)
-	defer forgetInput()
 	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff,
 		Park: parkReason, ParkData: parkData(client, agent, submission, m.Data()), Input: input})
+	// The loop takes no more input: refuse it (ErrNotRunning) before the
+	// result is stored and announced, so that a client that has read the
+	// result never has an input accepted.
+	forgetInput()
 	if errors.Is(runErr, loop.ErrJournal) && errors.Is(runErr, protocol.ErrTooLarge) {
 		// Retrying cannot help: a step is larger than a journal entry may be.
 		log.Error().Msg("a step of the run is over the journal's entry limit: the run fails")
