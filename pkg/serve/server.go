@@ -336,11 +336,12 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	if !d.Stored.IsZero() {
 		rec.SubmittedAt = d.Stored.UTC()
 	}
-	client, agent, submission, ok := s.subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID))
-	if !ok {
-		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a submission whose subject and Nats-Msg-Id name no valid client, agent and submission id")
+	sub, subErr := s.subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID), m.Headers().Get(protocol.HeaderAgent))
+	if sub.Client == "" {
+		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a submission whose subject and Nats-Msg-Id name no valid client and submission id")
 		return natsbus.Term(termMalformed)
 	}
+	client, agent, submission := sub.Client, sub.Agent, sub.Submission
 	run := protocol.SubmissionRunID(client, submission)
 	rec.RunID, rec.Submission, rec.Agent = run, submission, agent
 	log := s.log.With().Str(logRun, string(run)).Int(logAttempt, rec.Attempt).Str(logClient, client).
@@ -366,6 +367,10 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	}
 	req, msgs, err := decodeRunRequest(m.Data(), s.cfg.MaxRequestBytes)
 	req.Agent = agent
+	if subErr != nil {
+		// Its Fleet-Agent header names no agent: refused, not guessed.
+		err = subErr
+	}
 	if err != nil {
 		rec.Error = protocol.RunErrorFrom(err)
 		log.Warn().Str(logCode, rec.Error.Code).Str(logField, rec.Error.Field).Msg("queued run request refused")
