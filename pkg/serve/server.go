@@ -428,7 +428,7 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	if s.cfg.AfterAppend != nil {
 		lj = hookedJournal{j, s.cfg.AfterAppend}
 	}
-	runner, msgs, lim, err := s.runner(ctx, run, req, msgs, lj)
+	runner, msgs, lim, err := s.runner(ctx, client, run, req, msgs, lj)
 	if err != nil {
 		stop()
 		if errors.Is(err, loop.ErrJournal) || errors.Is(err, loop.ErrFenced) {
@@ -537,15 +537,16 @@ func (s *Server) released(log zerolog.Logger, j *natsbus.Journal, err error) nat
 	}
 }
 
-// runner returns the loop runner of one run, whose run id is run, and the
-// transcript it starts from: under the run's agent (req.Agent, resolved
-// and pinned in j by s.agents; docs/agents.md) its model, scoped catalog,
-// limits, approvals and budget, the request lowering the agent's limits as
-// it lowers the operator's; without one (the default agent, when the
-// fleet defines none) Config.Model and the operator's limits. An agent the
-// fleet does not hold refuses the run, and so does the default agent when
-// the fleet holds none and Config.Model is nil.
-func (s *Server) runner(ctx context.Context, run protocol.RunID, req protocol.RunRequest, msgs []loop.Message, j loop.Journal) (*loop.Runner, []loop.Message, appliedLimits, error) {
+// runner returns the loop runner of one run of client, whose run id is
+// run, and the transcript it starts from: under the run's agent
+// (req.Agent, resolved and pinned in j by s.agents; docs/agents.md) its
+// model, scoped catalog, limits, approvals and budget, the request
+// lowering the agent's limits as it lowers the operator's; without one
+// (the default agent, when the fleet defines none) Config.Model and the
+// operator's limits. An agent the fleet does not hold refuses the run, and
+// so does the default agent when the fleet holds none and Config.Model is
+// nil, and an agent whose definition's clients do not name client.
+func (s *Server) runner(ctx context.Context, client string, run protocol.RunID, req protocol.RunRequest, msgs []loop.Message, j loop.Journal) (*loop.Runner, []loop.Message, appliedLimits, error) {
 	lim := applyLimits(s.cfg.Loop, req)
 	model := s.cfg.Model
 	var cat loop.Catalog = s.catalog
@@ -557,6 +558,8 @@ func (s *Server) runner(ctx context.Context, run protocol.RunID, req protocol.Ru
 	base.Logger = s.cfg.Logger
 	p, err := s.agents.Prepare(ctx, req.Agent, j, base, cat, in)
 	switch {
+	case err == nil && !p.Definition.ServesClient(client):
+		return nil, nil, lim, &protocol.Error{Code: protocol.CodeInvalidField, Field: "agent", Msg: "the agent does not serve this client: its definition's clients do not name it"}
 	case err == nil:
 		lim = applyLimits(p.Config, req)
 		model, cat, msgs = p.Model, p.Catalog, p.Messages
