@@ -62,6 +62,7 @@ func reflect(t *testing.T, c client, name, submission, target string) uint64 {
 	msg := nats.NewMsg(subject)
 	msg.Data = []byte(`{"prompt":"hi"}`)
 	msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID(name, submission))
+	msg.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
 	msg.Reply = target
 	for range reflections {
 		if err := c.nc.PublishMsg(msg); err != nil {

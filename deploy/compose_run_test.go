@@ -300,7 +300,7 @@ func TestComposeServesARun(t *testing.T) {
 
 	// The docs' submission, as the client user.
 	reply, err := cli("client", "req", "--raw", "fleet.run.submit.client.default.compose1", `{"prompt": "What is (17 + 25) * 3, what is 2 ** 10, and what is their sum?"}`,
-		"-H", "Nats-Msg-Id:"+protocol.SubmissionMsgID("client", "compose1"))
+		"-H", "Nats-Msg-Id:"+protocol.SubmissionMsgID("client", "compose1"), "-H", protocol.HeaderAgent+":"+protocol.DefaultAgent)
 	if err != nil || !strings.Contains(reply, `"stream":"FLEET_RUNS"`) {
 		t.Fatalf("nats req fleet.run.submit.client.default.compose1: %v\n%s", err, reply)
 	}

@@ -28,22 +28,16 @@ import (
 // TestConfTwoAgentsOneCoordinator: two agents with disjoint tool scopes and
 // different providers (the scripted model for "support", a strict fake of
 // the OpenAI API for "ops") served by one coordinator, on the shipped
-// configuration with its client account narrowed as its comment shows: the
-// client "client" may submit to "support" only, and a copy of the account,
-// "client2", to "ops" only. The server refuses client's submission to
-// "ops"; support's model calls ops's tool (calculator) and gets
-// unknown_tool, and nothing is published on fleet.call.calculator; ops's
-// run, from client2, calls calculator and gets 42.
+// configuration with a copy of its client account, "client2"; support's
+// definition lists the clients "client", ops's "client2". Support's model
+// calls ops's tool (calculator) and gets unknown_tool, and nothing is
+// published on fleet.call.calculator; ops's run, from client2, calls
+// calculator and gets 42. Client's runs of ops — named in the subject and
+// the Fleet-Agent header, or in the header alone behind a subject naming
+// support — and client2's of support end refused (invalid_field agent)
+// without a model call.
 func TestConfTwoAgentsOneCoordinator(t *testing.T) {
-	s := startFromEditedConf(t, func(conf string) string {
-		conf = withClient(t, "client2")(conf)
-		narrowed := strings.NewReplacer(`"fleet.run.submit.client.>"`, `"fleet.run.submit.client.support.>"`,
-			`"fleet.run.submit.client2.>"`, `"fleet.run.submit.client2.ops.>"`).Replace(conf)
-		if strings.Count(narrowed, `"fleet.run.submit.client.support.>"`) != 2 || strings.Count(narrowed, `"fleet.run.submit.client2.ops.>"`) != 2 {
-			t.Fatal("the shipped client account no longer grants and imports fleet.run.submit.client.>")
-		}
-		return narrowed
-	})
+	s := startFromEditedConf(t, withClient(t, "client2"))
 	provision(t, s)
 	ctx := t.Context()
 	subjects := protocol.Subjects{}
@@ -65,11 +59,11 @@ func TestConfTwoAgentsOneCoordinator(t *testing.T) {
 	// The fake API's host may receive that key (docs/agents.md, key hosts).
 	t.Setenv("TOOLFLEET_MODEL_KEY_HOSTS", "OPS_TEST_API_KEY=127.0.0.1")
 	for _, doc := range []string{
-		`{"name":"support","instructions":"Answer with echo only.","tools":["echo"],
+		`{"name":"support","instructions":"Answer with echo only.","tools":["echo"],"clients":["client"],
 		  "model":{"provider":"scripted","script":{"turns":[
 		    {"tool_calls":[{"id":"c1","name":"calculator","arguments":{"expression":"6 * 7"}},{"id":"c2","name":"echo","arguments":{"text":"hi"}}]},
 		    {"content":"support done"}]}}}`,
-		`{"name":"ops","instructions":"Compute.","tools":["calculator"],
+		`{"name":"ops","instructions":"Compute.","tools":["calculator"],"clients":["client2"],
 		  "model":{"provider":"openai","name":"test-model","base_url":"` + opsAPI.URL + `","api_key_env":"OPS_TEST_API_KEY"}}`,
 	} {
 		if _, _, err := reg.Put(ctx, []byte(doc)); err != nil {
@@ -117,24 +111,24 @@ func TestConfTwoAgentsOneCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	submit := func(js jetstream.JetStream, client, agentName, id string) error {
+	// header is the agent the submission's Fleet-Agent header names;
+	// pkg/client names the subject's.
+	submit := func(js jetstream.JetStream, client, agentName, header, id string) {
+		t.Helper()
 		subject, _ := subjects.RunSubmission(client, agentName, id)
 		msg := nats.NewMsg(subject)
 		msg.Data = []byte(`{"prompt":"go"}`)
 		msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID(client, id))
-		_, err := js.PublishMsg(ctx, msg)
-		return err
+		msg.Header.Set(protocol.HeaderAgent, header)
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatalf("%s submitting %s for %s: %v, want stored", client, id, header, err)
+		}
 	}
-	// The server itself refuses the client on the agent it was not granted.
-	if !refusedPub(t, cli, "fleet.run.submit.client.ops.x1") {
-		t.Fatal("client's submission to ops was not refused by the server")
-	}
-	if err := submit(cli.js, "client", "support", "s1"); err != nil {
-		t.Fatalf("client submitting to support: %v", err)
-	}
-	if err := submit(js2, "client2", "ops", "o1"); err != nil {
-		t.Fatalf("client2 submitting to ops: %v", err)
-	}
+	submit(cli.js, "client", "support", "support", "s1")
+	submit(js2, "client2", "ops", "ops", "o1")
+	submit(cli.js, "client", "ops", "ops", "x1")
+	submit(cli.js, "client", "support", "ops", "x2")
+	submit(js2, "client2", "support", "support", "x3")
 
 	admin := connectAs(t, s, "admin")
 	kv, err := admin.js.KeyValue(ctx, subjects.RunsBucket())
@@ -178,8 +172,14 @@ func TestConfTwoAgentsOneCoordinator(t *testing.T) {
 	if ops.Answer != "ops done" || outcomes(ops)["calculator"] != string(protocol.OutcomeOK) {
 		t.Fatalf("ops run: answer %q outcomes %v error %+v", ops.Answer, outcomes(ops), ops.Error)
 	}
-	if got := opsAPI.Requests(); len(got) < 2 || !bytes.Contains(got[1].Body, []byte(`42`)) {
-		t.Fatalf("ops's model did not see the calculator's 42: %d requests", len(got))
+	for _, r := range []struct{ client, id, agent string }{{"client", "x1", "ops"}, {"client", "x2", "ops"}, {"client2", "x3", "support"}} {
+		rec := result(r.client, r.id)
+		if rec.Error == nil || rec.Error.Code != protocol.CodeInvalidField || rec.Error.Field != "agent" || rec.Agent != r.agent || rec.TerminationReason != "" {
+			t.Fatalf("%s's run %s of %s: agent %q error %+v termination %q; want refused invalid_field agent", r.client, r.id, r.agent, rec.Agent, rec.Error, rec.TerminationReason)
+		}
+	}
+	if got := opsAPI.Requests(); len(got) != 2 || !bytes.Contains(got[1].Body, []byte(`42`)) {
+		t.Fatalf("ops's model: %d requests, want ops's run's 2, the second with the calculator's 42", len(got))
 	}
 	// Only ops's calculator call and support's echo call were published.
 	var published []string

@@ -78,6 +78,7 @@ func TestConfServeAndSubmit(t *testing.T) {
 	msg := nats.NewMsg(submit)
 	msg.Data = []byte(`{"prompt":"tf-canary-prompt"}`)
 	msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID("client", "sub1"))
+	msg.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
 	if ack, err := cli.js.PublishMsg(ctx, msg); err != nil || ack.Stream != subjects.RunsStream() {
 		t.Fatalf("client submitting a run: %v %v", ack, err)
 	}
@@ -89,8 +90,9 @@ func TestConfServeAndSubmit(t *testing.T) {
 	if err := m.DoubleAck(ctx); err != nil {
 		t.Fatalf("coordinator acking the run: %v", err)
 	}
-	if c, a, id, ok := subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID)); !ok || c != "client" || a != protocol.DefaultAgent || id != "sub1" {
-		t.Fatalf("coordinator took %s (%s, %s, %s), want client's sub1", m.Subject(), c, a, id)
+	if sub, err := subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID), m.Headers().Get(protocol.HeaderAgent)); err != nil ||
+		sub != (protocol.StoredSubmission{Client: "client", Submission: "sub1", Agent: protocol.DefaultAgent}) {
+		t.Fatalf("coordinator took %s (%+v, %v), want client's sub1", m.Subject(), sub, err)
 	}
 	if _, err := kv.Put(ctx, key, []byte(`{"v":1,"run_id":"run1"}`)); err != nil {
 		t.Fatalf("coordinator storing the result: %v", err)
@@ -222,6 +224,7 @@ func TestConfSubmissionReplyReachesNoStream(t *testing.T) {
 		msg.Reply = target
 		msg.Data = []byte(`{"prompt":""}`) // refused: the refusal is the result
 		msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID("client", id))
+		msg.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
 		if err := cli.nc.PublishMsg(msg); err != nil {
 			t.Fatal(err)
 		}

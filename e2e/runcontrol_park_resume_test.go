@@ -258,6 +258,7 @@ func TestRunControlParkAndResume(t *testing.T) {
 	again := nats.NewMsg("fleet.run.submit.client.default.park-1")
 	again.Data = []byte(`{"prompt": "p1"}`)
 	again.Header.Set(nats.MsgIdHdr, protocol.ResubmissionMsgID("client", "park-1", 1))
+	again.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
 	if _, err := cnc.RequestMsg(again, 10*time.Second); err != nil {
 		t.Fatalf("the client's second submission: %v", err)
 	}

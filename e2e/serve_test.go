@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natscli"
@@ -104,8 +103,8 @@ func TestServeFleet(t *testing.T) {
 	// One from the nats CLI, asking for a million rounds.
 	// The reply is the server's acknowledgement; the result's key is
 	// derived from the client and the submission id.
-	clampID := "Nats-Msg-Id:" + protocol.SubmissionMsgID("default", "clamp1")
-	out := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`, clampID)
+	clampID, agent := "Nats-Msg-Id:"+protocol.SubmissionMsgID("default", "clamp1"), protocol.HeaderAgent+":"+protocol.DefaultAgent
+	out := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`, clampID, agent)
 	var ack struct {
 		Stream string
 		Seq    uint64
@@ -115,7 +114,7 @@ func TestServeFleet(t *testing.T) {
 	}
 	// The same request again, as a client that saw no reply would send it:
 	// the server keeps one.
-	if again := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`, clampID); !strings.Contains(strings.ReplaceAll(again, " ", ""), `"duplicate":true`) {
+	if again := serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default.clamp1", `{"prompt": "as long as you like", "max_rounds": 1000000}`, clampID, agent); !strings.Contains(strings.ReplaceAll(again, " ", ""), `"duplicate":true`) {
 		t.Fatalf("nats req again = %s, want a duplicate", again)
 	}
 	clampedRun := protocol.RunKey("default", protocol.SubmissionRunID("default", "clamp1"))
@@ -192,7 +191,7 @@ func TestServeFleet(t *testing.T) {
 		{"negative limit", `{"prompt": "hi", "max_tool_calls_per_round": -1}`, protocol.CodeInvalidField},
 	} {
 		id := fmt.Sprintf("refused%d", i)
-		serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default."+id, tt.body, "Nats-Msg-Id:"+protocol.SubmissionMsgID("default", id))
+		serveNatsReq(t, natsBin, f.url(), "fleet.run.submit.default.default."+id, tt.body, "Nats-Msg-Id:"+protocol.SubmissionMsgID("default", id), agent)
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		refused, _, err := coordinator.WaitResult(ctx, f.js, protocol.Subjects{}, protocol.RunKey("default", protocol.SubmissionRunID("default", id)))
 		cancel()
@@ -203,7 +202,11 @@ func TestServeFleet(t *testing.T) {
 	const refusedN = 4
 	// A malformed request put straight into the stream, past the checks,
 	// gets an error result and is terminated: never delivered again.
-	if _, err := f.js.Publish(t.Context(), "fleet.run.submit.default.default.forged1", []byte(`{"prompt": 42}`), jetstream.WithMsgID(protocol.SubmissionMsgID("default", "forged1"))); err != nil {
+	forgedMsg := nats.NewMsg("fleet.run.submit.default.default.forged1")
+	forgedMsg.Data = []byte(`{"prompt": 42}`)
+	forgedMsg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID("default", "forged1"))
+	forgedMsg.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
+	if _, err := f.js.PublishMsg(t.Context(), forgedMsg); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

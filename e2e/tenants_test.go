@@ -197,6 +197,7 @@ func TestSecondClientCannotTouchTheFirstsRun(t *testing.T) {
 		msg := nats.NewMsg("fleet.run.submit.bob.default." + id)
 		msg.Data = []byte(`{"prompt":"hi"}`)
 		msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID("bob", id))
+		msg.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
 		msg.Reply = target
 		for range 2000 {
 			if err := bob.PublishMsg(msg); err != nil {

@@ -198,9 +198,31 @@ func agentsList(ctx context.Context, o *op, args []string) int {
 		if err != nil || len(revs) == 0 || revs[0].Removed {
 			continue
 		}
-		fmt.Fprintf(o.stdout, "%-32s %s\n", clipName(n), revisionSummary(revs))
+		fmt.Fprintf(o.stdout, "%-32s %s\n", clipName(n), revisionSummary(revs)+usedClients(revs))
 	}
 	return exitOK
+}
+
+// usedClients says which clients the revision runs start on serves.
+func usedClients(revs []agents.Revision) string {
+	for _, r := range revs {
+		if r.Used {
+			return "; " + clientsOf(r.Clients)
+		}
+	}
+	return ""
+}
+
+// clientsOf names the clients a revision serves (agent names are tokens,
+// safe to print), at most 8 of them.
+func clientsOf(clients []string) string {
+	switch {
+	case len(clients) == 0:
+		return "clients: every client"
+	case len(clients) > 8:
+		return fmt.Sprintf("clients: %s, … (%d in all)", strings.Join(clients[:8], ", "), len(clients))
+	}
+	return "clients: " + strings.Join(clients, ", ")
 }
 
 // revisionSummary says which revision an agent's runs start on, and marks
@@ -261,6 +283,9 @@ func showRevisions(w io.Writer, name string, revs []agents.Revision) {
 		}
 		if r.Used {
 			state += " (runs start on it)"
+		}
+		if !r.Removed && r.Err == nil {
+			state += "; " + clientsOf(r.Clients)
 		}
 		fmt.Fprintf(w, "  revision %-8d %s\n", r.Revision, state)
 	}

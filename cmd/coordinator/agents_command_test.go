@@ -112,7 +112,28 @@ func TestAgentsRevisionsMarkInvalid(t *testing.T) {
 	}
 	var out bytes.Buffer
 	showRevisions(&out, "support", revs)
-	if strings.Count(out.String(), "INVALID: not a definition") != 3 || !strings.Contains(out.String(), fmt.Sprintf("revision %-8d valid (runs start on it)", 2)) {
-		t.Errorf("show:\n%s\nwant 3 invalid revisions and 2 marked as the one runs start on", out.String())
+	if strings.Count(out.String(), "INVALID: not a definition") != 3 || !strings.Contains(out.String(), fmt.Sprintf("revision %-8d valid (runs start on it); clients: every client", 2)) {
+		t.Errorf("show:\n%s\nwant 3 invalid revisions and 2 marked as the one runs start on, serving every client", out.String())
+	}
+}
+
+// TestAgentsShowClients: "agents ls" and "agents show" name the clients
+// the revision serves, every client when its definition lists none.
+func TestAgentsShowClients(t *testing.T) {
+	revs := []agents.Revision{{Revision: 3, Clients: []string{"client", "web-shop"}, Used: true}, {Revision: 2}}
+	if got, want := usedClients(revs), "; clients: client, web-shop"; got != want {
+		t.Errorf("ls: %q, want %q", got, want)
+	}
+	var out bytes.Buffer
+	showRevisions(&out, "support", revs)
+	if !strings.Contains(out.String(), "valid (runs start on it); clients: client, web-shop") || !strings.Contains(out.String(), "valid; clients: every client") {
+		t.Errorf("show:\n%s\nwant revision 3's clients and revision 2 for every client", out.String())
+	}
+	many := make([]string, 20)
+	for i := range many {
+		many[i] = fmt.Sprintf("c%d", i)
+	}
+	if got := clientsOf(many); !strings.HasSuffix(got, "c7, … (20 in all)") {
+		t.Errorf("20 clients: %q, want the first 8 and the count", got)
 	}
 }

@@ -83,7 +83,7 @@ are ceilings: a request may lower them, never raise them.
 
   coordinator submit --wait "What is 6 * 7?"
   nats req fleet.run.submit.<client>.default.<submission_id> '{"prompt": "What is 6 * 7?"}' \
-    -H Nats-Msg-Id:submit-<length of client>-<client>-<submission_id>
+    -H Nats-Msg-Id:submit-<length of client>-<client>-<submission_id> -H Fleet-Agent:default
 
 Flags:`)
 		fs.PrintDefaults()

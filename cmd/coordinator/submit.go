@@ -118,7 +118,7 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 Stores a run in the fleet's runs stream for the coordinators serving it
 ("coordinator serve"), as "nats req fleet.run.submit.CLIENT.AGENT.ID
-'{\"prompt\": \"...\"}' -H Nats-Msg-Id:submit-LEN-CLIENT-ID" does, retrying until --timeout (with the same
+'{\"prompt\": \"...\"}' -H Nats-Msg-Id:submit-LEN-CLIENT-ID -H Fleet-Agent:AGENT" does, retrying until --timeout (with the same
 submission id: never a second run), and prints its run id; with --wait,
 prints its result. Limits may only lower the coordinators' own.
 

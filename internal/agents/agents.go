@@ -116,6 +116,9 @@ type Revision struct {
 	Removed bool
 	// Err says why the revision does not validate; nil for a valid one.
 	Err error
+	// Clients are the clients a valid revision serves
+	// (agent.Definition.Clients): nil for every client.
+	Clients []string
 	// Used: runs of the agent start on this revision (the newest valid
 	// one, newer than any removal).
 	Used bool
@@ -134,7 +137,9 @@ func (r *Registry) Revisions(ctx context.Context, name string) ([]Revision, erro
 	for i, h := range hist {
 		out[i] = Revision{Revision: h.Revision, Removed: h.Removed}
 		if !h.Removed {
-			_, out[i].Err = r.parse(name, h.Data)
+			var d agent.Definition
+			d, out[i].Err = r.parse(name, h.Data)
+			out[i].Clients = d.Clients
 		}
 		if searching && (h.Removed || out[i].Err == nil) {
 			out[i].Used, searching = !h.Removed, false

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/coordinator"
@@ -181,8 +180,11 @@ func TestServeRunsOverAForeignStoredValue(t *testing.T) {
 	// A run's own stored result: its submission, sent again past the
 	// duplicate window, is acknowledged, not run.
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		ack, err := f.js.Publish(t.Context(), "fleet.run.submit.default.default.pre-empted-0", []byte(`{"prompt": "again"}`),
-			jetstream.WithMsgID(protocol.SubmissionMsgID("default", "pre-empted-0")))
+		msg := nats.NewMsg("fleet.run.submit.default.default.pre-empted-0")
+		msg.Data = []byte(`{"prompt": "again"}`)
+		msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID("default", "pre-empted-0"))
+		msg.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
+		ack, err := f.js.PublishMsg(t.Context(), msg)
 		switch {
 		case err != nil:
 			return err
@@ -230,7 +232,11 @@ func TestServeRunsAnAgentOnItsNewestValidRevision(t *testing.T) {
 		}
 	}
 
-	if _, err := f.js.Publish(t.Context(), "fleet.run.submit.default.support.s1", []byte(`{"prompt": "help"}`), jetstream.WithMsgID(protocol.SubmissionMsgID("default", "s1"))); err != nil {
+	msg := nats.NewMsg("fleet.run.submit.default.support.s1")
+	msg.Data = []byte(`{"prompt": "help"}`)
+	msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID("default", "s1"))
+	msg.Header.Set(protocol.HeaderAgent, "support")
+	if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
 		t.Fatal(err)
 	}
 	if res := f.result(protocol.SubmissionRunID("default", "s1")); res.TerminationReason != "natural" || res.Answer != "from the valid revision" {

@@ -195,7 +195,11 @@ func (f *serveFleet) refused(body string) (*protocol.RunError, []byte) {
 // every client-side check, and returns its run id.
 func (f *serveFleet) queued(id, body string) protocol.RunID {
 	f.t.Helper()
-	if _, err := f.js.Publish(f.t.Context(), "fleet.run.submit.default.default."+id, []byte(body), jetstream.WithMsgID(protocol.SubmissionMsgID("default", id))); err != nil {
+	msg := nats.NewMsg("fleet.run.submit.default.default." + id)
+	msg.Data = []byte(body)
+	msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID("default", id))
+	msg.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
+	if _, err := f.js.PublishMsg(f.t.Context(), msg); err != nil {
 		f.t.Fatal(err)
 	}
 	return protocol.SubmissionRunID("default", id)
@@ -577,7 +581,7 @@ func TestServeGivesAbandonedRunsAResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-	if err != nil || m.Subject() != "fleet.run.queued.default.default" || m.Headers().Get(protocol.HeaderMsgID) != protocol.SubmissionMsgID("default", "dead1") {
+	if err != nil || m.Subject() != "fleet.run.queued.default" || m.Headers().Get(protocol.HeaderMsgID) != protocol.SubmissionMsgID("default", "dead1") {
 		t.Fatalf("taking the request: %v, %v", m, err)
 	}
 	// The taker dies: no ack, no heartbeat.

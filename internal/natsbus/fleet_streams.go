@@ -127,14 +127,15 @@ func FleetStreams(s protocol.Subjects, cfg StreamConfig) []FleetStream {
 			c.Replicas, 0, -1, protocol.MaxRateLimitBytes)),
 		// Clients store their submissions here themselves
 		// (<prefix>.run.submit.<client>.<agent>.<submission>, deduplicated
-		// by Nats-Msg-Id, protocol.SubmissionMsgID): a run is accepted
-		// once stored, whether or not a coordinator runs. The server
-		// stores each under <prefix>.run.queued.<client>.<agent> (its
-		// subject transform; the id stays in its Nats-Msg-Id), so
+		// by Nats-Msg-Id, protocol.SubmissionMsgID, the agent also in
+		// protocol.HeaderAgent): a run is accepted once stored, whether
+		// or not a coordinator runs. The server stores each under
+		// <prefix>.run.queued.<client> (its subject transform; the id
+		// stays in its Nats-Msg-Id, the agent in its header), so
 		// max_msgs_per_subject with discard_new_per_subject is each
-		// client's share: a client over it is refused, and only it.
-		// DiscardNew refuses a submission, rather than dropping a queued
-		// one, when the stream is full.
+		// client's share, whatever agents it names: a client over it is
+		// refused, and only it. DiscardNew refuses a submission, rather
+		// than dropping a queued one, when the stream is full.
 		{Roles: RoleServe, Config: jetstream.StreamConfig{
 			Name:                 s.RunsStream(),
 			Description:          "toolfleet run submissions waiting for a coordinator",

@@ -93,7 +93,8 @@ type RunsConsumerConfig struct {
 
 // runsConsumer is the durable pull consumer every serving coordinator
 // shares: of every submission, as the stream's transform stores it and as
-// it was stored before (protocol.Subjects.ParseStoredSubmission).
+// it was stored before, under the former transform or none
+// (protocol.Subjects.ParseStoredSubmission).
 func runsConsumer(s protocol.Subjects, c RunsConsumerConfig) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:        s.RunsConsumer(),

@@ -32,7 +32,8 @@ func TestParseValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.Name != "support" || d.Model.Name != "gpt-4.1-mini" || *d.Model.Temperature != 0.2 || d.Model.MaxTokens != 1024 ||
-		time.Duration(d.Limits.ToolTimeout) != 20*time.Second || d.Budget.Prices["gpt-4.1-mini"].Output != 1.6 {
+		time.Duration(d.Limits.ToolTimeout) != 20*time.Second || d.Budget.Prices["gpt-4.1-mini"].Output != 1.6 ||
+		len(d.Clients) != 2 || d.Clients[1] != "web-shop" {
 		t.Fatalf("%+v", d)
 	}
 	// The stored form parses back to the same definition.
@@ -63,6 +64,10 @@ func TestParseRefusesHostileDefinitions(t *testing.T) {
 	many := make([]string, 10000)
 	for i := range many {
 		many[i] = fmt.Sprintf("%q", fmt.Sprintf("t%d_*", i))
+	}
+	manyClients := make([]string, agent.MaxClients+1)
+	for i := range manyClients {
+		manyClients[i] = fmt.Sprintf(`"c%d"`, i)
 	}
 	cases := []struct {
 		name  string
@@ -101,6 +106,12 @@ func TestParseRefusesHostileDefinitions(t *testing.T) {
 		{"tool calls negative", edit(t, `"tool_calls": 40`, `"tool_calls": -1`), "budget.tool_calls"},
 		{"a script for openai", edit(t, `"temperature"`, `"script": {"turns": []}, "temperature"`), "model.script"},
 		{"an unknown class", edit(t, `"name": "support",`, `"name": "support", "class": "urgent",`), "class"},
+		{"a client that is not a token", edit(t, `"web-shop"`, `"web.shop"`), "clients[1]"},
+		{"a client wildcard", edit(t, `"web-shop"`, `"*"`), "clients[1]"},
+		{"an empty client", edit(t, `"web-shop"`, `""`), "clients[1]"},
+		{"a repeated client", edit(t, `"web-shop"`, `"client"`), "clients[1]"},
+		{"clients not a list", edit(t, `["client", "web-shop"]`, `"client"`), "clients"},
+		{"too many clients", edit(t, `["client", "web-shop"]`, "["+strings.Join(manyClients, ",")+"]"), "clients"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -116,6 +127,24 @@ func TestParseRefusesHostileDefinitions(t *testing.T) {
 				t.Fatalf("the error carries a line break: %q", err)
 			}
 		})
+	}
+}
+
+// TestServesClient: an agent with no clients serves every client; one
+// with clients serves those only.
+func TestServesClient(t *testing.T) {
+	d, err := agent.Parse(support(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for client, want := range map[string]bool{"client": true, "web-shop": true, "bob": false, "clien": false, "": false} {
+		if got := d.ServesClient(client); got != want {
+			t.Errorf("ServesClient(%q) = %v, want %v", client, got, want)
+		}
+	}
+	d.Clients = nil
+	if !d.ServesClient("bob") {
+		t.Error("an agent without clients does not serve bob")
 	}
 }
 

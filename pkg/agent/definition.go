@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -49,6 +50,17 @@ type Definition struct {
 	// default) or "batch", whose calls start only when no interactive
 	// call of the same tool waits. A submission may set another.
 	Class string `json:"class,omitempty"`
+	// Clients are the clients that may run the agent, by name (the
+	// <client> token of their submissions, a subject token): at most
+	// MaxClients, none twice. A serving coordinator refuses a run of any
+	// other client. Absent or empty: every client.
+	Clients []string `json:"clients,omitempty"`
+}
+
+// ServesClient reports whether client may run the agent: whether Clients
+// is empty or names it.
+func (d *Definition) ServesClient(client string) bool {
+	return len(d.Clients) == 0 || slices.Contains(d.Clients, client)
 }
 
 // Model is the model an agent uses.

@@ -34,6 +34,8 @@ const (
 	MaxDescriptionBytes = 1024
 	// MaxPatterns bounds Tools and RequireApproval, each.
 	MaxPatterns = 256
+	// MaxClients bounds Clients.
+	MaxClients = 1024
 	// MaxPrices bounds Budget.Prices.
 	MaxPrices = 64
 	// MaxPrice bounds a price, in USD per million tokens.
@@ -185,10 +187,33 @@ func (d *Definition) Validate() error {
 	if err := validatePatterns("require_approval", d.RequireApproval, false); err != nil {
 		return err
 	}
+	if err := validateClients(d.Clients); err != nil {
+		return err
+	}
 	if err := d.Limits.validate(); err != nil {
 		return err
 	}
 	return d.Budget.validate(d.Model, d.Summarizer)
+}
+
+// validateClients checks the clients that may run an agent: client names,
+// each a subject token, none twice.
+func validateClients(list []string) error {
+	if len(list) > MaxClients {
+		return config.Errorf("clients", "must hold at most %d entries, got %d", MaxClients, len(list))
+	}
+	seen := make(map[string]bool, len(list))
+	for i, c := range list {
+		f := fmt.Sprintf("clients[%d]", i)
+		if !protocol.ValidToken(c) {
+			return config.Errorf(f, "must be a client name (%s), got %q", protocol.TokenPattern, clip(c))
+		}
+		if seen[c] {
+			return config.Errorf(f, "repeats %q", c)
+		}
+		seen[c] = true
+	}
+	return nil
 }
 
 func (m *Model) validate(f string) error {

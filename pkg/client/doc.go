@@ -4,7 +4,10 @@
 //
 // A run is submitted by storing it in the fleet's runs stream on the
 // client's own subject, <prefix>.run.submit.<client>.<agent>.<submission>,
-// with a submission id as its dedup id: the server's acknowledgement is the
+// with a submission id as its dedup id and the agent's name, the same as
+// the subject's, in its Fleet-Agent header (protocol.HeaderAgent, which
+// the stream keeps where it does not keep the subject's agent): the
+// server's acknowledgement is the
 // acceptance, whether or not a coordinator runs at that moment. Submitting
 // the same submission id again never creates a second run, so [Client.Submit]
 // retries by itself until its context ends. The result is kept in the runs

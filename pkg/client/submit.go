@@ -111,6 +111,7 @@ func (c *Client) SubmitRaw(ctx context.Context, agent, id string, data []byte) (
 		msg := nats.NewMsg(subject)
 		msg.Data = data
 		msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID(c.name, id))
+		msg.Header.Set(protocol.HeaderAgent, run.Agent)
 		actx, cancel := context.WithTimeout(ctx, c.attempt)
 		dup, err := natsbus.SubmitRun(actx, c.js, msg)
 		cancel()

@@ -114,6 +114,7 @@ func TestClientsReflectedAcksStoreNothing(t *testing.T) {
 	msg := nats.NewMsg(subject)
 	msg.Data = []byte(`{"prompt":"hi"}`)
 	msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID(embedded.RoleClient, "attack"))
+	msg.Header.Set(protocol.HeaderAgent, protocol.DefaultAgent)
 	stored, err := cjs.PublishMsg(ctx, msg)
 	if err != nil || stored.Stream != "FLEET_RUNS" || stored.Duplicate {
 		t.Fatalf("the client storing its own submission: %+v, %v", stored, err)

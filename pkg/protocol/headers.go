@@ -38,6 +38,13 @@ const (
 	// holds and a withdrawal at the deadline never removes a call that is
 	// running.
 	HeaderAtMostOnce = "Fleet-At-Most-Once"
+	// HeaderAgent names, on a run's submission, the agent the run is for:
+	// the same as the <agent> token of its subject
+	// ([Subjects.RunSubmission]), which the runs stream does not keep
+	// ([Subjects.QueuedRuns]). A submission stored without it, or with a
+	// value that is not a subject token, is refused (invalid_field naming
+	// the header), never run on another agent.
+	HeaderAgent = "Fleet-Agent"
 )
 
 // StartedNoticeNonIdempotent is the [HeaderStartedNotice] value asking a

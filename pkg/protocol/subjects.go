@@ -409,12 +409,16 @@ const DefaultAgent = "default"
 
 // RunSubmission is the subject a client submits a run on, in the runs
 // stream: <prefix>.run.submit.<client>.<agent>.<submission>. The client
-// publishes it with [SubmissionMsgID] as Nats-Msg-Id, and the server's
+// publishes it with [SubmissionMsgID] as Nats-Msg-Id and the agent's name,
+// the same as the subject's <agent> token, in [HeaderAgent]; the server's
 // acknowledgement of the stored message is the run's acceptance. A
 // deployment lets each client publish under its own <client> token only,
-// so the coordinator learns the submitter (and the agent) from the subject,
-// never from the body, and keeps the result where only that client may
-// read it ([Subjects.ClientRunResult], [RunKey] of [SubmissionRunID]).
+// so the coordinator learns the submitter from the subject, never from the
+// body, and keeps the result where only that client may read it
+// ([Subjects.ClientRunResult], [RunKey] of [SubmissionRunID]). The stream
+// stores the submission under [Subjects.QueuedRuns], which keeps only the
+// client: the stored run's agent is its [HeaderAgent], and which clients
+// may run an agent is the agent's definition's to say, not the subject's.
 func (s Subjects) RunSubmission(client, agent, submission string) (string, error) {
 	return s.join("run.submit", client, agent, submission)
 }
@@ -424,47 +428,80 @@ func (s Subjects) RunSubmission(client, agent, submission string) (string, error
 func (s Subjects) RunSubmissions() string { return s.p() + ".run.submit.*.*.*" }
 
 // QueuedRuns is the subject transform's destination under which the runs
-// stream stores a submission: <prefix>.run.queued.<client>.<agent>,
-// without the submission id (which its [SubmissionMsgID] carries), so the
-// stream's max_msgs_per_subject bounds what one client queues for one
-// agent.
-func (s Subjects) QueuedRuns() string {
-	return s.p() + ".run.queued.{{wildcard(1)}}.{{wildcard(2)}}"
-}
+// stream stores a submission: <prefix>.run.queued.<client>, without the
+// agent (which its [HeaderAgent] carries) and the submission id (which its
+// [SubmissionMsgID] carries), so the stream's max_msgs_per_subject bounds
+// what one client queues, whatever agents it names.
+func (s Subjects) QueuedRuns() string { return s.p() + ".run.queued.{{wildcard(1)}}" }
 
 // RunsQueued is the wildcard covering every stored submission of
-// [Subjects.QueuedRuns]: <prefix>.run.queued.*.*.
-func (s Subjects) RunsQueued() string { return s.p() + ".run.queued.*.*" }
+// [Subjects.QueuedRuns], and of the layout before it,
+// <prefix>.run.queued.<client>.<agent>: <prefix>.run.queued.>.
+func (s Subjects) RunsQueued() string { return s.p() + ".run.queued.>" }
 
-// ParseStoredSubmission reads a submission as the runs stream stored it:
-// its client and agent from the subject, <prefix>.run.queued.<client>.<agent>
-// ([Subjects.QueuedRuns]), and its submission id from msgID, its
-// Nats-Msg-Id, which must be [SubmissionMsgID] of that client, or
-// [ResubmissionMsgID] of it. A
-// submission stored before the stream transformed subjects
-// (<prefix>.run.submit.<client>.<agent>.<submission>, [Subjects.RunSubmission])
-// is read from its subject alone.
-func (s Subjects) ParseStoredSubmission(subject, msgID string) (client, agent, submission string, ok bool) {
-	if client, agent, submission, ok = s.ParseRunSubmission(subject); ok {
-		return client, agent, submission, true
+// StoredSubmission is a submission read back from the runs stream
+// ([Subjects.ParseStoredSubmission]).
+type StoredSubmission struct {
+	// Client and Submission, the submitting client and its submission id,
+	// name the run ([SubmissionRunID]).
+	Client, Submission string
+	// Agent is the agent the run is for.
+	Agent string
+}
+
+// ParseStoredSubmission reads a submission as the runs stream stored it,
+// in any of the stream's three layouts:
+//
+//   - <prefix>.run.queued.<client> ([Subjects.QueuedRuns]): the client
+//     from the subject, the submission id from msgID, its Nats-Msg-Id,
+//     which must be [SubmissionMsgID] of that client or
+//     [ResubmissionMsgID] of it, and the agent from agent, its
+//     [HeaderAgent], which must be a valid token;
+//   - <prefix>.run.queued.<client>.<agent>, as the stream stored it before
+//     the agent moved to the header: the agent from the subject (agent is
+//     not read), the rest as above;
+//   - <prefix>.run.submit.<client>.<agent>.<submission>, as stored before
+//     the stream transformed subjects ([Subjects.RunSubmission]): all
+//     from the subject.
+//
+// A message that names no run (no valid client, or no submission id of
+// that client) returns a zero StoredSubmission and an error. A run whose
+// header names no agent (missing, or not a token) returns its Client and
+// Submission, an empty Agent and a [CodeInvalidField] error naming
+// [HeaderAgent]: the run is known, and is refused with that error rather
+// than run on an agent guessed.
+func (s Subjects) ParseStoredSubmission(subject, msgID, agent string) (StoredSubmission, error) {
+	if client, agent, submission, ok := s.ParseRunSubmission(subject); ok {
+		return StoredSubmission{Client: client, Agent: agent, Submission: submission}, nil
 	}
 	rest, ok := strings.CutPrefix(subject, s.p()+".run.queued.")
 	if !ok {
-		return "", "", "", false
+		return StoredSubmission{}, invalid("subject", "not a submission of the runs stream")
 	}
-	client, agent, ok = strings.Cut(rest, ".")
-	if !ok || !ValidToken(client) || !ValidToken(agent) {
-		return "", "", "", false
+	client, fromSubject, former := strings.Cut(rest, ".")
+	if !ValidToken(client) || former && !ValidToken(fromSubject) {
+		return StoredSubmission{}, invalid("subject", "not a submission of the runs stream")
 	}
 	rest, ok = strings.CutPrefix(msgID, SubmissionMsgID(client, ""))
 	if !ok {
-		return "", "", "", false
+		return StoredSubmission{}, invalid(HeaderMsgID, "not a submission id of the subject's client")
 	}
 	submission, again, resubmitted := strings.Cut(rest, resubmissionMark)
 	if !ValidToken(submission) || resubmitted && !digits(again) {
-		return "", "", "", false
+		return StoredSubmission{}, invalid(HeaderMsgID, "not a submission id of the subject's client")
 	}
-	return client, agent, submission, true
+	sub := StoredSubmission{Client: client, Submission: submission, Agent: fromSubject}
+	if former {
+		return sub, nil
+	}
+	if agent == "" {
+		return sub, invalid(HeaderAgent, "the submission names no agent: set the "+HeaderAgent+" header to the agent's name, as in its subject")
+	}
+	if !ValidToken(agent) {
+		return sub, invalid(HeaderAgent, "must match "+TokenPattern)
+	}
+	sub.Agent = agent
+	return sub, nil
 }
 
 // ParseRunSubmission splits a submission subject ([Subjects.RunSubmission])

@@ -48,11 +48,12 @@ func (s *Server) onMaxDeliveries(m *nats.Msg) {
 		s.log.Debug().Err(err).Uint64("seq", adv.StreamSeq).Msg("abandoned run request not found")
 		return
 	}
-	client, agent, submission, ok := s.subjects.ParseStoredSubmission(raw.Subject, raw.Header.Get(protocol.HeaderMsgID))
-	run := protocol.SubmissionRunID(client, submission)
-	if ok && !s.answered(client, run) {
+	// A run whose header names no agent is still answered, abandoned.
+	sub, _ := s.subjects.ParseStoredSubmission(raw.Subject, raw.Header.Get(protocol.HeaderMsgID), raw.Header.Get(protocol.HeaderAgent))
+	client, run := sub.Client, protocol.SubmissionRunID(sub.Client, sub.Submission)
+	if client != "" && !s.answered(client, run) {
 		rec := &protocol.RunResult{
-			V: protocol.Version, RunID: run, Submission: submission, Agent: agent, Coordinator: s.cfg.Name, Attempt: int(adv.Deliveries),
+			V: protocol.Version, RunID: run, Submission: sub.Submission, Agent: sub.Agent, Coordinator: s.cfg.Name, Attempt: int(adv.Deliveries),
 			SubmittedAt: raw.Time.UTC(),
 			Error: &protocol.RunError{Code: protocol.CodeAbandoned, Message: fmt.Sprintf(
 				"the run was taken %d times and never finished: each coordinator that took it stopped mid-run", adv.Deliveries)},

@@ -14,8 +14,10 @@
 //
 //   - Submitters store a [protocol.RunRequest] in the runs stream (a work
 //     queue) on <prefix>.run.submit.<client>.<agent>.<submission_id>
-//     (pkg/client), with a per-client Nats-Msg-Id: the server's
-//     acknowledgement is the acceptance, whether or not a coordinator runs.
+//     (pkg/client), with a per-client Nats-Msg-Id and the agent in
+//     Fleet-Agent ([protocol.HeaderAgent]): the server's acknowledgement is
+//     the acceptance, whether or not a coordinator runs. A run of an agent
+//     whose definition's clients do not name its client is refused.
 //     The run id is derived from the client and the submission id
 //     ([protocol.SubmissionRunID]), so a retry names the same run. No
 //     coordinator answers a submission; the one that takes it checks it,

@@ -110,6 +110,7 @@ func (s *Server) onResumeRequest(m *nats.Msg) {
 	msg := nats.NewMsg(subject)
 	msg.Data = p.Request
 	msg.Header.Set(nats.MsgIdHdr, protocol.ResubmissionMsgID(p.Client, p.Submission, last.Seq))
+	msg.Header.Set(protocol.HeaderAgent, p.Agent)
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		log.Warn().Err(err).Msg("could not submit a parked run again: its resume is lost, ask again")
 		return

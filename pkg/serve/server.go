@@ -336,11 +336,12 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	if !d.Stored.IsZero() {
 		rec.SubmittedAt = d.Stored.UTC()
 	}
-	client, agent, submission, ok := s.subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID))
-	if !ok {
-		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a submission whose subject and Nats-Msg-Id name no valid client, agent and submission id")
+	sub, subErr := s.subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID), m.Headers().Get(protocol.HeaderAgent))
+	if sub.Client == "" {
+		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a submission whose subject and Nats-Msg-Id name no valid client and submission id")
 		return natsbus.Term(termMalformed)
 	}
+	client, agent, submission := sub.Client, sub.Agent, sub.Submission
 	run := protocol.SubmissionRunID(client, submission)
 	rec.RunID, rec.Submission, rec.Agent = run, submission, agent
 	log := s.log.With().Str(logRun, string(run)).Int(logAttempt, rec.Attempt).Str(logClient, client).
@@ -366,6 +367,10 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	}
 	req, msgs, err := decodeRunRequest(m.Data(), s.cfg.MaxRequestBytes)
 	req.Agent = agent
+	if subErr != nil {
+		// Its Fleet-Agent header names no agent: refused, not guessed.
+		err = subErr
+	}
 	if err != nil {
 		rec.Error = protocol.RunErrorFrom(err)
 		log.Warn().Str(logCode, rec.Error.Code).Str(logField, rec.Error.Field).Msg("queued run request refused")
@@ -423,7 +428,7 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	if s.cfg.AfterAppend != nil {
 		lj = hookedJournal{j, s.cfg.AfterAppend}
 	}
-	runner, msgs, lim, err := s.runner(ctx, run, req, msgs, lj)
+	runner, msgs, lim, err := s.runner(ctx, client, run, req, msgs, lj)
 	if err != nil {
 		stop()
 		if errors.Is(err, loop.ErrJournal) || errors.Is(err, loop.ErrFenced) {
@@ -535,15 +540,16 @@ func (s *Server) released(log zerolog.Logger, j *natsbus.Journal, err error) nat
 	}
 }
 
-// runner returns the loop runner of one run, whose run id is run, and the
-// transcript it starts from: under the run's agent (req.Agent, resolved
-// and pinned in j by s.agents; docs/agents.md) its model, scoped catalog,
-// limits, approvals and budget, the request lowering the agent's limits as
-// it lowers the operator's; without one (the default agent, when the
-// fleet defines none) Config.Model and the operator's limits. An agent the
-// fleet does not hold refuses the run, and so does the default agent when
-// the fleet holds none and Config.Model is nil.
-func (s *Server) runner(ctx context.Context, run protocol.RunID, req protocol.RunRequest, msgs []loop.Message, j loop.Journal) (*loop.Runner, []loop.Message, appliedLimits, error) {
+// runner returns the loop runner of one run of client, whose run id is
+// run, and the transcript it starts from: under the run's agent
+// (req.Agent, resolved and pinned in j by s.agents; docs/agents.md) its
+// model, scoped catalog, limits, approvals and budget, the request
+// lowering the agent's limits as it lowers the operator's; without one
+// (the default agent, when the fleet defines none) Config.Model and the
+// operator's limits. An agent the fleet does not hold refuses the run, and
+// so does the default agent when the fleet holds none and Config.Model is
+// nil, and an agent whose definition's clients do not name client.
+func (s *Server) runner(ctx context.Context, client string, run protocol.RunID, req protocol.RunRequest, msgs []loop.Message, j loop.Journal) (*loop.Runner, []loop.Message, appliedLimits, error) {
 	lim := applyLimits(s.cfg.Loop, req)
 	model := s.cfg.Model
 	var cat loop.Catalog = s.catalog
@@ -555,6 +561,8 @@ func (s *Server) runner(ctx context.Context, run protocol.RunID, req protocol.Ru
 	base.Logger = s.cfg.Logger
 	p, err := s.agents.Prepare(ctx, req.Agent, j, base, cat, in)
 	switch {
+	case err == nil && !p.Definition.ServesClient(client):
+		return nil, nil, lim, &protocol.Error{Code: protocol.CodeInvalidField, Field: "agent", Msg: "the agent does not serve this client: its definition's clients do not name it"}
 	case err == nil:
 		lim = applyLimits(p.Config, req)
 		model, cat, msgs = p.Model, p.Catalog, p.Messages
