@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -87,8 +88,8 @@ type StreamConfig struct {
 	// Default: 10,000.
 	MaxQueuedRuns int64
 	// MaxQueuedRunsPerClient is each client's share of the runs stream:
-	// the run requests of one client for one agent it holds at most,
-	// queued or running (its max_msgs_per_subject, with
+	// the run requests of one client it holds at most, whatever agents
+	// they name, queued or running (its max_msgs_per_subject, with
 	// discard_new_per_subject, on the subjects its transform stores
 	// submissions under: protocol.Subjects.QueuedRuns). The server refuses
 	// a client's submission over it, and only that client's. 0 keeps the
@@ -212,6 +213,9 @@ func (c StreamConfig) Validate() error {
 		return configErr("MaxQueuedRuns", "must be >= 0")
 	case c.MaxQueuedRunsPerClient < 0:
 		return configErr("MaxQueuedRunsPerClient", "must be >= 0")
+	case cmp.Or(c.MaxQueuedRunsPerClient, DefaultMaxQueuedRunsPerClient) >= cmp.Or(c.MaxQueuedRuns, DefaultMaxQueuedRuns):
+		// One client could fill the stream every client submits to.
+		return configErr("MaxQueuedRunsPerClient", "must be below MaxQueuedRuns (%d), so that no one client can fill the runs stream", cmp.Or(c.MaxQueuedRuns, DefaultMaxQueuedRuns))
 	case c.QueuedRunMaxAge < 0:
 		return configErr("QueuedRunMaxAge", "must be >= 0")
 	case c.RunResultTTL < 0:

@@ -126,9 +126,9 @@ type Config struct {
 	// submissions are refused as unavailable. Default: 10,000.
 	MaxQueuedRuns int64
 	// MaxQueuedRunsPerClient is each client's share of the stream: the
-	// requests of one client for one agent it holds at most, queued or
-	// running; beyond it the server refuses that client's submissions,
-	// and only its. 0 keeps the value the stream has (set by "coordinator
+	// requests of one client it holds at most, whatever agents they name,
+	// queued or running; beyond it the server refuses that client's
+	// submissions, and only its. It must be below MaxQueuedRuns. 0 keeps the value the stream has (set by "coordinator
 	// provision --max-queued-runs-per-client"), or 1,000 for a new
 	// stream.
 	MaxQueuedRunsPerClient int64
