@@ -28,6 +28,9 @@ const (
 	// RoleOperator is the user of the human who approves calls: the only
 	// user that may publish approval decisions.
 	RoleOperator = "operator"
+	// RoleViewer is the user of a human who only looks: it reads runs,
+	// approvals, tools, traffic records and agents, and changes nothing.
+	RoleViewer = "viewer"
 )
 
 // FleetAccounts returns the accounts of a fleet's listening embedded
@@ -37,12 +40,13 @@ const (
 // runs' results and progress. Each user has the permissions of its role in
 // deploy/nats-server.conf; [RoleCoordinator] comes first (the in-process
 // user, which must ask with the inbox prefix _INBOX_coordinator: workers
-// answer discovery requests on the coordinator's and the operator's inboxes
-// only). password gives a role's password, "" to draw one at start. The
-// operator is included only when password gives it one: its password must
-// reach the operator from outside the fleet (an environment variable the
-// process takes out of its environment), since anything the fleet writes
-// is readable by the tools it runs.
+// answer discovery requests on the coordinator's, the operator's and the
+// viewer's inboxes only). password gives a role's password, "" to draw one
+// at start. The operator and the viewer ([RoleViewer]) are included only
+// when password gives them one: their passwords must reach them from
+// outside the fleet (an environment variable the process takes out of its
+// environment), since anything the fleet writes is readable by the tools
+// it runs.
 func FleetAccounts(s protocol.Subjects, password func(role string) string) []Account {
 	p := strings.TrimSuffix(s.Calls(), ".call.>")
 	users, client := fleetUsers(s, password)
@@ -179,6 +183,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				// discovery answers, on the requesters' own inboxes only
 				"_INBOX_" + RoleCoordinator + ".>",
 				"_INBOX_" + RoleOperator + ".>",
+				"_INBOX_" + RoleViewer + ".>",
 			}, Deny: []string{s.Approvals()}},
 			Subscribe: &server.SubjectPermission{
 				Allow: append(append([]string{s.Cancels(), "_INBOX_" + RoleWorker + ".>"}, srv...), s.ToolInfos()),
@@ -259,5 +264,52 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 			}},
 		}})
 	}
+	if pw := password(RoleViewer); pw != "" {
+		users = append(users, viewer(s, pw))
+	}
 	return users, client
+}
+
+// viewer is the user [RoleViewer] with password pw: JetStream reads of
+// the journals, results, approvals, traffic records and agents (consumers
+// only filtered on each stream's own subjects), discovery requests and
+// the tools' consumer info; no fleet subject, no put, no change.
+func viewer(s protocol.Subjects, pw string) User {
+	p := strings.TrimSuffix(s.Calls(), ".call.>")
+	journal, approvals, traffic := s.JournalStream(), s.ApprovalsStream(), s.TrafficStream()
+	runs, agents, limits := "KV_"+s.RunsBucket(), "KV_"+s.AgentsBucket(), "KV_"+s.LimitsBucket()
+	return User{Name: RoleViewer, Password: pw, Permissions: &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			"$JS.API.INFO",
+			"$JS.API.STREAM.NAMES",
+			"$JS.API.STREAM.INFO." + journal,
+			"$JS.API.STREAM.MSG.GET." + journal,
+			"$JS.API.DIRECT.GET." + journal,
+			"$JS.API.DIRECT.GET." + journal + ".>",
+			"$JS.API.CONSUMER.CREATE." + journal + ".*." + p + ".journal.run.>",
+			"$JS.API.CONSUMER.MSG.NEXT." + journal + ".>",
+			"$JS.API.STREAM.INFO." + runs,
+			"$JS.API.DIRECT.GET." + runs + ".>",
+			"$JS.API.STREAM.INFO." + approvals,
+			"$JS.API.STREAM.MSG.GET." + approvals,
+			"$JS.API.DIRECT.GET." + approvals,
+			"$JS.API.DIRECT.GET." + approvals + ".>",
+			"$JS.API.CONSUMER.CREATE." + approvals + ".*." + s.Approvals(),
+			"$JS.API.CONSUMER.MSG.NEXT." + approvals + ".>",
+			"$SRV.PING", "$SRV.INFO", "$SRV.STATS", "$SRV.*.toolworker", "$SRV.*.toolworker.*",
+			"$JS.API.CONSUMER.INFO." + s.CallsStream() + ".*",
+			"$JS.API.STREAM.INFO." + limits,
+			"$JS.API.STREAM.MSG.GET." + limits,
+			"$JS.API.STREAM.INFO." + traffic,
+			"$JS.API.CONSUMER.CREATE." + traffic + ".*." + s.TrafficNotes(),
+			"$JS.API.CONSUMER.MSG.NEXT." + traffic + ".>",
+			"$JS.API.STREAM.INFO." + agents,
+			"$JS.API.STREAM.MSG.GET." + agents,
+			"$JS.API.DIRECT.GET." + agents,
+			"$JS.API.DIRECT.GET." + agents + ".>",
+			"$JS.API.CONSUMER.CREATE." + agents + ".*.$KV." + s.AgentsBucket() + ".>",
+			"$JS.FC." + agents + ".>",
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_" + RoleViewer + ".>"}},
+	}}
 }
