@@ -23,7 +23,8 @@ import (
 // console --nats-url". The operator logs in; a run the client submits
 // asks for the calculator's approval, which appears on the operator's
 // approvals page without a reload, and on the fleet page; the operator
-// approves it; the run's page, open in another tab since before the
+// approves it (the viewer, logged in, sees the fleet, the run and the
+// request, and its approval is refused on the page); the run's page, open in another tab since before the
 // approval, shows the call finishing on the worker and the answer, live. The operator pauses and
 // resumes a tool and reads its history. The client, logged in, has the
 // list of runs refused, reads its own run, and a run not its own is not
@@ -72,6 +73,22 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#timeline-svg g.call.is-open`)),
 		chromedp.Evaluate[chromedp.Void](marker))
 	runTab.screenshot("run-waiting")
+
+	// the viewer sees the fleet, the run and the request, and may not
+	// approve it: the page shows the server's refusal, and the request
+	// stays pending
+	viewer := b.user("viewer")
+	viewer.login(base + "/")
+	viewer.do("the viewer's fleet", chromedp.WaitVisible(chromedp.CSS(`#fleet-tools tr[data-tool="calculator"]`)),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#fleet-approvals a[href="/runs/%s"]`, run))))
+	viewer.do("the viewer's run page", chromedp.Navigate(base+"/runs/"+run),
+		chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="approval_requested"]`)))
+	viewer.do("the viewer approving", chromedp.Navigate(base+"/approvals"), chromedp.WaitVisible(chromedp.CSS(card)),
+		chromedp.Click(chromedp.CSS(card+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#error`)))
+	if got := viewer.text(`#error`); !strings.Contains(got, "Refused") || !strings.Contains(got, "403") {
+		t.Fatalf("the viewer's approval says %q, want the refusal", got)
+	}
+	operator.do("the request still pending after the viewer", chromedp.WaitVisible(chromedp.CSS(card)))
 
 	operator.do("approving", chromedp.SendKeys(chromedp.CSS(card+` input.reason`), "checked the expression"),
 		chromedp.Click(chromedp.CSS(card+` button.approve`)),
