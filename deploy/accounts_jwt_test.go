@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,6 +67,7 @@ func TestJWTAccountsLayout(t *testing.T) {
 		{"$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.*.>", "$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.client.>", true},
 		{"fleet.run.result.*.>", "fleet.run.result.client.>", false},
 		{"fleet.run.progress.*.>", "fleet.run.progress.client.>", false},
+		{"fleet.run.input.*.>", "fleet.run.input.client.>", true},
 	}
 	run("add", "account", "client")
 	clientKey := strings.Trim(strings.TrimSpace(run("describe", "account", "client", "--field", "sub")), `"`)
@@ -83,7 +85,7 @@ func TestJWTAccountsLayout(t *testing.T) {
 	// has the conf's permissions.
 	run("add", "user", "--account", "FLEET", "--name", "admin")
 	run("add", "user", "--account", "client", "--name", "client",
-		"--allow-pub", "fleet.run.submit.client.>,$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.client.>",
+		"--allow-pub", "fleet.run.submit.client.>,$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.client.>,fleet.run.input.client.>",
 		"--allow-sub", "fleet.run.result.client.>,fleet.run.progress.client.>,_INBOX_client.>")
 	// One tool's workers (DEPLOY) and an edge site (EDGE), as the conf
 	// has them.
@@ -121,7 +123,7 @@ func TestJWTAccountsLayout(t *testing.T) {
 		return s
 	}
 	connect := func(s *server.Server, user string) (client, error) {
-		nc, err := nats.Connect(s.ClientURL(), nats.UserCredentials(creds[user]), nats.CustomInboxPrefix(inboxOf(user)),
+		nc, err := connectJWT(s.ClientURL(), nats.UserCredentials(creds[user]), nats.CustomInboxPrefix(inboxOf(user)),
 			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 		if err != nil {
 			return client{}, err
@@ -178,4 +180,23 @@ func TestJWTAccountsLayout(t *testing.T) {
 	if _, err := connect(s, "admin"); err != nil {
 		t.Errorf("admin after the client's revocation: %v", err)
 	}
+}
+
+// connectJWT connects to url with opts. On a loaded machine the JWT
+// handshake (the user's signature checked against its account) can
+// outlast nats.go's default 2s bound, or the server's first PING can come
+// before its PONG, which nats.go refuses: the bound is generous, and a
+// handshake that failed for anything but the server's refusal is tried
+// again, three times at most.
+func connectJWT(url string, opts ...nats.Option) (*nats.Conn, error) {
+	opts = append(opts, nats.Timeout(30*time.Second))
+	var nc *nats.Conn
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		nc, err = nats.Connect(url, opts...)
+		if err == nil || errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			break
+		}
+	}
+	return nc, err
 }

@@ -199,7 +199,7 @@ func checkWorkerAccounts(t *testing.T, s *server.Server, hubLeaf string, admin c
 		return err == nil
 	}
 
-	nc, err := nats.Connect(s.ClientURL(), nats.UserCredentials(creds["worker_deploy"]), nats.CustomInboxPrefix(inboxOf("worker_deploy")),
+	nc, err := connectJWT(s.ClientURL(), nats.UserCredentials(creds["worker_deploy"]), nats.CustomInboxPrefix(inboxOf("worker_deploy")),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatalf("worker_deploy: %v", err)
@@ -240,7 +240,7 @@ func checkWorkerAccounts(t *testing.T, s *server.Server, hubLeaf string, admin c
 		t.Fatal("leaf node not ready")
 	}
 	testsync.WaitUntil(t, 30*time.Second, "the leaf node joins the hub", func() bool { return leaf.NumLeafNodes() == 1 })
-	enc, err := nats.Connect(leaf.ClientURL(), nats.CustomInboxPrefix(inboxOf("leaf")), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	enc, err := connectJWT(leaf.ClientURL(), nats.CustomInboxPrefix(inboxOf("leaf")), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,10 @@ var embeddedDifferences = map[string]struct {
 	// streams and buckets, so it may create and update them. It still may
 	// neither delete nor purge one, nor remove an audit record or an
 	// execution record.
+	// Its in-process workers share its connection, so it writes an
+	// approved call's execution record (FLEET_CLAIMS), as a worker does.
 	embedded.RoleCoordinator: {
+		pubAllowAdd: []string{"fleet.claim.>"},
 		pubDenyDrop: []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>",
 			// the own record streams of deploy and of the edge site's
 			// tools, which the embedded server lacks

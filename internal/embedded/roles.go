@@ -17,8 +17,8 @@ const (
 	FleetAccount = "FLEET"
 	// RoleCoordinator is the coordinator's own user: it connects in
 	// process only and its password, drawn at start, never leaves the
-	// process. It may do everything but decide approvals or erase the
-	// approvals stream.
+	// process. Its in-process workers share its connection. It may do
+	// everything but decide approvals or erase the approvals stream.
 	RoleCoordinator = "coordinator"
 	// RoleWorker is the user of remote toolworkers.
 	RoleWorker = "worker"
@@ -58,12 +58,14 @@ func FleetAccounts(s protocol.Subjects, password func(role string) string) []Acc
 			{Subject: runs + "*.>", AccountTokenPosition: 8},
 			{Subject: p + ".run.result.*.>", Stream: true, AccountTokenPosition: 4},
 			{Subject: p + ".run.progress.*.>", Stream: true, AccountTokenPosition: 4},
+			{Subject: p + ".run.input.*.>", AccountTokenPosition: 4},
 		}},
 		{Name: RoleClient, Users: []User{client}, Imports: []Import{
 			{Account: FleetAccount, Subject: p + ".run.submit." + RoleClient + ".>"},
 			{Account: FleetAccount, Subject: runs + RoleClient + ".>"},
 			{Account: FleetAccount, Subject: p + ".run.result." + RoleClient + ".>", Stream: true},
 			{Account: FleetAccount, Subject: p + ".run.progress." + RoleClient + ".>", Stream: true},
+			{Account: FleetAccount, Subject: p + ".run.input." + RoleClient + ".>"},
 		}},
 	}
 }
@@ -108,9 +110,13 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				p + ".journal.cancel.>",
 				// runs resume: a parked run's request submitted again
 				s.RunSubmissions(),
-				// withdrawals: a call's start record, never an execution record
+				// withdrawals: a call's start record
 				s.Starts(),
 				p + ".own.*.start.>",
+				// its in-process workers share its connection: an approved
+				// call's execution record, written only after the worker
+				// has checked the operator's decision itself
+				s.Claims(),
 				"$SRV.*.toolworker",
 				s.ToolInfos(),
 			}, Deny: []string{
@@ -195,6 +201,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 		Publish: &server.SubjectPermission{Allow: []string{
 			p + ".run.submit." + RoleClient + ".>",
 			"$JS.API.DIRECT.GET." + runs + ".$KV." + s.RunsBucket() + "." + RoleClient + ".>",
+			p + ".run.input." + RoleClient + ".>",
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			p + ".run.result." + RoleClient + ".>",

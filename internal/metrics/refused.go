@@ -17,9 +17,13 @@ const (
 	// RefusedProgress: a progress report that claims a call of another
 	// tool; it is not passed on.
 	RefusedProgress = "progress"
+	// RefusedRunInput: a message on a run input subject that is not a
+	// valid input of that run from its own client; the run does not see
+	// it.
+	RefusedRunInput = "run_input"
 )
 
-var refusedKinds = []string{RefusedCancelRequest, RefusedRunResult, RefusedAgentRevision, RefusedProgress}
+var refusedKinds = []string{RefusedCancelRequest, RefusedRunResult, RefusedAgentRevision, RefusedProgress, RefusedRunInput}
 
 // Refused counts the messages a coordinator found where the fleet keeps
 // something it acts on, and refused because they are not what that place
@@ -33,7 +37,7 @@ type Refused struct {
 func NewRefused(reg prometheus.Registerer) *Refused {
 	r := &Refused{total: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Subsystem: "coordinator", Name: "refused_messages_total",
-		Help: "Messages refused where the fleet keeps something a coordinator acts on, by kind (cancel_request, run_result, agent_revision, progress).",
+		Help: "Messages refused where the fleet keeps something a coordinator acts on, by kind (cancel_request, run_result, agent_revision, progress, run_input).",
 	}, []string{"kind"})}
 	for _, k := range refusedKinds {
 		r.total.WithLabelValues(k)

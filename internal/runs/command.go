@@ -70,6 +70,15 @@ commands:
                               for the client to submit: coordinator submit
                               --messages FILE (its own calls have new keys; its
                               result's side_effects names what it ran)
+  input RUN --enqueue|--interrupt --text TEXT [--client C]
+                              as the run's client C (default: $NATS_USER, else
+                              "default"), add a user message to its run in
+                              flight: --enqueue, seen at its next model step;
+                              --interrupt, the round's non-idempotent calls no
+                              worker claimed are withdrawn first (answered
+                              interrupted, never run).
+                              Waits until the run's coordinator accepted it
+                              (--timeout)
 
 The same with the nats CLI (prefix "fleet"):
   nats stream subjects FLEET_JOURNAL 'fleet.journal.run.*'    runs with a journal
@@ -83,6 +92,8 @@ The same with the nats CLI (prefix "fleet"):
                                                               for RUN cancels nothing)
   nats req --raw '$JS.API.DIRECT.GET.KV_fleet_runs.$KV.fleet_runs.CLIENT.RUN' ''
                                                               the result, once stored (as CLIENT)
+  nats req fleet.run.input.CLIENT.RUN '{"v":1,"run_id":"RUN","mode":"enqueue","content":"..."}'
+                                                              a new message to the run (as CLIENT)
 `
 
 // Command runs "runs id|list|show|cancel|replay|fork". conn opens the NATS
@@ -129,6 +140,9 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 	fs.StringVar(&f.Status, "state", "", "list, cancel, resume: the runs in this state (running, parked, finished, cancel_requested)")
 	fs.DurationVar(&f.OlderThan, "older-than", 0, "list, cancel, resume: the runs started longer ago than this")
 	yes := fs.Bool("yes", false, "cancel, resume by filter: act (without it, only count and list)")
+	enqueue := fs.Bool("enqueue", false, "input: the message is seen at the run's next model step")
+	interrupt := fs.Bool("interrupt", false, "input: interrupt the run's round first")
+	text := fs.String("text", "", "input: the user message")
 	dryRun := fs.Bool("dry-run", false, "cancel, resume by filter: only count and list (the default without --yes)")
 	var pos []string
 	for {
@@ -143,7 +157,7 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	want := map[string]int{"id": 1, "list": 0, "ls": 0, "show": 1, "cancel": 1, "resume": 1, "replay": 1, "fork": 1}
+	want := map[string]int{"id": 1, "list": 0, "ls": 0, "show": 1, "cancel": 1, "resume": 1, "replay": 1, "fork": 1, "input": 1}
 	n, ok := want[name]
 	fs.Visit(func(fl *flag.Flag) {
 		if fl.Name == "client" {
@@ -178,6 +192,10 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 		fmt.Fprintln(stdout, protocol.SubmissionRunID(*client, pos[0]))
 		return exitOK
+	}
+	if name == "input" && (*enqueue == *interrupt || strings.TrimSpace(*text) == "" || !protocol.ValidToken(*client)) {
+		fmt.Fprintf(stderr, "runs input: give one of --enqueue and --interrupt, a non-blank --text, and a client that is a token\n")
+		return exitUsage
 	}
 	if name == "fork" && *at < 1 {
 		fmt.Fprintf(stderr, "runs fork: --at ROUND is required, from 1\n")
@@ -269,6 +287,14 @@ func command(ctx context.Context, args []string, stdout, stderr io.Writer, conn 
 		}
 	case "show":
 		err = show(ctx, js, subjects, run, *asJSON, stdout)
+	case "input":
+		mode := protocol.RunInputEnqueue
+		if *interrupt {
+			mode = protocol.RunInputInterrupt
+		}
+		if err = Input(ctx, nc, subjects, *client, run, mode, *text); err == nil {
+			fmt.Fprintf(stdout, "run %s took the input (%s)\n", run, mode)
+		}
 	case "cancel", "resume":
 		if bulk {
 			err = bulkChange(ctx, nc, js, subjects, name, f, *by, *reason, *yes && !*dryRun, stdout)

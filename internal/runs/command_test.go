@@ -86,3 +86,26 @@ func TestControlUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestInputUsage: "runs input" needs exactly one of --enqueue and
+// --interrupt, a non-blank --text and a client that is a token, and
+// refuses anything else before connecting.
+func TestInputUsage(t *testing.T) {
+	conn := func(context.Context) (*nats.Conn, error) {
+		t.Error("connected")
+		return nil, errors.New("no server")
+	}
+	for _, args := range [][]string{
+		{"input", "run1", "--text", "hi"},
+		{"input", "run1", "--enqueue", "--interrupt", "--text", "hi"},
+		{"input", "run1", "--enqueue"},
+		{"input", "run1", "--enqueue", "--text", "  "},
+		{"input", "run1", "--enqueue", "--text", "hi", "--client", "a.b"},
+		{"input", "--enqueue", "--text", "hi"},
+	} {
+		var out, errOut strings.Builder
+		if code := runs.Command(t.Context(), args, &out, &errOut, conn); code != 2 {
+			t.Errorf("%v: exit %d (%q), want 2", args, code, errOut.String())
+		}
+	}
+}

@@ -140,3 +140,44 @@ func (c *Client) ResumeRun(ctx context.Context, run protocol.RunID, by, reason s
 	}
 	return runState(st), nil
 }
+
+// ErrInputRefused is wrapped by the error of [Client.Enqueue] or
+// [Client.Interrupt] when the server or the run's coordinator refused the
+// input; the error says why.
+var ErrInputRefused = runs.ErrInputRefused
+
+// ErrNotRunning is returned by [Client.Enqueue] and [Client.Interrupt]
+// when no coordinator runs the run now: it ended, waits to be taken
+// (parked, or between two coordinators), or is not this client's.
+var ErrNotRunning = runs.ErrNotRunning
+
+// Enqueue adds a user message to this client's run in flight: the model
+// sees it at the run's next step, after the round in flight is answered
+// as it would be. It returns once the coordinator running the run took it
+// (it is journaled before it takes effect), or ctx ends ([ErrNotRunning];
+// give ctx a deadline). A message a run takes while it is ending is not
+// seen by its model: the run's result says what the model saw.
+func (c *Client) Enqueue(ctx context.Context, run protocol.RunID, text string) error {
+	return c.input(ctx, run, protocol.RunInputEnqueue, text)
+}
+
+// Interrupt is [Client.Enqueue] that interrupts the run's round in
+// flight first: each of its calls not yet published, and each
+// non-idempotent one no worker has claimed, is withdrawn and answered
+// "interrupted" (it never runs); any other call keeps its rule (its
+// result; outcome_unknown for a non-idempotent one whose worker went
+// silent). An idempotent call already published is awaited. Then the model sees every call answered and
+// the message.
+func (c *Client) Interrupt(ctx context.Context, run protocol.RunID, text string) error {
+	return c.input(ctx, run, protocol.RunInputInterrupt, text)
+}
+
+func (c *Client) input(ctx context.Context, run protocol.RunID, mode, text string) error {
+	if !run.Valid() {
+		return fmt.Errorf("client: run id %q must match %s", run, protocol.TokenPattern)
+	}
+	if err := runs.Input(ctx, c.nc, c.subjects, c.name, run, mode, text); err != nil {
+		return fmt.Errorf("client: input to run %s: %w", run, err)
+	}
+	return nil
+}

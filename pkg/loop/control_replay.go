@@ -280,7 +280,7 @@ func (rp *replayer) run(ctx context.Context, cfg Config, model Model, msgs []Mes
 	}
 	rp.inputLen = len(fixed)
 	ru := r.newRun(fixed, "")
-	ru.ctl = rp
+	ru.ctl, ru.given = rp, rp.rec.rp
 	defer ru.closeInbox()
 	return ru.execute(ctx)
 }
@@ -357,7 +357,7 @@ func lastLoopEntry(entries []JournalEntry) *JournalEntry {
 	for i := len(entries) - 1; i >= 0; i-- {
 		switch entries[i].Kind {
 		case EntryStart, EntryTools, EntryModel, EntryApprovalRequested, EntryApprovalDecided, EntryDispatched,
-			EntryPublished, EntryObserved, EntryFinished, EntryParked:
+			EntryPublished, EntryObserved, EntryFinished, EntryParked, EntryInput:
 			return &entries[i]
 		}
 	}

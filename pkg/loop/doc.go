@@ -165,6 +165,11 @@
 // journals EntryParked and ends TerminationParked, every earlier call
 // answered; resumed from the journal, it asks that round's model again
 // and runs no completed call again.
+// A durable run given [Durable].Input takes its client's new messages
+// ([Input]): each is journaled (EntryInput) before it takes effect, seen
+// at the next model step; an interrupt withdraws the round's
+// non-idempotent calls no worker claimed first, answered interrupted
+// (input.go). A resume, a replay and a fork put each back where it was.
 //
 // # Caveats
 //

@@ -100,6 +100,14 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 				continue
 			}
 			ru.handle(round, ev, pending, &drops)
+		case in, ok := <-ru.input:
+			if !ok {
+				ru.input = nil
+				continue
+			}
+			if !ru.takeInput(ctx, round, in, pending) {
+				return
+			}
 		case <-timer.C:
 		}
 	}

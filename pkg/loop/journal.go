@@ -47,6 +47,11 @@ const (
 	// asks the model for Round again; any entry after it says the run was
 	// taken again.
 	EntryParked = "parked"
+	// EntryInput: the run's client added Input; its message follows
+	// Round's tool messages (Round 0: the run's input), before the next
+	// model step. An interrupt journaled while Round was in flight came
+	// before that round's withdrawals.
+	EntryInput = "input"
 )
 
 // ErrJournal is wrapped by every error of a journaled run that stopped
@@ -138,6 +143,10 @@ type JournalEntry struct {
 	// [Durable.Park] said it. A journal reader older than parking refuses
 	// the field, so it never resumes a parked run it cannot read.
 	Reason string `json:"reason,omitempty"`
+	// Input is set for EntryInput. A journal reader older than inputs
+	// refuses the field, so it never resumes a run it would replay
+	// without them.
+	Input *Input `json:"input,omitempty"`
 	// Owner, Note and At are free for the journal's own entries (who took
 	// the run, and when); the loop ignores entries of kinds it does not
 	// know.
@@ -228,6 +237,12 @@ type Durable struct {
 	// ParkData is journaled with EntryParked, for whoever resumes the run
 	// (a serving coordinator keeps the run's request there).
 	ParkData json.RawMessage
+	// Input, when set, delivers user messages the run's client adds while
+	// it runs ([Input]). The loop reads it at each step boundary and while
+	// a round gathers its results, never blocking on it, and journals
+	// each input before it takes effect. Default (nil): the run takes no
+	// input.
+	Input <-chan Input
 }
 
 // RunDurable runs (or resumes) a journaled run. Every step that decides
@@ -272,7 +287,7 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 	entries := d.Journal.Entries()
 	js := &journalState{ru: ru, j: d.Journal, log: ru.log, handoffC: d.Handoff, rp: indexEntries(entries)}
 	ru.j, ru.handoff = js, d.Handoff
-	ru.park, ru.parkData = d.Park, d.ParkData
+	ru.park, ru.parkData, ru.input = d.Park, d.ParkData, d.Input
 	defer ru.closeInbox()
 	r.cfg.Observer.RunStarted()
 	start, lost := runStart(d.Journal, entries)
@@ -355,7 +370,7 @@ func runStart(j Journal, entries []JournalEntry) (start *JournalEntry, lost bool
 		case EntryStart:
 			return &entries[i], len(e.Secret) < minSecretLen
 		case EntryTools, EntryModel, EntryApprovalRequested, EntryApprovalDecided, EntryDispatched,
-			EntryPublished, EntryObserved, EntryFinished, EntryParked:
+			EntryPublished, EntryObserved, EntryFinished, EntryParked, EntryInput:
 			return nil, true // a step of the run, and no start before it
 		}
 	}

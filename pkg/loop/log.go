@@ -66,6 +66,7 @@ const (
 	evJournalFailed       = "journal_append_failed"
 	evJournalLost         = "journal_lost"
 	evRunParked           = "run_parked"
+	evRunInput            = "run_input"
 	// evPolicyMissing: a resumed run's start entry holds no policy (an
 	// older coordinator started it): every call of it needs approval.
 	evPolicyMissing = "run_policy_missing"

@@ -74,6 +74,14 @@ var OutcomeTexts = []OutcomeText{
 		"A dry run's call of a tool not declared read-only: validated, gated and approved as usual, never published; <keys> are its argument keys, <digest> the digest of its canonical arguments."},
 	{protocol.OutcomeNotReplayed, "Tool '<name>' was not run (replay): the recorded run has no result for this call with these arguments.",
 		"A replay's call that the recorded run never made with this tool and these arguments: nothing ran."},
+	{protocol.OutcomeInterrupted, "Tool '<name>' was not run: the user interrupted this round with a new message.",
+		"The run's client interrupted the round (input mode interrupt) before any worker took the call: it was never published, or (not idempotent) withdrawn before a worker claimed it."},
+}
+
+// obsInterrupted answers a call withdrawn, or never published, because
+// the run's client interrupted its round.
+func obsInterrupted(name string) string {
+	return "Tool '" + clipName(name) + "' was not run: the user interrupted this round with a new message."
 }
 
 // The observation texts, each a row of OutcomeTexts. Each names the tool

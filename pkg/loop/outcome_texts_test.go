@@ -37,6 +37,7 @@ var observationSamples = map[string]func() string{
 	"obsInputUnanswered":     func() string { return obsInputUnanswered("charge_card") },
 	"obsSimulated":           func() string { return obsSimulated("charge_card", []string{"amount", "to"}, "5d41402abc4b2a76") },
 	"obsNotReplayed":         func() string { return obsNotReplayed("charge_card") },
+	"obsInterrupted":         func() string { return obsInterrupted("charge_card") },
 }
 
 // capTexts are the observation texts the loop sends through a variable

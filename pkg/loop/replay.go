@@ -25,6 +25,17 @@ type replay struct {
 	published  map[int]bool
 	observed   map[int][]JournaledObservation
 	finished   *JournalEntry
+	// input holds the inputs journaled after each round, in order.
+	input map[int][]Input
+}
+
+// inputs returns the inputs journaled to follow round; nil for a nil
+// replay (a plain run).
+func (rp *replay) inputs(round int) []Input {
+	if rp == nil {
+		return nil
+	}
+	return rp.input[round]
 }
 
 // requested reports whether the journal holds an approval request of
@@ -52,6 +63,7 @@ func indexEntries(es []JournalEntry) *replay {
 		tools: map[int][]protocol.ToolSpec{}, model: map[int]*JournaledResponse{},
 		approvals: map[int]JournalEntry{}, decisions: map[protocol.CallKey]JournaledDecision{},
 		dispatched: map[int][]JournaledCall{}, published: map[int]bool{}, observed: map[int][]JournaledObservation{},
+		input: map[int][]Input{},
 	}
 	for i := range es {
 		e := es[i]
@@ -76,6 +88,10 @@ func indexEntries(es []JournalEntry) *replay {
 			rp.observed[e.Round] = e.Observations
 		case EntryFinished:
 			rp.finished = &e
+		case EntryInput:
+			if e.Input != nil {
+				rp.input[e.Round] = append(rp.input[e.Round], *e.Input)
+			}
 		}
 	}
 	return rp

@@ -61,6 +61,11 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[prot
 			return
 		}
 		ru.ctl.beforeDispatch(ru, round, calls)
+		if interrupted, ok := ru.pollInterrupt(ctx, round); !ok {
+			return
+		} else if interrupted {
+			ru.interruptUnpublished(calls)
+		}
 		pending, ok := ru.dispatch(ctx, round, calls)
 		if !ok {
 			return

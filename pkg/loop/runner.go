@@ -165,6 +165,16 @@ type run struct {
 	// [Durable.ParkData].
 	park     func(error) string
 	parkData []byte
+	// input is a durable run's [Durable.Input]; taken holds the inputs
+	// journaled while a round was in flight, added after its tool
+	// messages; interrupted: one of them interrupted the round
+	// (input.go).
+	input       <-chan Input
+	taken       []Input
+	interrupted bool
+	// given is a replay's or a fork's recorded run, whose journaled
+	// inputs it puts back where they were (input.go).
+	given *replay
 }
 
 func (r *Runner) run(ctx context.Context, msgs []Message) (*Result, error) {
@@ -241,6 +251,10 @@ func (ru *run) loop(runCtx context.Context) (*Result, error) {
 		if ctx.Err() != nil {
 			return ru.ended(ctx)
 		}
+		if !ru.takeInputs(ctx, round-1) {
+			return nil, ru.j.checkpoint()
+		}
+		ru.interrupted = false
 		if n := ru.transcriptBytes(); n > ru.cfg.MaxTranscriptBytes {
 			ru.log.Warn().Str(logKeyEvent, evTranscriptTooLarge).Int(logKeyRound, round).
 				Int(logKeyCount, n).Int(logKeyLimit, ru.cfg.MaxTranscriptBytes).Send()

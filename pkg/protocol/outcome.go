@@ -44,6 +44,10 @@ const (
 	// have run (tool, argument keys, digest) instead of running it: its
 	// tool is not declared read-only.
 	OutcomeSimulated Outcome = "simulated"
+	// OutcomeInterrupted means the run's client interrupted the round
+	// with a new message (run control) before any worker took the call:
+	// it was withdrawn, or never published, and did not run.
+	OutcomeInterrupted Outcome = "interrupted"
 )
 
 // outcomeSpec is one row of the outcome table.
@@ -76,6 +80,7 @@ var outcomeTable = []outcomeSpec{
 	{OutcomeRateLimited, true},
 	{OutcomeNotReplayed, false},
 	{OutcomeSimulated, false},
+	{OutcomeInterrupted, false},
 }
 
 // Outcomes lists every outcome in the order they were added.

@@ -85,8 +85,11 @@ type Server struct {
 	// next step boundary and go back to the stream.
 	handoff chan struct{}
 	// owned holds the cancel of every run this coordinator runs.
-	mu     sync.Mutex
-	owned  map[protocol.RunID]context.CancelCauseFunc
+	mu    sync.Mutex
+	owned map[protocol.RunID]context.CancelCauseFunc
+	// inputs holds where each run it runs takes its client's input
+	// (input.go).
+	inputs map[protocol.RunID]*runInput
 	served atomic.Bool
 	once   sync.Once
 }
@@ -125,6 +128,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Server, err error) 
 		slots:   semaphore.NewWeighted(int64(cfg.MaxConcurrentRuns)),
 		handoff: make(chan struct{}),
 		owned:   map[protocol.RunID]context.CancelCauseFunc{},
+		inputs:  map[protocol.RunID]*runInput{},
 	}
 	s.limited = s.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
 	if s.metrics != nil {
@@ -287,6 +291,11 @@ func (s *Server) serve(ctx context.Context) error {
 		return fmt.Errorf("serve: subscribing to %s: %w", s.subjects.JournalResumes(), err)
 	}
 	defer resumes.Unsubscribe()
+	inputs, err := s.nc.Subscribe(s.subjects.RunInputs(), s.onRunInput)
+	if err != nil {
+		return fmt.Errorf("serve: subscribing to %s: %w", s.subjects.RunInputs(), err)
+	}
+	defer inputs.Unsubscribe()
 	if err := s.nc.FlushTimeout(opTimeout); err != nil {
 		return fmt.Errorf("serve: registering the subscriptions: %w", err)
 	}
@@ -437,8 +446,10 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	if forget, err := s.disp.Route(run, natsbus.Route{Client: client, Class: lim.class}); err == nil {
 		defer forget()
 	}
+	input, forgetInput := s.takeInputs(run, client)
+	defer forgetInput()
 	res, runErr := runner.RunDurable(rctx, loop.Durable{Prompt: req.Prompt, Messages: msgs, RunID: run, Journal: lj, Handoff: s.handoff,
-		Park: parkReason, ParkData: parkData(client, agent, submission, m.Data())})
+		Park: parkReason, ParkData: parkData(client, agent, submission, m.Data()), Input: input})
 	if errors.Is(runErr, loop.ErrJournal) && errors.Is(runErr, protocol.ErrTooLarge) {
 		// Retrying cannot help: a step is larger than a journal entry may be.
 		log.Error().Msg("a step of the run is over the journal's entry limit: the run fails")
