@@ -159,6 +159,7 @@ func TestConfViewerReadsAndChangesNothing(t *testing.T) {
 			"$KV.fleet_limits.bucket.echo",                    // a token bucket
 			"fleet.run.submit.client.default.s1",              // submit
 			"fleet.run.submit.viewer.default.s1",              // submit as itself
+			"fleet.run.input.client.r1",                       // a client's input to a run
 			"$KV.fleet_agents.math",                           // an agent
 			"$KV.fleet_runs.client.r1",                        // a result
 			"$KV.fleet_tools.echo",                            // the catalog
