@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natscli"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -138,6 +139,14 @@ func TestJWTAccountsLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
+	// The account's JetStream answers once the server has loaded it from
+	// the resolver: a request before that finds no responder.
+	testsync.WaitFor(t, time.Minute, func() error {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := admin.js.AccountInfo(actx)
+		return err
+	})
 	// coordinator provision --tool-consumer deploy,calculator,echo
 	tools := []string{"deploy", "calculator", "echo"}
 	if _, err := natsbus.Provision(ctx, admin.js, protocol.Subjects{}, natsbus.StreamConfig{OwnRecordTools: tools}); err != nil {

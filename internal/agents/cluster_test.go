@@ -123,22 +123,7 @@ func TestRunsConfiguredWhileTheAgentsLeaderChanges(t *testing.T) {
 			return fmt.Errorf("waiting for runs to be configured %s (%d so far)", what, configured.Load())
 		})
 	}
-	kills := 0
-	for k := 1; k <= faults; k++ {
-		goOn(fmt.Sprintf("before leader change %d", k))
-		leader := c.WaitForStreamLeader("", stream, time.Minute)
-		if k%3 != 0 {
-			natstest.StepDownStream(t, js, stream, time.Minute)
-			continue
-		}
-		c.Kill(leader)
-		kills++
-		goOn(fmt.Sprintf("while node %d is down", leader))
-		c.Restart(leader)
-		c.WaitForMetaLeader(2 * time.Minute)
-		natstest.WaitStreamsCurrent(t, js, 2*time.Minute, stream)
-	}
-	goOn("after the last leader change")
+	kills := c.ChangeLeaders(js, stream, faults, goOn)
 	close(stop)
 	wg.Wait()
 	close(failed)

@@ -99,22 +99,7 @@ func TestResultStoredAcrossLeaderChanges(t *testing.T) {
 			return fmt.Errorf("waiting for results to be stored %s (%d so far)", what, count.Load())
 		})
 	}
-	kills := 0
-	for k := 1; k <= faults; k++ {
-		goOn(fmt.Sprintf("before leader change %d", k))
-		leader := c.WaitForStreamLeader("", bucket, time.Minute)
-		if k%3 != 0 {
-			natstest.StepDownStream(t, admin, bucket, time.Minute)
-			continue
-		}
-		c.Kill(leader)
-		kills++
-		goOn(fmt.Sprintf("while node %d is down", leader))
-		c.Restart(leader)
-		c.WaitForMetaLeader(2 * time.Minute)
-		natstest.WaitStreamsCurrent(t, admin, 2*time.Minute, bucket)
-	}
-	goOn("after the last leader change")
+	kills := c.ChangeLeaders(admin, bucket, faults, goOn)
 	close(stop)
 	wg.Wait()
 	close(dropped)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolfleet/toolfleet/internal/embedded"
 )
 
@@ -75,4 +77,31 @@ func (c *Cluster) WaitForStreamLeader(account, stream string, timeout time.Durat
 		return nil
 	})
 	return leader
+}
+
+// ChangeLeaders changes stream's leader faults times, calling goOn(what)
+// before each change, while a node it shut down is down, and after the
+// last change; goOn waits for the work under test to go on. Every third
+// change shuts the leader's node down and restarts it once goOn returned,
+// then waits for the meta group and the stream's replicas; the others ask
+// the leader to step down ([StepDownStream]). It returns how many nodes it
+// shut down.
+func (c *Cluster) ChangeLeaders(js jetstream.JetStream, stream string, faults int, goOn func(what string)) (kills int) {
+	c.t.Helper()
+	for k := 1; k <= faults; k++ {
+		goOn(fmt.Sprintf("before leader change %d", k))
+		leader := c.WaitForStreamLeader("", stream, time.Minute)
+		if k%3 != 0 {
+			StepDownStream(c.t, js, stream, time.Minute)
+			continue
+		}
+		c.Kill(leader)
+		kills++
+		goOn(fmt.Sprintf("while node %d is down", leader))
+		c.Restart(leader)
+		c.WaitForMetaLeader(2 * time.Minute)
+		WaitStreamsCurrent(c.t, js, 2*time.Minute, stream)
+	}
+	goOn("after the last leader change")
+	return kills
 }

@@ -215,11 +215,15 @@ func (w *Worker) Harness() *harness.Harness {
 // serves calls until ctx ends, then shuts down gracefully (see
 // natsbus.Worker.Run). It refuses to start when a stream differs from its
 // expected configuration (a *natsbus.DriftError), and takes no calls while
-// a later check finds one that does.
+// a later check finds one that does. A ctx that ends before it serves
+// ends Run with nil.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.ownGuard {
 		natsbus.CreateMissingStreams(ctx, w.js, natsbus.StreamsOf(natsbus.FleetStreams(w.subjects, w.cfg.Streams), natsbus.RoleWorker), w.cfg.Logger)
 		if err := w.guard.CheckAtStart(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped before it served: nothing failed
+			}
 			return fmt.Errorf("toolworker: %w", err)
 		}
 		gctx, cancel := context.WithCancel(ctx)
@@ -230,6 +234,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return w.runMCP(ctx)
 	}
 	if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, w.harness.Specs(), w.cfg.Logger); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("toolworker: %w", err)
 	}
 	w.markPublished()
