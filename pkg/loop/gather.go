@@ -270,6 +270,11 @@ func (ru *run) fromResult(s *roundCall, res protocol.Result) {
 	case protocol.OutcomeTimeout:
 		ru.answer(s, protocol.OutcomeTimeout, obsTimeout(s.name, s.timeout))
 	case protocol.OutcomeDenied:
+		if res.ErrorType == ErrorTypeRecordUnwritten {
+			s.ans.GateResult = "worker_unrecorded"
+			ru.answer(s, protocol.OutcomeDenied, obsRecordUnwritten(s.name))
+			break
+		}
 		s.ans.GateResult = "worker_refused"
 		ru.answer(s, protocol.OutcomeDenied, obsWorkerRefused(s.name))
 	case protocol.OutcomeRateLimited:
