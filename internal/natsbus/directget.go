@@ -114,18 +114,35 @@ func (r *DirectReader) LastOf(ctx context.Context, stream string, subjects ...st
 // messages (Reflected ones included; no bound when limit <= 0) and
 // reports whether it stopped there.
 func (r *DirectReader) All(ctx context.Context, stream, subject string, from uint64, limit int, add func(DirectMsg) bool) (truncated bool, err error) {
+	return r.all(ctx, stream, subject, directGetRequest{Seq: max(from, 1)}, limit, add)
+}
+
+// AllSince is All from the first message stored at or after since.
+func (r *DirectReader) AllSince(ctx context.Context, stream, subject string, since time.Time, limit int, add func(DirectMsg) bool) (truncated bool, err error) {
+	if since.IsZero() {
+		return r.All(ctx, stream, subject, 0, limit, add)
+	}
+	since = since.UTC()
+	return r.all(ctx, stream, subject, directGetRequest{StartTime: &since}, limit, add)
+}
+
+// all reads as All does, its first batch from first's start.
+func (r *DirectReader) all(ctx context.Context, stream, subject string, first directGetRequest, limit int, add func(DirectMsg) bool) (truncated bool, err error) {
 	if limit <= 0 {
 		limit = math.MaxInt
 	}
 	read := 0
+	req := first
 	for {
-		b, err := r.Next(ctx, stream, subject, from, min(MaxDirectBatch, limit-read))
+		n := min(MaxDirectBatch, limit-read)
+		req.NextBySubject, req.Batch, req.MaxBytes = subject, n, maxDirectBatchBytes
+		b, err := r.batch(ctx, stream, req, n)
 		if err != nil {
 			return false, err
 		}
 		for _, m := range b.Msgs {
 			read++
-			from = m.Seq + 1
+			req = directGetRequest{Seq: m.Seq + 1}
 			if !m.Reflected && !add(m) {
 				return false, nil
 			}
@@ -139,14 +156,58 @@ func (r *DirectReader) All(ctx context.Context, stream, subject string, from uin
 	}
 }
 
+// AllSingly reads as All does, a stream that allows no direct get: one
+// message a request (STREAM.MSG.GET, answered by the stream's leader), at
+// most limit of them (no bound when limit <= 0).
+func (r *DirectReader) AllSingly(ctx context.Context, stream, subject string, from uint64, limit int, add func(DirectMsg) bool) (truncated bool, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultDirectTimeout)
+		defer cancel()
+	}
+	if limit <= 0 {
+		limit = math.MaxInt
+	}
+	seq := max(from, 1)
+	for read := 0; ; read++ {
+		if read >= limit {
+			return true, nil
+		}
+		body, err := json.Marshal(directGetRequest{Seq: seq, NextBySubject: subject})
+		if err != nil {
+			return false, err
+		}
+		reply, err := r.nc.RequestWithContext(ctx, r.api+"STREAM.MSG.GET."+stream, body)
+		if err != nil {
+			return false, fmt.Errorf("natsbus: a get of %s: %w", stream, err)
+		}
+		m, err := decodeMsgGet(reply.Data)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("natsbus: a get of %s: %w", stream, err)
+		case m.Sequence < seq:
+			return false, fmt.Errorf("natsbus: a get of %s: %w", stream, ErrDirectAnswer)
+		}
+		seq = m.Sequence + 1
+		dm := DirectMsg{Subject: m.Subject, Seq: m.Sequence, Stored: m.Time, Data: m.Data, Header: m.Header,
+			Reflected: streammsg.Reflected(m.Header)}
+		if !dm.Reflected && !add(dm) {
+			return false, nil
+		}
+	}
+}
+
 // directGetRequest is the body of a direct get (the server's
 // JSApiMsgGetRequest).
 type directGetRequest struct {
-	Seq           uint64   `json:"seq,omitempty"`
-	NextBySubject string   `json:"next_by_subj,omitempty"`
-	Batch         int      `json:"batch,omitempty"`
-	MaxBytes      int      `json:"max_bytes,omitempty"`
-	MultiLast     []string `json:"multi_last,omitempty"`
+	Seq           uint64     `json:"seq,omitempty"`
+	StartTime     *time.Time `json:"start_time,omitempty"`
+	NextBySubject string     `json:"next_by_subj,omitempty"`
+	Batch         int        `json:"batch,omitempty"`
+	MaxBytes      int        `json:"max_bytes,omitempty"`
+	MultiLast     []string   `json:"multi_last,omitempty"`
 }
 
 // batch sends req and reads the answer: at most limit messages, then the
