@@ -392,8 +392,9 @@ func (f *Fleet) ConnectOperator() *nats.Conn {
 }
 
 // ConnectViewer opens a new connection to the fleet's server as its
-// viewer (user viewer in account FLEET): it reads runs, approvals, tools
-// and agents, and may change nothing. In-process, closed when the fleet
+// viewer (user viewer in its own account, VIEWER): it reads runs,
+// approvals, tools and agents with direct gets and stream and consumer
+// information, and may change nothing nor create a consumer. In-process, closed when the fleet
 // closes.
 func (f *Fleet) ConnectViewer() *nats.Conn {
 	return f.connectAs(embedded.RoleViewer)
