@@ -76,6 +76,17 @@ func (s *Server) listTools(ctx context.Context, w http.ResponseWriter, r *http.R
 		return
 	}
 	byName := map[protocol.ToolName]*Tool{}
+	// The catalog's tools too, those no live worker serves (and every
+	// tool, for a user whose discovery requests nothing answers: the
+	// viewer's account asks none of the fleet's workers).
+	specs, err := natsbus.ReadCatalog(ctx, ss.js, s.subjects)
+	if err != nil {
+		s.fail(w, r, fromNATS(ctx, err), err)
+		return
+	}
+	for _, t := range specs {
+		byName[t.Name] = &Tool{Name: t.Name, Workers: []ToolWorker{}, TimeoutMS: t.TimeoutMS, Idempotent: t.Idempotent, RequiresApproval: t.RequiresApproval}
+	}
 	for _, wk := range found {
 		for _, t := range wk.Tools {
 			tool := byName[t.Name]
