@@ -13,10 +13,12 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// Tool is one tool of GET /v1/tools, as its live workers describe it
-// (NATS micro discovery): its flags and timeout, the workers serving it
-// with their schema digests, its queue (calls waiting for a worker, calls
-// a worker holds), whether it is paused and its fleet-wide rate limit.
+// Tool is one tool of GET /v1/tools, as the catalog and its live workers
+// describe it (NATS micro discovery): its flags and timeout, the workers
+// serving it with their schema digests (none when no live worker answers,
+// and none for a user whose discovery reaches no worker: the viewer), its
+// queue (calls waiting for a worker, calls a worker holds), whether it is
+// paused and its fleet-wide rate limit.
 type Tool struct {
 	Name             protocol.ToolName   `json:"name"`
 	Workers          []ToolWorker        `json:"workers"`
