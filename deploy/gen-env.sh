@@ -8,6 +8,6 @@
 # configuration value, so one that looks like a number or a size would break
 # the configuration.
 set -eu
-for user in ADMIN COORDINATOR WORKER WORKER_DEPLOY LEAF OPERATOR CLIENT; do
+for user in ADMIN COORDINATOR WORKER WORKER_DEPLOY LEAF OPERATOR VIEWER CLIENT; do
   printf 'TOOLFLEET_%s_PASSWORD=tf-%s\n' "$user" "$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
 done

@@ -18,7 +18,7 @@ import (
 
 // fleetRoles are the users of nats-server.conf that fleet processes and
 // people run as; admin provisions only.
-var fleetRoles = []string{"coordinator", "worker", "operator", "client"}
+var fleetRoles = []string{"coordinator", "worker", "operator", "viewer", "client"}
 
 // streamAttacks are the rewrites of a stream's configuration that turn
 // "may update a stream" into "may publish or read anything" or erase it

@@ -31,6 +31,7 @@ var passwords = map[string]string{
 	"worker_deploy": "tf-worker-deploy-4a5b6c",
 	"leaf":          "tf-leaf-7b8c9d",
 	"operator":      "tf-operator-6a7b8c",
+	"viewer":        "tf-viewer-2e3f4a",
 	"client":        "tf-client-9d0e1f",
 }
 

@@ -32,6 +32,7 @@ var approvalPasswords = map[string]string{
 	"worker":      "tf-e2e-worker-2",
 	"operator":    "tf-e2e-operator-3",
 	"client":      "tf-e2e-client-4",
+	"viewer":      "tf-e2e-viewer-5",
 }
 
 // TestApprovalEndToEnd runs the real binaries against a server started from
@@ -194,6 +195,7 @@ func deployServerOptions() (*server.Options, error) {
 		"TOOLFLEET_WORKER_PASSWORD":        approvalPasswords["worker"],
 		"TOOLFLEET_OPERATOR_PASSWORD":      approvalPasswords["operator"],
 		"TOOLFLEET_CLIENT_PASSWORD":        approvalPasswords["client"],
+		"TOOLFLEET_VIEWER_PASSWORD":        approvalPasswords["viewer"],
 	}
 	for k, v := range env {
 		prev, had := os.LookupEnv(k)

@@ -23,8 +23,11 @@ import (
 // console --nats-url". The operator logs in; a run the client submits
 // asks for the calculator's approval, which appears on the operator's
 // approvals page without a reload, and on the fleet page; the operator
-// approves it; the run's page, open in another tab since before the
-// approval, shows the call finishing on the worker and the answer, live. The operator pauses and
+// approves it (the viewer, logged in, has the request appear on its
+// approvals page without a reload too, sees the fleet, the runs and the
+// run's page, and its approval is refused on the page); the run's page,
+// open in another tab since before the approval, the operator's and the
+// viewer's, shows the call finishing on the worker and the answer, live. The operator pauses and
 // resumes a tool and reads its history. The client, logged in, has the
 // list of runs refused, reads its own run, and a run not its own is not
 // found; a prompt written as markup is shown as text and runs nothing.
@@ -53,11 +56,21 @@ func TestConsoleInABrowser(t *testing.T) {
 	marker := `window.consoleNotReloaded = true`
 	operator.do("marking the page", chromedp.Evaluate[chromedp.Void](marker))
 
+	// the viewer, in an account of its own, watches the approvals too
+	viewer := b.user("viewer")
+	viewer.login(base + "/approvals")
+	viewer.do("the viewer's approvals page streams", chromedp.WaitVisible(chromedp.CSS(`#approvals-live.on`)),
+		chromedp.Evaluate[chromedp.Void](marker))
+
 	run := submitAsClient(t, base, `{"prompt": "What is 6 * 7?", "require_approval": ["calculator"]}`)
 	card := fmt.Sprintf(`article.approval[data-run=%q]`, run)
 	operator.do("the approval appears", chromedp.WaitVisible(chromedp.CSS(card)))
 	if !operator.notReloaded() {
 		t.Fatal("the approvals page was reloaded to show the request")
+	}
+	viewer.do("the approval appears to the viewer", chromedp.WaitVisible(chromedp.CSS(card)))
+	if !viewer.notReloaded() {
+		t.Fatal("the viewer's approvals page was reloaded to show the request")
 	}
 	operator.screenshot("approvals")
 
@@ -72,6 +85,24 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#timeline-svg g.call.is-open`)),
 		chromedp.Evaluate[chromedp.Void](marker))
 	runTab.screenshot("run-waiting")
+
+	// the viewer sees the fleet (the catalog's tools, no worker: its
+	// account asks none), the runs and the run's page, open before the
+	// approval, and may not approve: the page shows the server's refusal,
+	// and the request stays pending
+	viewerRun := viewer.tab()
+	viewerRun.do("the viewer's fleet", chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#fleet-tools tr[data-tool="calculator"]`)),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#fleet-approvals a[href="/runs/%s"]`, run))))
+	viewerRun.do("the viewer's runs", chromedp.Navigate(base+"/runs"), chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#runs tr[data-run=%q]`, run))))
+	viewerRun.do("the viewer's run page", chromedp.Navigate(base+"/runs/"+run),
+		chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="approval_requested"]`)),
+		chromedp.Evaluate[chromedp.Void](marker))
+	viewer.do("the viewer approving", chromedp.Click(chromedp.CSS(card+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#error`)))
+	if got := viewer.text(`#error`); !strings.Contains(got, "Refused") || !strings.Contains(got, "403") {
+		t.Fatalf("the viewer's approval says %q, want the refusal", got)
+	}
+	operator.do("the request still pending after the viewer", chromedp.WaitVisible(chromedp.CSS(card)))
 
 	operator.do("approving", chromedp.SendKeys(chromedp.CSS(card+` input.reason`), "checked the expression"),
 		chromedp.Click(chromedp.CSS(card+` button.approve`)),
@@ -101,6 +132,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("the transcript: %q", got)
 	}
 	runTab.screenshot("run")
+	viewerRun.do("the run finishes on the viewer's page", chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="finished"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline-svg g.call.is-done[data-outcome="ok"]`)))
+	if !viewerRun.notReloaded() {
+		t.Fatal("the viewer's run page was reloaded to show the run finishing")
+	}
+	if got := viewerRun.text(`#run-answer`); !strings.Contains(got, "42") {
+		t.Fatalf("the answer on the viewer's run page: %q", got)
+	}
 
 	operator.do("the runs", chromedp.Navigate(base+"/runs"), chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#runs tr[data-run=%q]`, run))))
 	operator.do("the runs filtered", chromedp.SetValue(chromedp.CSS(`#filter-state`), "running"),

@@ -118,7 +118,7 @@ func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
 	f.fleetFlags.register(fs, false)
 	fs.StringVar(&f.output, "output", "text", "text | json")
 	fs.StringVar(&f.agentFile, "agent", "", "run as the agent this definition `FILE` describes (docs/agents.md): its instructions, model, tools, limits and budget")
-	fs.StringVar(&f.listen, "listen", "", "with the embedded server, also listen on this `HOST:PORT` (port 0: random) with the users of deploy/nats-server.conf: client and worker (passwords from TOOLFLEET_CLIENT_PASSWORD, TOOLFLEET_WORKER_PASSWORD, else drawn and written to nats.env and worker.env, paths logged) and operator (only with TOOLFLEET_OPERATOR_PASSWORD) (default: in-process connections only)")
+	fs.StringVar(&f.listen, "listen", "", "with the embedded server, also listen on this `HOST:PORT` (port 0: random) with the users of deploy/nats-server.conf: client and worker (passwords from TOOLFLEET_CLIENT_PASSWORD, TOOLFLEET_WORKER_PASSWORD, else drawn and written to nats.env and worker.env, paths logged) operator (only with TOOLFLEET_OPERATOR_PASSWORD) and viewer (only with TOOLFLEET_VIEWER_PASSWORD) (default: in-process connections only)")
 	return fs
 }
 

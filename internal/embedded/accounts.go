@@ -39,6 +39,12 @@ type Export struct {
 	// AccountTokenPosition, when not 0, is the 1-based position of the
 	// subject's token that must be the importing account's name.
 	AccountTokenPosition int
+	// Accounts, when set, are the only accounts that may import it.
+	// Default: any.
+	Accounts []string
+	// ResponseStream marks a service answered with several messages (a
+	// batched direct get): response_type stream. Default: one answer.
+	ResponseStream bool
 }
 
 // Import is a subject an account takes from another's export.
@@ -85,6 +91,12 @@ func accountsConfig(accounts []Account, passwords map[string]string) (string, er
 			x := m{kind: e.Subject}
 			if e.AccountTokenPosition != 0 {
 				x["account_token_position"] = e.AccountTokenPosition
+			}
+			if e.Accounts != nil {
+				x["accounts"] = e.Accounts
+			}
+			if e.ResponseStream {
+				x["response_type"] = "stream"
 			}
 			exports = append(exports, x)
 		}

@@ -28,34 +28,45 @@ const (
 	// RoleOperator is the user of the human who approves calls: the only
 	// user that may publish approval decisions.
 	RoleOperator = "operator"
+	// RoleViewer is the user of a human who only looks, in an account of
+	// its own ([ViewerAccount]): it reads runs, approvals, tools, traffic
+	// records and agents, creates no consumer and changes nothing.
+	RoleViewer = "viewer"
+	// ViewerAccount is the viewer's account: it imports from
+	// [FleetAccount] only the reads the console makes.
+	ViewerAccount = "VIEWER"
 )
 
 // FleetAccounts returns the accounts of a fleet's listening embedded
 // server for subjects s, those of deploy/nats-server.conf: [FleetAccount]
-// with the fleet's users, and the client's account ([RoleClient]), which
+// with the fleet's users, the client's account ([RoleClient]), which
 // imports only its own submissions, reads of its own results and its own
-// runs' results and progress. Each user has the permissions of its role in
-// deploy/nats-server.conf; [RoleCoordinator] comes first (the in-process
-// user, which must ask with the inbox prefix _INBOX_coordinator: workers
-// answer discovery requests on the coordinator's and the operator's inboxes
-// only). password gives a role's password, "" to draw one at start. The
-// operator is included only when password gives it one: its password must
-// reach the operator from outside the fleet (an environment variable the
-// process takes out of its environment), since anything the fleet writes
-// is readable by the tools it runs.
+// runs' results and progress, and the viewer's ([ViewerAccount]), which
+// imports only the reads the console makes. Each user has the permissions
+// of its role in deploy/nats-server.conf; [RoleCoordinator] comes first
+// (the in-process user, which must ask with the inbox prefix
+// _INBOX_coordinator: workers answer discovery requests on the
+// coordinator's and the operator's inboxes only). password gives a role's
+// password, "" to draw one at start. The operator and the viewer (and its
+// account) are included only
+// when password gives them one: their passwords must reach them from
+// outside the fleet (an environment variable the process takes out of its
+// environment), since anything the fleet writes is readable by the tools
+// it runs.
 func FleetAccounts(s protocol.Subjects, password func(role string) string) []Account {
 	p := strings.TrimSuffix(s.Calls(), ".call.>")
 	users, client := fleetUsers(s, password)
 	runs := "$JS.API.DIRECT.GET.KV_" + s.RunsBucket() + ".$KV." + s.RunsBucket() + "."
-	return []Account{
-		{Name: FleetAccount, JetStream: true, Users: users, Exports: []Export{
-			// the client token (4 and 8) must be the importer's name
-			{Subject: p + ".run.submit.*.>", AccountTokenPosition: 4},
-			{Subject: runs + "*.>", AccountTokenPosition: 8},
-			{Subject: p + ".run.result.*.>", Stream: true, AccountTokenPosition: 4},
-			{Subject: p + ".run.progress.*.>", Stream: true, AccountTokenPosition: 4},
-			{Subject: p + ".run.input.*.>", AccountTokenPosition: 4},
-		}},
+	fleet := Account{Name: FleetAccount, JetStream: true, Users: users, Exports: []Export{
+		// the client token (4 and 8) must be the importer's name
+		{Subject: p + ".run.submit.*.>", AccountTokenPosition: 4},
+		{Subject: runs + "*.>", AccountTokenPosition: 8},
+		{Subject: p + ".run.result.*.>", Stream: true, AccountTokenPosition: 4},
+		{Subject: p + ".run.progress.*.>", Stream: true, AccountTokenPosition: 4},
+		{Subject: p + ".run.input.*.>", AccountTokenPosition: 4},
+	}}
+	accounts := []Account{
+		fleet,
 		{Name: RoleClient, Users: []User{client}, Imports: []Import{
 			{Account: FleetAccount, Subject: p + ".run.submit." + RoleClient + ".>"},
 			{Account: FleetAccount, Subject: runs + RoleClient + ".>"},
@@ -64,6 +75,14 @@ func FleetAccounts(s protocol.Subjects, password func(role string) string) []Acc
 			{Account: FleetAccount, Subject: p + ".run.input." + RoleClient + ".>"},
 		}},
 	}
+	if pw := password(RoleViewer); pw != "" {
+		reads := viewerReads(s)
+		for _, r := range reads {
+			accounts[0].Exports = append(accounts[0].Exports, Export{Subject: r.subject, Accounts: []string{ViewerAccount}, ResponseStream: r.batched})
+		}
+		accounts = append(accounts, viewerAccount(s, pw, reads))
+	}
+	return accounts
 }
 
 // DrawPasswords is a password function for [FleetAccounts] that draws
@@ -223,6 +242,7 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				"$JS.API.CONSUMER.MSG.NEXT." + journal + ".>",
 				"$JS.API.STREAM.INFO." + runs,
 				"$JS.API.DIRECT.GET." + runs + ".>",
+				"$JS.API.DIRECT.GET." + runs,
 				"$JS.API.INFO",
 				"$JS.API.STREAM.NAMES",
 				"$JS.API.STREAM.LIST",
@@ -240,12 +260,15 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 				// set its rate limit (coordinator tools)
 				s.TrafficNotes(),
 				"$JS.API.STREAM.INFO." + s.TrafficStream(),
+				"$JS.API.STREAM.MSG.GET." + s.TrafficStream(),
 				"$JS.API.CONSUMER.CREATE." + s.TrafficStream() + ".>",
 				"$JS.API.CONSUMER.INFO." + s.TrafficStream() + ".>",
 				"$JS.API.CONSUMER.DELETE." + s.TrafficStream() + ".>",
 				"$JS.API.CONSUMER.MSG.NEXT." + s.TrafficStream() + ".>",
 				"$JS.API.CONSUMER.INFO." + calls + ".*",
 				"$JS.API.CONSUMER.PAUSE." + calls + ".*",
+				"$JS.API.STREAM.INFO." + tools,
+				"$JS.API.STREAM.MSG.GET." + tools,
 				"$JS.API.STREAM.INFO." + limits,
 				"$JS.API.STREAM.MSG.GET." + limits,
 				"$KV." + s.LimitsBucket() + ".limit.>",
@@ -267,4 +290,56 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 		}})
 	}
 	return users, client
+}
+
+// viewerRead is one subject the viewer's account imports from the
+// fleet's: a JetStream read, batched when answered with several messages.
+type viewerRead struct {
+	subject string
+	batched bool
+}
+
+// viewerReads are what [ViewerAccount] imports: those of
+// deploy/nats-server.conf's VIEWER. Direct gets (batched), stream
+// information, the tools' consumer information and single gets of the
+// streams that allow no direct get; nothing that writes or creates a
+// consumer.
+func viewerReads(s protocol.Subjects) []viewerRead {
+	journal, approvals, traffic := s.JournalStream(), s.ApprovalsStream(), s.TrafficStream()
+	runs, agents, limits, tools := "KV_"+s.RunsBucket(), "KV_"+s.AgentsBucket(), "KV_"+s.LimitsBucket(), "KV_"+s.CatalogBucket()
+	return []viewerRead{
+		{"$JS.API.INFO", false},
+		{"$JS.API.STREAM.INFO." + journal, false},
+		{"$JS.API.DIRECT.GET." + journal, true},
+		{"$JS.API.DIRECT.GET." + runs, true},
+		{"$JS.API.STREAM.INFO." + approvals, false},
+		{"$JS.API.DIRECT.GET." + approvals, true},
+		{"$JS.API.STREAM.INFO." + agents, false},
+		{"$JS.API.DIRECT.GET." + agents, true},
+		{"$JS.API.STREAM.INFO." + tools, false},
+		{"$JS.API.STREAM.MSG.GET." + tools, false},
+		{"$JS.API.CONSUMER.INFO." + s.CallsStream() + ".*", false},
+		{"$JS.API.STREAM.INFO." + limits, false},
+		{"$JS.API.STREAM.MSG.GET." + limits, false},
+		{"$JS.API.STREAM.INFO." + traffic, false},
+		{"$JS.API.STREAM.MSG.GET." + traffic, false},
+	}
+}
+
+// viewerAccount is [ViewerAccount] with the user [RoleViewer] (password
+// pw), which may ask what the account imports (reads) and the console's
+// discovery request, in its own account, where no worker answers.
+func viewerAccount(s protocol.Subjects, pw string, reads []viewerRead) Account {
+	a := Account{Name: ViewerAccount}
+	allow := make([]string, 0, len(reads)+1)
+	for _, r := range reads {
+		allow = append(allow, r.subject)
+		a.Imports = append(a.Imports, Import{Account: FleetAccount, Subject: r.subject})
+	}
+	allow = append(allow, "$SRV.INFO.toolworker")
+	a.Users = []User{{Name: RoleViewer, Password: pw, Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: allow},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_" + RoleViewer + ".>"}},
+	}}}
+	return a
 }

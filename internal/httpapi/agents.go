@@ -20,12 +20,7 @@ type Agent struct {
 }
 
 func (s *Server) listAgents(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
-	store, err := natsbus.OpenAgents(ctx, ss.js, s.subjects)
-	if err != nil {
-		s.fail(w, r, fromNATS(ctx, err), err)
-		return
-	}
-	names, err := store.Names(ctx)
+	names, err := natsbus.AgentNames(ctx, ss.rd, s.subjects)
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
@@ -42,12 +37,7 @@ func (s *Server) getAgent(ctx context.Context, w http.ResponseWriter, r *http.Re
 		s.fail(w, r, badField("name", "the agent name must match "+protocol.TokenPattern), nil)
 		return
 	}
-	store, err := natsbus.OpenAgents(ctx, ss.js, s.subjects)
-	if err != nil {
-		s.fail(w, r, fromNATS(ctx, err), err)
-		return
-	}
-	data, rev, err := store.Get(ctx, name)
+	data, rev, err := natsbus.ReadAgent(ctx, ss.rd, s.subjects, name)
 	switch {
 	case errors.Is(err, natsbus.ErrAgentNotFound):
 		s.fail(w, r, errorf(http.StatusNotFound, CodeNotFound, "no agent "+name), nil)

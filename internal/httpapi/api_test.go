@@ -312,13 +312,15 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 }
 
 // TestEachRoleAsNATSPermits: a client submits and reads its own run, and
-// may not approve, cancel, list runs or pause a tool; the operator may
+// may not approve, cancel, list runs or pause a tool; the viewer reads
+// everything the console shows and may change nothing; the operator may
 // list, cancel and pause, and may not submit. Every refusal is NATS's
 // (403).
 func TestEachRoleAsNATSPermits(t *testing.T) {
 	a := startAPI(t, httpapi.Config{})
 	cl := a.login(t, "client")
 	op := a.login(t, "operator")
+	vw := a.login(t, "viewer")
 	var sub httpapi.Submitted
 	if st := cl.do("POST", "/v1/runs", nil, map[string]any{"prompt": "hi"}, &sub); st != http.StatusCreated {
 		t.Fatalf("client submit: %d", st)
@@ -356,6 +358,23 @@ func TestEachRoleAsNATSPermits(t *testing.T) {
 		t.Fatalf("agent math: %d %+v", st, math)
 	}
 	validate(t, "Agent", math)
+	// the viewer sees what the operator sees
+	var vl struct {
+		Approvals []httpapi.Approval `json:"approvals"`
+	}
+	if st := vw.do("GET", "/v1/approvals", nil, nil, &vl); st != http.StatusOK || len(vl.Approvals) != 1 || vl.Approvals[0].Digest != l.Approvals[0].Digest {
+		t.Fatalf("viewer lists approvals: status %d %+v", st, vl.Approvals)
+	}
+	// the viewer's account asks none of the fleet's workers: the tools
+	// come from the catalog, without the workers that serve them
+	if st := vw.do("GET", "/v1/tools", nil, nil, &tools); st != http.StatusOK || len(tools.Tools) != 2 || tools.Tools[0].Name != "add" ||
+		tools.Tools[1].Name != "refund" || len(tools.Tools[0].Workers) != 0 || !tools.Tools[1].RequiresApproval {
+		t.Fatalf("viewer lists tools: status %d %+v, want add and refund from the catalog, no worker", st, tools.Tools)
+	}
+	var vr httpapi.Run
+	if st := vw.do("GET", "/v1/runs/"+string(sub.RunID), nil, nil, &vr); st != http.StatusOK || vr.RunID != sub.RunID || vr.State == nil {
+		t.Fatalf("viewer reads the run: status %d %+v", st, vr)
+	}
 	ap := l.Approvals[0]
 	var args bytes.Buffer
 	_ = json.Compact(&args, ap.Arguments)
@@ -378,6 +397,21 @@ func TestEachRoleAsNATSPermits(t *testing.T) {
 		{"client reads a tool's history", "GET", "/v1/tools/add/history", cl, nil, http.StatusForbidden},
 		{"client reads the decisions", "GET", "/v1/approvals/decisions", cl, nil, http.StatusForbidden},
 		{"client lists agents", "GET", "/v1/agents", cl, nil, http.StatusForbidden},
+		{"viewer lists runs", "GET", "/v1/runs?client=client", vw, nil, http.StatusOK},
+		{"viewer reads a run", "GET", "/v1/runs/" + run, vw, nil, http.StatusOK},
+		{"viewer lists approvals", "GET", "/v1/approvals", vw, nil, http.StatusOK},
+		{"viewer reads the decisions", "GET", "/v1/approvals/decisions", vw, nil, http.StatusOK},
+		{"viewer lists tools", "GET", "/v1/tools", vw, nil, http.StatusOK},
+		{"viewer reads a tool's history", "GET", "/v1/tools/add/history", vw, nil, http.StatusOK},
+		{"viewer lists agents", "GET", "/v1/agents", vw, nil, http.StatusOK},
+		{"viewer reads an agent", "GET", "/v1/agents/math", vw, nil, http.StatusOK},
+		{"viewer approves", "POST", "/v1/approvals/" + run + "/" + string(ap.CallKey), vw, map[string]string{"decision": "approve"}, http.StatusForbidden},
+		{"viewer denies", "POST", "/v1/approvals/" + run + "/" + string(ap.CallKey), vw, map[string]string{"decision": "deny", "reason": "no"}, http.StatusForbidden},
+		{"viewer cancels", "POST", "/v1/runs/" + run + "/cancel", vw, map[string]string{"reason": "x"}, http.StatusForbidden},
+		{"viewer pauses a tool", "POST", "/v1/tools/add/pause", vw, map[string]string{"reason": "x"}, http.StatusForbidden},
+		{"viewer resumes a tool", "POST", "/v1/tools/add/resume", vw, map[string]string{"reason": "x"}, http.StatusForbidden},
+		{"viewer limits a tool", "POST", "/v1/tools/add/limit", vw, map[string]any{"rate": 5, "burst": 2, "reason": "x"}, http.StatusForbidden},
+		{"viewer submits", "POST", "/v1/runs", vw, map[string]any{"prompt": "hi"}, http.StatusForbidden},
 		{"operator lists agents", "GET", "/v1/agents", op, nil, http.StatusOK},
 		{"operator reads an agent", "GET", "/v1/agents/math", op, nil, http.StatusOK},
 		{"operator reads no agent", "GET", "/v1/agents/nope", op, nil, http.StatusNotFound},

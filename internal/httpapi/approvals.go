@@ -67,7 +67,7 @@ func (s *Server) listApprovals(ctx context.Context, w http.ResponseWriter, r *ht
 func (s *Server) approval(ctx context.Context, ss *session, q client.ApprovalRequest, agents map[protocol.RunID]string) Approval {
 	agent, ok := agents[q.RunID]
 	if !ok {
-		if recs, err := natsbus.ReadJournal(ctx, ss.js, s.subjects, q.RunID); err == nil && len(recs) > 0 {
+		if recs, err := natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, q.RunID, 0); err == nil && len(recs) > 0 {
 			agent = summary(q.RunID, recs).Agent
 		}
 		agents[q.RunID] = agent
@@ -119,24 +119,22 @@ func (s *Server) approvalEvents(ctx context.Context, w http.ResponseWriter, r *h
 	go func() {
 		defer close(done)
 		agents := map[protocol.RunID]string{}
-		for q, err := range ss.cl.WatchApprovals(ctx, client.ApprovalFilter{}) {
-			if err != nil {
-				return
-			}
+		send := func(q client.ApprovalRequest) bool {
 			if q.Sequence <= after {
-				continue
+				return true
 			}
 			if len(agents) >= maxAgentsCached {
 				clear(agents)
 			}
-			seq := strconv.FormatUint(q.Sequence, 10)
 			select {
-			case out <- sse(EventApproval, seq, s.approval(ctx, ss, q, agents)):
+			case out <- sse(EventApproval, strconv.FormatUint(q.Sequence, 10), s.approval(ctx, ss, q, agents)):
+				return true
 			default:
 				cancel(errBehind)
-				return
+				return false
 			}
 		}
+		s.followApprovals(ctx, ss, send)
 	}()
 	defer func() { cancel(nil); <-done }()
 	s.writeEvents(ctx, w, out, done)
@@ -210,6 +208,119 @@ type Decided struct {
 	Sequence uint64 `json:"sequence"`
 }
 
+// followApprovals sends the approval requests open when it starts, then
+// each request stored after that is still open when read, polling the
+// approvals stream every PollInterval with direct gets (no consumer),
+// until ctx ends or send refuses.
+func (s *Server) followApprovals(ctx context.Context, ss *session, send func(client.ApprovalRequest) bool) {
+	// Where the requests stored after the listing start: read before it.
+	st, err := ss.js.Stream(ctx, s.subjects.ApprovalsStream())
+	if err != nil {
+		return
+	}
+	from := st.CachedInfo().State.LastSeq + 1
+	open, err := ss.cl.Approvals(ctx, 0)
+	if err != nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, q := range open {
+		seen[string(q.RunID)+"."+string(q.CallKey)] = true
+		if !send(q) {
+			return
+		}
+	}
+	tick := time.NewTicker(s.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var stored []client.ApprovalRequest
+		_, err := ss.rd.All(ctx, s.subjects.ApprovalsStream(), s.subjects.ApprovalRequests(), from, maxApprovalsPoll, func(m natsbus.DirectMsg) bool {
+			from = m.Seq + 1
+			if q, ok := s.openRequest(m); ok && !seen[string(q.RunID)+"."+string(q.CallKey)] {
+				seen[string(q.RunID)+"."+string(q.CallKey)] = true
+				stored = append(stored, q)
+			}
+			return true
+		})
+		if err != nil {
+			return
+		}
+		settled, err := s.settled(ctx, ss, stored)
+		if err != nil {
+			return
+		}
+		for _, q := range stored {
+			if !settled[string(q.RunID)+"."+string(q.CallKey)] && !send(q) {
+				return
+			}
+		}
+		if len(seen) > maxSeenApprovals {
+			clear(seen) // a request stored again after this is sent again
+		}
+	}
+}
+
+// Bounds of an approvals stream's polling.
+const (
+	// maxApprovalsPoll bounds the messages one poll reads.
+	maxApprovalsPoll = 4096
+	// maxSeenApprovals bounds the requests a stream remembers it sent.
+	maxSeenApprovals = 100_000
+)
+
+// openRequest decodes m, a message stored on an approval request's
+// subject, as a request of the call its subject names, whose digest is
+// its arguments' and whose deadline is ahead.
+func (s *Server) openRequest(m natsbus.DirectMsg) (client.ApprovalRequest, bool) {
+	req, err := protocol.DecodeApprovalRequest(m.Data, protocol.DefaultMaxMessageBytes)
+	if err != nil || !s.cfg.Now().Before(req.Deadline) {
+		return client.ApprovalRequest{}, false
+	}
+	if subj, err := s.subjects.ApprovalRequest(req.RunID, req.CallKey); err != nil || subj != m.Subject {
+		return client.ApprovalRequest{}, false
+	}
+	if digest, err := protocol.Digest(req.RunID, req.CallKey, req.Tool, req.Arguments); err != nil || digest != req.Digest {
+		return client.ApprovalRequest{}, false
+	}
+	return client.ApprovalRequest{RunID: req.RunID, CallKey: req.CallKey, CallID: req.CallID, Round: req.Round, Tool: req.Tool,
+		Arguments: req.Arguments, Digest: req.Digest, Deadline: req.Deadline, Sequence: m.Seq}, true
+}
+
+// settled reports which of reqs have an outcome recorded (by run.key),
+// with one direct get of their outcome subjects' last messages.
+func (s *Server) settled(ctx context.Context, ss *session, reqs []client.ApprovalRequest) (map[string]bool, error) {
+	out := map[string]bool{}
+	for len(reqs) > 0 {
+		chunk := reqs[:min(len(reqs), 512)]
+		reqs = reqs[len(chunk):]
+		var subjects []string
+		for _, q := range chunk {
+			subj, err := s.subjects.ApprovalOutcome(q.RunID, q.CallKey)
+			if err != nil {
+				return nil, err
+			}
+			subjects = append(subjects, subj)
+		}
+		msgs, err := ss.rd.LastOf(ctx, s.subjects.ApprovalsStream(), subjects...)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if n, err := protocol.DecodeApprovalNote(m.Data); err == nil && !m.Reflected {
+				if want, _ := s.subjects.ApprovalOutcome(n.RunID, n.CallKey); want == m.Subject {
+					out[string(n.RunID)+"."+string(n.CallKey)] = true
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
 // decisions lists the settled approval requests stored since the
 // query's since (default 24h), oldest first, the newest limit of them.
 func (s *Server) decisions(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
@@ -238,25 +349,16 @@ func (s *Server) decisions(ctx context.Context, w http.ResponseWriter, r *http.R
 		}
 		limit = n
 	}
-	watch, err := natsbus.WatchStream(ctx, ss.js, s.subjects.ApprovalsStream(), []string{s.subjects.ApprovalOutcomes()}, since, 256)
+	out := []Decided{}
+	_, err := ss.rd.AllSince(ctx, s.subjects.ApprovalsStream(), s.subjects.ApprovalOutcomes(), since, maxDecisionsScan, func(m natsbus.DirectMsg) bool {
+		if note, err := protocol.DecodeApprovalNote(m.Data); err == nil {
+			out = append(out, Decided{ApprovalNote: note, Sequence: m.Seq})
+		}
+		return true
+	})
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
-	}
-	defer watch.Stop()
-	out := []Decided{}
-	for n := uint64(0); n < min(watch.Pending(), maxDecisionsScan); n++ {
-		m, err := watch.Next(ctx)
-		if err != nil {
-			s.fail(w, r, fromNATS(ctx, err), err)
-			return
-		}
-		if note, err := protocol.DecodeApprovalNote(m.Data); err == nil && !m.Reflected {
-			out = append(out, Decided{ApprovalNote: note, Sequence: m.Seq})
-		}
-		if m.Pending == 0 {
-			break
-		}
 	}
 	if len(out) > limit {
 		out = out[len(out)-limit:]

@@ -188,15 +188,14 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	// The journal, if this user reads it; the probe's refusal ends the
 	// probe, and a client then gets its own run's progress and result.
 	probe, endProbe := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	watch, err := natsbus.WatchJournal(probe, ss.js, s.subjects, run)
+	recs, err := natsbus.ReadJournalFrom(probe, ss.rd, s.subjects, run, 0)
 	endProbe()
 	done := make(chan struct{})
 	switch {
 	case err == nil:
 		go func() {
 			defer close(done)
-			defer watch.Stop()
-			s.followJournal(ctx, watch, after, resumed, send)
+			s.followJournal(ctx, ss, run, recs, after, resumed, send)
 		}()
 	case fromNATS(ctx, err) == forbidden || errors.Is(context.Cause(ctx), errRefused):
 		// The refusal ended the session's request context: the stream goes
@@ -215,26 +214,37 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	s.writeEvents(ctx, w, out, done)
 }
 
-// followJournal sends each journal event after seq after, until the run
-// finishes or ctx ends.
-func (s *Server) followJournal(ctx context.Context, watch *natsbus.JournalWatch, after eventID, resumed bool, send func(Event) bool) {
+// followJournal sends each journal event of run after after (recs, the
+// journal read so far, first), reading what is stored next every
+// PollInterval with direct gets (no consumer), until the run finishes or
+// ctx ends.
+func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.RunID, recs []natsbus.JournalRecord, after eventID, resumed bool, send func(Event) bool) {
 	tools := map[protocol.CallKey]string{}
 	var at eventID
+	tick := time.NewTicker(s.cfg.PollInterval)
+	defer tick.Stop()
 	for {
-		rec, err := watch.Next(ctx)
-		if err != nil {
+		for _, rec := range recs {
+			if rec.Seq == at.seq {
+				at.n++
+			} else {
+				at = eventID{seq: rec.Seq}
+			}
+			ev, ok := journalEvent(rec, at, tools)
+			if !ok || (resumed && !at.after(after)) {
+				continue
+			}
+			if !send(ev) || ev.Kind == EventFinished {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
 			return
+		case <-tick.C:
 		}
-		if rec.Seq == at.seq {
-			at.n++
-		} else {
-			at = eventID{seq: rec.Seq}
-		}
-		ev, ok := journalEvent(rec, at, tools)
-		if !ok || (resumed && !at.after(after)) {
-			continue
-		}
-		if !send(ev) || ev.Kind == EventFinished {
+		var err error
+		if recs, err = natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, run, at.seq+1); err != nil {
 			return
 		}
 	}

@@ -189,36 +189,36 @@ func (s *Server) getRun(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	out := Run{RunID: id}
-	// The session's own result first: a client reads only that, and the
-	// journal read after it is refused to a client.
-	res, err := result(ctx, ss, id, ss.user)
-	if err != nil {
-		s.fail(w, r, fromNATS(ctx, err), err)
-		return
-	}
-	out.Result = res
-	recs, err := natsbus.ReadJournal(ctx, ss.js, s.subjects, id)
+	// A user who reads journals reads the run's journal and its client's
+	// result (direct gets); a client, whose account has neither, only
+	// its own result.
+	recs, err := natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, id, 0)
 	switch {
 	case err == nil && len(recs) > 0:
 		sum := summary(id, recs)
 		out.State = &sum
-		if out.Result == nil && sum.Client != "" && sum.Client != ss.user {
-			if out.Result, err = result(ctx, ss, id, sum.Client); err != nil {
-				s.fail(w, r, fromNATS(ctx, err), err)
-				return
-			}
+		if out.Result, err = s.storedResult(ctx, ss, id, sum.Client); err != nil {
+			s.fail(w, r, fromNATS(ctx, err), err)
+			return
 		}
-	case out.Result != nil:
-		// a client: what it may read is the result
 	case err == nil:
-		s.fail(w, r, errorf(http.StatusNotFound, CodeNotFound, "no run "+string(id)+": no journal and no result"), nil)
+		s.fail(w, r, errorf(http.StatusNotFound, CodeNotFound, "no run "+string(id)+": no journal"), nil)
 		return
-	default:
-		ae := fromNATS(ctx, err)
-		if ae == forbidden {
-			ae = errorf(http.StatusNotFound, CodeNotFound, "no result of run "+string(id)+" for this user (and its journal is not this user's to read)")
+	case fromNATS(ctx, err) == forbidden || errors.Is(context.Cause(ctx), errRefused):
+		// A client. The refusal ended the request's context: the read
+		// goes on with the connection's.
+		cctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		if out.Result, err = result(cctx, ss, id, ss.user); err != nil {
+			s.fail(w, r, fromNATS(cctx, err), err)
+			return
 		}
-		s.fail(w, r, ae, err)
+		if out.Result == nil {
+			s.fail(w, r, errorf(http.StatusNotFound, CodeNotFound, "no result of run "+string(id)+" for this user (and its journal is not this user's to read)"), nil)
+			return
+		}
+	default:
+		s.fail(w, r, fromNATS(ctx, err), err)
 		return
 	}
 	if out.Result != nil {
@@ -227,8 +227,25 @@ func (s *Server) getRun(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	writeJSON(w, http.StatusOK, out)
 }
 
-// result reads the result of run, submitted by owner, nil when none is
-// stored.
+// maxResultBytes bounds a stored result read back.
+const maxResultBytes = 64 << 20
+
+// storedResult reads the result of run, submitted by owner, with a direct
+// get of the runs bucket: nil when none is stored.
+func (s *Server) storedResult(ctx context.Context, ss *session, run protocol.RunID, owner string) (*protocol.RunResult, error) {
+	data, found, err := natsbus.ReadRunResult(ctx, ss.rd, s.subjects, owner, run)
+	if err != nil || !found {
+		return nil, err
+	}
+	res, err := protocol.DecodeRunResult(data, maxResultBytes)
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// result reads the result of run, submitted by owner, as a client does
+// (its own only), nil when none is stored.
 func result(ctx context.Context, ss *session, run protocol.RunID, owner string) (*protocol.RunResult, error) {
 	res, err := ss.cl.Result(ctx, client.Run{ID: run, Key: protocol.RunKey(owner, run)})
 	var re *client.RefusedError
@@ -322,7 +339,7 @@ func (s *Server) listRuns(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	out := []RunSummary{}
 	for id := range counts {
-		recs, err := natsbus.ReadJournal(ctx, ss.js, s.subjects, id)
+		recs, err := natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, id, 0)
 		if err != nil {
 			s.fail(w, r, fromNATS(ctx, err), err)
 			return

@@ -23,6 +23,7 @@ const (
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultRequestTimeout    = 10 * time.Second
 	DefaultHeartbeat         = 15 * time.Second
+	DefaultPollInterval      = 500 * time.Millisecond
 	DefaultStreamBuffer      = 64
 	DefaultLoginFailures     = 5
 	DefaultLoginWindow       = time.Minute
@@ -69,6 +70,10 @@ type Config struct {
 	// Heartbeat is the interval of a stream's comment lines that keep
 	// proxies from closing it. Default: 15s.
 	Heartbeat time.Duration
+	// PollInterval is how often an event stream reads what was stored
+	// since its last read (a run's journal, the approval requests): with
+	// direct gets, no consumer. Default: 500ms.
+	PollInterval time.Duration
 	// StreamBuffer bounds the events held for one stream's connection; a
 	// connection that falls this far behind is closed (its viewer
 	// reconnects with Last-Event-ID), so a slow browser never holds the
@@ -112,6 +117,7 @@ func (c *Config) fill() {
 	}
 	defD(&c.RequestTimeout, DefaultRequestTimeout)
 	defD(&c.Heartbeat, DefaultHeartbeat)
+	defD(&c.PollInterval, DefaultPollInterval)
 	def(&c.StreamBuffer, DefaultStreamBuffer)
 	def(&c.LoginFailures, DefaultLoginFailures)
 	def(&c.AddressFailures, DefaultAddressFailures)
@@ -140,6 +146,8 @@ func (c Config) Validate() error {
 		return &config.FieldError{Field: "RequestTimeout", Err: fmt.Errorf("must not be negative")}
 	case c.Heartbeat < 0:
 		return &config.FieldError{Field: "Heartbeat", Err: fmt.Errorf("must not be negative")}
+	case c.PollInterval < 0:
+		return &config.FieldError{Field: "PollInterval", Err: fmt.Errorf("must not be negative")}
 	case c.StreamBuffer < 0:
 		return &config.FieldError{Field: "StreamBuffer", Err: fmt.Errorf("must not be negative")}
 	case c.LoginFailures < 0 || c.AddressFailures < 0 || c.LoginWindow < 0:

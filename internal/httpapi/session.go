@@ -40,6 +40,8 @@ type session struct {
 	nc   *nats.Conn
 	cl   *client.Client
 	js   natsbus.JetStream
+	// reader reads what the session shows: direct gets, no consumer
+	rd *natsbus.DirectReader
 
 	mu       sync.Mutex
 	lastUsed time.Time
@@ -284,7 +286,7 @@ func (s *Server) connect(ctx context.Context, r *http.Request, id, user, passwor
 		nc.Close()
 		return nil, errorf(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
-	ss.nc, ss.cl, ss.js = nc, cl, js
+	ss.nc, ss.cl, ss.js, ss.rd = nc, cl, js, natsbus.NewDirectReader(js)
 	return ss, nil
 }
 

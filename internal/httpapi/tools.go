@@ -13,10 +13,12 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// Tool is one tool of GET /v1/tools, as its live workers describe it
-// (NATS micro discovery): its flags and timeout, the workers serving it
-// with their schema digests, its queue (calls waiting for a worker, calls
-// a worker holds), whether it is paused and its fleet-wide rate limit.
+// Tool is one tool of GET /v1/tools, as the catalog and its live workers
+// describe it (NATS micro discovery): its flags and timeout, the workers
+// serving it with their schema digests (none when no live worker answers,
+// and none for a user whose discovery reaches no worker: the viewer), its
+// queue (calls waiting for a worker, calls a worker holds), whether it is
+// paused and its fleet-wide rate limit.
 type Tool struct {
 	Name             protocol.ToolName   `json:"name"`
 	Workers          []ToolWorker        `json:"workers"`
@@ -76,6 +78,17 @@ func (s *Server) listTools(ctx context.Context, w http.ResponseWriter, r *http.R
 		return
 	}
 	byName := map[protocol.ToolName]*Tool{}
+	// The catalog's tools too, those no live worker serves (and every
+	// tool, for a user whose discovery requests nothing answers: the
+	// viewer's account asks none of the fleet's workers).
+	specs, err := natsbus.ReadCatalog(ctx, ss.js, s.subjects)
+	if err != nil {
+		s.fail(w, r, fromNATS(ctx, err), err)
+		return
+	}
+	for _, t := range specs {
+		byName[t.Name] = &Tool{Name: t.Name, Workers: []ToolWorker{}, TimeoutMS: t.TimeoutMS, Idempotent: t.Idempotent, RequiresApproval: t.RequiresApproval}
+	}
 	for _, wk := range found {
 		for _, t := range wk.Tools {
 			tool := byName[t.Name]

@@ -131,87 +131,29 @@ type ApprovalMsg struct {
 }
 
 // Scan reads the approvals stream on filters (all of it when empty), from
-// since (the beginning when zero) up to the last message stored when the
-// scan starts, and calls add for each message in stream order, but those
+// since (the beginning when zero) until it has caught up, filter after
+// filter, each in stream order, and calls add for each message, but those
 // the server stored as its answer to a direct get ([streammsg.Reflected]).
 // It stops after limit messages, those included, and then reports
-// truncated.
+// truncated. It reads with direct gets ([DirectReader]): no consumer.
 func (l *ApprovalLedger) Scan(ctx context.Context, filters []string, since time.Time, limit int, add func(ApprovalMsg)) (truncated bool, err error) {
 	if len(filters) == 0 {
 		filters = []string{l.subjects.Approvals()}
 	}
-	return scanStream(ctx, l.js, l.subjects.ApprovalsStream(), filters, since, limit, add)
-}
-
-// scanStream reads stream name on filters, from since (the beginning when
-// zero) up to the last message stored when the scan starts, as
-// [ApprovalLedger.Scan] does.
-func scanStream(ctx context.Context, js jetstream.JetStream, name string, filters []string, since time.Time, limit int, add func(ApprovalMsg)) (truncated bool, err error) {
-	st, err := js.Stream(ctx, name)
-	if err != nil {
-		return false, fmt.Errorf("stream %s: %w", name, err)
-	}
-	info := st.CachedInfo()
-	if info.State.Msgs == 0 {
-		return false, nil
-	}
-	last := info.State.LastSeq
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: 10 * time.Second}
-	if !since.IsZero() {
-		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
-		cfg.OptStartTime = &since
-	}
-	cons, err := js.OrderedConsumer(ctx, name, cfg)
-	if err != nil {
-		return false, fmt.Errorf("reading %s: %w", name, err)
-	}
-	cinfo, err := cons.Info(ctx)
-	if err != nil {
-		return false, fmt.Errorf("reading %s: %w", name, err)
-	}
-	defer func() {
-		// Best effort: the server removes it after InactiveThreshold anyway.
-		_ = js.DeleteConsumer(context.WithoutCancel(ctx), name, cons.CachedInfo().Name)
-	}()
-	if cinfo.NumPending == 0 {
-		return false, nil
-	}
-	wait := 2 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		wait = max(min(time.Until(dl), wait), 100*time.Millisecond)
-	}
-	// Ask for exactly what is pending so a fetch never waits for more.
-	pendingMsgs := cinfo.NumPending
-	for n := 0; ; {
-		batch, err := cons.Fetch(int(min(pendingMsgs, 256)), jetstream.FetchMaxWait(wait))
+	r := NewDirectReader(l.js)
+	stream := l.subjects.ApprovalsStream()
+	for _, f := range filters {
+		t, err := r.AllSince(ctx, stream, f, since, limit, func(m DirectMsg) bool {
+			add(ApprovalMsg{Subject: m.Subject, Data: m.Data, Seq: m.Seq, Stored: m.Stored})
+			limit--
+			return limit > 0
+		})
 		if err != nil {
-			return false, fmt.Errorf("reading %s: %w", name, err)
+			return false, fmt.Errorf("reading %s: %w", stream, err)
 		}
-		got := 0
-		done := false
-		for m := range batch.Messages() {
-			got++
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				return false, fmt.Errorf("reading %s: %w", name, err)
-			}
-			if !streammsg.Reflected(m.Headers()) { // never a request, decision or outcome
-				add(ApprovalMsg{Subject: m.Subject(), Data: m.Data(), Seq: meta.Sequence.Stream, Stored: meta.Timestamp})
-			}
-			pendingMsgs = meta.NumPending
-			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
-				done = true
-			}
-			if n >= limit {
-				truncated, done = true, true
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			return false, fmt.Errorf("reading %s: %w", name, err)
-		}
-		if done || got == 0 {
-			return truncated, ctx.Err()
+		if t || limit <= 0 {
+			return true, nil
 		}
 	}
+	return false, nil
 }

@@ -12,21 +12,24 @@ import (
 )
 
 // ReadCatalog returns every well-formed entry of the tool catalog bucket,
-// by name.
+// by name. It creates no consumer: the keys are the stream's subjects (its
+// information), each entry a single get.
 func ReadCatalog(ctx context.Context, js JetStream, subjects protocol.Subjects) ([]protocol.ToolSpec, error) {
 	kv, err := js.KeyValue(ctx, subjects.CatalogBucket())
 	if err != nil {
 		return nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
+	prefix := "$KV." + subjects.CatalogBucket() + "."
+	subjs, err := StreamSubjects(ctx, js, "KV_"+subjects.CatalogBucket(), prefix+">")
 	if err != nil {
 		return nil, err
 	}
 	var specs []protocol.ToolSpec
-	for key := range keys.Keys() {
+	for subj := range subjs {
+		key := strings.TrimPrefix(subj, prefix)
 		e, err := kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // removed since listed
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue // removed (since listed)
 		}
 		if err != nil {
 			return nil, err

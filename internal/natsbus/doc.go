@@ -4,8 +4,9 @@
 // JetStream, each behind a function or type named for it: the approvals
 // stream ([ApprovalLedger]), the runs queue and bucket ([EnsureRunsConsumer],
 // [RunResults]) and the run journals ([OpenJournal],
-// [ReadJournal], [ListJournals]). pkg/loop and pkg/harness stay
-// transport-free.
+// [ReadJournal], [ListJournals]), and what only shows the fleet, read
+// without a consumer ([DirectReader], [ReadJournalFrom], [BucketValues]).
+// pkg/loop and pkg/harness stay transport-free.
 //
 // # The JetStream boundary
 //

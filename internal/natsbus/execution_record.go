@@ -37,13 +37,22 @@ type executionRecord struct {
 	At       time.Time `json:"at"`
 }
 
+// unwrittenRecord is recordExecution's error when the record could not be
+// written or read back (the claims stream refused it, was full or could
+// not be reached): the call's approval was valid, and the call does not
+// run.
+type unwrittenRecord struct{ err error }
+
+func (e *unwrittenRecord) Error() string { return e.err.Error() }
+func (e *unwrittenRecord) Unwrap() error { return e.err }
+
 // recordExecution writes the execution record of the approved call stored
 // at callsSeq in the calls stream, before it runs. The first record of a
 // call wins (Nats-Expected-Last-Subject-Sequence 0, and the claims stream
 // keeps one message per subject and refuses the next): it returns nil when
 // this stored call holds the record, errReplayed when another stored copy
-// does, and another error when the record could not be written or read
-// (the call does not run).
+// does, and an *unwrittenRecord when the record could not be written or
+// read (the call does not run).
 func (w *Worker) recordExecution(ctx context.Context, call protocol.Call, callsSeq uint64) error {
 	if callsSeq == 0 {
 		return codedError("no_stream_sequence")
@@ -52,7 +61,7 @@ func (w *Worker) recordExecution(ctx context.Context, call protocol.Call, callsS
 	defer cancel()
 	route, err := w.routes.route(ctx, call.Tool)
 	if err != nil {
-		return fmt.Errorf("natsbus: finding the tool's claims stream: %w", err)
+		return &unwrittenRecord{fmt.Errorf("natsbus: finding the tool's claims stream: %w", err)}
 	}
 	stream, subject, err := route.claim(call.RunID, call.CallKey)
 	if err != nil {
@@ -72,15 +81,15 @@ func (w *Worker) recordExecution(ctx context.Context, call protocol.Call, callsS
 	}
 	var api *jetstream.APIError
 	if !errors.As(err, &api) {
-		return fmt.Errorf("natsbus: writing the execution record: %w", err)
+		return &unwrittenRecord{fmt.Errorf("natsbus: writing the execution record: %w", err)}
 	}
 	// Refused: a record is there (or the stream is full).
 	holder, rerr := w.readExecutionRecord(ctx, stream, subject)
 	switch {
 	case errors.Is(rerr, jetstream.ErrMsgNotFound):
-		return fmt.Errorf("natsbus: writing the execution record: %w", err)
+		return &unwrittenRecord{fmt.Errorf("natsbus: writing the execution record: %w", err)}
 	case rerr != nil:
-		return fmt.Errorf("natsbus: reading the execution record: %w", rerr)
+		return &unwrittenRecord{fmt.Errorf("natsbus: reading the execution record: %w", rerr)}
 	case holder != callsSeq:
 		return errReplayed
 	}

@@ -203,13 +203,16 @@ func (t *ToolTraffic) History(ctx context.Context, tool protocol.ToolName, limit
 			return nil, err
 		}
 	}
+	// Read one record a request (the stream allows no direct get), no
+	// consumer: what only reads needs no more than single gets.
 	var out []TrafficRecord
-	_, err := scanStream(ctx, t.js, t.subjects.TrafficStream(), []string{filter}, time.Time{}, limit, func(m ApprovalMsg) {
+	_, err := NewDirectReader(t.js).AllSingly(ctx, t.subjects.TrafficStream(), filter, 0, limit, func(m DirectMsg) bool {
 		if n, err := protocol.DecodeTrafficNote(m.Data); err == nil {
 			if want, _ := t.subjects.TrafficNote(n.Tool); want == m.Subject {
 				out = append(out, TrafficRecord{Note: n, Seq: m.Seq})
 			}
 		}
+		return true
 	})
 	return out, err
 }

@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/approvalproof"
 
 	"github.com/toolfleet/toolfleet/pkg/harness"
+	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -20,6 +22,10 @@ const (
 	termExpired    = "expired"
 	termUnapproved = "unapproved"
 )
+
+// codeRecordUnwritten is the event code of an approved call refused
+// because its execution record could not be written.
+const codeRecordUnwritten = "record_unwritten"
 
 // errExpired refuses a call whose deadline has passed.
 var errExpired = errors.New("natsbus: call deadline passed")
@@ -260,10 +266,16 @@ func (w *Worker) verifyApproval(ctx context.Context, call protocol.Call) error {
 // delivered again.
 func (w *Worker) refuseUnapproved(ctx context.Context, rec *callRecord, call protocol.Call, replyTo string, why error) Decision {
 	ev := CallEvent{Kind: CallTerminated, Reason: TerminatedUnapproved, Outcome: protocol.OutcomeDenied, Code: "stream_error"}
+	errorType := ""
 	var perr *approvalproof.Error
-	if errors.As(why, &perr) {
+	var unwritten *unwrittenRecord
+	switch {
+	case errors.As(why, &unwritten):
+		// The approval is valid; its execution record is not written.
+		ev.Code, ev.Err, errorType = codeRecordUnwritten, unwritten.err, loop.ErrorTypeRecordUnwritten
+	case errors.As(why, &perr):
 		ev.Code = perr.Code
-	} else {
+	default:
 		// The approvals stream could not be read (a missing permission
 		// for its STREAM.INFO and STREAM.MSG.GET, the server away): the
 		// error names the API, never a payload.
@@ -272,7 +284,7 @@ func (w *Worker) refuseUnapproved(ctx context.Context, rec *callRecord, call pro
 	rec.emit(ev)
 	result := protocol.Result{
 		V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Outcome: protocol.OutcomeDenied,
-		ErrorType: "approval:" + ev.Code, Worker: w.cfg.Name, Attempt: rec.attempt,
+		ErrorType: cmp.Or(errorType, "approval:"+ev.Code), Worker: w.cfg.Name, Attempt: rec.attempt,
 	}
 	if err := w.publishResult(ctx, replyTo, rec.tc.name, &result, call.CallDeadline(), 0); err != nil {
 		rec.emit(CallEvent{Kind: ResultFailed, Outcome: result.Outcome, Err: err})

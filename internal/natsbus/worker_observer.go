@@ -171,6 +171,9 @@ func (w *Worker) logEvent(ev CallEvent) {
 			line, msg = w.log.Info(), "call expired before it started: not run"
 		case TerminatedUnapproved:
 			line, msg = w.log.Warn(), "refused a call that needs approval: no valid approval in the approvals stream; not run"
+			if ev.Code == codeRecordUnwritten {
+				line, msg = w.log.Warn(), "refused an approved call: its execution record could not be written; not run"
+			}
 		case TerminatedRateLimited:
 			line, msg = w.log.Info(), "call rate limited: not run"
 			if ev.Err != nil {

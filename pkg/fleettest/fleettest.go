@@ -391,6 +391,15 @@ func (f *Fleet) ConnectOperator() *nats.Conn {
 	return f.connectAs(embedded.RoleOperator)
 }
 
+// ConnectViewer opens a new connection to the fleet's server as its
+// viewer (user viewer in its own account, VIEWER): it reads runs,
+// approvals, tools and agents with direct gets and stream and consumer
+// information, and may change nothing nor create a consumer. In-process, closed when the fleet
+// closes.
+func (f *Fleet) ConnectViewer() *nats.Conn {
+	return f.connectAs(embedded.RoleViewer)
+}
+
 // connectAs connects in process as user role, or fails the fleet's test.
 func (f *Fleet) connectAs(role string) *nats.Conn {
 	nc, err := f.dial(role)
@@ -451,7 +460,7 @@ func (f *Fleet) urlAs(role string) string {
 }
 
 // Password returns the password drawn at start for user role of
-// deploy/nats-server.conf ("client", "operator", "worker", ...), for a
+// deploy/nats-server.conf ("client", "operator", "viewer", "worker", ...), for a
 // test that logs in as that user through another door than a Go
 // connection (the HTTP API's login, with Config.Listen's address); "" for
 // a user the fleet does not have.

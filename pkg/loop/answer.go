@@ -67,6 +67,8 @@ var OutcomeTexts = []OutcomeText{
 		"The approval gate failed (it could not publish, subscribe or wait): fail closed, the call did not run."},
 	{protocol.OutcomeDenied, "Tool '<name>' blocked by approval: the worker found no valid approval and did not run it",
 		"The worker checked the call's approval proof and refused it."},
+	{protocol.OutcomeDenied, "Tool '<name>' blocked by approval: the approval is valid, but the worker could not record that it runs the call, so it did not run it",
+		"The worker could not write the approved call's execution record (ErrorTypeRecordUnwritten): fail closed, the call did not run."},
 	{protocol.OutcomeApprovalExpired, "Tool '<name>' blocked by approval: no decision within <duration>",
 		"No valid decision came before the approval request's deadline (ApprovalTimeout)."},
 	{protocol.OutcomeCancelled, "Tool '<name>' was cancelled",
@@ -277,6 +279,17 @@ func (ru *run) failDispatch(ctx context.Context, c *roundCall) {
 	ru.answer(c, protocol.OutcomeFailed, obsDispatchFailed(c.name))
 }
 
+// ErrorTypeRecordUnwritten is the error type of a worker's denied result
+// for a call whose approval is valid but whose execution record the worker
+// could not write (the claims stream refused it or could not be reached):
+// the call did not run, and the model reads that apart from a missing or
+// forged approval.
+const ErrorTypeRecordUnwritten = "approval:record_unwritten"
+
+func obsRecordUnwritten(name string) string {
+	return "Tool '" + clipName(name) + "' blocked by approval: the approval is valid, but the worker could not record that it runs the call, so it did not run it"
+}
+
 func obsDispatchFailed(name string) string {
 	return "Tool '" + clipName(name) + "' failed: dispatch error (the call was not sent and did not run)"
 }
@@ -307,6 +320,11 @@ func (ru *run) fromResult(s *roundCall, res protocol.Result) {
 	case protocol.OutcomeTimeout:
 		ru.answer(s, protocol.OutcomeTimeout, obsTimeout(s.name, s.timeout))
 	case protocol.OutcomeDenied:
+		if res.ErrorType == ErrorTypeRecordUnwritten {
+			s.ans.GateResult = "worker_unrecorded"
+			ru.answer(s, protocol.OutcomeDenied, obsRecordUnwritten(s.name))
+			break
+		}
 		s.ans.GateResult = "worker_refused"
 		ru.answer(s, protocol.OutcomeDenied, obsWorkerRefused(s.name))
 	case protocol.OutcomeRateLimited:

@@ -27,6 +27,7 @@ var observationSamples = map[string]func() string{
 	"obsApprovalExpired":     func() string { return obsApprovalExpired("echo", 2*time.Minute) },
 	"obsApprovalUnavailable": func() string { return obsApprovalUnavailable("echo") },
 	"obsWorkerRefused":       func() string { return obsWorkerRefused("echo") },
+	"obsRecordUnwritten":     func() string { return obsRecordUnwritten("echo") },
 	"obsDispatchFailed":      func() string { return obsDispatchFailed("echo") },
 	"obsFailed":              func() string { return obsFailed("echo", "*fs.PathError") },
 	"obsTimeout":             func() string { return obsTimeout("echo", 1500*time.Millisecond) },

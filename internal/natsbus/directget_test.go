@@ -1,0 +1,153 @@
+package natsbus_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
+)
+
+// directStream creates a stream that allows direct gets, on t.*.
+func directStream(t *testing.T, js jetstream.JetStream, name string) {
+	t.Helper()
+	if _, err := js.CreateStream(ctx(t), jetstream.StreamConfig{Name: name, Subjects: []string{"t.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDirectReaderReadsWithoutConsumers: batches of a subject from a
+// sequence on, all of it past several batches in order, and the last of
+// each of some subjects — and the stream has no consumer after.
+func TestDirectReaderReadsWithoutConsumers(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	directStream(t, js, "T")
+	const n = 600
+	for i := 1; i <= n; i++ {
+		subj := fmt.Sprintf("t.a.%d", i%3)
+		if _, err := js.Publish(ctx(t), subj, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx(t), "t.b", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	r := natsbus.NewDirectReader(js)
+
+	b, err := r.Next(ctx(t), "T", "t.a.>", 10, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Msgs) != 5 || b.Msgs[0].Seq != 10 || string(b.Msgs[4].Data) != "14" || b.Pending != n-14 {
+		t.Fatalf("batch from 10: %d messages, first seq %d, pending %d; want 5 from 10, pending %d", len(b.Msgs), b.Msgs[0].Seq, b.Pending, n-14)
+	}
+	if b.Msgs[0].Subject != "t.a.1" || b.Msgs[0].Stored.IsZero() {
+		t.Fatalf("message %+v: want subject t.a.1 and its time", b.Msgs[0])
+	}
+
+	var got []string
+	truncated, err := r.All(ctx(t), "T", "t.a.2", 0, 0, func(m natsbus.DirectMsg) bool {
+		got = append(got, string(m.Data))
+		return true
+	})
+	if err != nil || truncated || len(got) != n/3 || got[0] != "2" || got[len(got)-1] != "599" {
+		t.Fatalf("All: %d messages (%v..), truncated %v, err %v; want %d from 2 to 599", len(got), got[:min(3, len(got))], truncated, err, n/3)
+	}
+	truncated, err = r.All(ctx(t), "T", "t.>", 0, 300, func(natsbus.DirectMsg) bool { return true })
+	if err != nil || !truncated {
+		t.Fatalf("All with limit 300 of %d: truncated %v, err %v; want truncated", n+1, truncated, err)
+	}
+
+	last, err := r.LastOf(ctx(t), "T", "t.a.*", "t.b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastData []string
+	for _, m := range last {
+		lastData = append(lastData, m.Subject+"="+string(m.Data))
+	}
+	if fmt.Sprint(lastData) != "[t.a.1=598 t.a.2=599 t.a.0=600 t.b=b]" {
+		t.Fatalf("LastOf: %v", lastData)
+	}
+
+	if b, err := r.Next(ctx(t), "T", "t.none", 0, 10); err != nil || len(b.Msgs) != 0 {
+		t.Fatalf("a subject with no message: %d messages, err %v; want none", len(b.Msgs), err)
+	}
+	if info, err := js.Stream(ctx(t), "T"); err != nil || info.CachedInfo().State.Consumers != 0 {
+		t.Fatalf("consumers: %v, %v; want none", info.CachedInfo().State.Consumers, err)
+	}
+}
+
+// TestDirectReaderSkipsReflectedAnswers: a direct get's answer that a
+// stream stored (its reply subject pointed there) is marked Reflected and
+// skipped by All, and its stored headers are kept apart from the
+// server's; a message stored with headers of its own reads with them.
+func TestDirectReaderSkipsReflectedAnswers(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	directStream(t, js, "T")
+	m := nats.NewMsg("t.x")
+	m.Data = []byte("one")
+	m.Header.Set("Who", "me")
+	if _, err := js.PublishMsg(ctx(t), m); err != nil {
+		t.Fatal(err)
+	}
+	// The server's answer to a direct get of message 1, sent to t.x.
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET.T", "t.x", []byte(`{"seq":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitFor(t, 5e9, func() error {
+		if info, err := js.Stream(ctx(t), "T"); err != nil || info.CachedInfo().State.Msgs != 2 {
+			return fmt.Errorf("the answer is not stored yet (%v)", err)
+		}
+		return nil
+	})
+	r := natsbus.NewDirectReader(js)
+	b, err := r.Next(ctx(t), "T", "t.x", 0, 10)
+	if err != nil || len(b.Msgs) != 2 {
+		t.Fatalf("%d messages, err %v; want 2", len(b.Msgs), err)
+	}
+	if b.Msgs[0].Reflected || b.Msgs[0].Header.Get("Who") != "me" || b.Msgs[0].Header.Get("Nats-Sequence") != "" {
+		t.Fatalf("the published message: %+v", b.Msgs[0])
+	}
+	if !b.Msgs[1].Reflected || b.Msgs[1].Seq != 2 {
+		t.Fatalf("the stored answer: %+v, want Reflected at seq 2", b.Msgs[1])
+	}
+	var read []uint64
+	if _, err := r.All(ctx(t), "T", "t.x", 0, 0, func(m natsbus.DirectMsg) bool { read = append(read, m.Seq); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(read) != "[1]" {
+		t.Fatalf("All read %v, want [1]: the reflected answer skipped", read)
+	}
+}
+
+// TestDirectReaderStreamWithoutDirectGets: a stream that allows no direct
+// get answers nothing, and the read fails (no responders) rather than
+// reading empty.
+func TestDirectReaderStreamWithoutDirectGets(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx(t), jetstream.StreamConfig{Name: "N", Subjects: []string{"n.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsbus.NewDirectReader(js).Next(ctx(t), "N", "n.>", 0, 1); err == nil {
+		t.Fatal("a direct get of a stream without direct gets succeeded")
+	}
+}
