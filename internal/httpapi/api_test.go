@@ -639,17 +639,26 @@ func TestStreamsBoundedAndViewersNeverHoldARun(t *testing.T) {
 	}
 	run := string(sub.RunID)
 	auth := basic("operator", a.fleet.Password("operator"))
+	// stall opens two viewers that read their answer's status line and
+	// nothing more; each holds a stream (a viewer refused while a closed
+	// one's stream is still being freed is opened again).
 	stall := func() []net.Conn {
 		var conns []net.Conn
-		for range 2 {
+		testsync.WaitUntil(t, 30*time.Second, "two stalled viewers each given a stream", func() bool {
 			c, err := net.Dial("tcp", a.srv.Listener.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { c.Close() })
 			fmt.Fprintf(c, "GET /v1/runs/%s/events HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\n\r\n", run, a.srv.Listener.Addr(), auth)
+			status, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil || !strings.Contains(status, " 200 ") {
+				c.Close()
+				return false
+			}
 			conns = append(conns, c)
-		}
+			return len(conns) == 2
+		})
 		return conns
 	}
 	// another viewer's status: its stream, if it gets one, is closed at once
