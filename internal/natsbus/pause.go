@@ -193,8 +193,9 @@ type TrafficRecord struct {
 	Seq  uint64
 }
 
-// History returns the traffic audit records of tool (every tool when
-// empty), oldest first, at most limit of them.
+// History returns the newest limit traffic audit records of tool (every
+// tool when empty; every record when limit <= 0), oldest first. It reads
+// the whole log of tool: pauses, resumes and limits are rare.
 func (t *ToolTraffic) History(ctx context.Context, tool protocol.ToolName, limit int) ([]TrafficRecord, error) {
 	filter := t.subjects.TrafficNotes()
 	if tool != "" {
@@ -206,9 +207,12 @@ func (t *ToolTraffic) History(ctx context.Context, tool protocol.ToolName, limit
 	// Read one record a request (the stream allows no direct get), no
 	// consumer: what only reads needs no more than single gets.
 	var out []TrafficRecord
-	_, err := NewDirectReader(t.js).AllSingly(ctx, t.subjects.TrafficStream(), filter, 0, limit, func(m DirectMsg) bool {
+	_, err := NewDirectReader(t.js).AllSingly(ctx, t.subjects.TrafficStream(), filter, 0, 0, func(m DirectMsg) bool {
 		if n, err := protocol.DecodeTrafficNote(m.Data); err == nil {
 			if want, _ := t.subjects.TrafficNote(n.Tool); want == m.Subject {
+				if limit > 0 && len(out) == limit {
+					out = append(out[:0], out[1:]...)
+				}
 				out = append(out, TrafficRecord{Note: n, Seq: m.Seq})
 			}
 		}

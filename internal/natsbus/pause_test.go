@@ -146,4 +146,8 @@ func TestOperatorRateLimitReachesWorkers(t *testing.T) {
 	if err != nil || len(hist) != 2 || hist[0].Note.Action != protocol.TrafficLimit || hist[0].Note.Rate != 0.001 || hist[1].Note.Rate != 0 {
 		t.Fatalf("History: %+v, %v", hist, err)
 	}
+	// A limit keeps the newest records ("tools history --limit 1": the last change).
+	if hist, err := traffic.History(ctx(t), "echo", 1); err != nil || len(hist) != 1 || hist[0].Note.Rate != 0 || hist[0].Note.Reason != "lifted" {
+		t.Fatalf("History limit 1: %+v, %v, want the newest record only", hist, err)
+	}
 }
