@@ -130,7 +130,7 @@ func startServerWithBob(t *testing.T) *server.Server {
 		defer deployConfigMu.Unlock()
 		env := map[string]string{"TOOLFLEET_BOB_PASSWORD": bobPassword,
 			"TOOLFLEET_WORKER_DEPLOY_PASSWORD": "tf-worker-deploy-unused", "TOOLFLEET_LEAF_PASSWORD": "tf-leaf-unused"}
-		for _, role := range []string{"admin", "coordinator", "worker", "operator", "client"} {
+		for _, role := range []string{"admin", "coordinator", "worker", "operator", "client", "viewer"} {
 			env["TOOLFLEET_"+strings.ToUpper(role)+"_PASSWORD"] = approvalPasswords[role]
 		}
 		for k, v := range env {
