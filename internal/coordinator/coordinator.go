@@ -161,17 +161,12 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 // configuration, refusing to start when it differs, and keeps checking
 // until Close.
 func (c *Coordinator) startGuard(ctx context.Context) error {
-	list := natsbus.StreamsOf(natsbus.FleetStreams(c.subjects, natsbus.StreamConfig{}), natsbus.RoleCoordinator)
-	if c.server != nil {
-		if _, err := natsbus.ProvisionStreams(ctx, c.js, list); err != nil {
-			return fmt.Errorf("coordinator: %w", err)
-		}
-	} else {
-		natsbus.CreateMissingStreams(ctx, c.js, list, c.log)
-	}
-	c.guard = natsbus.NewStreamGuard(c.js, natsbus.StreamGuardConfig{
-		Streams: list, Interval: c.cfg.StreamCheckInterval, Logger: c.log, Observer: c.streamsObserver(),
+	c.guard = natsbus.NewCoordinatorGuard(c.js, c.subjects, natsbus.StreamGuardConfig{
+		Interval: c.cfg.StreamCheckInterval, Logger: c.log, Observer: c.streamsObserver(),
 	})
+	if err := c.guard.Setup(ctx, c.server != nil); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	if err := c.guard.CheckAtStart(ctx); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}

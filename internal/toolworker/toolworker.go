@@ -161,8 +161,7 @@ func (p *prepared) attach(nc *nats.Conn) (*Worker, error) {
 	}
 	wc, own := p.worker, false
 	if wc.Guard == nil {
-		wc.Guard = natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{
-			Streams:  natsbus.StreamsOf(natsbus.FleetStreams(p.subjects, p.cfg.Streams), natsbus.RoleWorker),
+		wc.Guard = natsbus.NewWorkerGuard(js, p.subjects, p.cfg.Streams, natsbus.StreamGuardConfig{
 			Interval: p.cfg.StreamCheckInterval,
 			Logger:   p.cfg.Logger,
 			Observer: p.streamsObserver,

@@ -147,9 +147,10 @@ func newRunner(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err e
 			r.Close()
 		}
 	}()
-	list := natsbus.StreamsOf(natsbus.FleetStreams(subjects, natsbus.StreamConfig{}), natsbus.RoleCoordinator)
-	natsbus.CreateMissingStreams(ctx, js, list, cfg.Logger)
-	r.guard = natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{Streams: list, Interval: cfg.StreamCheckInterval, Logger: cfg.Logger})
+	r.guard = natsbus.NewCoordinatorGuard(js, subjects, natsbus.StreamGuardConfig{Interval: cfg.StreamCheckInterval, Logger: cfg.Logger})
+	if err := r.guard.Setup(ctx, false); err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
 	if err := r.guard.CheckAtStart(ctx); err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
