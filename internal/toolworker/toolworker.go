@@ -218,7 +218,9 @@ func (w *Worker) Harness() *harness.Harness {
 // ends Run with nil.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.ownGuard {
-		natsbus.CreateMissingStreams(ctx, w.js, natsbus.StreamsOf(natsbus.FleetStreams(w.subjects, w.cfg.Streams), natsbus.RoleWorker), w.cfg.Logger)
+		if err := w.guard.Setup(ctx, false); err != nil {
+			return fmt.Errorf("toolworker: %w", err)
+		}
 		if err := w.guard.CheckAtStart(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil // stopped before it served: nothing failed
