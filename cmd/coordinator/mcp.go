@@ -139,10 +139,7 @@ Flags:`)
 		return code
 	}
 	defer c.Close()
-	fl := c.Fleet()
-	srv, err := mcpserve.New(mcpserve.Config{Logger: log, MaxConcurrentCalls: f.maxCalls}, mcpserve.Fleet{
-		Catalog: fl.Catalog, Dispatcher: fl.Dispatcher, Gate: fl.Gate, Loop: fl.Loop,
-	})
+	srv, err := mcpserve.New(mcpserve.Config{Logger: log, MaxConcurrentCalls: f.maxCalls}, c.Fleet())
 	if err != nil {
 		fmt.Fprintln(stderr, "coordinator mcp:", err)
 		return exitUsage
