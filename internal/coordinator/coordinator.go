@@ -24,6 +24,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/runner"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
 // Coordinator holds one coordinator's connections and components. Open
@@ -237,13 +238,16 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.workersCancel = cancel
 	for i := range c.cfg.Workers {
-		w, err := toolworker.New(c.nc, toolworker.Config{
-			Prefix:    c.cfg.Prefix,
-			ToolsFile: c.cfg.ToolsFile,
-			Builtins:  c.cfg.Builtins,
-			Worker:    natsbus.WorkerConfig{Name: fmt.Sprintf("inproc-%d", i+1), Observer: c.workerObserver()},
-			Logger:    c.cfg.Logger,
-		})
+		wc, err := toolworker.Load(worker.Config{
+			Prefix:  c.cfg.Prefix,
+			Name:    fmt.Sprintf("inproc-%d", i+1),
+			Metrics: c.workerMetrics(),
+			Logger:  c.cfg.Logger,
+		}, c.cfg.ToolsFile, c.cfg.Builtins, nil)
+		if err != nil {
+			return err
+		}
+		w, err := worker.New(c.nc, wc)
 		if err != nil {
 			return fmt.Errorf("coordinator: in-process worker: %w", err)
 		}
@@ -267,9 +271,9 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 // on a store that has stopped answering.
 const inprocWait = time.Minute
 
-// inprocWorker is an in-process toolworker and the error its Run returned.
+// inprocWorker is an in-process worker and the error its Run returned.
 type inprocWorker struct {
-	w       *toolworker.Worker
+	w       *worker.Worker
 	stopped chan error // receives Run's error once
 }
 
@@ -292,11 +296,8 @@ func (c *Coordinator) waitForWorkers(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("coordinator: %w", context.Cause(ctx))
 		}
-		h := iw.w.Harness()
-		if h == nil {
-			continue // its MCP servers list no tools yet
-		}
-		for _, spec := range h.Specs() {
+		// none when its MCP servers list no tools yet
+		for _, spec := range iw.w.Tools() {
 			names = append(names, string(spec.Name))
 		}
 	}

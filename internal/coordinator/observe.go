@@ -24,12 +24,11 @@ var errConnecting = errors.New("connecting to NATS")
 
 // observability is a coordinator's metrics, probes and schema monitor.
 type observability struct {
-	reg    *prometheus.Registry
-	coord  *metrics.Coordinator
-	worker *metrics.Worker
-	srv    *metrics.Server
-	nc     atomic.Pointer[nats.Conn]
-	probe  atomic.Pointer[natsbus.Probe]
+	reg   *prometheus.Registry
+	coord *metrics.Coordinator
+	srv   *metrics.Server
+	nc    atomic.Pointer[nats.Conn]
+	probe atomic.Pointer[natsbus.Probe]
 	// streams answers whether the fleet's streams are as expected: the
 	// runner's guard, then (once Serve runs) the server's.
 	streams atomic.Pointer[func() error]
@@ -43,7 +42,7 @@ func (c *Coordinator) startMetrics() error {
 		return nil
 	}
 	reg := metrics.NewRegistry()
-	o := &observability{reg: reg, coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg)}
+	o := &observability{reg: reg, coord: metrics.NewCoordinator(reg)}
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()
@@ -106,13 +105,31 @@ func (c *Coordinator) answerStreams(streamsErr func() error) {
 	}
 }
 
-// workerObserver is what in-process workers report to: the metrics, or
-// nothing.
-func (c *Coordinator) workerObserver() natsbus.WorkerObserver {
+// workerMetrics is the registry in-process workers register their
+// metrics with: the coordinator's, nil without one. They share its
+// collectors; the collectors of one worker only (its MCP servers, its
+// exec tools' escapes) stay those of the first.
+func (c *Coordinator) workerMetrics() prometheus.Registerer {
 	if c.obs == nil {
 		return nil
 	}
-	return c.obs.worker
+	return firstRegisters{c.obs.reg}
+}
+
+// firstRegisters is a registry on which a collector that is already
+// registered stays, instead of panicking MustRegister: Register still
+// returns the AlreadyRegisteredError, by which a component shares the
+// collector registered first.
+type firstRegisters struct{ prometheus.Registerer }
+
+// MustRegister registers each collector that is not registered yet.
+func (r firstRegisters) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		var are prometheus.AlreadyRegisteredError
+		if err := r.Register(c); err != nil && !errors.As(err, &are) {
+			panic(err)
+		}
+	}
 }
 
 // MetricsAddr returns the address the metrics server listens on, or ""

@@ -15,7 +15,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
-	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -146,12 +145,9 @@ func TestSchemaConflictIsReportedAndNeverMixed(t *testing.T) {
 		}
 		return spec.SchemaDigest
 	}
-	startWorker := func(cfg toolworker.Config) (digest string, stop func()) {
-		w, err := toolworker.New(natstest.Connect(t, srv), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		digest = w.Harness().Specs()[0].SchemaDigest
+	startWorker := func(name, manifest string, builtins ...string) (digest string, stop func()) {
+		w := newWorker(t, natstest.Connect(t, srv), name, manifest, builtins...)
+		digest = w.Tools()[0].SchemaDigest
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); w.Run(ctx) }()
@@ -165,14 +161,14 @@ func TestSchemaConflictIsReportedAndNeverMixed(t *testing.T) {
 		})
 		return digest, stop
 	}
-	oldDigest, _ := startWorker(toolworker.Config{Builtins: []string{"echo"}, Worker: natsbus.WorkerConfig{Name: "old"}})
+	oldDigest, _ := startWorker("old", "", "echo")
 	manifest := filepath.Join(t.TempDir(), "tools.json")
 	if err := os.WriteFile(manifest, []byte(`{"tools":[{"name":"echo","description":"echoes",
 		"parameters":{"type":"object","properties":{"message":{"type":"string"}},"required":["message"],"additionalProperties":false},
 		"command":["cat"]}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	newDigest, stopNew := startWorker(toolworker.Config{ToolsFile: manifest, Worker: natsbus.WorkerConfig{Name: "new"}})
+	newDigest, stopNew := startWorker("new", manifest)
 
 	model, err := scripted.Parse([]byte(`{"turns":[
 	  {"tool_calls":[{"id":"a","name":"echo","arguments":{"message":"hi"}}]},
