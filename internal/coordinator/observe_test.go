@@ -62,6 +62,7 @@ func TestMetricsOfManyInProcessWorkers(t *testing.T) {
 			Want("toolfleet_worker_calls_total", L("tool", "calculator", "outcome", "ok"), 3)
 	})
 }
+
 // answer 503, and again once it is back.
 func TestMetricsAfterTheDemo(t *testing.T) {
 	srv := natstest.Start(t)
