@@ -37,32 +37,6 @@ func getStatus(url string) int {
 // scrapes it: the coordinator counted three ok calculator calls and one
 // natural run, the in-process worker ran the same three calls, and the
 // probes answer 200 — until NATS goes away, when /readyz and /healthz
-// TestMetricsOfManyInProcessWorkers: in-process workers share the
-// coordinator's registry: a coordinator with two of them and a metrics
-// server opens (each worker registers its collectors, the second finding
-// the first's), and the workers' calls are counted together.
-func TestMetricsOfManyInProcessWorkers(t *testing.T) {
-	srv := natstest.Start(t)
-	c, err := coordinator.Open(t.Context(), coordinator.Config{
-		Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
-		Workers:     2,
-		Model:       scripted.Demo(),
-		MetricsAddr: "127.0.0.1:0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Run(t.Context(), "demo"); err != nil {
-		t.Fatal(err)
-	}
-	// a worker counts a call once it is acknowledged, after its result
-	natstest.WaitFor(t, 10*time.Second, func() error {
-		return metricstest.Scrape(t, "http://"+c.MetricsAddr()+"/metrics").
-			Want("toolfleet_worker_calls_total", L("tool", "calculator", "outcome", "ok"), 3)
-	})
-}
-
 // answer 503, and again once it is back.
 func TestMetricsAfterTheDemo(t *testing.T) {
 	srv := natstest.Start(t)
@@ -131,6 +105,32 @@ func TestMetricsAfterTheDemo(t *testing.T) {
 			return fmt.Errorf("/readyz = %d after NATS restarted, want 200", got)
 		}
 		return nil
+	})
+}
+
+// TestMetricsOfManyInProcessWorkers: in-process workers share the
+// coordinator's registry: a coordinator with two of them and a metrics
+// server opens (each worker registers its collectors, the second finding
+// the first's), and the workers' calls are counted together.
+func TestMetricsOfManyInProcessWorkers(t *testing.T) {
+	srv := natstest.Start(t)
+	c, err := coordinator.Open(t.Context(), coordinator.Config{
+		Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
+		Workers:     2,
+		Model:       scripted.Demo(),
+		MetricsAddr: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Run(t.Context(), "demo"); err != nil {
+		t.Fatal(err)
+	}
+	// a worker counts a call once it is acknowledged, after its result
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		return metricstest.Scrape(t, "http://"+c.MetricsAddr()+"/metrics").
+			Want("toolfleet_worker_calls_total", L("tool", "calculator", "outcome", "ok"), 3)
 	})
 }
 
