@@ -65,6 +65,8 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, nc: nc, js: js, subjects: subjects, published: make(chan struct{}),
 		guard: natsbus.NewWorkerGuard(js, subjects, natsbus.StreamConfig{}, gc)}
+	// no call is taken, and the worker is not ready, while a stream differs
+	wc.Guard = w.guard
 	var servers []mcptool.ServerConfig
 	for _, sc := range cfg.MCPServers {
 		sc.Logger, sc.LogStderr = cfg.Logger, cfg.LogStderr
