@@ -116,36 +116,26 @@ Flags:`)
 	}
 	switch {
 	case f.transport != "stdio" && f.transport != "http":
-		fmt.Fprintf(stderr, "coordinator mcp: --transport must be stdio or http, got %q\n", f.transport)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--transport must be stdio or http, got %q", f.transport)})
 	case f.transport == "http" && len(tokens) == 0 && !f.noAuth:
-		fmt.Fprintf(stderr, "coordinator mcp: --transport http needs bearer tokens in env %s (or --no-auth behind an authenticating proxy)\n", envMCPTokens)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--transport http needs bearer tokens in env %s (or --no-auth behind an authenticating proxy)", envMCPTokens)})
 	case !strings.HasPrefix(f.path, "/"):
-		fmt.Fprintf(stderr, "coordinator mcp: --http-path must start with /, got %q\n", f.path)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--http-path must start with /, got %q", f.path)})
 	case f.connsPerIP < 1:
-		fmt.Fprintf(stderr, "coordinator mcp: --http-max-conns-per-addr must be >= 1, got %d\n", f.connsPerIP)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--http-max-conns-per-addr must be >= 1, got %d", f.connsPerIP)})
 	case f.idle <= 0 || f.read <= 0 || f.write <= 0:
-		fmt.Fprintln(stderr, "coordinator mcp: --http-idle-timeout, --http-read-timeout and --http-write-timeout must be > 0")
-		return exitUsage
+		return cmd.fail(&usageError{"--http-idle-timeout, --http-read-timeout and --http-write-timeout must be > 0"})
 	case f.maxCalls < 1 || f.maxCalls > mcpserve.MaxMaxConcurrentCalls:
-		fmt.Fprintf(stderr, "coordinator mcp: --max-concurrent-calls must be 1..%d, got %d\n", mcpserve.MaxMaxConcurrentCalls, f.maxCalls)
-		return exitUsage
+		return cmd.fail(&usageError{fmt.Sprintf("--max-concurrent-calls must be 1..%d, got %d", mcpserve.MaxMaxConcurrentCalls, f.maxCalls)})
 	}
 	c, log, code, done := f.open(ctx, cmd, args, func() error { return nil }, func(zerolog.Logger) (loop.Model, error) { return noModel{}, nil })
 	if done {
 		return code
 	}
 	defer c.Close()
-	fl := c.Fleet()
-	srv, err := mcpserve.New(mcpserve.Config{Logger: log, MaxConcurrentCalls: f.maxCalls}, mcpserve.Fleet{
-		Catalog: fl.Catalog, Dispatcher: fl.Dispatcher, Gate: fl.Gate, Loop: fl.Loop,
-	})
+	srv, err := mcpserve.New(mcpserve.Config{Logger: log, MaxConcurrentCalls: f.maxCalls}, c.Fleet())
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator mcp:", err)
-		return exitUsage
+		return cmd.fail(&usageError{err.Error()})
 	}
 	if err := srv.Sync(ctx); err != nil {
 		log.Warn().Err(err).Msg("reading the catalog failed")
@@ -164,8 +154,7 @@ Flags:`)
 	}
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator mcp: --http-addr:", err)
-		return exitUsage
+		return cmd.fail(&usageError{"--http-addr: " + err.Error()})
 	}
 	mux := http.NewServeMux()
 	mux.Handle(f.path, srv.Handler(mcpserve.HTTPConfig{Tokens: tokens, DisableLocalhostProtection: f.noLocalhost,

@@ -111,8 +111,7 @@ Flags:`)
 	defer nc.Close()
 	js, err := natsbus.NewJetStream(nc, conn.Domain())
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator provision:", err)
-		return exitError
+		return cmd.fail(err)
 	}
 	actions, err := natsbus.Provision(cctx, js, subjects, streams)
 	if err == nil {
@@ -134,8 +133,7 @@ Flags:`)
 		if r := refusal(cctx); r != nil {
 			err = r // not the deadline it caused: the user it needs
 		}
-		fmt.Fprintln(stderr, "coordinator provision:", err)
-		return exitError
+		return cmd.fail(err)
 	}
 	return exitOK
 }

@@ -46,8 +46,7 @@ stored is not run again. Give it the flags the run had (model, limits).`)
 	}
 	defer c.Close()
 	if !c.Journaling() {
-		fmt.Fprintln(stderr, "coordinator resume: needs the fleet's NATS server (--nats-url or NATS_URL)")
-		return exitUsage
+		return cmd.fail(&usageError{"needs the fleet's NATS server (--nats-url or NATS_URL)"})
 	}
 	res, runErr := c.Resume(ctx, run)
 	return finishRun(stdout, stderr, "coordinator resume", f.output, res, runErr)

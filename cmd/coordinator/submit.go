@@ -169,13 +169,11 @@ Flags:`)
 	}
 	data, err := protocol.Encode(&req)
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator submit:", err)
-		return exitError
+		return cmd.fail(err)
 	}
 	run, err := cl.SubmitRaw(cctx, f.agent, f.id, data)
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator submit:", err)
-		return exitError
+		return cmd.fail(err)
 	}
 	if run.Duplicate {
 		// The same submission id was stored before: this is its run, and
@@ -223,12 +221,10 @@ Flags:`)
 	res := *resPtr
 	raw, err := protocol.Encode(&res)
 	if err != nil {
-		fmt.Fprintln(stderr, "coordinator submit:", err)
-		return exitError
+		return cmd.fail(err)
 	}
 	if err := printRunResult(stdout, f.output, res, raw); err != nil {
-		fmt.Fprintln(stderr, "coordinator submit: writing the result:", err)
-		return exitError
+		return cmd.fail(fmt.Errorf("writing the result: %w", err))
 	}
 	switch {
 	case res.Error != nil:

@@ -24,10 +24,9 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
+	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/internal/tracing/tracingsdk"
 	"github.com/toolfleet/toolfleet/pkg/config"
-	"github.com/toolfleet/toolfleet/pkg/harness"
-	"github.com/toolfleet/toolfleet/pkg/mcptool"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/worker"
 )
@@ -154,26 +153,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 // workerConfig is the worker configuration of the tools a manifest (path,
 // when set) and builtins describe, on the fleet conn reaches.
 func workerConfig(conn natsbus.ConnConfig, path string, builtins []string, log zerolog.Logger) (worker.Config, error) {
-	cfg := worker.Config{JSDomain: conn.Domain(), Logger: log}
-	if path != "" {
-		t, err := harness.LoadManifest(path)
-		if err != nil {
-			return cfg, &config.FieldError{Field: "ToolsFile", Err: err}
-		}
-		servers, err := mcptool.LoadManifest(path, conn.Getenv)
-		if err != nil {
-			return cfg, &config.FieldError{Field: "ToolsFile", Err: err}
-		}
-		cfg.Tools, cfg.MCPServers = t, servers
-	}
-	if len(builtins) > 0 {
-		t, err := harness.Builtins(builtins)
-		if err != nil {
-			return cfg, &config.FieldError{Field: "Builtins", Err: err}
-		}
-		cfg.Tools = append(cfg.Tools, t...)
-	}
-	return cfg, nil
+	return toolworker.Load(worker.Config{JSDomain: conn.Domain(), Logger: log}, path, builtins, conn.Getenv)
 }
 
 // serve checks cfg and the connection settings (configuration errors come

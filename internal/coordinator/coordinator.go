@@ -24,6 +24,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/runner"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
 // Coordinator holds one coordinator's connections and components. Open
@@ -40,21 +41,13 @@ type Coordinator struct {
 	credsFiles []string
 	nc         *nats.Conn
 	js         natsbus.JetStream
-	catalog    *natsbus.Catalog
 	obs        *observability           // nil without MetricsAddr
 	monitor    *discovery.SchemaMonitor // reports schema conflicts
-	guard      *natsbus.StreamGuard     // the fleet's streams as expected
-	guardEnd   context.CancelFunc
-	// loopBase is Config.Loop without the coordinator's own metrics
-	// observer: a server's (Serve) registers its own, on the same registry.
-	loopBase loop.Config
-	// runner runs the loop (pkg/runner, as any Go program would); closed
-	// with the coordinator.
+	// runner is the coordinator's loop and what it runs on — the fleet's
+	// streams checked, the catalog, the dispatcher and the approval gate
+	// (pkg/runner, as any Go program would have them); closed with the
+	// coordinator.
 	runner *runner.Runner
-	// fleetDisps are the dispatchers Fleet handed out, closed with the
-	// coordinator too.
-	fleetMu    sync.Mutex
-	fleetDisps []*natsbus.Dispatcher
 
 	workers       []inprocWorker
 	workersCancel context.CancelFunc
@@ -63,9 +56,11 @@ type Coordinator struct {
 }
 
 // Open validates cfg, connects to NATS (starting an embedded server when no
-// URL is configured), ensures the fleet's streams, starts in-process
-// workers and waits until the catalog lists every tool they serve (without
-// in-process workers: until it lists a tool, or CatalogWait passes).
+// URL is configured), starts the runner (pkg/runner: it ensures the
+// fleet's streams, provisioning them on the embedded server, and reads the
+// catalog), starts in-process workers and waits until the catalog lists
+// every tool they serve (without in-process workers: until it lists a
+// tool, or CatalogWait passes).
 func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if cfg.Model == nil {
 		return nil, errors.New("coordinator: no model configured")
@@ -79,7 +74,7 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	}
 	useEmbedded := cfg.Conn.URL == "" && os.Getenv("NATS_URL") == ""
 	cfg = cfg.withDefaults(useEmbedded)
-	c := &Coordinator{cfg: cfg, subjects: subjects, log: cfg.Logger, loopBase: cfg.Loop}
+	c := &Coordinator{cfg: cfg, subjects: subjects, log: cfg.Logger}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -113,19 +108,26 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	if err := c.startGuard(ctx); err != nil {
+	rc := runner.Config{
+		Model:               cfg.Model,
+		Loop:                cfg.Loop,
+		Agent:               cfg.Agent,
+		Prefix:              cfg.Prefix,
+		JSDomain:            cfg.Conn.Domain(),
+		StreamCheckInterval: cfg.StreamCheckInterval,
+		// the embedded server's owner is its own provisioning identity
+		ProvisionStreams: c.server != nil,
+		Owner:            owner(),
+		Logger:           cfg.Logger,
+	}
+	if c.obs != nil {
+		rc.Registerer = c.obs.reg
+	}
+	if c.runner, err = runner.New(ctx, c.nc, rc); err != nil {
 		return nil, err
 	}
 	if err := c.startWorkers(ctx); err != nil {
 		return nil, err
-	}
-	cc := natsbus.CatalogConfig{Logger: cfg.Logger}
-	if c.obs != nil {
-		cc.Observer = &c.obs.catalog
-	}
-	c.catalog, err = natsbus.NewCatalogWith(ctx, c.js, subjects, cc)
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: reading the tool catalog: %w", err)
 	}
 	if len(c.workers) > 0 {
 		if err := c.waitForWorkers(ctx); err != nil {
@@ -137,53 +139,12 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	if err := c.startMonitor(ctx); err != nil {
 		return nil, err
 	}
-
-	c.runner, err = runner.New(ctx, c.nc, runner.Config{
-		Model:               cfg.Model,
-		Loop:                c.cfg.Loop,
-		Agent:               cfg.Agent,
-		Prefix:              cfg.Prefix,
-		JSDomain:            cfg.Conn.Domain(),
-		StreamCheckInterval: cfg.StreamCheckInterval,
-		Owner:               owner(),
-		Logger:              cfg.Logger,
-	})
-	if err != nil {
-		return nil, err
-	}
 	return c, nil
-}
-
-// startGuard sets up the streams a coordinator uses — the embedded
-// server's owner is its own provisioning identity and creates or updates
-// them; against a remote server a coordinator creates only a missing one
-// (when the server lets it) and changes none — then checks their
-// configuration, refusing to start when it differs, and keeps checking
-// until Close.
-func (c *Coordinator) startGuard(ctx context.Context) error {
-	list := natsbus.StreamsOf(natsbus.FleetStreams(c.subjects, natsbus.StreamConfig{}), natsbus.RoleCoordinator)
-	if c.server != nil {
-		if _, err := natsbus.ProvisionStreams(ctx, c.js, list); err != nil {
-			return fmt.Errorf("coordinator: %w", err)
-		}
-	} else {
-		natsbus.CreateMissingStreams(ctx, c.js, list, c.log)
-	}
-	c.guard = natsbus.NewStreamGuard(c.js, natsbus.StreamGuardConfig{
-		Streams: list, Interval: c.cfg.StreamCheckInterval, Logger: c.log, Observer: c.streamsObserver(),
-	})
-	if err := c.guard.CheckAtStart(ctx); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.guardEnd = cancel
-	go c.guard.Run(gctx)
-	return nil
 }
 
 // StreamsErr is nil while the fleet's streams have their expected
 // configuration, the *natsbus.DriftError of the last check otherwise.
-func (c *Coordinator) StreamsErr() error { return c.guard.Err() }
+func (c *Coordinator) StreamsErr() error { return c.runner.StreamsErr() }
 
 func (c *Coordinator) startEmbedded() error {
 	dir := c.cfg.StoreDir
@@ -277,13 +238,16 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.workersCancel = cancel
 	for i := range c.cfg.Workers {
-		w, err := toolworker.New(c.nc, toolworker.Config{
-			Prefix:    c.cfg.Prefix,
-			ToolsFile: c.cfg.ToolsFile,
-			Builtins:  c.cfg.Builtins,
-			Worker:    natsbus.WorkerConfig{Name: fmt.Sprintf("inproc-%d", i+1), Observer: c.workerObserver(), Guard: c.guard},
-			Logger:    c.cfg.Logger,
-		})
+		wc, err := toolworker.Load(worker.Config{
+			Prefix:  c.cfg.Prefix,
+			Name:    fmt.Sprintf("inproc-%d", i+1),
+			Metrics: c.workerMetrics(),
+			Logger:  c.cfg.Logger,
+		}, c.cfg.ToolsFile, c.cfg.Builtins, nil)
+		if err != nil {
+			return err
+		}
+		w, err := worker.New(c.nc, wc)
 		if err != nil {
 			return fmt.Errorf("coordinator: in-process worker: %w", err)
 		}
@@ -307,9 +271,9 @@ func (c *Coordinator) startWorkers(ctx context.Context) error {
 // on a store that has stopped answering.
 const inprocWait = time.Minute
 
-// inprocWorker is an in-process toolworker and the error its Run returned.
+// inprocWorker is an in-process worker and the error its Run returned.
 type inprocWorker struct {
-	w       *toolworker.Worker
+	w       *worker.Worker
 	stopped chan error // receives Run's error once
 }
 
@@ -332,15 +296,12 @@ func (c *Coordinator) waitForWorkers(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("coordinator: %w", context.Cause(ctx))
 		}
-		h := iw.w.Harness()
-		if h == nil {
-			continue // its MCP servers list no tools yet
-		}
-		for _, spec := range h.Specs() {
+		// none when its MCP servers list no tools yet
+		for _, spec := range iw.w.Tools() {
 			names = append(names, string(spec.Name))
 		}
 	}
-	if err := c.catalog.WaitFor(ctx, names...); err != nil {
+	if err := c.runner.WaitForTools(ctx, names...); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	return nil
@@ -350,8 +311,9 @@ func (c *Coordinator) waitForWorkers(ctx context.Context) error {
 // request offers the tools that in-process or already-running workers serve.
 func (c *Coordinator) waitForCatalog(ctx context.Context) {
 	deadline := time.Now().Add(c.cfg.CatalogWait)
+	catalog := c.runner.Fleet().Catalog
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if specs, err := c.catalog.Tools(ctx); err == nil && len(specs) > 0 {
+		if specs, err := catalog.Tools(ctx); err == nil && len(specs) > 0 {
 			return
 		}
 		select {
@@ -387,9 +349,6 @@ func (c *Coordinator) ClientURL() string {
 // embedded server down. It is idempotent.
 func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
-		if c.guardEnd != nil {
-			c.guardEnd()
-		}
 		if c.workersCancel != nil {
 			c.workersCancel()
 			c.workersDone.Wait()
@@ -397,14 +356,6 @@ func (c *Coordinator) Close() error {
 		c.closeObservability()
 		if c.runner != nil {
 			c.runner.Close()
-		}
-		c.fleetMu.Lock()
-		for _, d := range c.fleetDisps {
-			d.Close()
-		}
-		c.fleetMu.Unlock()
-		if c.catalog != nil {
-			c.catalog.Close()
 		}
 		if c.nc != nil {
 			c.nc.Drain()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
@@ -16,6 +17,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
 // TestDemoOnEmbeddedServer runs the zero-value configuration: an embedded
@@ -58,13 +60,7 @@ func TestMultiRoundWithRemoteWorkers(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 2)
 	for i := range 2 {
-		w, err := toolworker.New(natstest.Connect(t, srv), toolworker.Config{
-			Builtins: []string{"calculator", "echo"},
-			Worker:   natsbus.WorkerConfig{Name: fmt.Sprintf("w%d", i+1)},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := newWorker(t, natstest.Connect(t, srv), fmt.Sprintf("w%d", i+1), "", "calculator", "echo")
 		go func() { done <- w.Run(ctx) }()
 	}
 	t.Cleanup(func() { cancel(); <-done; <-done })
@@ -193,4 +189,20 @@ func TestCloseDeletesTheResultsConsumers(t *testing.T) {
 	if n := consumers(); n != 0 {
 		t.Fatalf("%d consumers of the results stream after Close, want 0", n)
 	}
+}
+
+// newWorker returns a worker on nc named name, serving the tools of the
+// manifest at path (when set) and the built-in tools builtins names, as
+// the coordinator's in-process workers and cmd/toolworker load them.
+func newWorker(t *testing.T, nc *nats.Conn, name, path string, builtins ...string) *worker.Worker {
+	t.Helper()
+	cfg, err := toolworker.Load(worker.Config{Name: name}, path, builtins, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/discovery"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
-	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -68,16 +67,16 @@ func TestListeningEmbeddedServerServesRemoteWorkers(t *testing.T) {
 		}
 	}
 
+	wnc, err := natsbus.Connect(t.Context(), natsbus.ConnConfig{URL: worker["NATS_URL"], User: worker["NATS_USER"],
+		Password: worker["NATS_PASSWORD"], InboxPrefix: worker["NATS_INBOX_PREFIX"], Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wnc.Close()
+	w := newWorker(t, wnc, "remote-w", "", "calculator")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- toolworker.Run(ctx, toolworker.Config{
-			Conn: natsbus.ConnConfig{URL: worker["NATS_URL"], User: worker["NATS_USER"], Password: worker["NATS_PASSWORD"],
-				InboxPrefix: worker["NATS_INBOX_PREFIX"]},
-			Builtins: []string{"calculator"},
-			Worker:   natsbus.WorkerConfig{Name: "remote-w"},
-		})
-	}()
+	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

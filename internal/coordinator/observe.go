@@ -14,8 +14,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
-	"github.com/toolfleet/toolfleet/pkg/loop"
-	"github.com/toolfleet/toolfleet/pkg/serve"
 )
 
 // metricsCloseTimeout bounds the metrics server's shutdown.
@@ -26,54 +24,25 @@ var errConnecting = errors.New("connecting to NATS")
 
 // observability is a coordinator's metrics, probes and schema monitor.
 type observability struct {
-	reg     *prometheus.Registry
-	coord   *metrics.Coordinator
-	worker  *metrics.Worker
-	streams *metrics.Streams
-	shares  *metrics.Shares
-	srv     *metrics.Server
-	nc      atomic.Pointer[nats.Conn]
-	probe   atomic.Pointer[natsbus.Probe]
-	monitor *discovery.SchemaMonitor
-	// serving is the server of Serve, whose streams readiness also needs.
-	serving atomic.Pointer[serve.Server]
-	// catalog counts the anomalies of the coordinator's catalog, until
-	// Serve's server, whose catalog sees the same entries, counts them.
-	catalog catalogAnomalies
-}
-
-// catalogAnomalies passes a catalog's anomalies on to coord unless off:
-// one catalog of the process counts each anomaly.
-type catalogAnomalies struct {
+	reg   *prometheus.Registry
 	coord *metrics.Coordinator
-	off   atomic.Bool
-}
-
-// CatalogAnomaly implements natsbus.CatalogObserver.
-func (a *catalogAnomalies) CatalogAnomaly(kind string) {
-	if !a.off.Load() {
-		a.coord.CatalogAnomaly(kind)
-	}
-}
-
-// shareObserver is what the coordinator's dispatchers tell about calls
-// held for their client's share: its metrics, nil without.
-func (c *Coordinator) shareObserver() natsbus.ShareObserver {
-	if c.obs == nil {
-		return nil
-	}
-	return c.obs.shares
+	srv   *metrics.Server
+	nc    atomic.Pointer[nats.Conn]
+	probe atomic.Pointer[natsbus.Probe]
+	// streams answers whether the fleet's streams are as expected: the
+	// runner's guard, then (once Serve runs) the server's.
+	streams atomic.Pointer[func() error]
 }
 
 // startMetrics starts the metrics server when MetricsAddr is set, before
-// the connection exists (probes answer "connecting" meanwhile), and makes
-// the loop report to it.
+// the connection exists (probes answer "connecting" meanwhile); the
+// runner and Serve's server register their metrics with its registry.
 func (c *Coordinator) startMetrics() error {
 	if c.cfg.MetricsAddr == "" {
 		return nil
 	}
 	reg := metrics.NewRegistry()
-	o := &observability{reg: reg, coord: metrics.NewCoordinator(reg), worker: metrics.NewWorker(reg), streams: metrics.NewStreams(reg), shares: metrics.NewShares(reg)}
+	o := &observability{reg: reg, coord: metrics.NewCoordinator(reg)}
 	metrics.RegisterConn(reg, func() bool {
 		nc := o.nc.Load()
 		return nc != nil && nc.IsConnected()
@@ -95,8 +64,8 @@ func (c *Coordinator) startMetrics() error {
 			if err := p.Ready(ctx); err != nil {
 				return err
 			}
-			if s := o.serving.Load(); s != nil {
-				return s.Err()
+			if streams := o.streams.Load(); streams != nil {
+				return (*streams)()
 			}
 			return nil
 		},
@@ -106,9 +75,7 @@ func (c *Coordinator) startMetrics() error {
 		return &config.FieldError{Field: "MetricsAddr", Err: err}
 	}
 	o.srv = srv
-	o.catalog.coord = o.coord
 	c.obs = o
-	c.cfg.Loop.Observer = loop.Observers(c.cfg.Loop.Observer, o.coord)
 	return nil
 }
 
@@ -118,7 +85,8 @@ func (c *Coordinator) startMonitor(ctx context.Context) error {
 	mc := discovery.SchemaMonitorConfig{Logger: c.cfg.Logger}
 	if c.obs != nil {
 		c.obs.nc.Store(c.nc)
-		c.probeGuards(c.guard)
+		c.obs.probe.Store(natsbus.NewProbe(c.nc, c.js, natsbus.FleetProbeConfig(c.subjects)))
+		c.answerStreams(c.runner.StreamsErr)
 		mc.Observer = c.obs.coord
 	}
 	m, err := discovery.NewSchemaMonitor(ctx, c.nc, c.js, c.subjects, mc)
@@ -129,34 +97,39 @@ func (c *Coordinator) startMonitor(ctx context.Context) error {
 	return nil
 }
 
-// probeGuards answers readiness from the fleet's streams and consumers and
-// from guards: not ready while one finds a stream configured otherwise
-// than expected.
-func (c *Coordinator) probeGuards(guards ...*natsbus.StreamGuard) {
-	if c.obs == nil {
-		return
+// answerStreams makes readiness fail while streamsErr does: the fleet's
+// streams differ from their expected configuration.
+func (c *Coordinator) answerStreams(streamsErr func() error) {
+	if c.obs != nil {
+		c.obs.streams.Store(&streamsErr)
 	}
-	pc := natsbus.FleetProbeConfig(c.subjects)
-	pc.Guards = guards
-	c.obs.probe.Store(natsbus.NewProbe(c.nc, c.js, pc))
 }
 
-// streamsObserver is what stream guards report to: the metrics, or
-// nothing.
-func (c *Coordinator) streamsObserver() natsbus.StreamGuardObserver {
+// workerMetrics is the registry in-process workers register their
+// metrics with: the coordinator's, nil without one. They share its
+// collectors; the collectors of one worker only (its MCP servers, its
+// exec tools' escapes) stay those of the first.
+func (c *Coordinator) workerMetrics() prometheus.Registerer {
 	if c.obs == nil {
 		return nil
 	}
-	return c.obs.streams
+	return firstRegisters{c.obs.reg}
 }
 
-// workerObserver is what in-process workers report to: the metrics, or
-// nothing.
-func (c *Coordinator) workerObserver() natsbus.WorkerObserver {
-	if c.obs == nil {
-		return nil
+// firstRegisters is a registry on which a collector that is already
+// registered stays, instead of panicking MustRegister: Register still
+// returns the AlreadyRegisteredError, by which a component shares the
+// collector registered first.
+type firstRegisters struct{ prometheus.Registerer }
+
+// MustRegister registers each collector that is not registered yet.
+func (r firstRegisters) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		var are prometheus.AlreadyRegisteredError
+		if err := r.Register(c); err != nil && !errors.As(err, &are) {
+			panic(err)
+		}
 	}
-	return c.obs.worker
 }
 
 // MetricsAddr returns the address the metrics server listens on, or ""

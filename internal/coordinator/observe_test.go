@@ -15,7 +15,6 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
-	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -109,6 +108,32 @@ func TestMetricsAfterTheDemo(t *testing.T) {
 	})
 }
 
+// TestMetricsOfManyInProcessWorkers: in-process workers share the
+// coordinator's registry: a coordinator with two of them and a metrics
+// server opens (each worker registers its collectors, the second finding
+// the first's), and the workers' calls are counted together.
+func TestMetricsOfManyInProcessWorkers(t *testing.T) {
+	srv := natstest.Start(t)
+	c, err := coordinator.Open(t.Context(), coordinator.Config{
+		Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
+		Workers:     2,
+		Model:       scripted.Demo(),
+		MetricsAddr: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Run(t.Context(), "demo"); err != nil {
+		t.Fatal(err)
+	}
+	// a worker counts a call once it is acknowledged, after its result
+	natstest.WaitFor(t, 10*time.Second, func() error {
+		return metricstest.Scrape(t, "http://"+c.MetricsAddr()+"/metrics").
+			Want("toolfleet_worker_calls_total", L("tool", "calculator", "outcome", "ok"), 3)
+	})
+}
+
 func TestMetricsAddrRefused(t *testing.T) {
 	_, err := coordinator.Open(t.Context(), coordinator.Config{
 		Model:       scripted.Demo(),
@@ -146,12 +171,9 @@ func TestSchemaConflictIsReportedAndNeverMixed(t *testing.T) {
 		}
 		return spec.SchemaDigest
 	}
-	startWorker := func(cfg toolworker.Config) (digest string, stop func()) {
-		w, err := toolworker.New(natstest.Connect(t, srv), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		digest = w.Harness().Specs()[0].SchemaDigest
+	startWorker := func(name, manifest string, builtins ...string) (digest string, stop func()) {
+		w := newWorker(t, natstest.Connect(t, srv), name, manifest, builtins...)
+		digest = w.Tools()[0].SchemaDigest
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); w.Run(ctx) }()
@@ -165,14 +187,14 @@ func TestSchemaConflictIsReportedAndNeverMixed(t *testing.T) {
 		})
 		return digest, stop
 	}
-	oldDigest, _ := startWorker(toolworker.Config{Builtins: []string{"echo"}, Worker: natsbus.WorkerConfig{Name: "old"}})
+	oldDigest, _ := startWorker("old", "", "echo")
 	manifest := filepath.Join(t.TempDir(), "tools.json")
 	if err := os.WriteFile(manifest, []byte(`{"tools":[{"name":"echo","description":"echoes",
 		"parameters":{"type":"object","properties":{"message":{"type":"string"}},"required":["message"],"additionalProperties":false},
 		"command":["cat"]}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	newDigest, stopNew := startWorker(toolworker.Config{ToolsFile: manifest, Worker: natsbus.WorkerConfig{Name: "new"}})
+	newDigest, stopNew := startWorker("new", manifest)
 
 	model, err := scripted.Parse([]byte(`{"turns":[
 	  {"tool_calls":[{"id":"a","name":"echo","arguments":{"message":"hi"}}]},

@@ -17,8 +17,9 @@ type ServeConfig = serve.Config
 
 // Serve serves submitted runs on the coordinator's connection until ctx
 // ends: [serve.New] and [serve.Server.Serve] with cfg completed from the
-// coordinator's own configuration. The coordinator's loop limits are the
-// ceilings; with the embedded server the runs stream and bucket are
+// coordinator's own configuration, in place of the coordinator's runner
+// (closed first: Run and Fleet serve nothing after Serve). The
+// coordinator's loop limits are the ceilings; with the embedded server the runs stream and bucket are
 // provisioned to cfg; with MetricsAddr its metrics are served, and
 // /readyz fails while the runs stream differs from its expected
 // configuration. Serve may be called once per Coordinator.
@@ -26,7 +27,7 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	cfg.Prefix = c.cfg.Prefix
 	cfg.JSDomain = c.cfg.Conn.Domain()
 	cfg.Model = c.cfg.Model
-	cfg.Loop = c.loopBase
+	cfg.Loop = c.cfg.Loop
 	cfg.ProvisionStreams = c.server != nil
 	cfg.StreamCheckInterval = c.cfg.StreamCheckInterval
 	cfg.Logger = c.cfg.Logger
@@ -37,15 +38,16 @@ func (c *Coordinator) Serve(ctx context.Context, cfg ServeConfig) error {
 	if cfg.Models == nil {
 		cfg.Models = (&providers.Models{Getenv: procsec.Getenv, Logger: c.cfg.Logger}).Model
 	}
+	// The server checks the streams and reads the catalog itself: the
+	// runner, which runs nothing meanwhile, stops, so that each check and
+	// each anomaly of the catalog is counted once.
+	c.runner.Close()
 	s, err := serve.New(ctx, c.nc, cfg)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if c.obs != nil {
-		c.obs.serving.Store(s)
-		c.obs.catalog.off.Store(true)
-	}
+	c.answerStreams(s.Err)
 	if url := c.ClientURL(); url != "" {
 		c.log.Info().Str("nats_url", url).Str("credentials_file", c.CredentialsFile()).
 			Msg("clients submit runs through the embedded server")

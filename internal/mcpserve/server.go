@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/runner"
 )
 
 // Defaults of [Config].
@@ -63,15 +64,10 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
-// Fleet is what the server runs calls on (see coordinator.Fleet).
-type Fleet struct {
-	Catalog    loop.Catalog
-	Dispatcher loop.Dispatcher
-	Gate       loop.Gate
-	// Loop holds the limits, approvals and observer of every call;
-	// MaxRounds is forced to 1.
-	Loop loop.Config
-}
+// Fleet is what the server runs calls on: a runner's
+// ([runner.Runner.Fleet]). Its Loop holds the limits, approvals and
+// observer of every call; MaxRounds is forced to 1.
+type Fleet = runner.Fleet
 
 // Server serves a fleet's catalog as MCP tools.
 type Server struct {

@@ -20,7 +20,8 @@ type Worker struct {
 
 var _ natsbus.WorkerObserver = (*Worker)(nil)
 
-// NewWorker registers the worker metrics with reg.
+// NewWorker registers the worker metrics with reg, or shares those
+// already registered there.
 func NewWorker(reg prometheus.Registerer) *Worker {
 	w := &Worker{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -49,7 +50,14 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 			Help: "Finished calls whose result could not be published, by tool.",
 		}, []string{"tool"}),
 	}
-	reg.MustRegister(w.calls, w.duration, w.inFlight, w.redeliveries, w.terminated, w.resultFailures)
+	// Collectors already registered (another worker's of the process)
+	// are shared: the workers' calls are counted together.
+	w.calls = register(reg, w.calls)
+	w.duration = register(reg, w.duration)
+	w.inFlight = register(reg, w.inFlight)
+	w.redeliveries = register(reg, w.redeliveries)
+	w.terminated = register(reg, w.terminated)
+	w.resultFailures = register(reg, w.resultFailures)
 	return w
 }
 

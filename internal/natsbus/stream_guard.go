@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // Defaults of [StreamGuardConfig].
@@ -105,6 +107,49 @@ func NewStreamGuard(js jetstream.JetStream, cfg StreamGuardConfig) *StreamGuard 
 		cfg.StartWait = DefaultStreamStartWait
 	}
 	return &StreamGuard{js: js, cfg: cfg, changed: make(chan struct{}), logged: map[Drift]bool{}}
+}
+
+// The guards of each audience: the streams one kind of process uses, as
+// [FleetStreams] lists them for its [Role]. cfg.Streams is set to them.
+
+// NewCoordinatorGuard returns the guard of the streams every coordinator
+// uses (RoleCoordinator), in their default configuration: a coordinator
+// relies on no field a provisioning option tunes.
+func NewCoordinatorGuard(js jetstream.JetStream, subjects protocol.Subjects, cfg StreamGuardConfig) *StreamGuard {
+	cfg.Streams = StreamsOf(FleetStreams(subjects, StreamConfig{}), RoleCoordinator)
+	return NewStreamGuard(js, cfg)
+}
+
+// NewServeGuard returns the guard of the streams a serving coordinator
+// uses beyond those of every coordinator (RoleServe: the runs stream and
+// bucket), as streams configures them.
+func NewServeGuard(js jetstream.JetStream, subjects protocol.Subjects, streams StreamConfig, cfg StreamGuardConfig) *StreamGuard {
+	cfg.Streams = StreamsOf(FleetStreams(subjects, streams), RoleServe)
+	return NewStreamGuard(js, cfg)
+}
+
+// NewWorkerGuard returns the guard of the streams a worker uses
+// (RoleWorker), as streams configures them.
+func NewWorkerGuard(js jetstream.JetStream, subjects protocol.Subjects, streams StreamConfig, cfg StreamGuardConfig) *StreamGuard {
+	cfg.Streams = StreamsOf(FleetStreams(subjects, streams), RoleWorker)
+	return NewStreamGuard(js, cfg)
+}
+
+// Streams are the streams g checks.
+func (g *StreamGuard) Streams() []FleetStream { return g.cfg.Streams }
+
+// Setup makes sure g's streams exist before the first check: with
+// provision (the provisioning identity, such as the embedded server's
+// owner) it creates or updates them ([ProvisionStreams]); without it, it
+// creates only a missing one, when the server lets it, and changes none
+// ([CreateMissingStreams]).
+func (g *StreamGuard) Setup(ctx context.Context, provision bool) error {
+	if provision {
+		_, err := ProvisionStreams(ctx, g.js, g.cfg.Streams)
+		return err
+	}
+	CreateMissingStreams(ctx, g.js, g.cfg.Streams, g.cfg.Logger)
+	return nil
 }
 
 // Err is nil while the last check found the expected configuration, the

@@ -154,3 +154,93 @@ func (o *recordingObserver) StreamsChecked(_ []string, d []natsbus.Drift) {
 		o.drifts++
 	}
 }
+
+// TestEachAudienceGuardsItsStreams: the guard of each audience (a
+// coordinator, a serving coordinator, a worker) reports missing exactly
+// the streams its role uses on an empty server; Setup without provision
+// creates them and no other, after which the check passes; it changes no
+// stream that differs, and Setup with provision restores it.
+func TestEachAudienceGuardsItsStreams(t *testing.T) {
+	s := protocol.Subjects{}
+	streams := natsbus.StreamConfig{RunResultTTL: time.Hour}
+	for _, tc := range []struct {
+		name  string
+		role  natsbus.Role
+		guard func(jetstream.JetStream) *natsbus.StreamGuard
+	}{
+		{"coordinator", natsbus.RoleCoordinator, func(js jetstream.JetStream) *natsbus.StreamGuard {
+			return natsbus.NewCoordinatorGuard(js, s, natsbus.StreamGuardConfig{})
+		}},
+		{"serve", natsbus.RoleServe, func(js jetstream.JetStream) *natsbus.StreamGuard {
+			return natsbus.NewServeGuard(js, s, streams, natsbus.StreamGuardConfig{})
+		}},
+		{"worker", natsbus.RoleWorker, func(js jetstream.JetStream) *natsbus.StreamGuard {
+			return natsbus.NewWorkerGuard(js, s, streams, natsbus.StreamGuardConfig{})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js, err := jetstream.New(natstest.Connect(t, natstest.Start(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := streams
+			if tc.role == natsbus.RoleCoordinator {
+				cfg = natsbus.StreamConfig{}
+			}
+			var want []string
+			for _, fs := range natsbus.StreamsOf(natsbus.FleetStreams(s, cfg), tc.role) {
+				want = append(want, fs.Config.Name)
+			}
+			g := tc.guard(js)
+			var drift *natsbus.DriftError
+			if err := g.Check(ctx(t)); !errors.As(err, &drift) {
+				t.Fatalf("check on an empty server: %v, want a *DriftError", err)
+			}
+			var missing []string
+			for _, d := range drift.Drifts {
+				if d.Field != natsbus.FieldMissing {
+					t.Errorf("drift %v on an empty server, want only missing streams", d)
+				}
+				missing = append(missing, d.Stream)
+			}
+			if !slices.Equal(missing, want) {
+				t.Fatalf("missing %v, want the %s streams %v", missing, tc.name, want)
+			}
+			if err := g.Setup(ctx(t), false); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Check(ctx(t)); err != nil {
+				t.Fatalf("check after Setup: %v", err)
+			}
+			names := js.StreamNames(ctx(t))
+			for name := range names.Name() {
+				if !slices.Contains(want, name) {
+					t.Errorf("Setup created %s, not a stream of the %s", name, tc.name)
+				}
+			}
+			if err := names.Err(); err != nil {
+				t.Fatal(err)
+			}
+			// A rewritten stream: Setup without provision changes none,
+			// with provision restores it.
+			first := g.Streams()[0].Config
+			bad := first
+			bad.MaxMsgs = 1
+			if _, err := js.UpdateStream(ctx(t), bad); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Setup(ctx(t), false); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Check(ctx(t)); !errors.As(err, &drift) || !slices.Contains(drift.Drifts, natsbus.Drift{Stream: first.Name, Field: "max_msgs"}) {
+				t.Fatalf("check after Setup without provision of a rewritten %s: %v, want its max_msgs drift", first.Name, err)
+			}
+			if err := g.Setup(ctx(t), true); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Check(ctx(t)); err != nil {
+				t.Fatalf("check after Setup with provision: %v", err)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -53,4 +54,40 @@ func List(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects)
 // coordinator running it cancels it, and one that takes it later does too.
 func Cancel(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID, by, reason string) error {
 	return natsbus.RequestCancel(ctx, js, subjects, run, protocol.RunCancelRequest{By: by, Reason: reason, At: time.Now().UTC()})
+}
+
+// resultKey is run's key in the runs bucket: <client>.<run> for a served
+// run, whose journal's request entry names the client, else the run id.
+func resultKey(run protocol.RunID, recs []natsbus.JournalRecord) string {
+	for _, r := range recs {
+		if r.Entry.Kind != natsbus.EntryRequest {
+			continue
+		}
+		var req struct {
+			Client string `json:"client"`
+		}
+		if json.Unmarshal(r.Entry.Data, &req) == nil && protocol.ValidToken(req.Client) {
+			return protocol.RunKey(req.Client, run)
+		}
+		break
+	}
+	return string(run)
+}
+
+// state reads one run's state.
+func state(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID) (State, error) {
+	recs, err := natsbus.ReadJournal(ctx, js, subjects, run)
+	if err != nil {
+		return State{}, err
+	}
+	st := Summarize(run, recs)
+	if results, err := natsbus.OpenRunResults(ctx, js, subjects); err == nil {
+		st.HasResult = results.Has(ctx, resultKey(run, recs))
+	}
+	if st.Status == StatusRunning {
+		if ok, _ := natsbus.CancelRequested(ctx, js, subjects, run); ok {
+			st.Status = StatusCancelRequested
+		}
+	}
+	return st, nil
 }

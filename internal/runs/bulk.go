@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,8 +50,9 @@ func NoteSubject(subjects protocol.Subjects, action string) string {
 	return subjects.TrafficNotes()[:len(subjects.TrafficNotes())-1] + "runs." + action
 }
 
-// record stores the audit record of action on states, selected by f.
-func record(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, action string, f Filter, states []State, by, reason string) error {
+// Record stores the audit record of action on states, selected by f, by
+// by and for reason, before any of them is changed.
+func Record(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, action string, f Filter, states []State, by, reason string) error {
 	n := Note{V: protocol.Version, Action: action, Count: len(states), By: by, Reason: reason, At: time.Now().UTC(),
 		Filter: NoteFilter{State: f.Status, Agent: f.Agent, Client: f.Client}}
 	if f.OlderThan > 0 {
@@ -71,41 +71,26 @@ func record(ctx context.Context, js natsbus.JetStream, subjects protocol.Subject
 	return nil
 }
 
-// change cancels or resumes one run. A parked run that is cancelled is
-// resumed too: no coordinator owns it, and the one that takes it again
-// ends it cancelled.
-func change(ctx context.Context, nc *nats.Conn, js natsbus.JetStream, subjects protocol.Subjects, action string, run protocol.RunID, by, reason string, w io.Writer) error {
-	if action == "resume" {
-		st, err := Resume(ctx, nc, js, subjects, run, by, reason)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "run %s resumed by %s\n", run, st.Owner)
-		return nil
-	}
-	if err := Cancel(ctx, js, subjects, run, by, reason); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "cancel requested for run %s\n", run)
+// WakeToEnd resumes run when it is parked, after a cancel ([Cancel]): no
+// coordinator owns a parked run, and the one that takes it again ends it
+// cancelled. woken reports that it was parked and is taken again.
+func WakeToEnd(ctx context.Context, nc *nats.Conn, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID, by, reason string) (woken bool, err error) {
 	st, err := Get(ctx, js, subjects, run)
 	if err != nil || st.Status != StatusParked {
-		return nil
+		return false, nil
 	}
 	if _, err := Resume(ctx, nc, js, subjects, run, by, reason); err != nil && !errors.Is(err, ErrNotParked) {
-		return fmt.Errorf("the run is parked, and its cancel waits for a resume: %w", err)
+		return false, fmt.Errorf("the run is parked, and its cancel waits for a resume: %w", err)
 	}
-	fmt.Fprintf(w, "run %s was parked: resumed, to end cancelled\n", run)
-	return nil
+	return true, nil
 }
 
-// bulkChange cancels or resumes every run f selects (resume: only the
-// parked ones; cancel: only those not finished): it prints the count and
-// the runs, and with act records the change in the audit log, then makes
-// it run by run.
-func bulkChange(ctx context.Context, nc *nats.Conn, js natsbus.JetStream, subjects protocol.Subjects, action string, f Filter, by, reason string, act bool, w io.Writer) error {
+// Targets returns the runs f selects that action ("cancel" or "resume")
+// applies to: for resume the parked ones, for cancel those not finished.
+func Targets(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, action string, f Filter) ([]State, error) {
 	all, err := Select(ctx, js, subjects, f)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var states []State
 	for _, st := range all {
@@ -113,31 +98,5 @@ func bulkChange(ctx context.Context, nc *nats.Conn, js natsbus.JetStream, subjec
 			states = append(states, st)
 		}
 	}
-	verb := map[string]string{"cancel": "cancelled", "resume": "resumed"}[action]
-	if !act {
-		fmt.Fprintf(w, "%d run(s) would be %s (run again with --yes):\n", len(states), verb)
-		if len(states) > 0 {
-			return printStates(w, states)
-		}
-		return nil
-	}
-	if len(states) == 0 {
-		fmt.Fprintf(w, "0 run(s) %s: none selected\n", verb)
-		return nil
-	}
-	if err := record(ctx, js, subjects, action, f, states, by, reason); err != nil {
-		return err
-	}
-	var failed int
-	for _, st := range states {
-		if err := change(ctx, nc, js, subjects, action, st.RunID, by, reason, w); err != nil {
-			failed++
-			fmt.Fprintf(w, "run %s: %v\n", st.RunID, err)
-		}
-	}
-	fmt.Fprintf(w, "%d run(s) %s, %d failed\n", len(states)-failed, verb, failed)
-	if failed > 0 {
-		return fmt.Errorf("%d of %d run(s) not %s", failed, len(states), verb)
-	}
-	return nil
+	return states, nil
 }

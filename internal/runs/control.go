@@ -2,11 +2,7 @@ package runs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
@@ -15,16 +11,9 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// ModelFunc makes the model of a replay's --model SPEC (the specs of
-// "coordinator run --model").
-type ModelFunc func(spec string) (loop.Model, error)
-
 // AgentModelFunc makes the model client of an agent's model
 // (providers.Models.Model in the coordinator's binary).
 type AgentModelFunc func(agent.Model) (loop.Model, error)
-
-// maxFileBytes bounds an --instructions or --messages file.
-const maxFileBytes = 1 << 20
 
 // ReplayOptions say what a replay changes: the agent revision it runs
 // on, its instructions, its model.
@@ -135,95 +124,4 @@ func Fork(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects,
 		}
 	}
 	return append(msgs, more...), nil
-}
-
-// readFile reads a file of at most maxFileBytes.
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxFileBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFileBytes)
-	}
-	return data, nil
-}
-
-// readMessages reads a JSON array of chat-completions messages.
-func readMessages(path string) ([]loop.Message, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var msgs []loop.Message
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&msgs); err != nil || dec.More() {
-		return nil, fmt.Errorf("%s: not a JSON array of {role, content, tool_calls, tool_call_id} messages", path)
-	}
-	return msgs, nil
-}
-
-// printReport writes a replay's report for a person.
-func printReport(w io.Writer, run protocol.RunID, rep *loop.ReplayReport) {
-	fmt.Fprintf(w, "run:        %s\n", run)
-	fmt.Fprintf(w, "recorded:   %d rounds, %s, %d calls\n", rep.Recorded.Rounds, rep.Recorded.Termination, rep.Recorded.ToolCalls)
-	fmt.Fprintf(w, "replayed:   %d rounds, %s, %d calls: %d answered from the journal, %d not_replayed; nothing ran\n",
-		rep.Replayed.Rounds, rep.Replayed.Termination, rep.Replayed.ToolCalls, rep.ReplayedCalls, rep.NotReplayedCalls)
-	if !rep.Diverged {
-		fmt.Fprintln(w, "diverged:   no")
-		return
-	}
-	if rep.FirstDivergingRound == 0 {
-		fmt.Fprintln(w, "diverged:   yes, in how the run ended")
-		return
-	}
-	fmt.Fprintf(w, "diverged:   yes, first in round %d\n", rep.FirstDivergingRound)
-	call := func(d loop.CallDigest) string {
-		return fmt.Sprintf("%s {%s} %s", d.Tool, strings.Join(d.ArgKeys, ", "), d.Digest)
-	}
-	for _, d := range rep.Rounds {
-		fmt.Fprintf(w, "round %d:\n", d.Round)
-		for _, c := range d.Changed {
-			fmt.Fprintf(w, "  changed  %s -> {%s} %s\n", call(c.From), strings.Join(c.To.ArgKeys, ", "), c.To.Digest)
-		}
-		for _, c := range d.Added {
-			fmt.Fprintf(w, "  added    %s\n", call(c))
-		}
-		for _, c := range d.Dropped {
-			fmt.Fprintf(w, "  dropped  %s\n", call(c))
-		}
-		if d.AnswerChanged {
-			fmt.Fprintln(w, "  answer   changed")
-		}
-	}
-}
-
-// writeFork writes a fork's transcript to path (stdout when empty) and
-// says on stderr how to submit it.
-func writeFork(stdout, stderr io.Writer, path string, run protocol.RunID, at int, msgs []loop.Message) error {
-	data, err := json.MarshalIndent(msgs, "", "  ")
-	if err != nil {
-		return err
-	}
-	data = append(data, '\n')
-	if path == "" {
-		_, err = stdout.Write(data)
-	} else {
-		err = os.WriteFile(path, data, 0o600)
-	}
-	if err != nil {
-		return err
-	}
-	file := path
-	if file == "" {
-		file = "FILE"
-	}
-	fmt.Fprintf(stderr, "fork of run %s at round %d: %d messages; submit it as the client: coordinator submit --messages %s\n", run, at, len(msgs), file)
-	return nil
 }

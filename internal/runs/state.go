@@ -1,7 +1,8 @@
-// Package runs shows and steers durable runs from their journals:
-// "coordinator runs list | show RUN | cancel RUN". Everything it shows is
-// read from the journal stream and the runs bucket, so the nats CLI sees
-// the same (see Command's usage).
+// Package runs reads and steers durable runs from their journals: what
+// "coordinator runs" lists, shows, cancels, resumes, replays, forks and
+// sends input to. Everything it reads is in the journal stream and the
+// runs bucket, so the nats CLI sees the same ("coordinator runs -h" lists
+// its commands). It parses no flags and prints nothing.
 package runs
 
 import (

@@ -1,10 +1,6 @@
-// Package toolworker wires a toolworker: a NATS connection, the fleet's
-// streams, a harness built from Go tools, a tool manifest, built-in tools
-// and MCP servers, the catalog entries of those tools and a
-// [natsbus.Worker] serving them.
-//
-// [New] builds a worker on a connection the caller owns: pkg/worker (which
-// cmd/toolworker is built on) is a facade over it, and the coordinator runs
-// its in-process workers with it. [Run] connects and serves on its own,
-// with a metrics server, as the tests of this package use it.
+// Package toolworker loads the tools the binaries serve from their
+// command lines: a tool manifest (its exec tools and its MCP servers) and
+// the names of built-in tools, as [worker.Config]'s Tools and MCPServers.
+// cmd/toolworker and the coordinator's in-process workers (both on
+// pkg/worker) use it; it parses no flags.
 package toolworker

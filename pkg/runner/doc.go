@@ -27,5 +27,10 @@
 //     where it stopped: no model response asked again, no answered call run
 //     again.
 //
-// Metrics and traces come through Config.Loop (Observer, TracerProvider).
+// Metrics come through Config.Registerer (Prometheus) or
+// Config.Loop.Observer, traces through Config.Loop.TracerProvider.
+//
+// [Runner.Fleet] hands out what the loop runs calls on (catalog,
+// dispatcher, approval gate, loop settings), for a front end that runs
+// calls without the runner's model, as "coordinator mcp" does.
 package runner

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/approval"
@@ -48,6 +49,19 @@ type Config struct {
 	// Owner names this process in the journals of its durable runs.
 	// Default: run@<hostname>-<pid>.
 	Owner string
+	// ProvisionStreams creates or updates the streams every coordinator
+	// uses to their expected configuration: for a connection whose user
+	// owns them, as in a program that starts its own server. Default:
+	// false, a missing one is created when the server lets it and none is
+	// changed.
+	ProvisionStreams bool
+	// Registerer receives the runner's metrics: runs, calls and model
+	// calls, calls held for their client's share, the tool catalog's
+	// anomalies and the checks of the fleet's streams (docs/operations.md
+	// lists them). A collector of the same name already registered there
+	// (by another component of the process) is shared. Default: nil, no
+	// metrics.
+	Registerer prometheus.Registerer
 	// Agent, when set, is the agent every run of this runner runs as
 	// (pkg/agent, docs/agents.md): its instructions open each run, the
 	// model is offered only its tools (a call to another is unknown_tool
@@ -106,18 +120,27 @@ var ErrNoJournal = errors.New("runner: the run has no journal to resume from")
 // is safe for concurrent use: runs are independent.
 type Runner struct {
 	cfg      Config
+	nc       *nats.Conn
 	subjects protocol.Subjects
 	js       natsbus.JetStream
+	metrics  *runnerMetrics // nil without Config.Registerer
 	guard    *natsbus.StreamGuard
 	catalog  *natsbus.Catalog
 	disp     *natsbus.Dispatcher
+	gate     loop.Gate
+	base     loop.Config // Config.Loop with the logger and metrics, before an agent's settings
 	loop     *loop.Runner
 	stop     context.CancelFunc
 	once     sync.Once
+
+	// fleetDisps are the dispatchers Fleet handed out, closed by Close.
+	fleetMu    sync.Mutex
+	fleetDisps []*natsbus.Dispatcher
 }
 
 // New validates cfg, checks the fleet's streams (creating a missing one
-// when the server lets it, changing none), starts reading the tool catalog
+// when the server lets it, changing none; with ProvisionStreams, creating
+// or updating them), starts reading the tool catalog
 // and returns a runner. A nil nc and a bad cfg are [config.Error]s (the nil
 // connection's field is "Conn"), returned before any I/O. Close releases
 // what New started; the connection stays the caller's.
@@ -141,28 +164,35 @@ func newRunner(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err e
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
-	r := &Runner{cfg: cfg, subjects: subjects, js: js}
+	r := &Runner{cfg: cfg, nc: nc, subjects: subjects, js: js, metrics: newRunnerMetrics(cfg.Registerer)}
 	defer func() {
 		if err != nil {
 			r.Close()
 		}
 	}()
-	list := natsbus.StreamsOf(natsbus.FleetStreams(subjects, natsbus.StreamConfig{}), natsbus.RoleCoordinator)
-	natsbus.CreateMissingStreams(ctx, js, list, cfg.Logger)
-	r.guard = natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{Streams: list, Interval: cfg.StreamCheckInterval, Logger: cfg.Logger})
+	r.guard = natsbus.NewCoordinatorGuard(js, subjects, natsbus.StreamGuardConfig{
+		Interval: cfg.StreamCheckInterval, Logger: cfg.Logger, Observer: r.metrics.streamsObserver(),
+	})
+	if err := r.guard.Setup(ctx, cfg.ProvisionStreams); err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
 	if err := r.guard.CheckAtStart(ctx); err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop = cancel
 	go r.guard.Run(gctx)
-	if r.catalog, err = natsbus.NewCatalogWith(ctx, js, subjects, natsbus.CatalogConfig{Logger: cfg.Logger}); err != nil {
+	if r.catalog, err = natsbus.NewCatalogWith(ctx, js, subjects, natsbus.CatalogConfig{Logger: cfg.Logger, Observer: r.metrics.catalogObserver()}); err != nil {
 		return nil, fmt.Errorf("runner: reading the tool catalog: %w", err)
 	}
-	r.disp = natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger, Guard: r.guard})
-	gate := approval.NewGate(nc, js, subjects, approval.GateConfig{Logger: cfg.Logger})
+	r.disp = r.newDispatcher()
+	r.gate = approval.NewGate(nc, js, subjects, approval.GateConfig{Logger: cfg.Logger})
 	lc := cfg.Loop
 	lc.Logger = cfg.Logger
+	if r.metrics != nil {
+		lc.Observer = loop.Observers(lc.Observer, r.metrics.coord)
+	}
+	r.base = lc
 	var catalog loop.Catalog = r.catalog
 	model := cfg.Model
 	if a := cfg.Agent; a != nil {
@@ -171,11 +201,55 @@ func newRunner(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err e
 			return nil, err
 		}
 	}
-	if r.loop, err = loop.New(lc, model, catalog, r.disp, gate); err != nil {
+	if r.loop, err = loop.New(lc, model, catalog, r.disp, r.gate); err != nil {
 		return nil, err
 	}
 	return r, nil
 }
+
+// newDispatcher returns a dispatcher on the runner's connection, held
+// back while the fleet's streams differ from their expected
+// configuration.
+func (r *Runner) newDispatcher() *natsbus.Dispatcher {
+	return natsbus.NewDispatcher(r.nc, r.js, r.subjects, natsbus.DispatcherConfig{
+		Logger: r.cfg.Logger, Guard: r.guard, ShareObserver: r.metrics.shareObserver(),
+	})
+}
+
+// Fleet is what a front end other than the loop's model needs to run
+// calls exactly as the runner's loop runs them: an MCP server runs each
+// client's call as a loop of one call (loop.New with a model that asks
+// for it) on these.
+type Fleet struct {
+	// Catalog is the fleet's live tool catalog (all of it: an agent's
+	// choice of tools is not applied).
+	Catalog loop.Catalog
+	// Dispatcher publishes calls to the fleet's workers and gathers their
+	// results; it is held back while the fleet's streams differ from their
+	// expected configuration.
+	Dispatcher loop.Dispatcher
+	// Gate asks for the operator's decision on calls that need approval.
+	Gate loop.Gate
+	// Loop is Config.Loop with the runner's logger and metrics observer
+	// (an agent's settings are not applied).
+	Loop loop.Config
+}
+
+// Fleet returns the runner's fleet: its catalog, gate and loop settings,
+// and a dispatcher of its own (closed by Close), so that the calls of one
+// front end are gathered apart from the runner's runs.
+func (r *Runner) Fleet() Fleet {
+	d := r.newDispatcher()
+	r.fleetMu.Lock()
+	r.fleetDisps = append(r.fleetDisps, d)
+	r.fleetMu.Unlock()
+	return Fleet{Catalog: r.catalog, Dispatcher: d, Gate: r.gate, Loop: r.base}
+}
+
+// StreamsErr is nil while the fleet's streams have their expected
+// configuration, the error of the last check that found one that differs
+// otherwise: the runner publishes no call meanwhile.
+func (r *Runner) StreamsErr() error { return r.guard.Err() }
 
 // agentModels returns Config.Agent's model (Config.Model, or the one
 // Config.Models builds) and its summarizer's (summarizer when set, or the
@@ -293,6 +367,11 @@ func (r *Runner) Close() error {
 		if r.disp != nil {
 			r.disp.Close()
 		}
+		r.fleetMu.Lock()
+		for _, d := range r.fleetDisps {
+			d.Close()
+		}
+		r.fleetMu.Unlock()
 		if r.catalog != nil {
 			r.catalog.Close()
 		}

@@ -146,9 +146,8 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Server, err error) 
 	}
 	octx, ocancel := context.WithTimeout(ctx, startTimeout)
 	defer ocancel()
-	s.guard = natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{
-		Streams: runsStreams(subjects, cfg), Interval: cfg.StreamCheckInterval,
-		Logger: cfg.Logger, Observer: s.metrics.streamsObserver(),
+	s.guard = natsbus.NewServeGuard(js, subjects, streamConfig(cfg), natsbus.StreamGuardConfig{
+		Interval: cfg.StreamCheckInterval, Logger: cfg.Logger, Observer: s.metrics.streamsObserver(),
 	})
 	cons, results, err := s.ensureRuns(octx, s.guard)
 	if err != nil {
@@ -199,17 +198,12 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Server, err error) 
 // their configuration, refusing to start when it differs, and keeps
 // checking them until gctx ends.
 func (s *Server) checkFleet(ctx, gctx context.Context) error {
-	list := natsbus.StreamsOf(natsbus.FleetStreams(s.subjects, natsbus.StreamConfig{}), natsbus.RoleCoordinator)
-	if s.cfg.ProvisionStreams {
-		if _, err := natsbus.ProvisionStreams(ctx, s.js, list); err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-	} else {
-		natsbus.CreateMissingStreams(ctx, s.js, list, s.cfg.Logger)
-	}
-	s.fleet = natsbus.NewStreamGuard(s.js, natsbus.StreamGuardConfig{
-		Streams: list, Interval: s.cfg.StreamCheckInterval, Logger: s.cfg.Logger, Observer: s.metrics.streamsObserver(),
+	s.fleet = natsbus.NewCoordinatorGuard(s.js, s.subjects, natsbus.StreamGuardConfig{
+		Interval: s.cfg.StreamCheckInterval, Logger: s.cfg.Logger, Observer: s.metrics.streamsObserver(),
 	})
+	if err := s.fleet.Setup(ctx, s.cfg.ProvisionStreams); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	if err := s.fleet.CheckAtStart(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -1,11 +1,10 @@
-package toolworker_test
+package worker_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,13 +12,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/mcptool/mcptooltest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
 // An MCP server that lists no tools (issue 24), at start and again after a
@@ -40,19 +40,18 @@ func TestMCPServerThatListsNoToolsKeepsTheWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := natstest.NewLogBuffer(t)
-	addr := freeAddr(t)
-	scrape := "http://" + addr + "/metrics"
+	reg := prometheus.NewRegistry()
+	cfg, err := toolworker.Load(worker.Config{Name: "mcp-empty", Metrics: reg, Logger: logs.Logger()}, manifest, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(natstest.Connect(t, srv), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- toolworker.Run(ctx, toolworker.Config{
-			Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
-			ToolsFile:   manifest,
-			Worker:      natsbus.WorkerConfig{Name: "mcp-empty"},
-			MetricsAddr: addr,
-			Logger:      logs.Logger(),
-		})
-	}()
+	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		stop()
 		select {
@@ -81,7 +80,7 @@ func TestMCPServerThatListsNoToolsKeepsTheWorker(t *testing.T) {
 			if n := strings.Count(logs.String(), "no tools to serve"); n < warnings {
 				return fmt.Errorf("%d warnings, want %d", n, warnings)
 			}
-			f := metricstest.Scrape(t, scrape)
+			f := metricstest.Gather(t, reg)
 			if err := f.Want("toolfleet_mcp_server_up", server, 1); err != nil {
 				return err
 			}
@@ -101,14 +100,12 @@ func TestMCPServerThatListsNoToolsKeepsTheWorker(t *testing.T) {
 			if _, err := kv.Get(t.Context(), string(tool)); err != nil {
 				return fmt.Errorf("%s: %w", tool, err)
 			}
-			return metricstest.Scrape(t, scrape).Want("toolfleet_mcp_server_tools", server, 1)
+			return metricstest.Gather(t, reg).Want("toolfleet_mcp_server_tools", server, 1)
 		})
 		if r := callTool(t, nc, tool, `{}`, 20*time.Second); r.Outcome != protocol.OutcomeOK || !strings.HasPrefix(r.Output, "tool ") {
 			t.Fatalf("%s: %+v", tool, r)
 		}
 	}
-	waitStatus(t, scrape, http.StatusOK)
-
 	waitEmpty(1) // at start
 	setList(t, list, "late")
 	serves("m_late")

@@ -1,23 +1,22 @@
-package toolworker_test
+package worker_test
 
 import (
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
-	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
-// A worker's MCP servers are on /metrics: a tool that ignores its cancel
+// A worker's MCP servers are in its registry: a tool that ignores its cancel
 // gets its server killed and restarted, and the scrape shows the
 // unanswered cancel, the kill, the restart and the server up again.
 func TestMCPServerMetricsAfterAForcedRestart(t *testing.T) {
@@ -30,21 +29,13 @@ func TestMCPServerMetricsAfterAForcedRestart(t *testing.T) {
 	if err := os.WriteFile(manifest, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	scrape := "http://" + addr + "/metrics"
-	runWorker(t, toolworker.Config{
-		Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
-		ToolsFile:   manifest,
-		Worker:      natsbus.WorkerConfig{Name: "mcp-metered"},
-		MetricsAddr: addr,
-		Logger:      zerolog.Nop(),
-	})
-	waitStatus(t, scrape, http.StatusOK)
+	reg := prometheus.NewRegistry()
+	runWorker(t, srv, worker.Config{Name: "mcp-metered", Metrics: reg, Logger: zerolog.Nop()}, manifest)
 	server := metricstest.L("server", "m")
 	natstest.WaitFor(t, 60*time.Second, func() error {
-		return metricstest.Scrape(t, scrape).Want("toolfleet_mcp_server_up", server, 1)
+		return metricstest.Gather(t, reg).Want("toolfleet_mcp_server_up", server, 1)
 	})
-	if err := metricstest.Scrape(t, scrape).Want("toolfleet_mcp_server_restarts_total", server, 0); err != nil {
+	if err := metricstest.Gather(t, reg).Want("toolfleet_mcp_server_restarts_total", server, 0); err != nil {
 		t.Fatal(err)
 	}
 
@@ -54,7 +45,7 @@ func TestMCPServerMetricsAfterAForcedRestart(t *testing.T) {
 		t.Fatalf("m_hang: %+v, want timeout", r)
 	}
 	natstest.WaitFor(t, 60*time.Second, func() error {
-		f := metricstest.Scrape(t, scrape)
+		f := metricstest.Gather(t, reg)
 		for _, w := range []struct {
 			name   string
 			labels map[string]string

@@ -1,4 +1,4 @@
-package toolworker_test
+package worker_test
 
 import (
 	"context"
@@ -8,19 +8,31 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
-// runWorker runs toolworker.Run with cfg until the test ends, and checks
-// that it then returns without an error.
-func runWorker(t *testing.T, cfg toolworker.Config) {
+// runWorker runs a worker of cfg, with the tools of the manifest at path
+// added (toolworker.Load), on a connection to srv until the test ends, and
+// checks that Run then returns without an error.
+func runWorker(t *testing.T, srv *embedded.Server, cfg worker.Config, manifest string) {
 	t.Helper()
+	cfg, err := toolworker.Load(cfg, manifest, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(natstest.Connect(t, srv), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- toolworker.Run(ctx, cfg) }()
+	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {
 		stop()
 		select {

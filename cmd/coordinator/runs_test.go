@@ -1,4 +1,4 @@
-package runs_test
+package main
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolfleet/toolfleet/internal/runs"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -22,7 +21,7 @@ func TestCancelNeedsItsAuthor(t *testing.T) {
 		t.Error("connected")
 		return nil, errors.New("no server")
 	}
-	if code := runs.Command(t.Context(), []string{"cancel", "run1"}, &out, &errOut, conn); code != 2 || !strings.Contains(errOut.String(), "--by is required") {
+	if code := runsGroup(nil).run(t.Context(), []string{"cancel", "run1"}, &out, &errOut, conn); code != 2 || !strings.Contains(errOut.String(), "--by is required") {
 		t.Fatalf("exit %d, %q: want 2 and --by required", code, errOut.String())
 	}
 }
@@ -45,19 +44,19 @@ func TestIDIsTheSubmissionsRunID(t *testing.T) {
 		{[]string{"id", "q-0002", "--client", "acme"}, string(protocol.SubmissionRunID("acme", "q-0002"))},
 	} {
 		var out, errOut strings.Builder
-		if code := runs.Command(t.Context(), tc.args, &out, &errOut, conn); code != 0 || strings.TrimSpace(out.String()) != tc.want {
+		if code := runsGroup(nil).run(t.Context(), tc.args, &out, &errOut, conn); code != 0 || strings.TrimSpace(out.String()) != tc.want {
 			t.Errorf("%v: exit %d, %q (stderr %q), want 0 and %s", tc.args, code, out.String(), errOut.String(), tc.want)
 		}
 	}
 	var out, errOut strings.Builder
-	if code := runs.Command(t.Context(), []string{"id", "a.b"}, &out, &errOut, conn); code != 2 || out.Len() != 0 {
+	if code := runsGroup(nil).run(t.Context(), []string{"id", "a.b"}, &out, &errOut, conn); code != 2 || out.Len() != 0 {
 		t.Errorf("a submission id that is no token: exit %d, %q, want 2 and nothing printed", code, out.String())
 	}
 }
 
 // TestControlUsage: replay, fork, resume and bulk changes refuse bad
-// flags before connecting: a fork needs --at, a replay's --model needs a
-// model maker, an --instructions or --messages file must be readable, a
+// flags before connecting: a fork needs --at, a replay's --model must
+// make a model, an --instructions or --messages file must be readable, a
 // cancel or resume names a run or a filter, a state is one of the
 // statuses, a request names who asks.
 func TestControlUsage(t *testing.T) {
@@ -72,7 +71,8 @@ func TestControlUsage(t *testing.T) {
 		{[]string{"fork", "run1"}, "--at ROUND is required"},
 		{[]string{"fork", "run1", "--at", "0"}, "--at ROUND is required"},
 		{[]string{"fork", "run1", "--at", "2", "--messages", "/nonexistent/m.json"}, "--messages"},
-		{[]string{"replay", "run1", "--model", "scripted:x.json"}, "--model is not available"},
+		{[]string{"replay", "run1", "--model", "scripted:/nonexistent/x.json"}, "--model:"},
+		{[]string{"replay", "run1", "--model", "frob:x"}, "--model must be"},
 		{[]string{"replay", "run1", "--instructions", "/nonexistent/i.txt"}, "--instructions"},
 		{[]string{"replay"}, "takes 1 argument"},
 		{[]string{"resume"}, "name a run, or select runs"},
@@ -81,7 +81,7 @@ func TestControlUsage(t *testing.T) {
 		{[]string{"resume", "--state", "parked", "--by", ""}, "--by is required"},
 	} {
 		var out, errOut strings.Builder
-		if code := runs.Command(t.Context(), tc.args, &out, &errOut, conn); code != 2 || !strings.Contains(errOut.String(), tc.want) {
+		if code := runsGroup(nil).run(t.Context(), tc.args, &out, &errOut, conn); code != 2 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("%v: exit %d, %q, want 2 and %q", tc.args, code, errOut.String(), tc.want)
 		}
 	}
@@ -104,7 +104,7 @@ func TestInputUsage(t *testing.T) {
 		{"input", "--enqueue", "--text", "hi"},
 	} {
 		var out, errOut strings.Builder
-		if code := runs.Command(t.Context(), args, &out, &errOut, conn); code != 2 {
+		if code := runsGroup(nil).run(t.Context(), args, &out, &errOut, conn); code != 2 {
 			t.Errorf("%v: exit %d (%q), want 2", args, code, errOut.String())
 		}
 	}

@@ -1,8 +1,7 @@
-package toolworker_test
+package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,8 +13,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
-	"github.com/toolfleet/toolfleet/internal/toolworker"
-	"github.com/toolfleet/toolfleet/pkg/config"
+	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -52,29 +50,25 @@ func waitStatus(t *testing.T, url string, want int) {
 	})
 }
 
-// TestRunServesMetricsAndProbes runs the worker program with
-// MetricsAddr: probes follow the connection and the consumers, and the
-// worker's call counters count a real call.
-func TestRunServesMetricsAndProbes(t *testing.T) {
+// TestServesMetricsAndProbes runs the worker program with --metrics-addr
+// against a real server: probes follow the connection and the consumers,
+// and the worker's call counters count a real call.
+func TestServesMetricsAndProbes(t *testing.T) {
 	srv := natstest.Start(t)
 	addr := freeAddr(t)
 	base := "http://" + addr
 	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	done := make(chan int, 1)
+	var out testsync.Buffer
 	go func() {
-		done <- toolworker.Run(runCtx, toolworker.Config{
-			Conn:        natsbus.ConnConfig{URL: srv.ClientURL()},
-			Builtins:    []string{"calculator"},
-			Worker:      natsbus.WorkerConfig{Name: "metered"},
-			MetricsAddr: addr,
-		})
+		done <- run(runCtx, []string{"--nats-url", srv.ClientURL(), "--builtin", "calculator", "--name", "metered", "--metrics-addr", addr}, &out, noEnv)
 	}()
 	t.Cleanup(func() {
 		stop()
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):
-			t.Error("Run did not return")
+			t.Error("the worker did not stop")
 		}
 	})
 	waitStatus(t, base+"/readyz", http.StatusOK)
@@ -115,22 +109,5 @@ func TestRunServesMetricsAndProbes(t *testing.T) {
 	waitStatus(t, base+"/healthz", http.StatusServiceUnavailable)
 	if err := metricstest.Scrape(t, base+"/metrics").Want("toolfleet_nats_connected", nil, 0); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestRunRefusesABadMetricsAddr(t *testing.T) {
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	err = toolworker.Run(t.Context(), toolworker.Config{
-		Conn:        natsbus.ConnConfig{URL: "nats://127.0.0.1:1", Getenv: func(string) string { return "" }},
-		Builtins:    []string{"echo"},
-		MetricsAddr: taken.Addr().String(),
-	})
-	var ce config.Error
-	if !errors.As(err, &ce) || ce.ConfigField() != "MetricsAddr" {
-		t.Fatalf("Run = %v, want a config.Error for MetricsAddr", err)
 	}
 }

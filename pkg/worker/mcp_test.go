@@ -1,4 +1,4 @@
-package toolworker_test
+package worker_test
 
 import (
 	"encoding/json"
@@ -10,17 +10,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
-	"github.com/toolfleet/toolfleet/internal/toolworker"
+	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool/mcptooltest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
+	"github.com/toolfleet/toolfleet/pkg/worker"
 )
 
 var mcpServerBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "toolworker-test-")
+	dir, err := os.MkdirTemp("", "worker-test-")
 	if err != nil {
 		panic(err)
 	}
@@ -47,13 +47,7 @@ func TestMCPServerToolsReachTheCatalogAndFollowListChanges(t *testing.T) {
 	if err := os.WriteFile(manifest, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runWorker(t, toolworker.Config{
-		Conn:      natsbus.ConnConfig{URL: srv.ClientURL()},
-		ToolsFile: manifest,
-		Builtins:  []string{"echo"},
-		Worker:    natsbus.WorkerConfig{Name: "mcp-worker"},
-		Logger:    zerolog.Nop(),
-	})
+	runWorker(t, srv, worker.Config{Tools: []harness.Tool{harness.Echo()}, Name: "mcp-worker", Logger: zerolog.Nop()}, manifest)
 
 	nc := natstest.Connect(t, srv)
 	js, _ := jetstream.New(nc)

@@ -1,4 +1,4 @@
-package toolworker
+package worker
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
 )
@@ -25,8 +26,6 @@ type mcpState struct {
 	harness *harness.Harness
 	nw      *natsbus.Worker
 	started []*mcptool.Server
-	// onWorker is told of each new natsbus worker (for the probes).
-	onWorker func(*natsbus.Worker)
 }
 
 func (m *mcpState) current() (*harness.Harness, *natsbus.Worker) {
@@ -35,28 +34,14 @@ func (m *mcpState) current() (*harness.Harness, *natsbus.Worker) {
 	return m.harness, m.nw
 }
 
-// Servers returns the MCP servers the worker runs, once Run started them.
-func (w *Worker) Servers() []*mcptool.Server {
+// servers returns the MCP servers the worker runs, once Run started them.
+func (w *Worker) servers() []*mcptool.Server {
 	if w.mcp == nil {
 		return nil
 	}
 	w.mcp.mu.Lock()
 	defer w.mcp.mu.Unlock()
 	return slices.Clone(w.mcp.started)
-}
-
-// loadMCPServers reads the manifest's "mcp_servers".
-func loadMCPServers(cfg Config) ([]mcptool.ServerConfig, error) {
-	getenv := cfg.Conn.Getenv
-	servers, err := mcptool.LoadManifest(cfg.ToolsFile, getenv)
-	if err != nil {
-		return nil, err
-	}
-	for i := range servers {
-		servers[i].Logger = cfg.Logger
-		servers[i].LogStderr = cfg.LogStderr
-	}
-	return servers, nil
 }
 
 // runMCP starts the MCP servers, serves their tools with the fixed ones and
@@ -79,7 +64,7 @@ func (w *Worker) runMCP(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return configErr("ToolsFile", err)
+			return &config.FieldError{Field: "MCPServers", Err: err}
 		}
 		s.OnChange(func() {
 			select {
@@ -130,17 +115,13 @@ func (w *Worker) runMCP(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("toolworker: %w", err)
+			return fmt.Errorf("worker: %w", err)
 		}
 		w.markPublished()
 		st.mu.Lock()
 		st.harness, st.nw = h, nw
-		onWorker := st.onWorker
 		st.mu.Unlock()
 		w.probe.Store(natsbus.NewProbe(w.nc, w.js, nw.ProbeConfig()))
-		if onWorker != nil {
-			onWorker(nw)
-		}
 		wctx, cancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)
 		go func(nw *natsbus.Worker) { errc <- nw.Run(wctx) }(nw)
@@ -243,11 +224,11 @@ func (w *Worker) build(tools []harness.Tool) (*harness.Harness, *natsbus.Worker,
 	}
 	h, err := newHarness(w.cfg, tools...)
 	if err != nil {
-		return nil, nil, configErr("ToolsFile", err)
+		return nil, nil, &config.FieldError{Field: "MCPServers", Err: err}
 	}
 	nw, err := natsbus.NewWorker(w.nc, w.js, w.subjects, h, w.mcp.worker)
 	if err != nil {
-		return nil, nil, asConfigError("Worker", err)
+		return nil, nil, asConfigError(err)
 	}
 	return h, nw, nil
 }
