@@ -322,14 +322,18 @@ func TestApprovalsList(t *testing.T) {
 	}
 
 	// Two pending (the second with hostile text), one settled, one expired.
-	p1, _ := f.waiting(t, `{"env":"prod"}`, 5*time.Second)
-	p2, _ := f.waiting(t, `{"cmd":"\u001b[2Jrm -rf /","note":"a\u202eb","ok":"héllo"}`, 4*time.Second)
+	p1, _ := f.waiting(t, `{"env":"prod"}`, 60*time.Second)
+	p2, _ := f.waiting(t, `{"cmd":"\u001b[2Jrm -rf /","note":"a\u202eb","ok":"héllo"}`, 50*time.Second)
 	settled, res := f.waiting(t, `{"x":1}`, 5*time.Second)
 	approved := true
 	f.decide(t, settled, protocol.ApprovalDecision{Digest: settled.Digest, Approved: &approved})
 	recv(t, res, 5*time.Second)
-	expired, res := f.waiting(t, `{"x":2}`, 100*time.Millisecond)
-	recv(t, res, 5*time.Second)
+	// expired by the gate (a TTL long enough for the request to be stored
+	// first on a loaded machine)
+	expired, res := f.waiting(t, `{"x":2}`, time.Second)
+	if r := recv(t, res, 30*time.Second); !r.d.Expired {
+		t.Fatalf("Decision=%+v, want expired", r.d)
+	}
 
 	code, out, errs = runApprovals(t, f, "list", "--approver", "alice")
 	if code != 0 {
