@@ -149,7 +149,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Server, err error) 
 	s.guard = natsbus.NewServeGuard(js, subjects, streamConfig(cfg), natsbus.StreamGuardConfig{
 		Interval: cfg.StreamCheckInterval, Logger: cfg.Logger, Observer: s.metrics.streamsObserver(),
 	})
-	cons, results, err := s.ensureRuns(octx, s.guard)
+	cons, results, err := s.ensureRuns(octx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +163,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Server, err error) 
 		Ensure: func(ctx context.Context) (natsbus.Consumer, error) {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
 			defer cancel()
-			cons, _, err := s.ensureRuns(octx, nil)
+			cons, _, err := s.ensureRuns(octx, false)
 			return cons, err
 		},
 		// Streams that differ from the expected configuration: take no run.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
-	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // streamConfig is the fleet-wide stream configuration of c's runs stream
@@ -23,28 +22,17 @@ func streamConfig(c Config) natsbus.StreamConfig {
 	}
 }
 
-// runsStreams are the streams a serving coordinator uses beyond those of
-// every coordinator.
-func runsStreams(s protocol.Subjects, c Config) []natsbus.FleetStream {
-	return natsbus.StreamsOf(natsbus.FleetStreams(s, streamConfig(c)), natsbus.RoleServe)
-}
-
 // ensureRuns makes sure the runs stream and bucket exist — with
 // ProvisionStreams it creates or updates them, else it only creates a
-// missing one — checks their configuration with guard, and creates or
-// updates the runs consumer.
-func (s *Server) ensureRuns(ctx context.Context, guard *natsbus.StreamGuard) (natsbus.Consumer, *natsbus.RunResults, error) {
+// missing one (StreamGuard.Setup of s.guard) — checks their configuration
+// when check is set, and creates or updates the runs consumer.
+func (s *Server) ensureRuns(ctx context.Context, check bool) (natsbus.Consumer, *natsbus.RunResults, error) {
 	cfg := s.cfg
-	list := runsStreams(s.subjects, cfg)
-	if cfg.ProvisionStreams {
-		if _, err := natsbus.ProvisionStreams(ctx, s.js, list); err != nil {
-			return nil, nil, fmt.Errorf("coordinator: %w", err)
-		}
-	} else {
-		natsbus.CreateMissingStreams(ctx, s.js, list, s.log)
+	if err := s.guard.Setup(ctx, cfg.ProvisionStreams); err != nil {
+		return nil, nil, fmt.Errorf("coordinator: %w", err)
 	}
-	if guard != nil {
-		if err := guard.CheckAtStart(ctx); err != nil {
+	if check {
+		if err := s.guard.CheckAtStart(ctx); err != nil {
 			return nil, nil, fmt.Errorf("coordinator: %w", err)
 		}
 	}
