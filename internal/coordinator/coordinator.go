@@ -142,10 +142,6 @@ func Open(ctx context.Context, cfg Config) (_ *Coordinator, err error) {
 	return c, nil
 }
 
-// StreamsErr is nil while the fleet's streams have their expected
-// configuration, the *natsbus.DriftError of the last check otherwise.
-func (c *Coordinator) StreamsErr() error { return c.runner.StreamsErr() }
-
 func (c *Coordinator) startEmbedded() error {
 	dir := c.cfg.StoreDir
 	if dir == "" {

@@ -21,9 +21,6 @@ var ErrNoJournal = runner.ErrNoJournal
 // (not the embedded one, whose store goes with the process).
 func (c *Coordinator) Journaling() bool { return c.server == nil }
 
-// Runner returns the coordinator's runner (pkg/runner), on its connection.
-func (c *Coordinator) Runner() *runner.Runner { return c.runner }
-
 // RunJournaled runs prompt as a durable run: journaled in the journal
 // stream under a new run id (logged as "run journaled"), so that
 // "coordinator resume RUN" can continue it if this process is killed.

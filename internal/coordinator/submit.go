@@ -14,20 +14,10 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// Submit stores req in the runs stream as a submission of the default
-// client ([client.DefaultClient]) and returns where its result will be. It
-// retries until the server stores it; without a deadline on ctx it tries
-// for up to 30s.
-func Submit(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, req protocol.RunRequest) (protocol.RunResponse, error) {
-	data, err := protocol.Encode(&req)
-	if err != nil {
-		return protocol.RunResponse{}, fmt.Errorf("coordinator: encoding the run request: %w", err)
-	}
-	return SubmitRaw(ctx, nc, subjects, data)
-}
-
-// SubmitRaw is [Submit] with the request already encoded, as "nats req"
-// sends it.
+// SubmitRaw stores a run request, already encoded as "nats req" sends it,
+// in the runs stream as a submission of the default client
+// ([client.DefaultClient]) and returns where its result will be
+// ([SubmitRawAs]).
 func SubmitRaw(ctx context.Context, nc *nats.Conn, subjects protocol.Subjects, data []byte) (protocol.RunResponse, error) {
 	return SubmitRawAs(ctx, nc, subjects, "", data)
 }

@@ -143,20 +143,8 @@ func JournalStreamConfig(s protocol.Subjects) jetstream.StreamConfig {
 // provisioned the fleet).
 var ErrNoRunsBucket = errors.New("the runs bucket does not exist")
 
-// ErrNoResult is returned by [RunResults.Get] when key has no result.
+// ErrNoResult is returned by [RunResults.Entry] when key has no result.
 var ErrNoResult = errors.New("no result stored")
-
-// Get returns the result under key as stored, or [ErrNoResult].
-func (r *RunResults) Get(ctx context.Context, key string) ([]byte, error) {
-	e, err := r.kv.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil, ErrNoResult
-	case err != nil:
-		return nil, err
-	}
-	return e.Value(), nil
-}
 
 // SubmitRun stores msg, a submission on its subject
 // ([protocol.Subjects.RunSubmission]) with its dedup id, in the runs

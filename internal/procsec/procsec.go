@@ -80,10 +80,6 @@ func Getenv(name string) string {
 // such setting.
 func Harden() error { return harden() }
 
-// Dumpable reports whether the process is dumpable (Linux), and true
-// elsewhere.
-func Dumpable() bool { return dumpable() }
-
 // CommandLineSecrets returns the flags of args that carry a password (a
 // --password flag, a nats://user:pass@ URL), by flag name, never the value.
 // Every local user can read a process's command line in /proc/<pid>/cmdline

@@ -11,11 +11,6 @@ import (
 
 func harden() error { return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
 
-func dumpable() bool {
-	v, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
-	return err != nil || v != 0
-}
-
 // scrubEnvironBlock overwrites, in the environment block the process
 // started with (what /proc/self/environ shows; Go works on a copy), the
 // values of secret variables with zeros. Best effort: it writes through

@@ -3,5 +3,4 @@
 package procsec
 
 func harden() error      { return nil }
-func dumpable() bool     { return true }
 func scrubEnvironBlock() {}

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
@@ -619,6 +618,3 @@ func cloneToolCalls(tcs []ToolCall) []ToolCall {
 	}
 	return append([]ToolCall(nil), tcs...)
 }
-
-// now is the run's clock.
-func (ru *run) now() time.Time { return ru.cfg.Now() }

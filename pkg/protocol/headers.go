@@ -13,11 +13,6 @@ const (
 	HeaderDeadline = "Fleet-Deadline"
 	// HeaderVersion is the protocol version of the body.
 	HeaderVersion = "Fleet-Version"
-	// HeaderClient names, on a queued run request, the client that
-	// submitted it: the token of the submit subject it came on, which the
-	// server's permissions let only that client publish. Only coordinators
-	// may queue run requests, so a client cannot set it.
-	HeaderClient = "Fleet-Client"
 	// HeaderStartedNotice says on a call which started notices the
 	// coordinator needs: [StartedNoticeNone] for none (it withdraws a
 	// non-idempotent call no worker claimed at its deadline, which tells

@@ -327,9 +327,6 @@ func (r *RunResult) Validate() error {
 	return nil
 }
 
-// RunMsgID is the dedup id of a queued run request.
-func RunMsgID(run RunID) string { return "run-" + string(run) }
-
 // DecodeRunRequest decodes and validates a [RunRequest]. limit 0 means
 // [DefaultMaxRunRequestBytes].
 func DecodeRunRequest(data []byte, limit int) (RunRequest, error) {
