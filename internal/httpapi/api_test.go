@@ -59,7 +59,24 @@ type api struct {
 
 func startAPI(t *testing.T, cfg httpapi.Config) *api {
 	t.Helper()
-	model, err := scripted.Parse([]byte(script))
+	return startAPIWith(t, cfg, fleetSetup{})
+}
+
+// fleetSetup changes startAPI's fleet: its model's script and tools
+// (default: script, add and refund) and its serving coordinator's
+// configuration.
+type fleetSetup struct {
+	script string
+	tools  []harness.Tool
+	serve  func(*serve.Config)
+}
+
+func startAPIWith(t *testing.T, cfg httpapi.Config, fs fleetSetup) *api {
+	t.Helper()
+	if fs.script == "" {
+		fs.script, fs.tools = script, []harness.Tool{add, refund}
+	}
+	model, err := scripted.Parse([]byte(fs.script))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +85,15 @@ func startAPI(t *testing.T, cfg httpapi.Config) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sc := &serve.Config{Model: model, ShutdownGrace: time.Second, PollWait: 100 * time.Millisecond}
+	if fs.serve != nil {
+		fs.serve(sc)
+	}
 	fleet := fleettest.Start(t, fleettest.Config{
-		Tools:  []harness.Tool{add, refund},
+		Tools:  fs.tools,
 		Agents: []agent.Definition{math},
 		Listen: true,
-		Serve:  &serve.Config{Model: model, ShutdownGrace: time.Second, PollWait: 100 * time.Millisecond},
+		Serve:  sc,
 	})
 	u, err := url.Parse(fleet.URL())
 	if err != nil {
@@ -157,55 +178,81 @@ func (u *user) stream(run, lastID string, stop func(ev sseEvent) bool) []sseEven
 // nil, is called once the stream is answered.
 func (u *user) sse(path, lastID string, opened func(), stop func(ev sseEvent) bool) []sseEvent {
 	u.t.Helper()
-	ctx, cancel := context.WithTimeout(u.t.Context(), time.Minute)
+	evs, cancel := u.open(path, lastID)
 	defer cancel()
+	if opened != nil {
+		opened()
+	}
+	var out []sseEvent
+	for ev := range evs {
+		if ev.err != nil {
+			u.t.Fatalf("event data: %v", ev.err)
+		}
+		out = append(out, ev)
+		if stop != nil && stop(ev) {
+			break
+		}
+	}
+	return out
+}
+
+// open opens the server-sent events of path after lastID ("" for the
+// start) and returns them as they come (the channel is closed when the
+// stream ends) and a cancel that closes the stream. The stream is
+// answered when it returns.
+func (u *user) open(path, lastID string) (<-chan sseEvent, context.CancelFunc) {
+	u.t.Helper()
+	ctx, cancel := context.WithTimeout(u.t.Context(), time.Minute)
 	req, _ := http.NewRequestWithContext(ctx, "GET", u.a.srv.URL+path, nil)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
 	resp, err := u.c.Do(req)
 	if err != nil {
+		cancel()
 		u.t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		resp.Body.Close()
+		cancel()
 		u.t.Fatalf("events: status %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	if opened != nil {
-		opened()
-	}
-	var evs []sseEvent
-	var cur sseEvent
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			cur.id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			cur.kind = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			cur.raw = json.RawMessage(line[6:])
-			if cur.kind != httpapi.EventApproval {
-				if err := json.Unmarshal(cur.raw, &cur.data); err != nil {
-					u.t.Fatalf("event data: %v", err)
+	evs := make(chan sseEvent)
+	go func() {
+		defer close(evs)
+		defer resp.Body.Close()
+		var cur sseEvent
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				cur.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				cur.kind = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				cur.raw = json.RawMessage(line[6:])
+				if cur.kind != httpapi.EventApproval {
+					cur.err = json.Unmarshal(cur.raw, &cur.data)
 				}
+			case line == "" && cur.kind != "":
+				select {
+				case evs <- cur:
+				case <-ctx.Done():
+					return
+				}
+				cur = sseEvent{}
 			}
-		case line == "" && cur.kind != "":
-			evs = append(evs, cur)
-			if stop != nil && stop(cur) {
-				return evs
-			}
-			cur = sseEvent{}
 		}
-	}
-	return evs
+	}()
+	return evs, cancel
 }
 
 type sseEvent struct {
 	id, kind string
 	data     httpapi.Event
 	raw      json.RawMessage
+	err      error // decoding data
 }
 
 // TestIdempotentSubmitAndResumedStream: two POSTs with one
