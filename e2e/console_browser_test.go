@@ -27,7 +27,8 @@ import (
 // approvals page without a reload too, sees the fleet, the runs and the
 // run's page, and its approval is refused on the page); the run's page,
 // open in another tab since before the approval, the operator's and the
-// viewer's, shows the call finishing on the worker and the answer, live. The operator pauses and
+// viewer's, shows the call starting on the worker (its running segment
+// labelled with the worker), finishing and the answer, live. The operator pauses and
 // resumes a tool and reads its history. The client, logged in, has the
 // list of runs refused, reads its own run, and a run not its own is not
 // found; a prompt written as markup is shown as text and runs nothing.
@@ -125,6 +126,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("the answer on the run's page: %q", got)
 	}
 	workerName, _ := worker.logLines(func(m map[string]any) bool { return m["message"] == "worker started" })[0]["worker"].(string)
+	// the call's start on its worker, heard live (call_started), drew its
+	// running segment labelled with the worker's name
+	startLabel := fmt.Sprintf(`#timeline-svg g.call.is-done text.seg-label[data-worker=%q]`, workerName)
+	runTab.do("the call's start on its worker", chromedp.WaitVisible(chromedp.CSS(startLabel)),
+		chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="call_started"]`)))
 	if got := runTab.text(`#calls tbody`); !strings.Contains(got, "calculator") || workerName == "" || !strings.Contains(got, workerName) {
 		t.Fatalf("the calls on the run's page: %q, want the calculator's call and its worker", got)
 	}
@@ -133,7 +139,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	runTab.screenshot("run")
 	viewerRun.do("the run finishes on the viewer's page", chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="finished"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`#timeline-svg g.call.is-done[data-outcome="ok"]`)))
+		chromedp.WaitVisible(chromedp.CSS(`#timeline-svg g.call.is-done[data-outcome="ok"]`)),
+		chromedp.WaitVisible(chromedp.CSS(startLabel)))
 	if !viewerRun.notReloaded() {
 		t.Fatal("the viewer's run page was reloaded to show the run finishing")
 	}
