@@ -201,12 +201,13 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		// stream's first line is written: what comes after it is seen.
 		live := make(chan *nats.Msg, s.cfg.StreamBuffer)
 		var sub *nats.Subscription
-		if client, _, ok := requestOf(recs); ok {
+		client, _, named := requestOf(recs)
+		if named {
 			sub = s.subscribeLive(ctx, ss, client, run, live)
 		}
 		go func() {
 			defer close(done)
-			s.followJournal(ctx, ss, run, recs, after, resumed, live, sub, send)
+			s.followJournal(ctx, ss, run, recs, after, resumed, liveFollow{live, sub, named}, send)
 		}()
 	case fromNATS(ctx, err) == forbidden || errors.Is(context.Cause(ctx), errRefused):
 		// The refusal ended the session's request context: the stream goes
@@ -225,17 +226,25 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	s.writeEvents(ctx, w, out, done)
 }
 
+// liveFollow is a journal reader's subscription to its run's progress
+// subject: sub (nil when none), its messages on live; named once the
+// journal has named the run's client (and the subscription was asked).
+type liveFollow struct {
+	live  chan *nats.Msg
+	sub   *nats.Subscription
+	named bool
+}
+
 // followJournal sends each journal event of run after after (recs, the
 // journal read so far, first), reading what is stored next every
 // PollInterval with direct gets (no consumer), and the live events of
-// sub (the run's progress subject, its messages on live; nil: subscribed
-// once the journal names the run's client), until the run finishes or
-// ctx ends.
+// lf (subscribed here once the journal names the run's client, if it
+// had not), until the run finishes or ctx ends.
 func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.RunID, recs []natsbus.JournalRecord, after eventID, resumed bool,
-	live chan *nats.Msg, sub *nats.Subscription, send func(Event) bool) {
+	lf liveFollow, send func(Event) bool) {
 	defer func() {
-		if sub != nil {
-			_ = sub.Unsubscribe()
+		if lf.sub != nil {
+			_ = lf.sub.Unsubscribe()
 		}
 	}()
 	tools := map[protocol.CallKey]string{}
@@ -243,9 +252,10 @@ func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.Ru
 	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
 	for {
-		if sub == nil {
-			if client, _, ok := requestOf(recs); ok {
-				sub = s.subscribeLive(ctx, ss, client, run, live)
+		if !lf.named {
+			var client string
+			if client, _, lf.named = requestOf(recs); lf.named {
+				lf.sub = s.subscribeLive(ctx, ss, client, run, lf.live)
 			}
 		}
 		for _, rec := range recs {
@@ -262,7 +272,7 @@ func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.Ru
 				return
 			}
 		}
-		if !s.sendLive(ctx, tick.C, live, run, send) {
+		if !s.sendLive(ctx, tick.C, lf.live, run, send) {
 			return
 		}
 		var err error
@@ -353,8 +363,13 @@ func liveEvent(data []byte, run protocol.RunID, now time.Time) (Event, bool) {
 
 // subscribeLive subscribes ss to the progress subject of client's run
 // (its reports and its calls' starts), the messages going to live, and
-// returns once the server has the interest; nil when it could not.
+// returns once the server has the interest; nil when it could not, or
+// the run names no client (the viewer may not read the subject of such
+// a run: a refusal would end the session's requests in flight).
 func (s *Server) subscribeLive(ctx context.Context, ss *session, client string, run protocol.RunID, live chan *nats.Msg) *nats.Subscription {
+	if client == "" {
+		return nil
+	}
 	subject, err := s.subjects.ClientRunProgress(client, run)
 	if err != nil {
 		return nil
