@@ -87,10 +87,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](marker))
 	runTab.screenshot("run-waiting")
 
+	// the viewer may not approve: the page shows the server's refusal,
+	// and the request stays pending (a refusal ends the session's requests
+	// in flight, so the viewer's run page opens after it, and sees the
+	// call's start live)
+	viewer.do("the viewer approving", chromedp.Click(chromedp.CSS(card+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#error`)))
+	if got := viewer.text(`#error`); !strings.Contains(got, "Refused") || !strings.Contains(got, "403") {
+		t.Fatalf("the viewer's approval says %q, want the refusal", got)
+	}
 	// the viewer sees the fleet (the catalog's tools, no worker: its
 	// account asks none), the runs and the run's page, open before the
-	// approval, and may not approve: the page shows the server's refusal,
-	// and the request stays pending
+	// approval
 	viewerRun := viewer.tab()
 	viewerRun.do("the viewer's fleet", chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#fleet-tools tr[data-tool="calculator"]`)),
@@ -99,10 +106,6 @@ func TestConsoleInABrowser(t *testing.T) {
 	viewerRun.do("the viewer's run page", chromedp.Navigate(base+"/runs/"+run),
 		chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="approval_requested"]`)),
 		chromedp.Evaluate[chromedp.Void](marker))
-	viewer.do("the viewer approving", chromedp.Click(chromedp.CSS(card+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#error`)))
-	if got := viewer.text(`#error`); !strings.Contains(got, "Refused") || !strings.Contains(got, "403") {
-		t.Fatalf("the viewer's approval says %q, want the refusal", got)
-	}
 	operator.do("the request still pending after the viewer", chromedp.WaitVisible(chromedp.CSS(card)))
 
 	operator.do("approving", chromedp.SendKeys(chromedp.CSS(card+` input.reason`), "checked the expression"),

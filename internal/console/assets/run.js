@@ -92,7 +92,11 @@ TF.start(async () => {
       seg(c.dispatched, c.started || c.done, c.started ? "queued" : "queued running", c.started ? "queued" : "queued, then running");
       seg(c.started, c.done, "running", "running on " + (c.worker || "a worker") + (c.said ? ": " + c.said : ""));
       if (c.started && c.worker) {
-        row.append(svg("text", { x: x(c.started) + 4, y: y + h - 5, class: "seg-label", "data-worker": c.worker }, c.worker));
+        // the worker's name inside the running segment, else just before
+        // the start when the segment is too short for it
+        const w = 6.5 * c.worker.length + 8, sx = x(c.started), ex = x(c.done || (finished ? c.started : now));
+        const inside = ex - sx > w || sx - L <= w;
+        row.append(svg("text", { x: inside ? sx + 4 : sx - 4, y: y + h - 5, "text-anchor": inside ? "start" : "end", class: "seg-label", "data-worker": c.worker }, c.worker));
       }
       if (c.done) {
         row.append(svg("circle", { cx: x(c.done), cy: y + h / 2, r: 6, class: "done " + (c.outcome === "ok" ? "ok" : "bad") }));
