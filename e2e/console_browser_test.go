@@ -27,7 +27,8 @@ import (
 // approvals page without a reload too, sees the fleet, the runs and the
 // run's page, and its approval is refused on the page); the run's page,
 // open in another tab since before the approval, the operator's and the
-// viewer's, shows the call finishing on the worker and the answer, live. The operator pauses and
+// viewer's, shows the call starting on the worker (its running segment
+// labelled with the worker), finishing and the answer, live. The operator pauses and
 // resumes a tool and reads its history. The client, logged in, has the
 // list of runs refused, reads its own run, and a run not its own is not
 // found; a prompt written as markup is shown as text and runs nothing.
@@ -86,10 +87,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](marker))
 	runTab.screenshot("run-waiting")
 
+	// the viewer may not approve: the page shows the server's refusal,
+	// and the request stays pending (a refusal ends the session's requests
+	// in flight, so the viewer's run page opens after it, and sees the
+	// call's start live)
+	viewer.do("the viewer approving", chromedp.Click(chromedp.CSS(card+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#error`)))
+	if got := viewer.text(`#error`); !strings.Contains(got, "Refused") || !strings.Contains(got, "403") {
+		t.Fatalf("the viewer's approval says %q, want the refusal", got)
+	}
 	// the viewer sees the fleet (the catalog's tools, no worker: its
 	// account asks none), the runs and the run's page, open before the
-	// approval, and may not approve: the page shows the server's refusal,
-	// and the request stays pending
+	// approval
 	viewerRun := viewer.tab()
 	viewerRun.do("the viewer's fleet", chromedp.Navigate(base+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#fleet-tools tr[data-tool="calculator"]`)),
@@ -98,10 +106,6 @@ func TestConsoleInABrowser(t *testing.T) {
 	viewerRun.do("the viewer's run page", chromedp.Navigate(base+"/runs/"+run),
 		chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="approval_requested"]`)),
 		chromedp.Evaluate[chromedp.Void](marker))
-	viewer.do("the viewer approving", chromedp.Click(chromedp.CSS(card+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#error`)))
-	if got := viewer.text(`#error`); !strings.Contains(got, "Refused") || !strings.Contains(got, "403") {
-		t.Fatalf("the viewer's approval says %q, want the refusal", got)
-	}
 	operator.do("the request still pending after the viewer", chromedp.WaitVisible(chromedp.CSS(card)))
 
 	operator.do("approving", chromedp.SendKeys(chromedp.CSS(card+` input.reason`), "checked the expression"),
@@ -125,6 +129,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("the answer on the run's page: %q", got)
 	}
 	workerName, _ := worker.logLines(func(m map[string]any) bool { return m["message"] == "worker started" })[0]["worker"].(string)
+	// the call's start on its worker, heard live (call_started), drew its
+	// running segment labelled with the worker's name
+	startLabel := fmt.Sprintf(`#timeline-svg g.call.is-done text.seg-label[data-worker=%q]`, workerName)
+	runTab.do("the call's start on its worker", chromedp.WaitVisible(chromedp.CSS(startLabel)),
+		chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="call_started"]`)))
 	if got := runTab.text(`#calls tbody`); !strings.Contains(got, "calculator") || workerName == "" || !strings.Contains(got, workerName) {
 		t.Fatalf("the calls on the run's page: %q, want the calculator's call and its worker", got)
 	}
@@ -133,7 +142,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	runTab.screenshot("run")
 	viewerRun.do("the run finishes on the viewer's page", chromedp.WaitVisible(chromedp.CSS(`#events li[data-kind="finished"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`#timeline-svg g.call.is-done[data-outcome="ok"]`)))
+		chromedp.WaitVisible(chromedp.CSS(`#timeline-svg g.call.is-done[data-outcome="ok"]`)),
+		chromedp.WaitVisible(chromedp.CSS(startLabel)))
 	if !viewerRun.notReloaded() {
 		t.Fatal("the viewer's run page was reloaded to show the run finishing")
 	}

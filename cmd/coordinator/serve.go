@@ -22,6 +22,7 @@ type serveFlags struct {
 	shutdownGrace     time.Duration
 	runAckWait        time.Duration
 	resultTTL         time.Duration
+	noCallStarts      bool
 }
 
 func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
@@ -34,6 +35,7 @@ func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", serve.DefaultShutdownGrace, "on SIGTERM, how long runs in flight have to reach a step boundary and be handed off before they are cancelled")
 	fs.DurationVar(&f.runAckWait, "run-ack-wait", serve.DefaultRunAckWait, "how long a run taken by a coordinator that died waits before another coordinator takes it (fleet-wide)")
 	fs.DurationVar(&f.resultTTL, "result-ttl", serve.DefaultResultTTL, "how long results stay in the runs bucket (fleet-wide)")
+	fs.BoolVar(&f.noCallStarts, "no-call-starts", false, "ask no call for a started notice it does not need: a run's client and the console then learn of a call's start only from its answer (saves one core NATS message per call)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:0", "with the embedded server, the `HOST:PORT` clients and remote workers connect to (port 0: random), with the users of deploy/nats-server.conf: client and worker (passwords from TOOLFLEET_CLIENT_PASSWORD, TOOLFLEET_WORKER_PASSWORD, else drawn and written to nats.env and worker.env, paths logged) operator (only with TOOLFLEET_OPERATOR_PASSWORD) and viewer (only with TOOLFLEET_VIEWER_PASSWORD); \"none\": in-process connections only")
 	fs.StringVar(&f.storeDir, "store-dir", "", "the embedded server's JetStream directory (default: a temporary directory, removed on exit)")
 	return fs
@@ -47,6 +49,7 @@ func (f *serveFlags) serveConfig() coordinator.ServeConfig {
 		ShutdownGrace:     f.shutdownGrace,
 		AckWait:           f.runAckWait,
 		ResultTTL:         f.resultTTL,
+		NoCallStarts:      f.noCallStarts,
 	}
 }
 

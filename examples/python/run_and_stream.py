@@ -113,7 +113,9 @@ def main():
 
     tail = list(events(OPERATOR, run, last_event_id=last_id))
     full = list(events(OPERATOR, run))
-    assert [e[0] for e in head + tail] == [e[0] for e in full], "a resumed stream missed or repeated events"
+    # the journal's events have an id; the live ones (progress, call_started) have none and are not replayed
+    ids = lambda evs: [e[0] for e in evs if e[0]]
+    assert ids(head + tail) == ids(full), "a resumed stream missed or repeated events"
     assert tail[-1][1] == "finished", tail[-1]
     print(f"reconnected after {last_id}: {len(tail)} more events, nothing missed, nothing twice")
 

@@ -80,6 +80,7 @@ func FleetAccounts(s protocol.Subjects, password func(role string) string) []Acc
 		for _, r := range reads {
 			accounts[0].Exports = append(accounts[0].Exports, Export{Subject: r.subject, Accounts: []string{ViewerAccount}, ResponseStream: r.batched})
 		}
+		accounts[0].Exports = append(accounts[0].Exports, Export{Subject: p + ".run.progress.*.*", Stream: true, Accounts: []string{ViewerAccount}})
 		accounts = append(accounts, viewerAccount(s, pw, reads))
 	}
 	return accounts
@@ -286,6 +287,8 @@ func fleetUsers(s protocol.Subjects, password func(role string) string) (fleet [
 			Subscribe: &server.SubjectPermission{Allow: []string{
 				s.Approvals(),
 				"_INBOX_" + RoleOperator + ".>",
+				// every run's progress and its calls' starts (the console)
+				p + ".run.progress.>",
 			}},
 		}})
 	}
@@ -328,7 +331,8 @@ func viewerReads(s protocol.Subjects) []viewerRead {
 
 // viewerAccount is [ViewerAccount] with the user [RoleViewer] (password
 // pw), which may ask what the account imports (reads) and the console's
-// discovery request, in its own account, where no worker answers.
+// discovery request, in its own account, where no worker answers, and
+// follow every run's progress subject (a stream import).
 func viewerAccount(s protocol.Subjects, pw string, reads []viewerRead) Account {
 	a := Account{Name: ViewerAccount}
 	allow := make([]string, 0, len(reads)+1)
@@ -337,9 +341,15 @@ func viewerAccount(s protocol.Subjects, pw string, reads []viewerRead) Account {
 		a.Imports = append(a.Imports, Import{Account: FleetAccount, Subject: r.subject})
 	}
 	allow = append(allow, "$SRV.INFO.toolworker")
+	// every client's runs' progress and their calls' starts, live (the
+	// console): <client>.<run>, two tokens, so that the export, unlike
+	// one of ">", holds no client's own import of <client>.> (the server
+	// authorizes an import by the first export that holds it)
+	progress := strings.TrimSuffix(s.Calls(), ".call.>") + ".run.progress.*.*"
+	a.Imports = append(a.Imports, Import{Account: FleetAccount, Subject: progress, Stream: true})
 	a.Users = []User{{Name: RoleViewer, Password: pw, Permissions: &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: allow},
-		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_" + RoleViewer + ".>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_" + RoleViewer + ".>", progress}},
 	}}}
 	return a
 }

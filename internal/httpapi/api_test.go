@@ -59,7 +59,24 @@ type api struct {
 
 func startAPI(t *testing.T, cfg httpapi.Config) *api {
 	t.Helper()
-	model, err := scripted.Parse([]byte(script))
+	return startAPIWith(t, cfg, fleetSetup{})
+}
+
+// fleetSetup changes startAPI's fleet: its model's script and tools
+// (default: script, add and refund) and its serving coordinator's
+// configuration.
+type fleetSetup struct {
+	script string
+	tools  []harness.Tool
+	serve  func(*serve.Config)
+}
+
+func startAPIWith(t *testing.T, cfg httpapi.Config, fs fleetSetup) *api {
+	t.Helper()
+	if fs.script == "" {
+		fs.script, fs.tools = script, []harness.Tool{add, refund}
+	}
+	model, err := scripted.Parse([]byte(fs.script))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +85,15 @@ func startAPI(t *testing.T, cfg httpapi.Config) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sc := &serve.Config{Model: model, ShutdownGrace: time.Second, PollWait: 100 * time.Millisecond}
+	if fs.serve != nil {
+		fs.serve(sc)
+	}
 	fleet := fleettest.Start(t, fleettest.Config{
-		Tools:  []harness.Tool{add, refund},
+		Tools:  fs.tools,
 		Agents: []agent.Definition{math},
 		Listen: true,
-		Serve:  &serve.Config{Model: model, ShutdownGrace: time.Second, PollWait: 100 * time.Millisecond},
+		Serve:  sc,
 	})
 	u, err := url.Parse(fleet.URL())
 	if err != nil {
@@ -157,62 +178,103 @@ func (u *user) stream(run, lastID string, stop func(ev sseEvent) bool) []sseEven
 // nil, is called once the stream is answered.
 func (u *user) sse(path, lastID string, opened func(), stop func(ev sseEvent) bool) []sseEvent {
 	u.t.Helper()
-	ctx, cancel := context.WithTimeout(u.t.Context(), time.Minute)
+	evs, cancel := u.open(path, lastID)
 	defer cancel()
+	if opened != nil {
+		opened()
+	}
+	var out []sseEvent
+	for ev := range evs {
+		if ev.err != nil {
+			u.t.Fatalf("event data: %v", ev.err)
+		}
+		out = append(out, ev)
+		if stop != nil && stop(ev) {
+			break
+		}
+	}
+	return out
+}
+
+// open opens the server-sent events of path after lastID ("" for the
+// start) and returns them as they come (the channel is closed when the
+// stream ends) and a cancel that closes the stream. The stream is
+// answered when it returns.
+func (u *user) open(path, lastID string) (<-chan sseEvent, context.CancelFunc) {
+	u.t.Helper()
+	ctx, cancel := context.WithTimeout(u.t.Context(), time.Minute)
 	req, _ := http.NewRequestWithContext(ctx, "GET", u.a.srv.URL+path, nil)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
 	resp, err := u.c.Do(req)
 	if err != nil {
+		cancel()
 		u.t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		resp.Body.Close()
+		cancel()
 		u.t.Fatalf("events: status %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	if opened != nil {
-		opened()
-	}
-	var evs []sseEvent
-	var cur sseEvent
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			cur.id = line[4:]
-		case strings.HasPrefix(line, "event: "):
-			cur.kind = line[7:]
-		case strings.HasPrefix(line, "data: "):
-			cur.raw = json.RawMessage(line[6:])
-			if cur.kind != httpapi.EventApproval {
-				if err := json.Unmarshal(cur.raw, &cur.data); err != nil {
-					u.t.Fatalf("event data: %v", err)
+	evs := make(chan sseEvent)
+	go func() {
+		defer close(evs)
+		defer resp.Body.Close()
+		var cur sseEvent
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				cur.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				cur.kind = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				cur.raw = json.RawMessage(line[6:])
+				if cur.kind != httpapi.EventApproval {
+					cur.err = json.Unmarshal(cur.raw, &cur.data)
 				}
+			case line == "" && cur.kind != "":
+				select {
+				case evs <- cur:
+				case <-ctx.Done():
+					return
+				}
+				cur = sseEvent{}
 			}
-		case line == "" && cur.kind != "":
-			evs = append(evs, cur)
-			if stop != nil && stop(cur) {
-				return evs
-			}
-			cur = sseEvent{}
+		}
+	}()
+	return evs, cancel
+}
+
+// journaled returns the events of evs that have an id: those of the
+// journal (and a client's result), without the live ones (progress and
+// call_started), which a resumed stream does not replay.
+func journaled(evs []sseEvent) []sseEvent {
+	var out []sseEvent
+	for _, ev := range evs {
+		if ev.id != "" {
+			out = append(out, ev)
 		}
 	}
-	return evs
+	return out
 }
 
 type sseEvent struct {
 	id, kind string
 	data     httpapi.Event
 	raw      json.RawMessage
+	err      error // decoding data
 }
 
 // TestIdempotentSubmitAndResumedStream: two POSTs with one
 // Idempotency-Key give one run (201, then 200 with the same id); the
 // operator's stream of its events, cut after the approval request and
 // resumed with Last-Event-ID after the approval, holds every event of a
-// full stream read after the run ended, none missed and none twice.
+// full stream read after the run ended, none missed and none twice (the
+// journal's events: the live ones, progress and call_started, are not
+// replayed).
 func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	a := startAPI(t, httpapi.Config{})
 	cl := a.login(t, "client")
@@ -232,7 +294,7 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	}
 	run := string(first.RunID)
 
-	head := op.stream(run, "", func(ev sseEvent) bool { return ev.kind == httpapi.EventApprovalRequested })
+	head := journaled(op.stream(run, "", func(ev sseEvent) bool { return ev.kind == httpapi.EventApprovalRequested }))
 	testsync.WaitUntil(t, 30*time.Second, "the approval request is stored", func() bool {
 		var l struct {
 			Approvals []httpapi.Approval `json:"approvals"`
@@ -249,11 +311,11 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 		t.Fatalf("approve: status %d %+v, want 200 approved by operator", st, dec)
 	}
 	validate(t, "DecisionResult", dec)
-	tail := op.stream(run, last.id, nil)
+	tail := journaled(op.stream(run, last.id, nil))
 	if k := tail[len(tail)-1].kind; k != httpapi.EventFinished {
 		t.Fatalf("the resumed stream ends with %s, want finished", k)
 	}
-	full := op.stream(run, "", nil)
+	full := journaled(op.stream(run, "", nil))
 	got := append(append([]sseEvent{}, head...), tail...)
 	if len(got) != len(full) {
 		t.Fatalf("head %d + tail %d events, a full stream %d", len(head), len(tail), len(full))
@@ -269,7 +331,7 @@ func TestIdempotentSubmitAndResumedStream(t *testing.T) {
 	// Resumed after any event (those a round stores in one message among
 	// them), the stream holds exactly the events after it.
 	for i, ev := range full[:len(full)-1] {
-		rest := op.stream(run, ev.id, nil)
+		rest := journaled(op.stream(run, ev.id, nil))
 		if len(rest) != len(full)-i-1 || rest[0].id != full[i+1].id {
 			t.Fatalf("resumed after %s (%s): %d events from %s, want %d from %s", ev.id, ev.kind, len(rest), rest[0].id, len(full)-i-1, full[i+1].id)
 		}

@@ -24,6 +24,7 @@ const (
 	EventApprovalRequested = "approval_requested" // calls wait for a human (Calls, Deadline)
 	EventApprovalDecided   = "approval_decided"   // the gate settled one call (Calls[0])
 	EventDispatched        = "dispatched"         // calls went to the workers (Calls with deadlines)
+	EventCallStarted       = "call_started"       // a call started on a worker (CallStarted); live, no id
 	EventAnswered          = "answered"           // every call of the round is answered (Calls: outcome, observation, worker, duration)
 	EventProgress          = "progress"           // a running call's tool said what it does (Progress); no id
 	EventFinished          = "finished"           // the run ended (Termination, Answer)
@@ -36,7 +37,8 @@ type Event struct {
 	// ID names the event's place in the run's journal: "<seq>.<n>", the
 	// n-th entry (from 0) of the journal message stored at stream
 	// sequence seq (a round's entries may be stored as one message). A
-	// client's finished event has the ID "result"; progress has none.
+	// client's finished event has the ID "result"; progress and
+	// call_started, which are live and not journaled, have none.
 	ID          string                 `json:"id,omitempty"`
 	At          time.Time              `json:"at"`
 	Round       int                    `json:"round,omitempty"`
@@ -46,6 +48,7 @@ type Event struct {
 	Calls       []EventCall            `json:"calls,omitempty"`
 	Deadline    time.Time              `json:"deadline,omitzero"`
 	Progress    *protocol.Progress     `json:"progress,omitempty"`
+	CallStarted *protocol.CallStarted  `json:"call_started,omitempty"`
 	Termination loop.TerminationReason `json:"termination,omitempty"`
 	Answer      string                 `json:"answer,omitempty"`
 }
@@ -150,7 +153,8 @@ func parseEventID(s string) (eventID, bool) {
 // events streams run's events as server-sent events: from the journal
 // for a user who reads it (every event after Last-Event-ID, then each as
 // it is stored, until the run finishes), else — a client — its run's
-// progress and its result.
+// result; for both, the run's progress and its calls' starts as they
+// come (live: a reconnected stream gets none it missed).
 func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
 	run, e := runID(r, "id")
 	if e != nil {
@@ -193,9 +197,17 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	done := make(chan struct{})
 	switch {
 	case err == nil:
+		// The live events of a run already taken are followed before the
+		// stream's first line is written: what comes after it is seen.
+		live := make(chan *nats.Msg, s.cfg.StreamBuffer)
+		var sub *nats.Subscription
+		client, _, named := requestOf(recs)
+		if named {
+			sub = s.subscribeLive(ctx, ss, client, run, live)
+		}
 		go func() {
 			defer close(done)
-			s.followJournal(ctx, ss, run, recs, after, resumed, send)
+			s.followJournal(ctx, ss, run, recs, after, resumed, liveFollow{live, sub, named}, send)
 		}()
 	case fromNATS(ctx, err) == forbidden || errors.Is(context.Cause(ctx), errRefused):
 		// The refusal ended the session's request context: the stream goes
@@ -214,16 +226,38 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	s.writeEvents(ctx, w, out, done)
 }
 
+// liveFollow is a journal reader's subscription to its run's progress
+// subject: sub (nil when none), its messages on live; named once the
+// journal has named the run's client (and the subscription was asked).
+type liveFollow struct {
+	live  chan *nats.Msg
+	sub   *nats.Subscription
+	named bool
+}
+
 // followJournal sends each journal event of run after after (recs, the
 // journal read so far, first), reading what is stored next every
-// PollInterval with direct gets (no consumer), until the run finishes or
-// ctx ends.
-func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.RunID, recs []natsbus.JournalRecord, after eventID, resumed bool, send func(Event) bool) {
+// PollInterval with direct gets (no consumer), and the live events of
+// lf (subscribed here once the journal names the run's client, if it
+// had not), until the run finishes or ctx ends.
+func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.RunID, recs []natsbus.JournalRecord, after eventID, resumed bool,
+	lf liveFollow, send func(Event) bool) {
+	defer func() {
+		if lf.sub != nil {
+			_ = lf.sub.Unsubscribe()
+		}
+	}()
 	tools := map[protocol.CallKey]string{}
 	var at eventID
 	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
 	for {
+		if !lf.named {
+			var client string
+			if client, _, lf.named = requestOf(recs); lf.named {
+				lf.sub = s.subscribeLive(ctx, ss, client, run, lf.live)
+			}
+		}
 		for _, rec := range recs {
 			if rec.Seq == at.seq {
 				at.n++
@@ -238,10 +272,8 @@ func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.Ru
 				return
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !s.sendLive(ctx, tick.C, lf.live, run, send) {
 			return
-		case <-tick.C:
 		}
 		var err error
 		if recs, err = natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, run, at.seq+1); err != nil {
@@ -250,7 +282,7 @@ func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.Ru
 	}
 }
 
-// followResult sends a client's run's progress and, once stored, its
+// followResult sends a client's run's live events and, once stored, its
 // result as the finished event (its id the word "result"; not again when
 // ended is set: the viewer had it), then ends.
 func (s *Server) followResult(ctx context.Context, ss *session, run protocol.RunID, ended bool, send func(Event) bool, done chan struct{}) *apiError {
@@ -267,6 +299,8 @@ func (s *Server) followResult(ctx context.Context, ss *session, run protocol.Run
 	if err != nil {
 		return fromNATS(ctx, err)
 	}
+	// The server has the interest before the stream's first line.
+	_ = ss.nc.FlushWithContext(ctx)
 	results := make(chan *protocol.RunResult, 1)
 	go func() {
 		res, _ := ss.cl.Wait(ctx, client.Run{ID: run, Key: protocol.RunKey(ss.user, run), Subject: resultSubject})
@@ -280,11 +314,7 @@ func (s *Server) followResult(ctx context.Context, ss *session, run protocol.Run
 			case <-ctx.Done():
 				return
 			case m := <-msgs:
-				p, err := protocol.DecodeProgress(m.Data, protocol.MaxProgressBytes*4)
-				if err != nil || p.RunID != run {
-					continue
-				}
-				if !send(Event{Kind: EventProgress, At: s.cfg.Now().UTC(), Progress: &p}) {
+				if ev, ok := liveEvent(m.Data, run, s.cfg.Now()); ok && !send(ev) {
 					return
 				}
 			case res := <-results:
@@ -296,4 +326,58 @@ func (s *Server) followResult(ctx context.Context, ss *session, run protocol.Run
 		}
 	}()
 	return nil
+}
+
+// sendLive sends the events of live's messages until tick ticks (true),
+// or ctx ends or a send fails (false).
+func (s *Server) sendLive(ctx context.Context, tick <-chan time.Time, live chan *nats.Msg, run protocol.RunID, send func(Event) bool) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			return true
+		case m := <-live:
+			if ev, ok := liveEvent(m.Data, run, s.cfg.Now()); ok && !send(ev) {
+				return false
+			}
+		}
+	}
+}
+
+// maxLiveBytes bounds one message of a run's progress subject.
+const maxLiveBytes = protocol.MaxProgressBytes * 4
+
+// liveEvent is the event of one message of run's progress subject: a
+// progress report (at now) or a call's start (at its time), or false for
+// anything else.
+func liveEvent(data []byte, run protocol.RunID, now time.Time) (Event, bool) {
+	if p, err := protocol.DecodeProgress(data, maxLiveBytes); err == nil && p.RunID == run {
+		return Event{Kind: EventProgress, At: now.UTC(), Progress: &p}, true
+	}
+	if c, err := protocol.DecodeCallStarted(data, maxLiveBytes); err == nil && c.RunID == run {
+		return Event{Kind: EventCallStarted, At: c.StartedAt.UTC(), CallStarted: &c}, true
+	}
+	return Event{}, false
+}
+
+// subscribeLive subscribes ss to the progress subject of client's run
+// (its reports and its calls' starts), the messages going to live, and
+// returns once the server has the interest; nil when it could not, or
+// the run names no client (the viewer may not read the subject of such
+// a run: a refusal would end the session's requests in flight).
+func (s *Server) subscribeLive(ctx context.Context, ss *session, client string, run protocol.RunID, live chan *nats.Msg) *nats.Subscription {
+	if client == "" {
+		return nil
+	}
+	subject, err := s.subjects.ClientRunProgress(client, run)
+	if err != nil {
+		return nil
+	}
+	sub, err := ss.nc.ChanSubscribe(subject, live)
+	if err != nil {
+		return nil
+	}
+	_ = ss.nc.FlushWithContext(ctx)
+	return sub
 }

@@ -268,6 +268,14 @@ func summary(run protocol.RunID, recs []natsbus.JournalRecord) RunSummary {
 	if len(recs) > 0 {
 		out.StartedAt = recs[0].Time
 	}
+	out.Client, out.Agent, _ = requestOf(recs)
+	return out
+}
+
+// requestOf returns the client and agent of the run's request record
+// among recs (each "" when it names none, or none that is a valid
+// token), and false when recs hold no request record.
+func requestOf(recs []natsbus.JournalRecord) (client, agent string, ok bool) {
 	for _, rec := range recs {
 		if rec.Entry.Kind != natsbus.EntryRequest {
 			continue
@@ -278,15 +286,15 @@ func summary(run protocol.RunID, recs []natsbus.JournalRecord) RunSummary {
 		}
 		if json.Unmarshal(rec.Entry.Data, &req) == nil {
 			if protocol.ValidToken(req.Client) {
-				out.Client = req.Client
+				client = req.Client
 			}
 			if protocol.ValidToken(req.Agent) {
-				out.Agent = req.Agent
+				agent = req.Agent
 			}
 		}
-		break
+		return client, agent, true
 	}
-	return out
+	return "", "", false
 }
 
 // listRuns lists the runs with a journal, newest first, filtered by

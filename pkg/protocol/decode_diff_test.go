@@ -41,6 +41,7 @@ func decodeTargets() []func() message {
 		func() message { return new(Call) },
 		func() message { return new(Result) },
 		func() message { return new(Started) },
+		func() message { return new(CallStarted) },
 		func() message { return new(Cancel) },
 		func() message { return new(ApprovalRequest) },
 		func() message { return new(ApprovalDecision) },

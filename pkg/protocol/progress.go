@@ -1,6 +1,9 @@
 package protocol
 
-import "unicode/utf8"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // MaxProgressBytes bounds the message of one [Progress] report.
 const MaxProgressBytes = 512
@@ -11,8 +14,9 @@ const maxProgressField = 256
 // Progress is one report of a running call's progress: what its tool said
 // it is doing. Workers publish it on core NATS ([Subjects.Progress]),
 // bounded in rate and size; a serving coordinator passes it on to the
-// run's client ([Subjects.ClientRunProgress]). It is shown to people and
-// never reaches the model's transcript; losing one loses nothing else.
+// run's client ([Subjects.ClientRunProgress]), beside each call's
+// [CallStarted]. It is shown to people and never reaches the model's
+// transcript; losing one loses nothing else.
 type Progress struct {
 	V       int     `json:"v"`
 	RunID   RunID   `json:"run_id"`
@@ -66,6 +70,62 @@ func (p *Progress) Validate() error {
 // DecodeProgress decodes and validates a [Progress].
 func DecodeProgress(data []byte, limit int) (Progress, error) {
 	var m Progress
+	err := decode(data, limit, &m)
+	return m, err
+}
+
+// CallStarted tells a run's client that one of the run's calls started
+// on a worker: a serving coordinator publishes it once per call, when it
+// hears the worker's [Started] notice, on the run's progress subject
+// ([Subjects.ClientRunProgress]), beside the calls' [Progress]. It is a
+// message of its own, not a kind of Progress: its started_at is a field
+// Progress does not have, and it has no seq or message, so a reader that
+// decodes a progress subject's messages with [DecodeProgress] (whatever
+// its release) refuses it rather than shows it as a line, and
+// [DecodeCallStarted] refuses a progress report. Like progress, it is
+// shown to people only; losing one loses nothing else.
+type CallStarted struct {
+	V       int     `json:"v"`
+	RunID   RunID   `json:"run_id"`
+	CallKey CallKey `json:"call_key"`
+	// CallID is the call's id in the transcript (the model's text): at
+	// most 256 bytes of valid UTF-8, untrusted.
+	CallID CallID `json:"call_id,omitempty"`
+	// Tool is the call's tool.
+	Tool ToolName `json:"tool"`
+	// Worker is the name the worker gave (untrusted): at most 256 bytes
+	// of valid UTF-8.
+	Worker string `json:"worker,omitempty"`
+	// StartedAt is when the coordinator heard of the start.
+	StartedAt time.Time `json:"started_at"`
+}
+
+// Validate checks the fields' rules.
+func (p *CallStarted) Validate() error {
+	if err := checkV(p.V); err != nil {
+		return err
+	}
+	if err := checkRunKey(p.RunID, p.CallKey); err != nil {
+		return err
+	}
+	switch {
+	case len(p.CallID) > maxProgressField || !utf8.ValidString(string(p.CallID)):
+		return invalid("call_id", "longer than 256 bytes or not valid UTF-8")
+	case p.Tool == "":
+		return missing("tool")
+	case !p.Tool.Valid():
+		return invalid("tool", "must match "+TokenPattern)
+	case len(p.Worker) > maxProgressField || !utf8.ValidString(p.Worker):
+		return invalid("worker", "longer than 256 bytes or not valid UTF-8")
+	case p.StartedAt.IsZero():
+		return missing("started_at")
+	}
+	return nil
+}
+
+// DecodeCallStarted decodes and validates a [CallStarted].
+func DecodeCallStarted(data []byte, limit int) (CallStarted, error) {
+	var m CallStarted
 	err := decode(data, limit, &m)
 	return m, err
 }

@@ -143,6 +143,13 @@ type Config struct {
 	// PollWait bounds one pull request for a run; shutting down waits for
 	// the pull in progress. Default: 1s.
 	PollWait time.Duration
+	// NoCallStarts stops the runs' calls' started notices: a worker then
+	// sends one only where the loop needs it, and a run's client (and the
+	// console) learns of a call's start only from its answer. Each notice
+	// is one more core NATS message per call. Default: false, every call
+	// asks for its notice, and its start is passed on to the run's client
+	// on the run's progress subject ([protocol.CallStarted]).
+	NoCallStarts bool
 	// AfterAppend, when set, is called after each entry the loop journals
 	// is stored: a fault-injection point for tests of crashes between
 	// steps. Default: nil.

@@ -583,6 +583,7 @@ func (s *Server) runner(ctx context.Context, client string, run protocol.RunID, 
 	}
 	lc := lim.loop
 	lc.Logger = s.cfg.Logger
+	lc.Observer = s.withClientStarts(lc.Observer, client, run)
 	// The loop draws the run id first, before any call key.
 	var drawn atomic.Bool
 	lc.NewID = func() string {

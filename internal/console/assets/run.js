@@ -1,6 +1,8 @@
 // A run's page: its state, answer, calls and transcript from GET
 // /v1/runs/{id}, and its events, live from the run's stream, drawn as a
-// timeline of each round's calls.
+// timeline of each round's calls: queued, started on a worker (the
+// call_started event, live; a page opened later has only the answer's
+// worker, and draws queued and running as one segment), done.
 "use strict";
 TF.start(async () => {
   const id = decodeURIComponent(location.pathname.slice("/runs/".length));
@@ -33,6 +35,11 @@ TF.start(async () => {
         case "dispatched": c.dispatched = at; break;
         case "answered": c.done = at; c.outcome = ec.outcome; c.worker = ec.worker; c.duration = ec.duration_ms; break;
       }
+    }
+    if (ev.kind === "call_started" && ev.call_started) {
+      const c = call(ev.call_started.call_key, ev.call_started.tool);
+      if (!isNaN(at)) c.started = at;
+      if (ev.call_started.worker) c.worker = ev.call_started.worker;
     }
     if (ev.kind === "progress" && ev.progress) {
       const c = call(ev.progress.call_key, ev.progress.tool);
@@ -84,6 +91,13 @@ TF.start(async () => {
       seg(c.approvalFrom, c.approvalTo || c.done, "approval", "waiting for approval" + (c.gate ? ": " + c.gate : ""));
       seg(c.dispatched, c.started || c.done, c.started ? "queued" : "queued running", c.started ? "queued" : "queued, then running");
       seg(c.started, c.done, "running", "running on " + (c.worker || "a worker") + (c.said ? ": " + c.said : ""));
+      if (c.started && c.worker) {
+        // the worker's name inside the running segment, else just before
+        // the start when the segment is too short for it
+        const w = 6.5 * c.worker.length + 8, sx = x(c.started), ex = x(c.done || (finished ? c.started : now));
+        const inside = ex - sx > w || sx - L <= w;
+        row.append(svg("text", { x: inside ? sx + 4 : sx - 4, y: y + h - 5, "text-anchor": inside ? "start" : "end", class: "seg-label", "data-worker": c.worker }, c.worker));
+      }
       if (c.done) {
         row.append(svg("circle", { cx: x(c.done), cy: y + h / 2, r: 6, class: "done " + (c.outcome === "ok" ? "ok" : "bad") }));
         row.append(svg("text", { x: x(c.done) + 10, y: y + h - 4, class: "outcome" }, c.outcome || ""));
@@ -167,7 +181,7 @@ TF.start(async () => {
   await load();
   const list = document.getElementById("events");
   const es = new EventSource(path + "/events");
-  const kinds = ["started", "queued", "model", "approval_requested", "approval_decided", "dispatched", "answered", "progress", "finished"];
+  const kinds = ["started", "queued", "model", "approval_requested", "approval_decided", "dispatched", "call_started", "answered", "progress", "finished"];
   for (const k of kinds) {
     es.addEventListener(k, (m) => {
       let ev;
@@ -176,6 +190,7 @@ TF.start(async () => {
       const what = ev.kind === "model" ? (ev.content || "") + (ev.tool_calls ? " → " + ev.tool_calls.map((t) => t.name).join(", ") : "")
         : ev.kind === "finished" ? (ev.termination || "") + ": " + (ev.answer || "")
         : ev.kind === "progress" && ev.progress ? ev.progress.tool + ": " + ev.progress.message
+        : ev.kind === "call_started" && ev.call_started ? ev.call_started.tool + " on " + ev.call_started.worker
         : (ev.calls || []).map((c) => c.tool + (c.outcome ? " " + c.outcome : c.gate_result ? " " + c.gate_result : "")).join(", ");
       list.append(TF.el("li", { class: "ev " + ev.kind, data: { kind: ev.kind } },
         TF.el("span", { class: "when" }, TF.time(ev.at)), " ", TF.el("b", {}, ev.kind), " ", what));
