@@ -47,6 +47,9 @@ func (a *AgentStore) Get(ctx context.Context, name string) ([]byte, uint64, erro
 	}
 	g, err := askRetrying(ctx, agentNotFound, func(ctx context.Context) (got, error) {
 		data, rev, err := entry(a.kv.Get(ctx, name))
+		if errors.Is(err, ErrAgentNotFound) {
+			data, rev, err = a.onLeader(ctx, name, 0)
+		}
 		return got{data, rev}, err
 	})
 	return g.data, g.rev, err
@@ -58,8 +61,36 @@ func (a *AgentStore) Get(ctx context.Context, name string) ([]byte, uint64, erro
 func (a *AgentStore) GetRevision(ctx context.Context, name string, rev uint64) ([]byte, error) {
 	return askRetrying(ctx, agentNotFound, func(ctx context.Context) ([]byte, error) {
 		data, _, err := entry(a.kv.GetRevision(ctx, name, rev))
+		if errors.Is(err, ErrAgentNotFound) {
+			data, _, err = a.onLeader(ctx, name, rev)
+		}
 		return data, err
 	})
+}
+
+// onLeader reads agent name's revision rev (its newest when rev is 0)
+// from its history, which the bucket's leader serves. A get is a direct
+// get, which any replica may answer: on a cluster, one that has not yet
+// stored a revision another node acknowledged answers "not found", so a
+// get's "not found" is confirmed here before it is believed.
+func (a *AgentStore) onLeader(ctx context.Context, name string, rev uint64) ([]byte, uint64, error) {
+	es, err := a.kv.History(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, 0, ErrAgentNotFound
+	case err != nil:
+		return nil, 0, err
+	case len(es) == 0:
+		return nil, 0, ErrAgentNotFound
+	case rev == 0:
+		return entry(es[len(es)-1], nil)
+	}
+	for _, e := range es {
+		if e.Revision() == rev {
+			return entry(e, nil)
+		}
+	}
+	return nil, 0, ErrAgentNotFound
 }
 
 func agentNotFound(err error) bool { return errors.Is(err, ErrAgentNotFound) }
