@@ -18,6 +18,7 @@ var ErrAgentNotFound = errors.New("natsbus: no such agent")
 // KV revision is the agent's version. It stores bytes; what they mean is
 // pkg/agent's.
 type AgentStore struct {
+	js jetstream.JetStream
 	kv jetstream.KeyValue
 }
 
@@ -28,7 +29,7 @@ func OpenAgents(ctx context.Context, js JetStream, subjects protocol.Subjects) (
 	if err != nil {
 		return nil, err
 	}
-	return &AgentStore{kv: kv}, nil
+	return &AgentStore{js: js, kv: kv}, nil
 }
 
 // Put stores data as agent name's newest revision and returns it.
@@ -69,28 +70,26 @@ func (a *AgentStore) GetRevision(ctx context.Context, name string, rev uint64) (
 }
 
 // onLeader reads agent name's revision rev (its newest when rev is 0)
-// from its history, which the bucket's leader serves. A get is a direct
-// get, which any replica may answer: on a cluster, one that has not yet
-// stored a revision another node acknowledged answers "not found", so a
-// get's "not found" is confirmed here before it is believed.
+// from the bucket's leader. A get is a direct get, which any replica may
+// answer: on a cluster, one that has not yet stored a revision another
+// node acknowledged answers "not found", so a get's "not found" is
+// confirmed here before it is believed.
 func (a *AgentStore) onLeader(ctx context.Context, name string, rev uint64) ([]byte, uint64, error) {
-	es, err := a.kv.History(ctx, name)
+	subject := "$KV." + a.kv.Bucket() + "." + name
+	get := leaderGet{Seq: rev}
+	if rev == 0 {
+		get = leaderGet{LastBySubject: subject}
+	}
+	m, err := getFromLeader(ctx, a.js, "KV_"+a.kv.Bucket(), get)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return nil, 0, ErrAgentNotFound
 	case err != nil:
 		return nil, 0, err
-	case len(es) == 0:
-		return nil, 0, ErrAgentNotFound
-	case rev == 0:
-		return entry(es[len(es)-1], nil)
+	case m.Subject != subject || m.Header.Get(headerKVOperation) != "":
+		return nil, 0, ErrAgentNotFound // another key's, or a removal
 	}
-	for _, e := range es {
-		if e.Revision() == rev {
-			return entry(e, nil)
-		}
-	}
-	return nil, 0, ErrAgentNotFound
+	return m.Data, m.Sequence, nil
 }
 
 func agentNotFound(err error) bool { return errors.Is(err, ErrAgentNotFound) }

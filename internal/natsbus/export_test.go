@@ -53,3 +53,9 @@ func WriteStart(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 // BatchEvery is how many interactive calls a worker takes, while others
 // wait, before it lets one batch call of the same tool start.
 const BatchEvery = batchEvery
+
+// OnLeader reads agent name's revision rev (0: its newest) from the
+// agents bucket's leader, as a get's "not found" is confirmed.
+func (a *AgentStore) OnLeader(ctx context.Context, name string, rev uint64) ([]byte, uint64, error) {
+	return a.onLeader(ctx, name, rev)
+}

@@ -337,9 +337,20 @@ func (j *Journal) lastEntry(ctx context.Context) (seq uint64, msgID string, err 
 // last entry decides where its next owner appends and whether an owner is
 // fenced.
 func lastFromLeader(ctx context.Context, js jetstream.JetStream, stream, subject string) (*jetstream.RawStreamMsg, error) {
-	req, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{subject})
+	return getFromLeader(ctx, js, stream, leaderGet{LastBySubject: subject})
+}
+
+// leaderGet is the body of a STREAM.MSG.GET: a message by sequence, or
+// the last on a subject.
+type leaderGet struct {
+	Seq           uint64 `json:"seq,omitempty"`
+	LastBySubject string `json:"last_by_subj,omitempty"`
+}
+
+// getFromLeader asks the leader of stream for the message get names, or
+// jetstream.ErrMsgNotFound.
+func getFromLeader(ctx context.Context, js jetstream.JetStream, stream string, get leaderGet) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(get)
 	if err != nil {
 		return nil, err
 	}
