@@ -60,6 +60,31 @@ func startClusterConf(t *testing.T) *hub {
 		t.Setenv(v, confPassword(v))
 	}
 	t.Setenv("TOOLFLEET_ROUTE_PASSWORD", "tf-route-5e6f7a")
+	// A loopback port picked free may be taken by another test's process
+	// before its node binds it; that node never listens. Start the three
+	// again on other ports, a few times.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		h, notReady := startClusterNodes(t)
+		if notReady == 0 {
+			return h
+		}
+		for _, s := range h.srvs {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+		if attempt == attempts {
+			t.Fatalf("node %d not ready (%d attempts, each on other ports)", notReady, attempts)
+		}
+		t.Logf("node %d not ready: starting the cluster again on other ports", notReady)
+	}
+}
+
+// startClusterNodes starts the three nodes of startClusterConf on fresh
+// loopback ports and waits for each to listen: notReady is the first one
+// that did not (numbered from 1), or 0.
+func startClusterNodes(t *testing.T) (h *hub, notReady int) {
+	t.Helper()
 	type ports struct{ client, route, leaf string }
 	nodes := make([]ports, 3)
 	var routes []string
@@ -68,7 +93,7 @@ func startClusterConf(t *testing.T) *hub {
 		routes = append(routes, "nats-route://route:tf-route-5e6f7a@"+nodes[i].route)
 	}
 	t.Setenv("TOOLFLEET_ROUTES", "["+strings.Join(routes, ", ")+"]")
-	h := &hub{}
+	h = &hub{}
 	for i, n := range nodes {
 		t.Setenv("TOOLFLEET_SERVER_NAME", fmt.Sprintf("toolfleet-%d", i+1))
 		opts, err := server.ProcessConfigFile(clusterConf)
@@ -94,10 +119,10 @@ func startClusterConf(t *testing.T) *hub {
 	}
 	for i, s := range h.srvs {
 		if !s.ReadyForConnections(60 * time.Second) {
-			t.Fatalf("node %d not ready", i+1)
+			return h, i + 1
 		}
 	}
-	return h
+	return h, 0
 }
 
 // checkClusterOpts checks what the shipped cluster configuration sets, as
