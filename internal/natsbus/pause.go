@@ -195,7 +195,8 @@ type TrafficRecord struct {
 
 // History returns the newest limit traffic audit records of tool (every
 // tool when empty; every record when limit <= 0), oldest first. It reads
-// the whole log of tool: pauses, resumes and limits are rare.
+// back from the newest record in growing windows of sequences, so that it
+// reads about limit records of tool, not its whole log.
 func (t *ToolTraffic) History(ctx context.Context, tool protocol.ToolName, limit int) ([]TrafficRecord, error) {
 	filter := t.subjects.TrafficNotes()
 	if tool != "" {
@@ -204,10 +205,35 @@ func (t *ToolTraffic) History(ctx context.Context, tool protocol.ToolName, limit
 			return nil, err
 		}
 	}
-	// Read one record a request (the stream allows no direct get), no
-	// consumer: what only reads needs no more than single gets.
+	if limit <= 0 {
+		return t.history(ctx, filter, 1, 0)
+	}
+	newest, err := getFromLeader(ctx, t.js, t.subjects.TrafficStream(), leaderGet{LastBySubject: filter})
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	for span := uint64(limit); ; span *= 4 {
+		from := uint64(1)
+		if newest.Sequence > span {
+			from = newest.Sequence - span + 1
+		}
+		out, err := t.history(ctx, filter, from, limit)
+		if err != nil || len(out) >= limit || from == 1 {
+			return out, err
+		}
+	}
+}
+
+// history reads the traffic records on filter from sequence from, one
+// record a request (the stream allows no direct get; no consumer: what
+// only reads needs no more than single gets), and keeps the newest limit
+// of them (all when limit <= 0).
+func (t *ToolTraffic) history(ctx context.Context, filter string, from uint64, limit int) ([]TrafficRecord, error) {
 	var out []TrafficRecord
-	_, err := NewDirectReader(t.js).AllSingly(ctx, t.subjects.TrafficStream(), filter, 0, 0, func(m DirectMsg) bool {
+	_, err := NewDirectReader(t.js).AllSingly(ctx, t.subjects.TrafficStream(), filter, from, 0, func(m DirectMsg) bool {
 		if n, err := protocol.DecodeTrafficNote(m.Data); err == nil {
 			if want, _ := t.subjects.TrafficNote(n.Tool); want == m.Subject {
 				if limit > 0 && len(out) == limit {
