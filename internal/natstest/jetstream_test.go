@@ -2,6 +2,7 @@ package natstest_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,6 +55,18 @@ func TestStreamInfoWaitsForALeader(t *testing.T) {
 	for _, n := range gone {
 		c.Kill(n)
 	}
+	// The node left may have been the leader a moment ago (leadership can
+	// move before the kills) and answer until it sees it lost its quorum:
+	// wait until the stream does not answer, so that StreamInfo's first
+	// ask meets no leader.
+	natstest.WaitFor(t, 2*time.Minute, func() error {
+		actx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if _, err := base.Stream(actx, "S"); err == nil {
+			return errors.New("stream S still answers with one node of three")
+		}
+		return nil
+	})
 	js.lookups.Store(0)
 	back := make(chan struct{})
 	go func() {
