@@ -58,8 +58,8 @@ const (
 	StartMargin = 2 * time.Minute
 )
 
-// startMargin is StartMargin; tests shorten it.
-var startMargin = StartMargin
+// startMarginInUse is StartMargin; tests shorten it.
+var startMarginInUse = StartMargin
 
 // startsStream is the expected configuration of the starts stream.
 func startsStream(s protocol.Subjects, c StreamConfig) jetstream.StreamConfig {
@@ -89,12 +89,12 @@ func startsStream(s protocol.Subjects, c StreamConfig) jetstream.StreamConfig {
 
 // startTrusted reports whether a start record stored before now still
 // proves that no other record was stored before it: every record lives
-// at least until its call's ResultBy plus startMargin, as its writer's
+// at least until its call's ResultBy plus startMarginInUse, as its writer's
 // clock has it, so a subject found empty before ResultBy plus half of it
 // never held one — as long as the clocks agree within half of
-// startMargin.
+// startMarginInUse.
 func startTrusted(d protocol.CallDeadline, now time.Time) bool {
-	return now.Before(d.ResultBy().Add(startMargin / 2))
+	return now.Before(d.ResultBy().Add(startMarginInUse / 2))
 }
 
 // startRecord is the body of a start record: a worker's claim (Worker) or
@@ -118,7 +118,7 @@ const (
 // writeStart stores rec as the start record on subject (in stream) if the
 // subject holds none. It returns nil when rec is the
 // record — stored now, or by an earlier attempt whose PubAck was lost —,
-// errClaimed when another record holds the call, and another error when
+// ErrClaimed when another record holds the call, and another error when
 // it cannot tell or the server refused the record for another reason (a
 // full stream): then the call must not run.
 func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject string, rec startRecord) error {
@@ -142,19 +142,19 @@ func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject str
 			// Nothing of ours was sent before: another record is stored,
 			// or being stored. (Should that one fail to be stored, nobody
 			// holds the call, and nobody runs it.)
-			return errClaimed
+			return ErrClaimed
 		case refused && api.ErrorCode == errCodeWrongLastSequenceInFlight:
 			// Maybe our own earlier attempt, still being stored: ask
 			// again, and read the record once it is stored.
 			err = nil
 		case refused:
-			switch mine, rerr := ownStart(ctx, js, stream, msg); {
+			switch mine, rerr := OwnStart(ctx, js, stream, msg); {
 			case rerr != nil:
 				return fmt.Errorf("natsbus: reading a start record: %w", rerr)
 			case mine:
 				return nil
 			}
-			return errClaimed
+			return ErrClaimed
 		case ctx.Err() != nil || !transient(err):
 			return fmt.Errorf("natsbus: writing a start record: %w", err)
 		}
@@ -167,10 +167,10 @@ func writeStart(ctx context.Context, js jetstream.JetStream, stream, subject str
 	}
 }
 
-// ownStart reports whether the record stored on msg's subject is msg
+// OwnStart reports whether the record stored on msg's subject is msg
 // itself: the same body (its nonce). A copy of msg that someone else
 // stored first holds the call exactly as msg would have.
-func ownStart(ctx context.Context, js jetstream.JetStream, stream string, msg *nats.Msg) (bool, error) {
+func OwnStart(ctx context.Context, js jetstream.JetStream, stream string, msg *nats.Msg) (bool, error) {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return false, err
@@ -182,9 +182,9 @@ func ownStart(ctx context.Context, js jetstream.JetStream, stream string, msg *n
 	return bytes.Equal(m.Data, msg.Data), nil
 }
 
-// errClaimed refuses a non-idempotent call whose start record another
+// ErrClaimed refuses a non-idempotent call whose start record another
 // delivery (or the coordinator's withdrawal) wrote.
-var errClaimed = errors.New("natsbus: the call was claimed by another delivery, or withdrawn")
+var ErrClaimed = errors.New("natsbus: the call was claimed by another delivery, or withdrawn")
 
 // claim makes this delivery of a non-idempotent call the only one that
 // runs it, before the tool starts, by writing the call's start record
@@ -196,7 +196,7 @@ var errClaimed = errors.New("natsbus: the call was claimed by another delivery, 
 // acknowledged. Once the record is stored, or another is, the delivery is
 // acknowledged, so the message leaves the work queue; a lost ack lets the
 // server deliver it again, and that delivery finds the record. It returns
-// errClaimed when another record holds the call, and another error when
+// ErrClaimed when another record holds the call, and another error when
 // the record could not be written or it cannot tell: the message is left
 // to be redelivered after the ack wait (and claimed again, finding its
 // record if it was stored) and the call does not run here.
@@ -214,7 +214,7 @@ func (w *Worker) claim(ctx context.Context, d *Delivery, call protocol.Call) err
 	}
 	err = writeStart(ctx, w.js, stream, subject,
 		startRecord{V: protocol.Version, Worker: w.cfg.Name, Nonce: protocol.NewID()})
-	if err == nil || errors.Is(err, errClaimed) {
+	if err == nil || errors.Is(err, ErrClaimed) {
 		settle(d.Msg, Ack)
 	}
 	return err
@@ -277,7 +277,7 @@ func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, erro
 	err = writeStart(ctx, in.js, stream, subject,
 		startRecord{V: protocol.Version, Withdrawn: true, Nonce: protocol.NewID()})
 	switch {
-	case errors.Is(err, errClaimed):
+	case errors.Is(err, ErrClaimed):
 		return false, nil
 	case err != nil:
 		return false, err

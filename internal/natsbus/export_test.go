@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -24,20 +23,12 @@ func (w *Worker) ClaimDelivery(ctx context.Context, m jetstream.Msg, call protoc
 	return w.claim(ctx, &Delivery{Msg: m}, call)
 }
 
-// ErrClaimed is what a claim returns when another record holds the call.
-var ErrClaimed = errClaimed
-
 // SetStartMargin sets how long past a call's wait its start record lives,
 // until the test ends. Tests that call it must not run in parallel.
 func SetStartMargin(t interface{ Cleanup(func()) }, d time.Duration) {
-	old := startMargin
-	startMargin = d
-	t.Cleanup(func() { startMargin = old })
-}
-
-// OwnStart reports whether the record stored on msg's subject is msg.
-func OwnStart(ctx context.Context, js jetstream.JetStream, stream string, msg *nats.Msg) (bool, error) {
-	return ownStart(ctx, js, stream, msg)
+	old := startMarginInUse
+	startMarginInUse = d
+	t.Cleanup(func() { startMarginInUse = old })
 }
 
 // WriteStart writes a worker's start record for the call key of run and
@@ -49,10 +40,6 @@ func WriteStart(ctx context.Context, js jetstream.JetStream, s protocol.Subjects
 	}
 	return writeStart(ctx, js, s.StartsStream(), subject, startRecord{V: protocol.Version, Worker: worker, Nonce: protocol.NewID()})
 }
-
-// BatchEvery is how many interactive calls a worker takes, while others
-// wait, before it lets one batch call of the same tool start.
-const BatchEvery = batchEvery
 
 // OnLeader reads agent name's revision rev (0: its newest) from the
 // agents bucket's leader, as a get's "not found" is confirmed.

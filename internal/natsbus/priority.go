@@ -32,8 +32,8 @@ import (
 //     loses neither a slot nor a round trip per call.
 //
 // Bound for batch: while interactive calls keep waiting, the gate still
-// lets the batch queue take one call after every batchEvery interactive
-// calls the worker took, so batch calls get at least 1 in batchEvery+1 of
+// lets the batch queue take one call after every BatchEvery interactive
+// calls the worker took, so batch calls get at least 1 in BatchEvery+1 of
 // the tool's starts on each worker and are never starved.
 //
 // What it does not order: an interactive call published while the batch
@@ -42,9 +42,9 @@ import (
 // pull took — at most one pull, bounded by the free slots.
 
 const (
-	// batchEvery is how many interactive calls a worker takes, while
+	// BatchEvery is how many interactive calls a worker takes, while
 	// others wait, before it lets one batch call of the same tool start.
-	batchEvery = 8
+	BatchEvery = 8
 	// batchIdlePoll bounds how long a batch call waits, on an idle
 	// worker, before the batch queue asks for it.
 	batchIdlePoll = time.Second
@@ -79,7 +79,7 @@ func (g *classGate) interactivePulled(took int, pending uint64) {
 }
 
 // openLocked: no interactive call waits, or batch's turn came.
-func (g *classGate) openLocked() bool { return !g.waiting || g.since >= batchEvery }
+func (g *classGate) openLocked() bool { return !g.waiting || g.since >= BatchEvery }
 
 // Admit implements [PullGate]: open, without bound, when no interactive
 // call waits; open for one message when batch's turn came.
@@ -89,7 +89,7 @@ func (g *classGate) Admit() (int, bool) {
 	switch {
 	case !g.waiting:
 		return 0, true
-	case g.since >= batchEvery:
+	case g.since >= BatchEvery:
 		return 1, true
 	}
 	return 0, false

@@ -7,7 +7,7 @@ import (
 )
 
 // TestClassGate: the batch queue may pull only while no interactive call
-// waits, or once every batchEvery interactive calls (for one call); until
+// waits, or once every BatchEvery interactive calls (for one call); until
 // the interactive queue's first pull, interactive calls are assumed to
 // wait.
 func TestClassGate(t *testing.T) {
@@ -30,7 +30,7 @@ func TestClassGate(t *testing.T) {
 		defer cancel()
 		waited <- g.Wait(ctx)
 	}()
-	for range batchEvery - 2 - 1 {
+	for range BatchEvery - 2 - 1 {
 		g.interactivePulled(1, 5)
 	}
 	select {
@@ -38,7 +38,7 @@ func TestClassGate(t *testing.T) {
 		t.Fatalf("Wait returned (%v) before batch's turn", err)
 	default:
 	}
-	g.interactivePulled(1, 5) // the batchEvery-th interactive call since batch last took one
+	g.interactivePulled(1, 5) // the BatchEvery-th interactive call since batch last took one
 	if err := <-waited; err != nil {
 		t.Fatalf("Wait: %v", err)
 	}

@@ -94,7 +94,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *Delivery) Dec
 	} else {
 		// At most once: the call is claimed before the tool runs.
 		switch err := w.claim(ctx, d, call); {
-		case errors.Is(err, errClaimed):
+		case errors.Is(err, ErrClaimed):
 			rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimed})
 			return Settled
 		case err != nil:
@@ -209,7 +209,7 @@ func (w *Worker) expireClaimed(ctx context.Context, rec *callRecord, call protoc
 		return Term(termExpired)
 	}
 	switch err := w.claim(ctx, d, call); {
-	case errors.Is(err, errClaimed):
+	case errors.Is(err, ErrClaimed):
 		rec.emit(CallEvent{Kind: CallSkipped, Reason: SkippedClaimed, Code: termExpired})
 		return Settled
 	case err != nil:
