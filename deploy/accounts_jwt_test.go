@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -152,7 +153,7 @@ func TestJWTAccountsLayout(t *testing.T) {
 	if _, err := natsbus.Provision(ctx, admin.js, protocol.Subjects{}, natsbus.StreamConfig{OwnRecordTools: tools}); err != nil {
 		t.Fatalf("admin provisioning: %v", err)
 	}
-	if _, err := natsbus.ProvisionToolConsumers(ctx, admin.js, protocol.Subjects{}, tools); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(ctx, admin.js, protocol.Subjects{}, tools); err != nil {
 		t.Fatalf("admin provisioning the tools' consumers: %v", err)
 	}
 

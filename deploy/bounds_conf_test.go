@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -42,7 +44,7 @@ func boundedFleet(t *testing.T) (s serverOf, admin, deploy client) {
 	if _, err := natsbus.Provision(t.Context(), admin.js, protocol.Subjects{}, cfg); err != nil {
 		t.Fatalf("admin provisioning the fleet: %v", err)
 	}
-	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, protocol.Subjects{}, []string{"deploy"}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(t.Context(), admin.js, protocol.Subjects{}, []string{"deploy"}); err != nil {
 		t.Fatalf("provisioning deploy's consumer: %v", err)
 	}
 	return serverOf{srv}, admin, connectAs(t, srv, "worker_deploy")
@@ -116,13 +118,13 @@ func toolsFleet(t *testing.T, connect func(user string) client, user string, too
 		t.Fatal(err)
 	}
 	worker := connect(user)
-	cfg := natsbus.WorkerConfig{Name: user, PollWait: 200 * time.Millisecond, ShutdownGrace: time.Second, NoDiscovery: true}
+	cfg := workerbus.WorkerConfig{Name: user, PollWait: 200 * time.Millisecond, ShutdownGrace: time.Second, NoDiscovery: true}
 	if user == "worker" {
 		// A worker in an account of its own serves its provisioned
 		// consumer's ack wait, the default.
 		cfg.AckWait = 2 * time.Second
 	}
-	w, err := natsbus.NewWorker(worker.nc, worker.js, subjects, h, cfg)
+	w, err := workerbus.NewWorker(worker.nc, worker.js, subjects, h, cfg)
 	if err != nil {
 		t.Fatalf("NewWorker: %v", err)
 	}
@@ -137,7 +139,7 @@ func toolsFleet(t *testing.T, connect func(user string) client, user string, too
 	})
 	coord := connect("coordinator")
 	operator := connect("operator")
-	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(coord.nc, coord.js, subjects, dispatch.DispatcherConfig{})
 	return func(tool protocol.ToolName) protocol.Result {
 		t.Helper()
 		run := protocol.NewRunID()

@@ -10,7 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -30,11 +31,11 @@ func TestHostileDeployWorkerPullTricks(t *testing.T) {
 	provision(t, s)
 	subjects := protocol.Subjects{}
 	admin := connectAs(t, s, "admin")
-	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy", "calculator"}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy", "calculator"}); err != nil {
 		t.Fatalf("provisioning the tools' consumers: %v", err)
 	}
 	coord := connectAs(t, s, "coordinator")
-	if _, err := natsbus.EnsureRunsConsumer(t.Context(), coord.js, subjects, natsbus.RunsConsumerConfig{AckWait: time.Minute, MaxDeliver: 5}); err != nil {
+	if _, err := stores.EnsureRunsConsumer(t.Context(), coord.js, subjects, stores.RunsConsumerConfig{AckWait: time.Minute, MaxDeliver: 5}); err != nil {
 		t.Fatalf("the coordinators' consumer: %v", err)
 	}
 	cl := connectAs(t, s, "client")
@@ -117,7 +118,7 @@ func TestOwnAccountWorkerRefusesAnotherAckWait(t *testing.T) {
 	provision(t, s)
 	subjects := protocol.Subjects{}
 	admin := connectAs(t, s, "admin")
-	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
 		t.Fatalf("provisioning deploy's consumer: %v", err)
 	}
 	coord := connectAs(t, s, "coordinator")
@@ -129,9 +130,9 @@ func TestOwnAccountWorkerRefusesAnotherAckWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	provisioned := natsbus.DefaultAckWait
+	provisioned := workerbus.DefaultAckWait
 	deployer := connectAs(t, s, "worker_deploy")
-	w, err := natsbus.NewWorker(deployer.nc, deployer.js, subjects, h, natsbus.WorkerConfig{
+	w, err := workerbus.NewWorker(deployer.nc, deployer.js, subjects, h, workerbus.WorkerConfig{
 		Name: "deploy", AckWait: 6 * provisioned, NoDiscovery: true, ShutdownGrace: time.Second,
 	})
 	if err != nil {

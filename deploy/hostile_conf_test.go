@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -284,7 +285,7 @@ func TestHostileWorkerOfAnotherTool(t *testing.T) {
 	provision(t, s)
 	admin := connectAs(t, s, "admin")
 	subjects := protocol.Subjects{}
-	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
 		t.Fatalf("provisioning deploy's consumer: %v", err)
 	}
 	worker := connectAs(t, s, "worker")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/deploy"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -47,7 +48,7 @@ func TestHostileEdgeRecordsFillOnlyItsTools(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("admin provisioning the fleet: %v", err)
 	}
-	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy", edgeTool, "echo"}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy", edgeTool, "echo"}); err != nil {
 		t.Fatalf("provisioning the tools' consumers: %v", err)
 	}
 	call := deploy.OtherToolsFleet(t, func(user string) (*nats.Conn, jetstream.JetStream) {

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -41,11 +43,11 @@ func TestHostileEdgeSteals(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("admin provisioning the fleet: %v", err)
 	}
-	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy", edgeTool}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy", edgeTool}); err != nil {
 		t.Fatalf("provisioning the tools' consumers: %v", err)
 	}
 	coord := connectTo(t, urls, "coordinator", "")
-	if _, err := natsbus.EnsureRunsConsumer(t.Context(), coord.js, subjects, natsbus.RunsConsumerConfig{AckWait: time.Minute, MaxDeliver: 5}); err != nil {
+	if _, err := stores.EnsureRunsConsumer(t.Context(), coord.js, subjects, stores.RunsConsumerConfig{AckWait: time.Minute, MaxDeliver: 5}); err != nil {
 		t.Fatalf("the coordinators' consumer: %v", err)
 	}
 

@@ -18,6 +18,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/openai/openaitest"
@@ -44,7 +45,7 @@ func TestConfTwoAgentsOneCoordinator(t *testing.T) {
 
 	// The operator defines both agents.
 	op := connectAs(t, s, "operator")
-	store, err := natsbus.OpenAgents(ctx, op.js, subjects)
+	store, err := stores.OpenAgents(ctx, op.js, subjects)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/agents"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -28,9 +28,9 @@ func TestConfAgentsWrittenByAdminAndOperatorOnly(t *testing.T) {
 	ctx := t.Context()
 	provision(t, s)
 	subjects := protocol.Subjects{}
-	store := func(user string) *natsbus.AgentStore {
+	store := func(user string) *stores.AgentStore {
 		c := connectAs(t, s, user)
-		st, err := natsbus.OpenAgents(ctx, c.js, subjects)
+		st, err := stores.OpenAgents(ctx, c.js, subjects)
 		if err != nil {
 			t.Fatalf("%s opening the agents bucket: %v", user, err)
 		}

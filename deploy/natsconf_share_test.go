@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -24,7 +24,7 @@ func TestConfClientShareAndClasses(t *testing.T) {
 	provision(t, s)
 	admin := connectAs(t, s, "admin")
 	subjects := protocol.Subjects{}
-	if _, err := natsbus.ProvisionToolConsumers(ctx, admin.js, subjects, []string{"deploy"}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(ctx, admin.js, subjects, []string{"deploy"}); err != nil {
 		t.Fatalf("admin provisioning deploy's consumers: %v", err)
 	}
 	calls := subjects.CallsStream()

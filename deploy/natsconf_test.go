@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -384,7 +385,7 @@ func TestConfPermissions(t *testing.T) {
 	// consumer of its own subject.
 	t.Run("coordinator reads results", func(t *testing.T) {
 		run := protocol.NewRunID()
-		d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+		d := dispatch.NewDispatcher(coord.nc, coord.js, subjects, dispatch.DispatcherConfig{})
 		defer d.Close()
 		in, err := d.Open(ctx, run)
 		if err != nil {
@@ -410,7 +411,7 @@ func TestConfPermissions(t *testing.T) {
 			}
 		}
 		got(in)
-		resumed := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+		resumed := dispatch.NewDispatcher(coord.nc, coord.js, subjects, dispatch.DispatcherConfig{})
 		defer resumed.Close()
 		again, err := resumed.Open(ctx, run)
 		if err != nil {

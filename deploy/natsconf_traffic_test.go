@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
 	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -107,7 +107,7 @@ func TestConfToolPause(t *testing.T) {
 
 	// The audit log holds the three records, in order.
 	op := connectAs(t, s, "operator")
-	recs, err := natsbus.NewToolTraffic(op.js, subjects).History(ctx, "echo", 10)
+	recs, err := admission.NewToolTraffic(op.js, subjects).History(ctx, "echo", 10)
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("history: %+v, %v; want 3 records", recs, err)
 	}

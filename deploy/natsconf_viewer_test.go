@@ -13,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	tfclient "github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -99,7 +101,7 @@ func TestConfViewerReadsAndChangesNothing(t *testing.T) {
 
 	t.Run("reads", func(t *testing.T) {
 		// the runs list (coordinator runs list) and a run's journal
-		runs, err := natsbus.ListJournals(ctx, viewer.js, subjects)
+		runs, err := stores.ListJournals(ctx, viewer.js, subjects)
 		if err != nil || runs["r1"] != 1 {
 			t.Fatalf("listing the journals: %v %v", runs, err)
 		}
@@ -113,21 +115,21 @@ func TestConfViewerReadsAndChangesNothing(t *testing.T) {
 			}
 		}
 		// a run's result, and the agents listed and read
-		if data, found, err := natsbus.ReadRunResult(ctx, r, subjects, "client", "r1"); err != nil || !found || string(data) != `{"result":"r1"}` {
+		if data, found, err := stores.ReadRunResult(ctx, r, subjects, "client", "r1"); err != nil || !found || string(data) != `{"result":"r1"}` {
 			t.Fatalf("reading a result: %s %v %v", data, found, err)
 		}
-		if names, err := natsbus.AgentNames(ctx, r, subjects); err != nil || fmt.Sprint(names) != "[math]" {
+		if names, err := stores.AgentNames(ctx, r, subjects); err != nil || fmt.Sprint(names) != "[math]" {
 			t.Fatalf("listing the agents: %v %v", names, err)
 		}
-		if data, _, err := natsbus.ReadAgent(ctx, r, subjects, "math"); err != nil || string(data) != `{"name":"math"}` {
+		if data, _, err := stores.ReadAgent(ctx, r, subjects, "math"); err != nil || string(data) != `{"name":"math"}` {
 			t.Fatalf("reading an agent: %s %v", data, err)
 		}
 		// the tools: the catalog, a tool's queue depth and pause state,
 		// its limit and its traffic records
-		if _, err := natsbus.ReadCatalog(ctx, viewer.js, subjects); err != nil {
+		if _, err := stores.ReadCatalog(ctx, viewer.js, subjects); err != nil {
 			t.Fatalf("reading the catalog: %v", err)
 		}
-		tt := natsbus.NewToolTraffic(viewer.js, subjects)
+		tt := admission.NewToolTraffic(viewer.js, subjects)
 		if q, err := tt.Queue(ctx, "echo"); err != nil || q.Waiting != 1 {
 			t.Fatalf("the tool's queue: %+v %v", q, err)
 		}
@@ -305,7 +307,7 @@ func TestHostileViewerPushConsumerOntoACancelSubject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := natsbus.PublishSpecs(ctx, connectAs(t, s, "worker").js, subjects, h.Specs(), zerolog.Nop()); err != nil {
+	if err := stores.PublishSpecs(ctx, connectAs(t, s, "worker").js, subjects, h.Specs(), zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	serveRuns(t, s, `{"turns": [{"tool_calls": [{"id": "c1", "name": "slow", "arguments": {}}]}, {"content": "done"}]}`)

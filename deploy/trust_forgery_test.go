@@ -17,7 +17,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/approval"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -41,7 +43,7 @@ func TestHostileForgedResultOfAnotherTool(t *testing.T) {
 	provision(t, s)
 	admin := connectAs(t, s, "admin")
 	subjects := protocol.Subjects{}
-	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
 		t.Fatalf("provisioning deploy's consumer: %v", err)
 	}
 	coord := connectAs(t, s, "coordinator")
@@ -64,7 +66,7 @@ func TestHostileForgedResultOfAnotherTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ew, err := natsbus.NewWorker(echo.nc, echo.js, subjects, eh, natsbus.WorkerConfig{Name: "echoer", NoDiscovery: true,
+	ew, err := workerbus.NewWorker(echo.nc, echo.js, subjects, eh, workerbus.WorkerConfig{Name: "echoer", NoDiscovery: true,
 		PollWait: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -95,13 +97,13 @@ func TestHostileForgedResultOfAnotherTool(t *testing.T) {
 		looptest.Calls(looptest.Call("c1", "slow", `{}`)),
 		looptest.Calls(looptest.Call("c2", "deploy", `{"target":"production"}`)),
 		looptest.Answer("done"))
-	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(coord.nc, coord.js, subjects, dispatch.DispatcherConfig{})
 	gate := approval.NewGate(coord.nc, coord.js, subjects, approval.GateConfig{})
 	r, err := loop.New(loop.Config{ToolTimeout: 30 * time.Second, Logger: zerolog.New(zerolog.NewTestWriter(t))}, model, catalog, d, gate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := natsbus.OpenJournal(t.Context(), coord.js, subjects, run, "c1", natsbus.NoteStart)
+	j, err := stores.OpenJournal(t.Context(), coord.js, subjects, run, "c1", stores.NoteStart)
 	if err != nil {
 		t.Fatalf("OpenJournal: %v", err)
 	}
@@ -135,7 +137,7 @@ func TestHostileForgedResultOfAnotherTool(t *testing.T) {
 	forge(protocol.CallKey(enc.EncodeToString(sum[:16])))
 	var secret string
 	testsync.WaitFor(t, 30*time.Second, func() error {
-		recs, err := natsbus.ReadJournal(t.Context(), coord.js, subjects, run)
+		recs, err := stores.ReadJournal(t.Context(), coord.js, subjects, run)
 		for _, r := range recs {
 			if r.Entry.Kind == loop.EntryStart {
 				secret = r.Entry.Secret

@@ -13,6 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
@@ -57,7 +60,7 @@ func TestHostileJournalLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := natsbus.NewWorker(worker.nc, worker.js, subjects, h, natsbus.WorkerConfig{Name: "appender", NoDiscovery: true,
+	w, err := workerbus.NewWorker(worker.nc, worker.js, subjects, h, workerbus.WorkerConfig{Name: "appender", NoDiscovery: true,
 		PollWait: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -72,12 +75,12 @@ func TestHostileJournalLoss(t *testing.T) {
 		looptest.Calls(looptest.Call("c2", "append", `{"line":"twice"}`)),
 		looptest.Answer("done"))
 	r, err := loop.New(loop.Config{ToolTimeout: 30 * time.Second}, model, looptest.NewCatalog(h.Specs()...),
-		natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{}), nil)
+		dispatch.NewDispatcher(coord.nc, coord.js, subjects, dispatch.DispatcherConfig{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := protocol.NewRunID()
-	j, err := natsbus.OpenJournal(t.Context(), coord.js, subjects, run, "first", natsbus.NoteStart)
+	j, err := stores.OpenJournal(t.Context(), coord.js, subjects, run, "first", stores.NoteStart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +117,7 @@ func TestHostileJournalLoss(t *testing.T) {
 	var fillers []protocol.RunID
 	for i := 0; i < 100 && !filled; i++ {
 		fillers = append(fillers, protocol.NewRunID())
-		other, err := natsbus.OpenJournal(t.Context(), coord.js, subjects, fillers[i], "filler", natsbus.NoteStart)
+		other, err := stores.OpenJournal(t.Context(), coord.js, subjects, fillers[i], "filler", stores.NoteStart)
 		if err != nil {
 			filled = true
 			break
@@ -129,8 +132,8 @@ func TestHostileJournalLoss(t *testing.T) {
 	if !filled {
 		t.Fatal("the journal stream never refused an entry")
 	}
-	recs, err := natsbus.ReadJournal(t.Context(), coord.js, subjects, run)
-	if err != nil || len(recs) == 0 || recs[0].Entry.Kind != natsbus.EntryOwner || recs[0].Entry.Note != natsbus.NoteStart {
+	recs, err := stores.ReadJournal(t.Context(), coord.js, subjects, run)
+	if err != nil || len(recs) == 0 || recs[0].Entry.Kind != stores.EntryOwner || recs[0].Entry.Note != stores.NoteStart {
 		t.Fatalf("the live run's journal after the stream filled: %d entries, %v", len(recs), err)
 	}
 
@@ -147,7 +150,7 @@ func TestHostileJournalLoss(t *testing.T) {
 	}
 	calls, _ := admin.js.Stream(t.Context(), subjects.CallsStream())
 	callsBefore := lastSeq(t, calls)
-	j2, err := natsbus.OpenJournal(t.Context(), coord.js, subjects, run, "second", natsbus.NoteResume)
+	j2, err := stores.OpenJournal(t.Context(), coord.js, subjects, run, "second", stores.NoteResume)
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}
@@ -164,7 +167,7 @@ func TestHostileJournalLoss(t *testing.T) {
 	if err := journal.Purge(t.Context(), jetstream.WithPurgeSubject(subj)); err != nil {
 		t.Fatal(err)
 	}
-	j3, err := natsbus.OpenJournal(t.Context(), coord.js, subjects, run, "third", natsbus.NoteResume)
+	j3, err := stores.OpenJournal(t.Context(), coord.js, subjects, run, "third", stores.NoteResume)
 	if err != nil {
 		t.Fatalf("resume: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/approvalproof"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -330,14 +331,14 @@ func TestHostileReflectedResult(t *testing.T) {
 	}
 	ctx := t.Context()
 	logs := natstest.NewLogBuffer(t)
-	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{Logger: logs.Logger()})
+	d := dispatch.NewDispatcher(coord.nc, coord.js, subjects, dispatch.DispatcherConfig{Logger: logs.Logger()})
 	run := protocol.NewRunID()
 	li, err := d.Open(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer li.Close()
-	in := li.(*natsbus.Inbox)
+	in := li.(*dispatch.Inbox)
 	call := protocol.Call{V: 1, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "c1", Tool: "deploy",
 		Arguments: json.RawMessage(`{}`), Deadline: time.Now().Add(10 * time.Minute), Attempt: 1}
 	if err := d.Publish(ctx, loop.Outgoing{Call: call}); err != nil {

@@ -11,7 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -21,7 +22,7 @@ import (
 // startDeployWorker runs a worker of the gated, non-idempotent tool
 // "deploy" as user worker_deploy (a fresh connection: a fresh replica)
 // until stop, counting the tool's executions in runs.
-func startDeployWorker(t *testing.T, c client, name string, runs *atomic.Int64) (w *natsbus.Worker, stop func()) {
+func startDeployWorker(t *testing.T, c client, name string, runs *atomic.Int64) (w *workerbus.Worker, stop func()) {
 	t.Helper()
 	h, err := harness.New(harness.Config{}, harness.Tool{
 		Name: "deploy", Parameters: json.RawMessage(`{"type":"object"}`), RequiresApproval: true,
@@ -30,7 +31,7 @@ func startDeployWorker(t *testing.T, c client, name string, runs *atomic.Int64) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err = natsbus.NewWorker(c.nc, c.js, protocol.Subjects{}, h, natsbus.WorkerConfig{
+	w, err = workerbus.NewWorker(c.nc, c.js, protocol.Subjects{}, h, workerbus.WorkerConfig{
 		Name: name, PollWait: 200 * time.Millisecond, ShutdownGrace: time.Second, NoDiscovery: true,
 	})
 	if err != nil {
@@ -67,7 +68,7 @@ func TestHostileApprovalReplayRunsOnce(t *testing.T) {
 	provision(t, s)
 	admin := connectAs(t, s, "admin")
 	subjects := protocol.Subjects{}
-	if _, err := natsbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
+	if _, err := workerbus.ProvisionToolConsumers(t.Context(), admin.js, subjects, []string{"deploy"}); err != nil {
 		t.Fatalf("provisioning deploy's consumer: %v", err)
 	}
 	coord := connectAs(t, s, "coordinator")
@@ -77,7 +78,7 @@ func TestHostileApprovalReplayRunsOnce(t *testing.T) {
 	w1, stop1 := startDeployWorker(t, connectAs(t, s, "worker_deploy"), "w1", &runs)
 	w2, stop2 := startDeployWorker(t, connectAs(t, s, "worker_deploy"), "w2", &runs)
 
-	d := natsbus.NewDispatcher(coord.nc, coord.js, subjects, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(coord.nc, coord.js, subjects, dispatch.DispatcherConfig{})
 	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)
 	if err != nil {
@@ -112,7 +113,7 @@ func TestHostileApprovalReplayRunsOnce(t *testing.T) {
 	}
 
 	// The replay: copies under fresh message ids, to w1 and w2 ...
-	unapproved := func(ws ...*natsbus.Worker) int64 {
+	unapproved := func(ws ...*workerbus.Worker) int64 {
 		var n int64
 		for _, w := range ws {
 			st, _ := w.ToolStats("deploy") // the worker's micro STATS data

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -37,7 +38,7 @@ func TestForgedApprovalsNeverRun(t *testing.T) {
 	if err := natsbus.EnsureStreams(t.Context(), js, subjects, natsbus.StreamConfig{}); err != nil {
 		t.Fatalf("EnsureStreams as the coordinator: %v", err)
 	}
-	d := natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(nc, js, subjects, dispatch.DispatcherConfig{})
 	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/internal/natscli"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 )
@@ -47,13 +47,13 @@ func TestNatsMicroListsWorkers(t *testing.T) {
 	// listed returns the workers "nats micro ls --json" shows, by name.
 	listed := func() map[string]micro.Info {
 		var infos []micro.Info
-		out := cli("micro", "ls", natsbus.ServiceName, "--json")
+		out := cli("micro", "ls", workerbus.ServiceName, "--json")
 		if err := json.Unmarshal([]byte(out), &infos); err != nil {
 			t.Fatalf("nats micro ls --json: %v\n%s", err, out)
 		}
 		byName := map[string]micro.Info{}
 		for _, i := range infos {
-			byName[i.Metadata[natsbus.MetaWorker]] = i
+			byName[i.Metadata[workerbus.MetaWorker]] = i
 		}
 		return byName
 	}
@@ -67,7 +67,7 @@ func TestNatsMicroListsWorkers(t *testing.T) {
 		return nil
 	})
 	for name, tools := range map[string]string{"disc-w1": "charge,echo,work", "disc-w2": "calculator"} {
-		if got := workers[name].Metadata[natsbus.MetaTools]; got != tools {
+		if got := workers[name].Metadata[workerbus.MetaTools]; got != tools {
 			t.Errorf("%s tools = %q, want %q", name, got, tools)
 		}
 	}
@@ -75,7 +75,7 @@ func TestNatsMicroListsWorkers(t *testing.T) {
 	// The plain table an operator reads names both workers and their tools.
 	table := cli("micro", "ls")
 	t.Logf("nats micro ls:\n%s", table)
-	for _, want := range []string{natsbus.ServiceName, "disc-w1", "charge, echo, work", "disc-w2", "calculator"} {
+	for _, want := range []string{workerbus.ServiceName, "disc-w1", "charge, echo, work", "disc-w2", "calculator"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("nats micro ls does not show %q:\n%s", want, table)
 		}
@@ -87,7 +87,7 @@ func TestNatsMicroListsWorkers(t *testing.T) {
 	if r := run.result(30*time.Second, 0); r.Calls[0].Worker != "disc-w1" {
 		t.Fatalf("call answered by %q, want disc-w1", r.Calls[0].Worker)
 	}
-	info := cli("micro", "info", natsbus.ServiceName, workers["disc-w1"].ID, "--endpoint", "^work$")
+	info := cli("micro", "info", workerbus.ServiceName, workers["disc-w1"].ID, "--endpoint", "^work$")
 	t.Logf("nats micro info:\n%s", info)
 	for _, want := range []string{"fleet.tool.work", "schema_digest", "fleet.call.work", `"calls": 1`, `"ok": 1`} {
 		if !strings.Contains(info, want) {
@@ -97,7 +97,7 @@ func TestNatsMicroListsWorkers(t *testing.T) {
 	var ep []string
 	for _, e := range workers["disc-w1"].Endpoints {
 		ep = append(ep, e.Name)
-		if e.Metadata[natsbus.MetaSchemaDigest] == "" || e.Metadata[natsbus.MetaSchema] == "" {
+		if e.Metadata[workerbus.MetaSchemaDigest] == "" || e.Metadata[workerbus.MetaSchema] == "" {
 			t.Errorf("endpoint %s metadata = %v, want its schema and digest", e.Name, e.Metadata)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -268,13 +268,13 @@ func TestDurableStalledOwnerIsFenced(t *testing.T) {
 	if n := f.callsStored(); n != 3 {
 		t.Fatalf("the calls stream stored %d calls, want 3", n)
 	}
-	recs, err := natsbus.ReadJournal(t.Context(), f.js, protocol.Subjects{}, run)
+	recs, err := stores.ReadJournal(t.Context(), f.js, protocol.Subjects{}, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var after []string
 	for _, r := range recs {
-		if r.Entry.Kind == natsbus.EntryOwner {
+		if r.Entry.Kind == stores.EntryOwner {
 			after = nil
 			if r.Entry.Owner != "c2" {
 				continue
@@ -349,7 +349,7 @@ func TestDurableRunsCancel(t *testing.T) {
 	f.startServing("c1", model, "")
 	run := f.submitRun("go")
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		recs, err := natsbus.ReadJournal(t.Context(), f.js, protocol.Subjects{}, run)
+		recs, err := stores.ReadJournal(t.Context(), f.js, protocol.Subjects{}, run)
 		if err != nil {
 			return err
 		}

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -63,11 +64,11 @@ func TestClientShareWithRealWorkers(t *testing.T) {
 
 	nc, js := approvalConn(t, url, "coordinator")
 	defer nc.Close()
-	d := natsbus.NewDispatcher(nc, js, protocol.Subjects{}, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(nc, js, protocol.Subjects{}, dispatch.DispatcherConfig{})
 	defer d.Close()
 	open := func(client string) (protocol.RunID, *shareEvents) {
 		run := protocol.NewRunID()
-		forget, err := d.Route(run, natsbus.Route{Client: client})
+		forget, err := d.Route(run, admission.Route{Client: client})
 		if err != nil {
 			t.Fatal(err)
 		}

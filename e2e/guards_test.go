@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -27,7 +27,7 @@ func TestDurableRunsCancelOnlyOnARequest(t *testing.T) {
 	c := f.startServing("c1", model, "")
 	run := f.submitRun("go")
 	waiting := func() error {
-		recs, err := natsbus.ReadJournal(t.Context(), f.js, protocol.Subjects{}, run)
+		recs, err := stores.ReadJournal(t.Context(), f.js, protocol.Subjects{}, run)
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -49,7 +49,7 @@ func TestToolPauseStopsEveryWorker(t *testing.T) {
 	nc, js := approvalConn(t, url, "coordinator")
 	defer nc.Close()
 	subjects := protocol.Subjects{}
-	d := natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(nc, js, subjects, dispatch.DispatcherConfig{})
 	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)
 	if err != nil {
@@ -254,7 +254,7 @@ func TestRateLimitHoldsAcrossWorkers(t *testing.T) {
 		f.startWorker(fmt.Sprintf("w%d", i+1), "--log-level", "info")
 	}
 	subjects := protocol.Subjects{}
-	d := natsbus.NewDispatcher(f.nc, f.js, subjects, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(f.nc, f.js, subjects, dispatch.DispatcherConfig{})
 	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)
 	if err != nil {

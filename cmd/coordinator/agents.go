@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/toolfleet/toolfleet/internal/agents"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/internal/termsafe"
 	"github.com/toolfleet/toolfleet/pkg/agent"
@@ -66,12 +66,12 @@ a coordinator passes over a revision that does not validate: agents show):
 
 // openAgents connects and returns the agents bucket and its registry,
 // and the function that closes the connection.
-func openAgents(ctx context.Context, o *op) (func(), *natsbus.AgentStore, *agents.Registry, error) {
+func openAgents(ctx context.Context, o *op) (func(), *stores.AgentStore, *agents.Registry, error) {
 	nc, js, err := o.connect(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	store, err := natsbus.OpenAgents(ctx, js, o.subjects)
+	store, err := stores.OpenAgents(ctx, js, o.subjects)
 	if err != nil {
 		nc.Close()
 		return nil, nil, nil, fmt.Errorf("bucket %s: %w", o.subjects.AgentsBucket(), err)

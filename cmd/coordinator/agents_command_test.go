@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -32,7 +33,7 @@ func TestAgentsCommand(t *testing.T) {
 	if _, err := natsbus.Provision(t.Context(), js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	store, err := natsbus.OpenAgents(t.Context(), js, protocol.Subjects{})
+	store, err := stores.OpenAgents(t.Context(), js, protocol.Subjects{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/approval"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/termsafe"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -45,12 +45,12 @@ Run "approvals <command> -h" for a command's flags.
 
 // openApprovals connects and returns the approvals stream's ledger and
 // the connection.
-func openApprovals(ctx context.Context, o *op, subjects protocol.Subjects) (*nats.Conn, *natsbus.ApprovalLedger, error) {
+func openApprovals(ctx context.Context, o *op, subjects protocol.Subjects) (*nats.Conn, *stores.ApprovalLedger, error) {
 	nc, js, err := o.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	return nc, natsbus.NewApprovalLedger(js, subjects), nil
+	return nc, stores.NewApprovalLedger(js, subjects), nil
 }
 
 // listedRequest is one pending request in "approvals list --output json".

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/cliconfig"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/serve"
@@ -116,7 +117,7 @@ Flags:`)
 	actions, err := natsbus.Provision(cctx, js, subjects, streams)
 	if err == nil {
 		var more []natsbus.ProvisionAction
-		more, err = natsbus.ProvisionToolConsumers(cctx, js, subjects, splitList(f.toolConsumers))
+		more, err = workerbus.ProvisionToolConsumers(cctx, js, subjects, splitList(f.toolConsumers))
 		actions = append(actions, more...)
 	}
 	for _, a := range actions {

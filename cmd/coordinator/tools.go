@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
 	"github.com/toolfleet/toolfleet/internal/termsafe"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -17,7 +17,7 @@ import (
 // every worker, limit its rate, see its state and the audit log of such
 // changes, over NATS ($NATS_URL; the operator's credentials under
 // deploy/nats-server.conf). Each change is recorded in the approvals
-// stream (the audit log) before it takes effect: natsbus.ToolTraffic.
+// stream (the audit log) before it takes effect: admission.ToolTraffic.
 func toolsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return envCommand(ctx, "coordinator tools", "toolfleet-tools", args, stdout, stderr, tools.run)
 }
@@ -95,12 +95,12 @@ func toolNames(o *op, pos []string, min, max int) (_ []protocol.ToolName, code i
 
 // openTraffic connects and returns the connection and the fleet's traffic
 // control.
-func openTraffic(ctx context.Context, o *op) (func(), *natsbus.ToolTraffic, error) {
+func openTraffic(ctx context.Context, o *op) (func(), *admission.ToolTraffic, error) {
 	nc, js, err := o.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	return nc.Close, natsbus.NewToolTraffic(js, o.subjects), nil
+	return nc.Close, admission.NewToolTraffic(js, o.subjects), nil
 }
 
 // parseUntil reads a pause's end: an RFC 3339 time, a "2006-01-02

@@ -14,6 +14,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -94,8 +97,8 @@ type fleet struct {
 	subjects    protocol.Subjects
 	nc          *nats.Conn
 	js          jetstream.JetStream
-	disp        *natsbus.Dispatcher
-	catalog     *natsbus.Catalog
+	disp        *dispatch.Dispatcher
+	catalog     *stores.Catalog
 }
 
 // openFleet opens the coordinator side on the server at url. With short,
@@ -127,15 +130,15 @@ func openFleet(ctx context.Context, url string, log zerolog.Logger, short bool, 
 		f.close()
 		return nil, err
 	}
-	if err := natsbus.PublishSpecs(ctx, f.js, f.subjects, h.Specs(), log); err != nil {
+	if err := stores.PublishSpecs(ctx, f.js, f.subjects, h.Specs(), log); err != nil {
 		f.close()
 		return nil, err
 	}
-	if f.catalog, err = natsbus.NewCatalog(ctx, f.js, f.subjects, log); err != nil {
+	if f.catalog, err = stores.NewCatalog(ctx, f.js, f.subjects, log); err != nil {
 		f.close()
 		return nil, err
 	}
-	f.disp = natsbus.NewDispatcher(f.nc, f.js, f.subjects, natsbus.DispatcherConfig{Logger: log})
+	f.disp = dispatch.NewDispatcher(f.nc, f.js, f.subjects, dispatch.DispatcherConfig{Logger: log})
 	return f, nil
 }
 
@@ -154,7 +157,7 @@ type workers struct {
 	wg     sync.WaitGroup
 	conns  []*nats.Conn
 	errs   chan error
-	ws     []*natsbus.Worker
+	ws     []*workerbus.Worker
 }
 
 // pulls sums the workers' pulls of calls and the calls they took.
@@ -199,7 +202,7 @@ func (f *fleet) startWorkers(ctx context.Context, n, concurrency int, tool harne
 			ws.stop()
 			return nil, err
 		}
-		w, err := natsbus.NewWorker(nc, js, f.subjects, h, natsbus.WorkerConfig{
+		w, err := workerbus.NewWorker(nc, js, f.subjects, h, workerbus.WorkerConfig{
 			Name:        fmt.Sprintf("bench-%d", i+1),
 			Concurrency: concurrency,
 			Logger:      f.log,
@@ -263,7 +266,7 @@ var errNotOK = errors.New("a call did not answer ok")
 // dispatchRound publishes n calls to tool through the dispatcher, as the
 // loop does (one call with Publish, more as one batch), and waits for their
 // results on in.
-func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protocol.RunID, tool protocol.ToolName, args string, n int) error {
+func (f *fleet) dispatchRound(ctx context.Context, in *dispatch.Inbox, run protocol.RunID, tool protocol.ToolName, args string, n int) error {
 	deadline := time.Now().Add(f.timeout)
 	open := make(map[protocol.CallKey]bool, n)
 	batch := make([]loop.Outgoing, 0, n)
@@ -314,13 +317,13 @@ func (f *fleet) dispatchRound(ctx context.Context, in *natsbus.Inbox, run protoc
 }
 
 // openInbox opens a run's inbox on the dispatcher.
-func (f *fleet) openInbox(ctx context.Context) (*natsbus.Inbox, protocol.RunID, error) {
+func (f *fleet) openInbox(ctx context.Context) (*dispatch.Inbox, protocol.RunID, error) {
 	run := protocol.NewRunID()
 	in, err := f.disp.Open(ctx, run)
 	if err != nil {
 		return nil, "", err
 	}
-	return in.(*natsbus.Inbox), run, nil
+	return in.(*dispatch.Inbox), run, nil
 }
 
 // openClose times n sequential opens and closes of a run's inbox: what the
@@ -485,7 +488,7 @@ func (f *fleet) otherCoordinators(ctx context.Context, n int) (func(), error) {
 			closeAll()
 			return nil, err
 		}
-		d := natsbus.NewDispatcher(nc, js, f.subjects, natsbus.DispatcherConfig{Logger: f.log})
+		d := dispatch.NewDispatcher(nc, js, f.subjects, dispatch.DispatcherConfig{Logger: f.log})
 		in, err := d.Open(ctx, protocol.NewRunID())
 		if err != nil {
 			nc.Close()

@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolfleet/toolfleet/internal/mcpserve"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
@@ -60,7 +60,7 @@ func (b *bench) mcp(ctx context.Context, f *fleet) error {
 	if err != nil {
 		return err
 	}
-	if err := natsbus.PublishSpecs(ctx, f.js, f.subjects, h.Specs(), f.log); err != nil {
+	if err := stores.PublishSpecs(ctx, f.js, f.subjects, h.Specs(), f.log); err != nil {
 		return err
 	}
 	if err := waitCatalog(ctx, f.catalog, mcpTool); err != nil {

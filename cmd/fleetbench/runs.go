@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -144,7 +144,7 @@ func (f *fleet) loopLatencyOf(ctx context.Context, n, calls int, tool, args, wan
 			continue
 		}
 		run := protocol.NewRunID()
-		j, err := natsbus.OpenJournal(ctx, f.js, f.subjects, run, "fleetbench", "start")
+		j, err := stores.OpenJournal(ctx, f.js, f.subjects, run, "fleetbench", "start")
 		if err != nil {
 			return summary{}, err
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -78,7 +78,7 @@ func TestServesMetricsAndProbes(t *testing.T) {
 
 	nc := natstest.Connect(t, srv)
 	js, _ := jetstream.New(nc)
-	d := natsbus.NewDispatcher(nc, js, protocol.Subjects{}, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(nc, js, protocol.Subjects{}, dispatch.DispatcherConfig{})
 	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)
 	if err != nil {

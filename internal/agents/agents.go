@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -17,12 +17,12 @@ import (
 
 // ErrNotFound is returned for an agent the fleet does not hold (for the
 // default agent: the coordinator then runs as it does without agents).
-var ErrNotFound = natsbus.ErrAgentNotFound
+var ErrNotFound = stores.ErrAgentNotFound
 
 // Registry reads and writes the fleet's agent definitions.
 type Registry struct {
 	// Store is the agents bucket.
-	Store *natsbus.AgentStore
+	Store *stores.AgentStore
 	// LookupEnv checks that an agent's key variable is set; nil checks
 	// nothing (a definition put from a machine that does not run it).
 	LookupEnv func(string) (string, bool)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/config"
@@ -27,7 +28,7 @@ func fleet(t *testing.T) (*agents.Registry, jetstream.JetStream, string) {
 	if _, err := natsbus.Provision(t.Context(), js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	store, err := natsbus.OpenAgents(t.Context(), js, protocol.Subjects{})
+	store, err := stores.OpenAgents(t.Context(), js, protocol.Subjects{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestResumedRunKeepsItsRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := protocol.NewRunID()
-	j, err := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-a", "start")
+	j, err := stores.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-a", "start")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestResumedRunKeepsItsRevision(t *testing.T) {
 	if _, _, err := reg.Put(ctx, []byte(strings.Replace(doc, "kb_*", "deploy", 1))); err != nil {
 		t.Fatal(err)
 	}
-	j2, err := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-b", "resume")
+	j2, err := stores.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-b", "resume")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -53,7 +54,7 @@ func TestRunsConfiguredWhileTheAgentsLeaderChanges(t *testing.T) {
 	})
 	stream := "KV_" + s.AgentsBucket()
 	natstest.WaitStreamsCurrent(t, js, time.Minute, stream)
-	store, err := natsbus.OpenAgents(t.Context(), js, s)
+	store, err := stores.OpenAgents(t.Context(), js, s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/loop/looptest"
@@ -51,7 +52,7 @@ func TestServingTwoAgentsDisjointScopes(t *testing.T) {
 	if _, err := natsbus.Provision(ctx, js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	store, err := natsbus.OpenAgents(ctx, js, protocol.Subjects{})
+	store, err := stores.OpenAgents(ctx, js, protocol.Subjects{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestServingTwoAgentsDisjointScopes(t *testing.T) {
 
 	runAs := func(name string) *loop.Result {
 		run := protocol.NewRunID()
-		j, err := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "test", "start")
+		j, err := stores.OpenJournal(ctx, js, protocol.Subjects{}, run, "test", "start")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +150,7 @@ func TestServingResumeKeepsTheRevision(t *testing.T) {
 	if _, err := natsbus.Provision(ctx, js, protocol.Subjects{}, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	store, _ := natsbus.OpenAgents(ctx, js, protocol.Subjects{})
+	store, _ := stores.OpenAgents(ctx, js, protocol.Subjects{})
 	reg := &agents.Registry{Store: store}
 	version := func(v string) string {
 		return `{"name":"pinned","model":{"provider":"scripted","script":{"turns":[
@@ -165,7 +166,7 @@ func TestServingResumeKeepsTheRevision(t *testing.T) {
 	}
 	input := []loop.Message{{Role: "user", Content: "go"}}
 	run := protocol.NewRunID()
-	j, err := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-a", "start")
+	j, err := stores.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-a", "start")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestServingResumeKeepsTheRevision(t *testing.T) {
 	if _, rev, err := reg.Put(ctx, []byte(version("v2"))); err != nil || rev != 2 {
 		t.Fatalf("update: %d %v", rev, err)
 	}
-	j2, err := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-b", "resume")
+	j2, err := stores.OpenJournal(ctx, js, protocol.Subjects{}, run, "coordinator-b", "resume")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestServingResumeKeepsTheRevision(t *testing.T) {
 		t.Fatalf("resumed run: %q %v", res.Answer, err)
 	}
 	// A new run gets the new revision.
-	j3, _ := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, protocol.NewRunID(), "coordinator-b", "start")
+	j3, _ := stores.OpenJournal(ctx, js, protocol.Subjects{}, protocol.NewRunID(), "coordinator-b", "start")
 	if _, _, ref3, err := serving().ForRun(ctx, "pinned", j3, input); err != nil || ref3.Revision != 2 {
 		t.Fatalf("a new run: %+v %v", ref3, err)
 	}
@@ -209,7 +210,7 @@ func TestServingPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := protocol.NewRunID()
-	j, _ := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "a", "start")
+	j, _ := stores.OpenJournal(ctx, js, protocol.Subjects{}, run, "a", "start")
 	s := &agents.Serving{Registry: reg, Models: (&providers.Models{Getenv: func(string) string { return "k" }}).Model}
 	p, err := s.Prepare(ctx, "support", j, loop.Config{MaxRounds: 8}, looptest.NewCatalog(looptest.MustSpec("kb_find", `{"type":"object"}`), looptest.MustSpec("deploy", `{"type":"object"}`)),
 		[]loop.Message{{Role: "user", Content: "hi"}})
@@ -220,7 +221,7 @@ func TestServingPrepare(t *testing.T) {
 	if p.Config.MaxRounds != 3 || p.Model == nil || len(specs) != 1 || specs[0].Name != "kb_find" || p.Messages[0].Content != "hello" || p.Ref.Revision != 1 {
 		t.Fatalf("%+v %v", p, specs)
 	}
-	j2, _ := natsbus.OpenJournal(ctx, js, protocol.Subjects{}, run, "b", "resume")
+	j2, _ := stores.OpenJournal(ctx, js, protocol.Subjects{}, run, "b", "resume")
 	if ref, ok := agent.FromJournal(j2.Entries()); !ok || ref != p.Ref {
 		t.Fatalf("journal pins %+v %v", ref, ok)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -36,7 +37,7 @@ type PendingRequest struct {
 // Pending lists the open requests (neither settled nor expired) stored
 // since since (the whole stream when zero), earliest deadline first.
 func Pending(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, since time.Time) ([]PendingRequest, error) {
-	l, err := List(ctx, natsbus.NewApprovalLedger(js, subjects), subjects, since, time.Now())
+	l, err := List(ctx, stores.NewApprovalLedger(js, subjects), subjects, since, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +67,7 @@ func Decide(ctx context.Context, js natsbus.JetStream, subjects protocol.Subject
 	case len(approver) > 128:
 		return "", &protocol.Error{Code: protocol.CodeInvalidField, Field: "approver", Msg: "longer than 128 bytes"}
 	}
-	approvals := natsbus.NewApprovalLedger(js, subjects)
+	approvals := stores.NewApprovalLedger(js, subjects)
 	l, err := scanLedger(ctx, approvals, subjects, []string{reqSubj, decSubj, outSubj}, time.Time{})
 	if err != nil {
 		return "", err

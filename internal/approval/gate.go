@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/approvalproof"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -21,7 +22,7 @@ import (
 // and nothing is shared between calls.
 type Gate struct {
 	nc        *nats.Conn
-	approvals *natsbus.ApprovalLedger
+	approvals *stores.ApprovalLedger
 	subjects  protocol.Subjects
 	cfg       GateConfig
 }
@@ -32,7 +33,7 @@ var _ loop.Gate = (*Gate)(nil)
 // stream (which must exist: natsbus.EnsureStreams creates it) and reads the
 // decisions stored there. nc and js must use the same connection.
 func NewGate(nc *nats.Conn, js natsbus.JetStream, subjects protocol.Subjects, cfg GateConfig) *Gate {
-	return &Gate{nc: nc, approvals: natsbus.NewApprovalLedger(js, subjects), subjects: subjects, cfg: cfg.withDefaults()}
+	return &Gate{nc: nc, approvals: stores.NewApprovalLedger(js, subjects), subjects: subjects, cfg: cfg.withDefaults()}
 }
 
 // Approve publishes req and blocks until the first valid decision, req's

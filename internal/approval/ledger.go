@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -68,13 +68,13 @@ func (l *ledger) settled(id string) (string, bool) {
 // scanLedger reads the approvals stream on filters (all of it when empty),
 // from since (the beginning when zero) up to the last message stored when
 // the scan starts.
-func scanLedger(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects protocol.Subjects, filters []string, since time.Time) (*ledger, error) {
+func scanLedger(ctx context.Context, approvals *stores.ApprovalLedger, subjects protocol.Subjects, filters []string, since time.Time) (*ledger, error) {
 	l := &ledger{
 		requests:  map[string]*pending{},
 		decisions: map[string][]protocol.ApprovalDecision{},
 		notes:     map[string]protocol.ApprovalNote{},
 	}
-	truncated, err := approvals.Scan(ctx, filters, since, maxScan, func(m natsbus.ApprovalMsg) {
+	truncated, err := approvals.Scan(ctx, filters, since, maxScan, func(m stores.ApprovalMsg) {
 		l.add(subjects, m.Subject, m.Data, m.Seq, m.Stored)
 	})
 	l.truncated = truncated
@@ -95,7 +95,7 @@ const pendingChunk = 128
 // subjects, from when the earliest of the requests was stored). Nothing
 // else — decisions of expired requests, junk, a flood on other subjects —
 // is read, nor counts against maxScan.
-func scanPending(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects protocol.Subjects, since, now time.Time) (*ledger, error) {
+func scanPending(ctx context.Context, approvals *stores.ApprovalLedger, subjects protocol.Subjects, since, now time.Time) (*ledger, error) {
 	l, err := scanLedger(ctx, approvals, subjects, []string{subjects.ApprovalRequests()}, since)
 	if err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func scanPending(ctx context.Context, approvals *natsbus.ApprovalLedger, subject
 				from = p.stored
 			}
 		}
-		truncated, err := approvals.Scan(ctx, filters, from, maxScan, func(m natsbus.ApprovalMsg) {
+		truncated, err := approvals.Scan(ctx, filters, from, maxScan, func(m stores.ApprovalMsg) {
 			l.add(subjects, m.Subject, m.Data, m.Seq, m.Stored)
 		})
 		if err != nil {

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -37,7 +37,7 @@ type Listing struct {
 
 // List returns the requests stored since since (the whole stream when
 // zero) that are open at now: neither settled nor expired.
-func List(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects protocol.Subjects, since, now time.Time) (*Listing, error) {
+func List(ctx context.Context, approvals *stores.ApprovalLedger, subjects protocol.Subjects, since, now time.Time) (*Listing, error) {
 	l, err := scanPending(ctx, approvals, subjects, since, now)
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ type Call struct {
 }
 
 // Lookup reads the request, decisions and outcome of run's call key.
-func Lookup(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects protocol.Subjects, run protocol.RunID, key protocol.CallKey) (*Call, error) {
+func Lookup(ctx context.Context, approvals *stores.ApprovalLedger, subjects protocol.Subjects, run protocol.RunID, key protocol.CallKey) (*Call, error) {
 	reqSubj, err := subjects.ApprovalRequest(run, key)
 	if err != nil {
 		return nil, err
@@ -89,7 +89,7 @@ func Lookup(ctx context.Context, approvals *natsbus.ApprovalLedger, subjects pro
 // WaitOutcome waits up to wait for the outcome note on subj (a
 // coordinator's record that it acted on a decision), reading the stream's
 // last message on it every 50ms.
-func WaitOutcome(ctx context.Context, approvals *natsbus.ApprovalLedger, subj string, wait time.Duration) (protocol.ApprovalNote, bool) {
+func WaitOutcome(ctx context.Context, approvals *stores.ApprovalLedger, subj string, wait time.Duration) (protocol.ApprovalNote, bool) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -148,14 +149,14 @@ func (s *watchState) agent(ctx context.Context, run protocol.RunID) string {
 	if len(s.agents) >= maxRemembered {
 		clear(s.agents)
 	}
-	recs, err := natsbus.ReadJournal(ctx, s.js, s.subjects, run)
+	recs, err := stores.ReadJournal(ctx, s.js, s.subjects, run)
 	if err != nil {
 		// Not remembered: asked again with the run's next request.
 		return ""
 	}
 	agent := ""
 	for _, r := range recs {
-		if r.Entry.Kind != natsbus.EntryRequest {
+		if r.Entry.Kind != stores.EntryRequest {
 			continue
 		}
 		var req struct {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -50,5 +50,5 @@ func owner() string {
 // JournalStreamConfig is the stream of run journals, one subject per run
 // (<prefix>.journal.run.<run>) plus operators' cancel requests
 // (<prefix>.journal.cancel.<run>), as natsbus.FleetStreams lists it. It
-// is [natsbus.JournalStreamConfig].
-var JournalStreamConfig = natsbus.JournalStreamConfig
+// is [stores.JournalStreamConfig].
+var JournalStreamConfig = stores.JournalStreamConfig

@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/scripted"
@@ -53,7 +53,7 @@ func TestEmbeddedInProcessWorkersRunApprovedCallsOnly(t *testing.T) {
 	opjs, _ := jetstream.New(op)
 
 	subjects := protocol.Subjects{}
-	d := natsbus.NewDispatcher(c.Conn(), js, subjects, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(c.Conn(), js, subjects, dispatch.DispatcherConfig{})
 	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)
 	if err != nil {

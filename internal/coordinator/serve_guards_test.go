@@ -14,7 +14,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/runs"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -213,7 +213,7 @@ func TestServeRunsAnAgentOnItsNewestValidRevision(t *testing.T) {
 	logs := natstest.NewLogBuffer(t)
 	s := f.start(serveOpts{script: answerOnly, logs: logs, metrics: true})
 	f.result(f.accepted(`{"prompt": "warm up"}`)) // the fleet's buckets exist
-	store, err := natsbus.OpenAgents(t.Context(), f.js, protocol.Subjects{})
+	store, err := stores.OpenAgents(t.Context(), f.js, protocol.Subjects{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -90,7 +90,7 @@ func TestServeProgressFlood(t *testing.T) {
 			}
 			n, last = n+1, p
 		}
-		bound := natsbus.ProgressRate + int(math.Ceil(elapsed.Seconds()))*natsbus.ProgressRate + 1
+		bound := workerbus.ProgressRate + int(math.Ceil(elapsed.Seconds()))*workerbus.ProgressRate + 1
 		t.Logf("client saw %d reports of 100000 in %v (bound %d); last %q seq %d, %d dropped", n, elapsed, bound, last.Message, last.Seq, last.Dropped)
 		if n == 0 || n > bound {
 			t.Errorf("client saw %d reports, want 1..%d", n, bound)

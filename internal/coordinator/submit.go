@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -94,7 +95,7 @@ func WaitResult(ctx context.Context, js natsbus.JetStream, subjects protocol.Sub
 
 // readResult reads the result under key as stored.
 func readResult(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, key string) ([]byte, error) {
-	results, err := natsbus.OpenRunResults(ctx, js, subjects)
+	results, err := stores.OpenRunResults(ctx, js, subjects)
 	if err != nil {
 		return nil, err
 	}

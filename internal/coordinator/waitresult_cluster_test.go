@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -77,7 +78,7 @@ func TestWaitResultOutlivesItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, time.Minute, func() error {
-		results, err := natsbus.OpenRunResults(t.Context(), admin, s)
+		results, err := stores.OpenRunResults(t.Context(), admin, s)
 		if err != nil {
 			return fmt.Errorf("opening the runs bucket: %w", err)
 		}

@@ -11,7 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -80,7 +81,7 @@ type DiscoveredTool struct {
 // worker at all is not an error.
 func Discover(ctx context.Context, nc *nats.Conn, s protocol.Subjects, cfg DiscoverConfig) ([]DiscoveredWorker, error) {
 	cfg = cfg.withDefaults()
-	subject, err := micro.ControlSubject(micro.InfoVerb, natsbus.ServiceName, "")
+	subject, err := micro.ControlSubject(micro.InfoVerb, workerbus.ServiceName, "")
 	if err != nil {
 		return nil, err
 	}
@@ -141,16 +142,16 @@ func parseWorkerInfo(data []byte, prefix string) (DiscoveredWorker, bool) {
 	if err := json.Unmarshal(data, &info); err != nil {
 		return DiscoveredWorker{}, false
 	}
-	if info.Type != micro.InfoResponseType || info.Name != natsbus.ServiceName || info.Metadata[natsbus.MetaPrefix] != prefix {
+	if info.Type != micro.InfoResponseType || info.Name != workerbus.ServiceName || info.Metadata[workerbus.MetaPrefix] != prefix {
 		return DiscoveredWorker{}, false
 	}
-	name := info.Metadata[natsbus.MetaWorker]
+	name := info.Metadata[workerbus.MetaWorker]
 	if !workerNameRE.MatchString(name) || info.ID == "" {
 		return DiscoveredWorker{}, false
 	}
 	w := DiscoveredWorker{ID: clipKey(info.ID), Name: name, Version: clipKey(info.Version)}
 	for _, e := range info.Endpoints {
-		if len(w.Tools) == natsbus.MaxCatalogTools {
+		if len(w.Tools) == stores.MaxCatalogTools {
 			break
 		}
 		tool, err := protocol.ParseToolName(e.Name)
@@ -159,11 +160,11 @@ func parseWorkerInfo(data []byte, prefix string) (DiscoveredWorker, bool) {
 		}
 		t := DiscoveredTool{
 			Name:             tool,
-			SchemaDigest:     clipKey(e.Metadata[natsbus.MetaSchemaDigest]),
-			Idempotent:       e.Metadata[natsbus.MetaIdempotent] == "true",
-			RequiresApproval: e.Metadata[natsbus.MetaRequiresApproval] == "true",
+			SchemaDigest:     clipKey(e.Metadata[workerbus.MetaSchemaDigest]),
+			Idempotent:       e.Metadata[workerbus.MetaIdempotent] == "true",
+			RequiresApproval: e.Metadata[workerbus.MetaRequiresApproval] == "true",
 		}
-		if d, err := time.ParseDuration(e.Metadata[natsbus.MetaTimeout]); err == nil && d > 0 {
+		if d, err := time.ParseDuration(e.Metadata[workerbus.MetaTimeout]); err == nil && d > 0 {
 			t.Timeout = d
 		}
 		w.Tools = append(w.Tools, t)

@@ -6,7 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 )
 
 // FuzzParseWorkerInfo feeds arbitrary INFO answers to the discovery
@@ -15,11 +16,11 @@ import (
 // flags.
 func FuzzParseWorkerInfo(f *testing.F) {
 	valid, _ := json.Marshal(micro.Info{
-		ServiceIdentity: micro.ServiceIdentity{Name: natsbus.ServiceName, ID: "abc", Version: "0.1.0",
-			Metadata: map[string]string{natsbus.MetaWorker: "w1", natsbus.MetaPrefix: "fleet", natsbus.MetaTools: "echo"}},
+		ServiceIdentity: micro.ServiceIdentity{Name: workerbus.ServiceName, ID: "abc", Version: "0.1.0",
+			Metadata: map[string]string{workerbus.MetaWorker: "w1", workerbus.MetaPrefix: "fleet", workerbus.MetaTools: "echo"}},
 		Type: micro.InfoResponseType,
 		Endpoints: []micro.EndpointInfo{{Name: "echo", Subject: "fleet.tool.echo", Metadata: map[string]string{
-			natsbus.MetaSchemaDigest: "d1", natsbus.MetaTimeout: "5s", natsbus.MetaIdempotent: "true", natsbus.MetaRequiresApproval: "false"}}},
+			workerbus.MetaSchemaDigest: "d1", workerbus.MetaTimeout: "5s", workerbus.MetaIdempotent: "true", workerbus.MetaRequiresApproval: "false"}}},
 	})
 	f.Add(valid)
 	f.Add([]byte(`{}`))
@@ -31,7 +32,7 @@ func FuzzParseWorkerInfo(f *testing.F) {
 		if !ok {
 			return
 		}
-		if !workerNameRE.MatchString(w.Name) || w.ID == "" || len(w.ID) > 70 || len(w.Version) > 70 || len(w.Tools) > natsbus.MaxCatalogTools {
+		if !workerNameRE.MatchString(w.Name) || w.ID == "" || len(w.ID) > 70 || len(w.Version) > 70 || len(w.Tools) > stores.MaxCatalogTools {
 			t.Fatalf("accepted worker %+v", w)
 		}
 		for _, tool := range w.Tools {

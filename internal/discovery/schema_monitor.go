@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -69,7 +69,7 @@ type SchemaMonitor struct {
 	subjects protocol.Subjects
 	cfg      SchemaMonitorConfig
 	log      zerolog.Logger
-	watch    *natsbus.KeyWatch
+	watch    *stores.KeyWatch
 	trigger  chan struct{}
 	cancel   context.CancelFunc
 	loopDone sync.WaitGroup
@@ -92,7 +92,7 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	if cfg.Settle <= 0 {
 		cfg.Settle = DefaultSchemaCheckSettle
 	}
-	kv, err := natsbus.OpenBucket(ctx, js, s.CatalogBucket(), natsbus.KeyWatchConfig{})
+	kv, err := stores.OpenBucket(ctx, js, s.CatalogBucket(), stores.KeyWatchConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("discovery: catalog bucket %s: %w", s.CatalogBucket(), err)
 	}
@@ -105,7 +105,7 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	}
 	// The watch survives node losses, reconnects and leader changes, and
 	// reads the catalog in full each time it is made again.
-	if m.watch, err = natsbus.WatchKeys(ctx, js, kv, (*schemaView)(m), natsbus.KeyWatchConfig{Logger: cfg.Logger}); err != nil {
+	if m.watch, err = stores.WatchKeys(ctx, js, kv, (*schemaView)(m), stores.KeyWatchConfig{Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("discovery: watching the catalog: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -115,7 +115,7 @@ func NewSchemaMonitor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	return m, nil
 }
 
-// schemaView is the [natsbus.KeyView] of a [SchemaMonitor]: the catalog's
+// schemaView is the [stores.KeyView] of a [SchemaMonitor]: the catalog's
 // digests. A change of an existing tool's digest triggers a check.
 type schemaView SchemaMonitor
 
@@ -173,7 +173,7 @@ func (m *SchemaMonitor) applyLocked(e jetstream.KeyValueEntry) bool {
 		return false
 	}
 	old, had := m.catalog[key]
-	if !had && len(m.catalog) >= natsbus.MaxCatalogTools {
+	if !had && len(m.catalog) >= stores.MaxCatalogTools {
 		return false
 	}
 	m.catalog[key] = spec.SchemaDigest
@@ -228,7 +228,7 @@ func (m *SchemaMonitor) Check(ctx context.Context) ([]SchemaConflict, error) {
 		sig := c.signature()
 		m.mu.Lock()
 		same := m.reported[c.Tool] == sig
-		if !same && (len(m.reported) < natsbus.MaxCatalogTools || m.reported[c.Tool] != "") {
+		if !same && (len(m.reported) < stores.MaxCatalogTools || m.reported[c.Tool] != "") {
 			m.reported[c.Tool] = sig
 		}
 		m.mu.Unlock()

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -20,7 +20,7 @@ type Agent struct {
 }
 
 func (s *Server) listAgents(ctx context.Context, w http.ResponseWriter, r *http.Request, ss *session) {
-	names, err := natsbus.AgentNames(ctx, ss.rd, s.subjects)
+	names, err := stores.AgentNames(ctx, ss.rd, s.subjects)
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
@@ -37,9 +37,9 @@ func (s *Server) getAgent(ctx context.Context, w http.ResponseWriter, r *http.Re
 		s.fail(w, r, badField("name", "the agent name must match "+protocol.TokenPattern), nil)
 		return
 	}
-	data, rev, err := natsbus.ReadAgent(ctx, ss.rd, s.subjects, name)
+	data, rev, err := stores.ReadAgent(ctx, ss.rd, s.subjects, name)
 	switch {
-	case errors.Is(err, natsbus.ErrAgentNotFound):
+	case errors.Is(err, stores.ErrAgentNotFound):
 		s.fail(w, r, errorf(http.StatusNotFound, CodeNotFound, "no agent "+name), nil)
 		return
 	case err != nil:

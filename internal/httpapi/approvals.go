@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -67,7 +68,7 @@ func (s *Server) listApprovals(ctx context.Context, w http.ResponseWriter, r *ht
 func (s *Server) approval(ctx context.Context, ss *session, q client.ApprovalRequest, agents map[protocol.RunID]string) Approval {
 	agent, ok := agents[q.RunID]
 	if !ok {
-		if recs, err := natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, q.RunID, 0); err == nil && len(recs) > 0 {
+		if recs, err := stores.ReadJournalFrom(ctx, ss.rd, s.subjects, q.RunID, 0); err == nil && len(recs) > 0 {
 			agent = summary(q.RunID, recs).Agent
 		}
 		agents[q.RunID] = agent

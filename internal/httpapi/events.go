@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -74,7 +74,7 @@ type EventCall struct {
 
 // journalEvent is the event of one journal record, or false for a record
 // no viewer needs (the run's secret seed, the tools offered).
-func journalEvent(rec natsbus.JournalRecord, at eventID, tools map[protocol.CallKey]string) (Event, bool) {
+func journalEvent(rec stores.JournalRecord, at eventID, tools map[protocol.CallKey]string) (Event, bool) {
 	e := rec.Entry
 	ev := Event{ID: at.String(), At: rec.Time, Round: e.Round}
 	calls := func(cs []loop.JournaledCall) []EventCall {
@@ -86,9 +86,9 @@ func journalEvent(rec natsbus.JournalRecord, at eventID, tools map[protocol.Call
 		return out
 	}
 	switch e.Kind {
-	case natsbus.EntryRequest:
+	case stores.EntryRequest:
 		ev.Kind = EventQueued
-	case natsbus.EntryOwner:
+	case stores.EntryOwner:
 		ev.Kind, ev.Owner = EventStarted, e.Owner
 	case loop.EntryModel:
 		ev.Kind = EventModel
@@ -192,7 +192,7 @@ func (s *Server) events(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	// The journal, if this user reads it; the probe's refusal ends the
 	// probe, and a client then gets its own run's progress and result.
 	probe, endProbe := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	recs, err := natsbus.ReadJournalFrom(probe, ss.rd, s.subjects, run, 0)
+	recs, err := stores.ReadJournalFrom(probe, ss.rd, s.subjects, run, 0)
 	endProbe()
 	done := make(chan struct{})
 	switch {
@@ -240,7 +240,7 @@ type liveFollow struct {
 // PollInterval with direct gets (no consumer), and the live events of
 // lf (subscribed here once the journal names the run's client, if it
 // had not), until the run finishes or ctx ends.
-func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.RunID, recs []natsbus.JournalRecord, after eventID, resumed bool,
+func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.RunID, recs []stores.JournalRecord, after eventID, resumed bool,
 	lf liveFollow, send func(Event) bool) {
 	defer func() {
 		if lf.sub != nil {
@@ -276,7 +276,7 @@ func (s *Server) followJournal(ctx context.Context, ss *session, run protocol.Ru
 			return
 		}
 		var err error
-		if recs, err = natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, run, at.seq+1); err != nil {
+		if recs, err = stores.ReadJournalFrom(ctx, ss.rd, s.subjects, run, at.seq+1); err != nil {
 			return
 		}
 	}

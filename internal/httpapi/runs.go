@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/runs"
 	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -192,7 +192,7 @@ func (s *Server) getRun(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	// A user who reads journals reads the run's journal and its client's
 	// result (direct gets); a client, whose account has neither, only
 	// its own result.
-	recs, err := natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, id, 0)
+	recs, err := stores.ReadJournalFrom(ctx, ss.rd, s.subjects, id, 0)
 	switch {
 	case err == nil && len(recs) > 0:
 		sum := summary(id, recs)
@@ -233,7 +233,7 @@ const maxResultBytes = 64 << 20
 // storedResult reads the result of run, submitted by owner, with a direct
 // get of the runs bucket: nil when none is stored.
 func (s *Server) storedResult(ctx context.Context, ss *session, run protocol.RunID, owner string) (*protocol.RunResult, error) {
-	data, found, err := natsbus.ReadRunResult(ctx, ss.rd, s.subjects, owner, run)
+	data, found, err := stores.ReadRunResult(ctx, ss.rd, s.subjects, owner, run)
 	if err != nil || !found {
 		return nil, err
 	}
@@ -260,7 +260,7 @@ func result(ctx context.Context, ss *session, run protocol.RunID, owner string) 
 }
 
 // summary is what run's journal records say, with its client and agent.
-func summary(run protocol.RunID, recs []natsbus.JournalRecord) RunSummary {
+func summary(run protocol.RunID, recs []stores.JournalRecord) RunSummary {
 	st := runs.Summarize(run, recs)
 	out := RunSummary{RunID: st.RunID, Status: st.Status, Termination: st.Termination, Owner: st.Owner, Owners: st.Owners,
 		Round: st.Round, PendingCalls: st.PendingCalls, PendingApprovals: st.PendingApprovals, ApprovalDeadline: st.ApprovalDeadline,
@@ -275,9 +275,9 @@ func summary(run protocol.RunID, recs []natsbus.JournalRecord) RunSummary {
 // requestOf returns the client and agent of the run's request record
 // among recs (each "" when it names none, or none that is a valid
 // token), and false when recs hold no request record.
-func requestOf(recs []natsbus.JournalRecord) (client, agent string, ok bool) {
+func requestOf(recs []stores.JournalRecord) (client, agent string, ok bool) {
 	for _, rec := range recs {
-		if rec.Entry.Kind != natsbus.EntryRequest {
+		if rec.Entry.Kind != stores.EntryRequest {
 			continue
 		}
 		var req struct {
@@ -340,14 +340,14 @@ func (s *Server) listRuns(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		limit = n
 	}
-	counts, err := natsbus.ListJournals(ctx, ss.js, s.subjects)
+	counts, err := stores.ListJournals(ctx, ss.js, s.subjects)
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
 	}
 	out := []RunSummary{}
 	for id := range counts {
-		recs, err := natsbus.ReadJournalFrom(ctx, ss.rd, s.subjects, id, 0)
+		recs, err := stores.ReadJournalFrom(ctx, ss.rd, s.subjects, id, 0)
 		if err != nil {
 			s.fail(w, r, fromNATS(ctx, err), err)
 			return

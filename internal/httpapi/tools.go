@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/discovery"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -81,7 +82,7 @@ func (s *Server) listTools(ctx context.Context, w http.ResponseWriter, r *http.R
 	// The catalog's tools too, those no live worker serves (and every
 	// tool, for a user whose discovery requests nothing answers: the
 	// viewer's account asks none of the fleet's workers).
-	specs, err := natsbus.ReadCatalog(ctx, ss.js, s.subjects)
+	specs, err := stores.ReadCatalog(ctx, ss.js, s.subjects)
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
@@ -99,7 +100,7 @@ func (s *Server) listTools(ctx context.Context, w http.ResponseWriter, r *http.R
 			tool.Workers = append(tool.Workers, ToolWorker{Name: wk.Name, SchemaDigest: t.SchemaDigest})
 		}
 	}
-	tt := natsbus.NewToolTraffic(ss.js, s.subjects)
+	tt := admission.NewToolTraffic(ss.js, s.subjects)
 	out := make([]Tool, 0, len(byName))
 	for _, t := range byName {
 		slices.SortFunc(t.Workers, func(a, b ToolWorker) int { return strings.Compare(a.Name, b.Name) })
@@ -142,7 +143,7 @@ func (s *Server) pauseTool(ctx context.Context, w http.ResponseWriter, r *http.R
 		}
 		until = in.Until.UTC()
 	}
-	p, err := natsbus.NewToolTraffic(ss.js, s.subjects).Pause(ctx, protocol.TrafficNote{Tool: tool, Until: &until, By: ss.user, Reason: in.Reason, At: now})
+	p, err := admission.NewToolTraffic(ss.js, s.subjects).Pause(ctx, protocol.TrafficNote{Tool: tool, Until: &until, By: ss.user, Reason: in.Reason, At: now})
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
@@ -165,7 +166,7 @@ func (s *Server) resumeTool(ctx context.Context, w http.ResponseWriter, r *http.
 		s.fail(w, r, e, nil)
 		return
 	}
-	if err := natsbus.NewToolTraffic(ss.js, s.subjects).Resume(ctx, protocol.TrafficNote{Tool: tool, By: ss.user, Reason: in.Reason, At: s.cfg.Now().UTC()}); err != nil {
+	if err := admission.NewToolTraffic(ss.js, s.subjects).Resume(ctx, protocol.TrafficNote{Tool: tool, By: ss.user, Reason: in.Reason, At: s.cfg.Now().UTC()}); err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
 	}
@@ -193,7 +194,7 @@ func (s *Server) limitTool(ctx context.Context, w http.ResponseWriter, r *http.R
 		return
 	}
 	note := protocol.TrafficNote{Tool: tool, Rate: in.Rate, Burst: in.Burst, By: ss.user, Reason: in.Reason, At: s.cfg.Now().UTC()}
-	if err := natsbus.NewToolTraffic(ss.js, s.subjects).SetLimit(ctx, note); err != nil {
+	if err := admission.NewToolTraffic(ss.js, s.subjects).SetLimit(ctx, note); err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return
 	}
@@ -215,7 +216,7 @@ func (s *Server) toolHistory(ctx context.Context, w http.ResponseWriter, r *http
 		}
 		limit = n
 	}
-	recs, err := natsbus.NewToolTraffic(ss.js, s.subjects).History(ctx, tool, limit)
+	recs, err := admission.NewToolTraffic(ss.js, s.subjects).History(ctx, tool, limit)
 	if err != nil {
 		s.fail(w, r, fromNATS(ctx, err), err)
 		return

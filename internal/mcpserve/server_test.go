@@ -20,6 +20,9 @@ import (
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/mcpserve"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -69,7 +72,7 @@ func newFleetWith(t *testing.T, toolTimeout time.Duration, cfg mcpserve.Config) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := natsbus.NewWorker(natstest.Connect(t, srv), js, f.s, h, natsbus.WorkerConfig{Name: "w1"})
+	w, err := workerbus.NewWorker(natstest.Connect(t, srv), js, f.s, h, workerbus.WorkerConfig{Name: "w1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,17 +80,17 @@ func newFleetWith(t *testing.T, toolTimeout time.Duration, cfg mcpserve.Config) 
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(wctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	if err := natsbus.PublishSpecs(ctx, js, f.s, h.Specs(), natstest.NewLogBuffer(t).Logger()); err != nil {
+	if err := stores.PublishSpecs(ctx, js, f.s, h.Specs(), natstest.NewLogBuffer(t).Logger()); err != nil {
 		t.Fatal(err)
 	}
-	cat, err := natsbus.NewCatalog(ctx, js, f.s, natstest.NewLogBuffer(t).Logger())
+	cat, err := stores.NewCatalog(ctx, js, f.s, natstest.NewLogBuffer(t).Logger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
 	ms, err := mcpserve.New(cfg, mcpserve.Fleet{
 		Catalog:    cat,
-		Dispatcher: natsbus.NewDispatcher(f.nc, js, f.s, natsbus.DispatcherConfig{}),
+		Dispatcher: dispatch.NewDispatcher(f.nc, js, f.s, dispatch.DispatcherConfig{}),
 		Gate:       approval.NewGate(f.nc, js, f.s, approval.GateConfig{}),
 		Loop:       loop.Config{ApprovalTimeout: time.Minute, ToolTimeout: toolTimeout},
 	})

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolfleet/toolfleet/internal/discovery"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -35,11 +35,11 @@ type Coordinator struct {
 var (
 	_ loop.Observer            = (*Coordinator)(nil)
 	_ discovery.SchemaObserver = (*Coordinator)(nil)
-	_ natsbus.CatalogObserver  = (*Coordinator)(nil)
+	_ stores.CatalogObserver   = (*Coordinator)(nil)
 )
 
 // catalogAnomalies is the closed vocabulary of the catalog anomaly label.
-var catalogAnomalies = []string{natsbus.AnomalyApprovalConflict, natsbus.AnomalyOversized, natsbus.AnomalyFull}
+var catalogAnomalies = []string{stores.AnomalyApprovalConflict, stores.AnomalyOversized, stores.AnomalyFull}
 
 // Closed vocabularies of the coordinator's labels.
 var (

@@ -15,6 +15,8 @@ import (
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -80,18 +82,18 @@ func TestCoordinatorMetrics(t *testing.T) {
 func TestWorkerMetrics(t *testing.T) {
 	reg := metrics.NewRegistry()
 	w := metrics.NewWorker(reg)
-	for _, ev := range []natsbus.CallEvent{
-		{Kind: natsbus.CallDelivered, Attempt: 1},
-		{Kind: natsbus.CallDelivered, Attempt: 2},
-		{Kind: natsbus.CallDelivered, Attempt: 3},
-		{Kind: natsbus.CallStarted},
-		{Kind: natsbus.CallStarted},
-		{Kind: natsbus.CallFinished, Outcome: protocol.OutcomeOK, Duration: 30 * time.Millisecond},
-		{Kind: natsbus.CallTerminated, Reason: natsbus.TerminatedExpired},
-		{Kind: natsbus.CallTerminated, Reason: natsbus.TerminatedMalformed},
-		{Kind: natsbus.CallTerminated, Reason: natsbus.TerminatedRateLimited},
-		{Kind: natsbus.CallSkipped, Reason: natsbus.SkippedClaimed},
-		{Kind: natsbus.ResultFailed, Outcome: protocol.OutcomeOK},
+	for _, ev := range []workerbus.CallEvent{
+		{Kind: workerbus.CallDelivered, Attempt: 1},
+		{Kind: workerbus.CallDelivered, Attempt: 2},
+		{Kind: workerbus.CallDelivered, Attempt: 3},
+		{Kind: workerbus.CallStarted},
+		{Kind: workerbus.CallStarted},
+		{Kind: workerbus.CallFinished, Outcome: protocol.OutcomeOK, Duration: 30 * time.Millisecond},
+		{Kind: workerbus.CallTerminated, Reason: workerbus.TerminatedExpired},
+		{Kind: workerbus.CallTerminated, Reason: workerbus.TerminatedMalformed},
+		{Kind: workerbus.CallTerminated, Reason: admission.TerminatedRateLimited},
+		{Kind: workerbus.CallSkipped, Reason: workerbus.SkippedClaimed},
+		{Kind: workerbus.ResultFailed, Outcome: protocol.OutcomeOK},
 	} {
 		ev.Tool = "echo"
 		w.Observe(ev)

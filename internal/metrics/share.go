@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -18,7 +18,7 @@ const OtherClient = "_other"
 
 // Shares holds a coordinator's metrics of the clients' shares of the
 // tools: calls held because their client's share was full, and those
-// answered rate_limited for it. It implements natsbus.ShareObserver.
+// answered rate_limited for it. It implements admission.ShareObserver.
 type Shares struct {
 	tools   toolLabels
 	clients clientLabels
@@ -26,7 +26,7 @@ type Shares struct {
 	limited *prometheus.CounterVec
 }
 
-var _ natsbus.ShareObserver = (*Shares)(nil)
+var _ admission.ShareObserver = (*Shares)(nil)
 
 // NewShares registers the share metrics with reg.
 func NewShares(reg prometheus.Registerer) *Shares {
@@ -45,12 +45,12 @@ func NewShares(reg prometheus.Registerer) *Shares {
 	return s
 }
 
-// CallHeld implements natsbus.ShareObserver.
+// CallHeld implements admission.ShareObserver.
 func (s *Shares) CallHeld(tool protocol.ToolName, client string) {
 	s.held.WithLabelValues(s.tools.label(string(tool)), s.clients.label(client)).Inc()
 }
 
-// CallShareLimited implements natsbus.ShareObserver.
+// CallShareLimited implements admission.ShareObserver.
 func (s *Shares) CallShareLimited(tool protocol.ToolName, client string) {
 	s.limited.WithLabelValues(s.tools.label(string(tool)), s.clients.label(client)).Inc()
 }

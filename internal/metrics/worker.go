@@ -3,10 +3,11 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 )
 
-// Worker holds a toolworker's metrics: a sink of natsbus.CallEvent, each
+// Worker holds a toolworker's metrics: a sink of workerbus.CallEvent, each
 // event counted once. Several workers of one process may share it.
 type Worker struct {
 	tools          toolLabels
@@ -18,7 +19,7 @@ type Worker struct {
 	resultFailures *prometheus.CounterVec
 }
 
-var _ natsbus.WorkerObserver = (*Worker)(nil)
+var _ workerbus.WorkerObserver = (*Worker)(nil)
 
 // NewWorker registers the worker metrics with reg, or shares those
 // already registered there.
@@ -65,24 +66,24 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 // flight from its start to its finish, a finished call by outcome with its
 // duration, a result that could not be published. A skipped delivery has
 // no metric of its own (the delivery that runs the call counts it).
-func (w *Worker) Observe(ev natsbus.CallEvent) {
+func (w *Worker) Observe(ev workerbus.CallEvent) {
 	switch ev.Kind {
-	case natsbus.CallDelivered:
+	case workerbus.CallDelivered:
 		if ev.Attempt > 1 {
 			w.redeliveries.WithLabelValues(w.tools.label(string(ev.Tool))).Inc()
 		}
-	case natsbus.CallTerminated:
+	case workerbus.CallTerminated:
 		w.terminated.WithLabelValues(w.tools.label(string(ev.Tool)),
-			oneOf(ev.Reason, natsbus.TerminatedMalformed, natsbus.TerminatedExpired, natsbus.TerminatedUnapproved,
-				natsbus.TerminatedRateLimited)).Inc()
-	case natsbus.CallStarted:
+			oneOf(ev.Reason, workerbus.TerminatedMalformed, workerbus.TerminatedExpired, workerbus.TerminatedUnapproved,
+				admission.TerminatedRateLimited)).Inc()
+	case workerbus.CallStarted:
 		w.inFlight.WithLabelValues(w.tools.label(string(ev.Tool))).Inc()
-	case natsbus.CallFinished:
+	case workerbus.CallFinished:
 		t := w.tools.label(string(ev.Tool))
 		w.inFlight.WithLabelValues(t).Dec()
 		w.calls.WithLabelValues(t, outcomeLabel(ev.Outcome)).Inc()
 		w.duration.WithLabelValues(t).Observe(ev.Duration.Seconds())
-	case natsbus.ResultFailed:
+	case workerbus.ResultFailed:
 		w.resultFailures.WithLabelValues(w.tools.label(string(ev.Tool))).Inc()
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -156,7 +155,7 @@ func (cfg ConnConfig) resolved() (ConnConfig, error) {
 		cfg.InboxPrefix = "_INBOX_" + cfg.User
 	}
 	if cfg.InboxPrefix != "" && !validInboxPrefix(cfg.InboxPrefix) {
-		return cfg, configErr("InboxPrefix", "must be subject tokens without wildcards, got %q", clip(cfg.InboxPrefix))
+		return cfg, ConfigErr("InboxPrefix", "must be subject tokens without wildcards, got %q", clip(cfg.InboxPrefix))
 	}
 	var methods []string
 	if cfg.CredsFile != "" {
@@ -172,17 +171,17 @@ func (cfg ConnConfig) resolved() (ConnConfig, error) {
 		methods = append(methods, "nkey")
 	}
 	if len(methods) > 1 {
-		return cfg, configErr("auth", "more than one way to authenticate is set (%s); use one", strings.Join(methods, ", "))
+		return cfg, ConfigErr("auth", "more than one way to authenticate is set (%s); use one", strings.Join(methods, ", "))
 	}
 	if cfg.Password != "" && cfg.User == "" {
-		return cfg, configErr("User", "a password is set without a user")
+		return cfg, ConfigErr("User", "a password is set without a user")
 	}
 	for field, path := range map[string]string{"CredsFile": cfg.CredsFile, "NKeyFile": cfg.NKeyFile} {
 		if path == "" {
 			continue
 		}
 		if _, err := os.Stat(path); err != nil {
-			return cfg, configErr(field, "%w", err)
+			return cfg, ConfigErr(field, "%w", err)
 		}
 	}
 	return cfg, nil
@@ -199,7 +198,7 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 		return nil, err
 	}
 	log := cfg.Logger
-	asyncLog := sampled(log)
+	asyncLog := Sampled(log)
 	options := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.MaxReconnects(-1),
@@ -226,7 +225,7 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			ev := asyncLog.Warn().Err(err)
 			if sub != nil {
-				ev = ev.Str(logSubject, sub.Subject)
+				ev = ev.Str(LogSubject, sub.Subject)
 			}
 			ev.Msg("NATS asynchronous error")
 		}),
@@ -238,7 +237,7 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 		opt, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
 		if err != nil {
 			// The error may describe the seed's content: keep only its kind.
-			return nil, configErr("NKeyFile", "not a readable NKey seed file")
+			return nil, ConfigErr("NKeyFile", "not a readable NKey seed file")
 		}
 		options = append(options, opt)
 	case cfg.Token != "":
@@ -262,7 +261,7 @@ func Connect(ctx context.Context, cfg ConnConfig, opts ...nats.Option) (*nats.Co
 			return nil, fmt.Errorf("natsbus: connecting to %s: %w", redactURL(cfg.URL), err)
 		}
 		if attempt == 1 || attempt%10 == 0 {
-			log.Warn().Err(err).Str(logURL, redactURL(cfg.URL)).Int(logAttempt, attempt).
+			log.Warn().Err(err).Str(logURL, redactURL(cfg.URL)).Int(LogAttempt, attempt).
 				Msg("cannot reach NATS yet; retrying")
 		}
 		select {
@@ -290,13 +289,13 @@ func checkURLs(list string) error {
 		}
 		parsed, err := url.Parse(u)
 		if err != nil {
-			return configErr("URL", "%s is not a URL", clip(redactURL(raw)))
+			return ConfigErr("URL", "%s is not a URL", clip(redactURL(raw)))
 		}
 		if !slices.Contains(urlSchemes, strings.ToLower(parsed.Scheme)) {
-			return configErr("URL", "%s: the scheme must be one of %s, got %q", clip(redactURL(raw)), strings.Join(urlSchemes, ", "), clip(parsed.Scheme))
+			return ConfigErr("URL", "%s: the scheme must be one of %s, got %q", clip(redactURL(raw)), strings.Join(urlSchemes, ", "), clip(parsed.Scheme))
 		}
 		if parsed.Hostname() == "" {
-			return configErr("URL", "%s has no host", clip(redactURL(raw)))
+			return ConfigErr("URL", "%s has no host", clip(redactURL(raw)))
 		}
 	}
 	return nil

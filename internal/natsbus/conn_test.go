@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/bustest"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 )
 
@@ -22,7 +22,7 @@ func env(m map[string]string) func(string) string { return func(k string) string
 func TestConnectReadsTheEnvironment(t *testing.T) {
 	srv := natstest.StartWithConfig(t, `authorization { token: "tok-123" }`)
 	log := natstest.NewLogBuffer(t)
-	nc, err := natsbus.Connect(ctx(t), natsbus.ConnConfig{
+	nc, err := natsbus.Connect(bustest.Ctx(t), natsbus.ConnConfig{
 		Logger: log.Logger(),
 		Getenv: env(map[string]string{natsbus.EnvURL: srv.ClientURL(), natsbus.EnvToken: "tok-123"}),
 	})
@@ -73,7 +73,7 @@ func TestConnectRetriesUntilTheServerIsUp(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		nc, err := natsbus.Connect(ctx(t), natsbus.ConnConfig{URL: url, Logger: zerolog.Nop(), Getenv: env(nil)})
+		nc, err := natsbus.Connect(bustest.Ctx(t), natsbus.ConnConfig{URL: url, Logger: zerolog.Nop(), Getenv: env(nil)})
 		if err == nil {
 			nc.Close()
 		}
@@ -113,7 +113,7 @@ func TestConnectRefusesConflictingAuth(t *testing.T) {
 			if tc.cfg.Getenv == nil {
 				tc.cfg.Getenv = env(nil)
 			}
-			_, err := natsbus.Connect(ctx(t), tc.cfg)
+			_, err := natsbus.Connect(bustest.Ctx(t), tc.cfg)
 			var ce *natsbus.ConfigError
 			if !errors.As(err, &ce) || ce.Field != tc.field {
 				t.Fatalf("Connect = %v, want a ConfigError for %s", err, tc.field)
@@ -126,7 +126,7 @@ func TestConnectRefusesConflictingAuth(t *testing.T) {
 // NATS_PASSWORD=...) logs in: the form deploy/nats-server.conf recommends.
 func TestConnectTakesAFlagUsersPasswordFromTheEnvironment(t *testing.T) {
 	srv := natstest.StartWithConfig(t, `authorization { user: "operator", password: "pw-canary-731" }`)
-	nc, err := natsbus.Connect(ctx(t), natsbus.ConnConfig{
+	nc, err := natsbus.Connect(bustest.Ctx(t), natsbus.ConnConfig{
 		URL:    srv.ClientURL(),
 		User:   "operator",
 		Getenv: env(map[string]string{natsbus.EnvPassword: "pw-canary-731"}),

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 )
 
@@ -181,7 +180,7 @@ func (r *DirectReader) AllSingly(ctx context.Context, stream, subject string, fr
 		if err != nil {
 			return false, fmt.Errorf("natsbus: a get of %s: %w", stream, err)
 		}
-		m, err := decodeMsgGet(reply.Data)
+		m, err := DecodeMsgGet(reply.Data)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return false, nil

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
 	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 )
 

@@ -6,15 +6,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/bustest"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 )
 
 // directStream creates a stream that allows direct gets, on t.*.
 func directStream(t *testing.T, js jetstream.JetStream, name string) {
 	t.Helper()
-	if _, err := js.CreateStream(ctx(t), jetstream.StreamConfig{Name: name, Subjects: []string{"t.>"}, AllowDirect: true}); err != nil {
+	if _, err := js.CreateStream(bustest.Ctx(t), jetstream.StreamConfig{Name: name, Subjects: []string{"t.>"}, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -33,16 +33,16 @@ func TestDirectReaderReadsWithoutConsumers(t *testing.T) {
 	const n = 600
 	for i := 1; i <= n; i++ {
 		subj := fmt.Sprintf("t.a.%d", i%3)
-		if _, err := js.Publish(ctx(t), subj, []byte(fmt.Sprint(i))); err != nil {
+		if _, err := js.Publish(bustest.Ctx(t), subj, []byte(fmt.Sprint(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := js.Publish(ctx(t), "t.b", []byte("b")); err != nil {
+	if _, err := js.Publish(bustest.Ctx(t), "t.b", []byte("b")); err != nil {
 		t.Fatal(err)
 	}
 	r := natsbus.NewDirectReader(js)
 
-	b, err := r.Next(ctx(t), "T", "t.a.>", 10, 5)
+	b, err := r.Next(bustest.Ctx(t), "T", "t.a.>", 10, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,19 +54,19 @@ func TestDirectReaderReadsWithoutConsumers(t *testing.T) {
 	}
 
 	var got []string
-	truncated, err := r.All(ctx(t), "T", "t.a.2", 0, 0, func(m natsbus.DirectMsg) bool {
+	truncated, err := r.All(bustest.Ctx(t), "T", "t.a.2", 0, 0, func(m natsbus.DirectMsg) bool {
 		got = append(got, string(m.Data))
 		return true
 	})
 	if err != nil || truncated || len(got) != n/3 || got[0] != "2" || got[len(got)-1] != "599" {
 		t.Fatalf("All: %d messages (%v..), truncated %v, err %v; want %d from 2 to 599", len(got), got[:min(3, len(got))], truncated, err, n/3)
 	}
-	truncated, err = r.All(ctx(t), "T", "t.>", 0, 300, func(natsbus.DirectMsg) bool { return true })
+	truncated, err = r.All(bustest.Ctx(t), "T", "t.>", 0, 300, func(natsbus.DirectMsg) bool { return true })
 	if err != nil || !truncated {
 		t.Fatalf("All with limit 300 of %d: truncated %v, err %v; want truncated", n+1, truncated, err)
 	}
 
-	last, err := r.LastOf(ctx(t), "T", "t.a.*", "t.b")
+	last, err := r.LastOf(bustest.Ctx(t), "T", "t.a.*", "t.b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +78,10 @@ func TestDirectReaderReadsWithoutConsumers(t *testing.T) {
 		t.Fatalf("LastOf: %v", lastData)
 	}
 
-	if b, err := r.Next(ctx(t), "T", "t.none", 0, 10); err != nil || len(b.Msgs) != 0 {
+	if b, err := r.Next(bustest.Ctx(t), "T", "t.none", 0, 10); err != nil || len(b.Msgs) != 0 {
 		t.Fatalf("a subject with no message: %d messages, err %v; want none", len(b.Msgs), err)
 	}
-	if info, err := js.Stream(ctx(t), "T"); err != nil || info.CachedInfo().State.Consumers != 0 {
+	if info, err := js.Stream(bustest.Ctx(t), "T"); err != nil || info.CachedInfo().State.Consumers != 0 {
 		t.Fatalf("consumers: %v, %v; want none", info.CachedInfo().State.Consumers, err)
 	}
 }
@@ -101,7 +101,7 @@ func TestDirectReaderSkipsReflectedAnswers(t *testing.T) {
 	m := nats.NewMsg("t.x")
 	m.Data = []byte("one")
 	m.Header.Set("Who", "me")
-	if _, err := js.PublishMsg(ctx(t), m); err != nil {
+	if _, err := js.PublishMsg(bustest.Ctx(t), m); err != nil {
 		t.Fatal(err)
 	}
 	// The server's answer to a direct get of message 1, sent to t.x.
@@ -109,13 +109,13 @@ func TestDirectReaderSkipsReflectedAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 5e9, func() error {
-		if info, err := js.Stream(ctx(t), "T"); err != nil || info.CachedInfo().State.Msgs != 2 {
+		if info, err := js.Stream(bustest.Ctx(t), "T"); err != nil || info.CachedInfo().State.Msgs != 2 {
 			return fmt.Errorf("the answer is not stored yet (%v)", err)
 		}
 		return nil
 	})
 	r := natsbus.NewDirectReader(js)
-	b, err := r.Next(ctx(t), "T", "t.x", 0, 10)
+	b, err := r.Next(bustest.Ctx(t), "T", "t.x", 0, 10)
 	if err != nil || len(b.Msgs) != 2 {
 		t.Fatalf("%d messages, err %v; want 2", len(b.Msgs), err)
 	}
@@ -126,7 +126,7 @@ func TestDirectReaderSkipsReflectedAnswers(t *testing.T) {
 		t.Fatalf("the stored answer: %+v, want Reflected at seq 2", b.Msgs[1])
 	}
 	var read []uint64
-	if _, err := r.All(ctx(t), "T", "t.x", 0, 0, func(m natsbus.DirectMsg) bool { read = append(read, m.Seq); return true }); err != nil {
+	if _, err := r.All(bustest.Ctx(t), "T", "t.x", 0, 0, func(m natsbus.DirectMsg) bool { read = append(read, m.Seq); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(read) != "[1]" {
@@ -144,10 +144,10 @@ func TestDirectReaderStreamWithoutDirectGets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx(t), jetstream.StreamConfig{Name: "N", Subjects: []string{"n.>"}}); err != nil {
+	if _, err := js.CreateStream(bustest.Ctx(t), jetstream.StreamConfig{Name: "N", Subjects: []string{"n.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := natsbus.NewDirectReader(js).Next(ctx(t), "N", "n.>", 0, 1); err == nil {
+	if _, err := natsbus.NewDirectReader(js).Next(bustest.Ctx(t), "N", "n.>", 0, 1); err == nil {
 		t.Fatal("a direct get of a stream without direct gets succeeded")
 	}
 }

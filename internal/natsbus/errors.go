@@ -25,19 +25,19 @@ func (e *ConfigError) ConfigField() string { return e.Field }
 // ConfigProblem returns the text of e.Err.
 func (e *ConfigError) ConfigProblem() string { return e.Err.Error() }
 
-func configErr(field, format string, args ...any) error {
+func ConfigErr(field, format string, args ...any) error {
 	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
 // errorCode returns a short stable code for err, for logs: the protocol
 // error code when there is one. It never returns the error's text, which may
 // quote a payload.
-func errorCode(err error) string {
+func ErrorCode(err error) string {
 	var pe *protocol.Error
 	if errors.As(err, &pe) {
 		return pe.Code
 	}
-	var ce codedError
+	var ce CodedError
 	if errors.As(err, &ce) {
 		return string(ce)
 	}
@@ -45,6 +45,6 @@ func errorCode(err error) string {
 }
 
 // codedError is a refusal whose text is its code.
-type codedError string
+type CodedError string
 
-func (e codedError) Error() string { return string(e) }
+func (e CodedError) Error() string { return string(e) }

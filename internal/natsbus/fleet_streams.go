@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 

@@ -1,6 +1,8 @@
 package natsbus
 
-import "github.com/nats-io/nats.go/jetstream"
+import (
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // JetStream is the JetStream context natsbus's constructors and functions
 // take; [NewJetStream] makes one. Packages outside natsbus hold it and hand

@@ -8,8 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 func TestRetryableConnectError(t *testing.T) {
@@ -75,35 +73,11 @@ func TestTransientAnswers(t *testing.T) {
 		{10003, false}, // bad request
 	} {
 		err := fmt.Errorf("publishing: %w", &jetstream.APIError{ErrorCode: tt.code})
-		if got := transient(err); got != tt.want {
+		if got := Transient(err); got != tt.want {
 			t.Errorf("transient(err_code %d) = %v, want %v", tt.code, got, tt.want)
 		}
 	}
-	if !transient(errors.New("timeout")) {
+	if !Transient(errors.New("timeout")) {
 		t.Error("an unanswered request is not transient")
-	}
-}
-
-// TestWantsStarted: which calls a worker sends a started notice for, by
-// what the call's coordinator asked (absent: a coordinator older than the
-// header, which needs every call's).
-func TestWantsStarted(t *testing.T) {
-	tests := []struct {
-		header     string
-		idempotent bool
-		want       bool
-	}{
-		{protocol.StartedNoticeNone, false, false},
-		{protocol.StartedNoticeNone, true, false},
-		{protocol.StartedNoticeNonIdempotent, false, true},
-		{protocol.StartedNoticeNonIdempotent, true, false},
-		{"", false, true},
-		{"", true, true},
-		{"something newer", true, true},
-	}
-	for _, tt := range tests {
-		if got := wantsStarted(tt.header, tt.idempotent); got != tt.want {
-			t.Errorf("wantsStarted(%q, idempotent %v) = %v, want %v", tt.header, tt.idempotent, got, tt.want)
-		}
 	}
 }

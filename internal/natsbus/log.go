@@ -4,38 +4,37 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 )
 
 // Log keys. Values logged under them are ids, names, codes and numbers,
 // never arguments, outputs or payloads.
 const (
-	logTool      = logkey.Tool
-	logRun       = logkey.RunID
-	logCallKey   = logkey.CallKey
-	logOutcome   = logkey.Outcome
-	logAttempt   = logkey.Attempt
-	logWorker    = logkey.Worker
-	logSubject   = "subject"
-	logCode      = "code"
-	logStream    = "stream"
-	logConsumer  = "consumer"
-	logBucket    = "bucket"
-	logKey       = "key"
+	LogTool      = logkey.Tool
+	LogRun       = logkey.RunID
+	LogCallKey   = logkey.CallKey
+	LogOutcome   = logkey.Outcome
+	LogAttempt   = logkey.Attempt
+	LogWorker    = logkey.Worker
+	LogSubject   = "subject"
+	LogCode      = "code"
+	LogStream    = "stream"
+	LogConsumer  = "consumer"
+	LogBucket    = "bucket"
+	LogKey       = "key"
 	logURL       = "url"
-	logOld       = "old_digest"
-	logNew       = "new_digest"
+	LogOld       = "old_digest"
+	LogNew       = "new_digest"
 	logInFlight  = "in_flight"
-	logDropped   = "dropped"
+	LogDropped   = "dropped"
 	logErrorType = logkey.ErrorType
 )
 
 // logRetryAfterMS is a rate-limited call's wait, in whole milliseconds.
-const logRetryAfterMS = "retry_after_ms"
+const LogRetryAfterMS = "retry_after_ms"
 
 // sampled returns l limited to a burst of lines per second, for lines that a
 // hostile or broken peer can trigger at will.
-func sampled(l zerolog.Logger) zerolog.Logger {
+func Sampled(l zerolog.Logger) zerolog.Logger {
 	return l.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})
 }

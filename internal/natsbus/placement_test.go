@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/bustest"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -21,29 +21,29 @@ import (
 // ErrNoPlacement, naming the tags.
 func TestProvisionPlacesStreamsOnTaggedServers(t *testing.T) {
 	c := natstest.StartTaggedCluster(t, [][]string{{"ssd", "az:a"}, {"ssd", "az:b"}, {"az:c"}})
-	js := connectJS(t, c.URLs())
+	js := bustest.ConnectJS(t, c.URLs())
 	s := protocol.Subjects{}
 
-	_, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3, PlacementTags: []string{"ssd"}})
+	_, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{Replicas: 3, PlacementTags: []string{"ssd"}})
 	if !errors.Is(err, natsbus.ErrNoPlacement) || !strings.Contains(err.Error(), "ssd") {
 		t.Fatalf("R3 on the two ssd servers: %v, want ErrNoPlacement naming the tag", err)
 	}
 	t.Logf("R3 on the two ssd servers: %v", err)
-	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{PlacementTags: []string{"gpu"}}); !errors.Is(err, natsbus.ErrNoPlacement) {
+	if _, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{PlacementTags: []string{"gpu"}}); !errors.Is(err, natsbus.ErrNoPlacement) {
 		t.Fatalf("a tag no server carries: %v, want ErrNoPlacement", err)
 	}
 
 	cfg := natsbus.StreamConfig{Replicas: 2, PlacementTags: []string{"ssd"}}
 	// The refused attempts may have created nothing; provisioning now
 	// creates, or places, every stream.
-	if _, err := natsbus.Provision(ctx(t), js, s, cfg); err != nil {
+	if _, err := natsbus.Provision(bustest.Ctx(t), js, s, cfg); err != nil {
 		t.Fatalf("R2 on the ssd servers: %v", err)
 	}
 	onSSD := map[string]bool{"n1": true, "n2": true}
 	for _, fs := range natsbus.FleetStreams(s, natsbus.StreamConfig{}) {
 		var info *jetstream.StreamInfo
 		natstest.WaitFor(t, 30*time.Second, func() error {
-			st, err := js.Stream(ctx(t), fs.Config.Name)
+			st, err := js.Stream(bustest.Ctx(t), fs.Config.Name)
 			if err != nil {
 				return err
 			}
@@ -64,7 +64,7 @@ func TestProvisionPlacesStreamsOnTaggedServers(t *testing.T) {
 		}
 	}
 
-	again, err := natsbus.Provision(ctx(t), js, s, cfg)
+	again, err := natsbus.Provision(bustest.Ctx(t), js, s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,10 +75,10 @@ func TestProvisionPlacesStreamsOnTaggedServers(t *testing.T) {
 	}
 	// Provisioning without tags (the default) leaves the operator's
 	// placement; a process expecting no placement checks nothing of it.
-	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{}); err != nil {
+	if _, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(ctx(t), s.CallsStream())
+	st, err := js.Stream(bustest.Ctx(t), s.CallsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestProvisionPlacesStreamsOnTaggedServers(t *testing.T) {
 		t.Errorf("provisioning without tags changed the placement to %+v", pl)
 	}
 	guard := natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{Streams: natsbus.FleetStreams(s, natsbus.StreamConfig{})})
-	if err := guard.Check(ctx(t)); err != nil {
+	if err := guard.Check(bustest.Ctx(t)); err != nil {
 		t.Fatalf("a process expecting no placement: %v", err)
 	}
 }

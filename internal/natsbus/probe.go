@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -161,17 +160,4 @@ func FleetProbeConfig(s protocol.Subjects) ProbeConfig {
 		Streams: []string{s.CallsStream(), s.ResultsStream(), s.ApprovalsStream()},
 		Buckets: []string{s.CatalogBucket()},
 	}
-}
-
-// ProbeConfig checks what w needs to serve: the calls and results streams
-// and the consumer of each of its tools.
-func (w *Worker) ProbeConfig() ProbeConfig {
-	cfg := ProbeConfig{Streams: []string{w.subjects.CallsStream(), w.subjects.ResultsStream()}}
-	if w.cfg.Guard != nil {
-		cfg.Guards = []*StreamGuard{w.cfg.Guard}
-	}
-	for _, tc := range w.tools {
-		cfg.Consumers = append(cfg.Consumers, ConsumerRef{Stream: w.subjects.CallsStream(), Name: tc.config.Durable})
-	}
-	return cfg
 }

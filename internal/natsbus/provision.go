@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -156,50 +155,14 @@ func CreateMissingStreams(ctx context.Context, js jetstream.JetStream, list []Fl
 			_, err = js.CreateStream(cctx, fs.Config)
 			switch {
 			case err == nil:
-				log.Info().Str(logStream, fs.Config.Name).Msg("stream created")
+				log.Info().Str(LogStream, fs.Config.Name).Msg("stream created")
 			case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
 			default:
-				log.Debug().Err(err).Str(logStream, fs.Config.Name).Msg("could not create a missing stream")
+				log.Debug().Err(err).Str(LogStream, fs.Config.Name).Msg("could not create a missing stream")
 			}
 		}
 		cancel()
 	}
-}
-
-// ProvisionToolConsumers creates the shared consumer of each tool in
-// tools, configured as a worker with the default WorkerConfig creates it
-// (workers then adjust it to their own settings). A tool whose workers
-// have credentials of their own gets its consumer this way before any
-// worker starts: the calls stream is a work queue, on which the server
-// refuses any other consumer whose filter covers the tool's calls.
-func ProvisionToolConsumers(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, tools []string) ([]ProvisionAction, error) {
-	cfg := WorkerConfig{}.withDefaults()
-	var done []ProvisionAction
-	for _, name := range tools {
-		tool, err := protocol.ParseToolName(name)
-		if err != nil {
-			return done, err
-		}
-		// Both classes' consumers: the server then refuses any other
-		// consumer whose filter covers either.
-		interactive, batch, err := classConsumerConfigs(s, tool, cfg)
-		if err != nil {
-			return done, err
-		}
-		for _, cc := range []jetstream.ConsumerConfig{interactive, batch} {
-			a := ProvisionAction{Stream: s.CallsStream() + " consumer " + cc.Durable, Action: ActionUnchanged}
-			if _, err := js.Consumer(ctx, s.CallsStream(), cc.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
-				if _, err := js.CreateConsumer(ctx, s.CallsStream(), cc); err != nil {
-					return done, fmt.Errorf("natsbus: consumer %s: %w", cc.Durable, err)
-				}
-				a.Action = ActionCreated
-			} else if err != nil {
-				return done, fmt.Errorf("natsbus: consumer %s: %w", cc.Durable, err)
-			}
-			done = append(done, a)
-		}
-	}
-	return done, nil
 }
 
 // JetStream's error codes for a replica count the servers cannot hold.

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/bustest"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -24,7 +24,7 @@ func TestProvisionRefusesReplicasASingleServerCannotHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = natsbus.Provision(ctx(t), js, protocol.Subjects{}, natsbus.StreamConfig{Replicas: 3})
+	_, err = natsbus.Provision(bustest.Ctx(t), js, protocol.Subjects{}, natsbus.StreamConfig{Replicas: 3})
 	if !errors.Is(err, natsbus.ErrTooFewServers) {
 		t.Fatalf("Provision with 3 replicas on one server: %v, want ErrTooFewServers", err)
 	}
@@ -35,13 +35,13 @@ func TestProvisionRefusesReplicasASingleServerCannotHold(t *testing.T) {
 // nothing amiss, and provisioning one replica later lowers nothing.
 func TestProvisionReplicatesOnACluster(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
-	js := connectJS(t, c.URLs())
+	js := bustest.ConnectJS(t, c.URLs())
 	s := protocol.Subjects{}
-	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
+	if _, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
 		t.Fatalf("Provision R3: %v", err)
 	}
 	for _, fs := range natsbus.FleetStreams(s, natsbus.StreamConfig{}) {
-		st, err := js.Stream(ctx(t), fs.Config.Name)
+		st, err := js.Stream(bustest.Ctx(t), fs.Config.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,10 +50,10 @@ func TestProvisionReplicatesOnACluster(t *testing.T) {
 		}
 	}
 	guard := natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{Streams: natsbus.FleetStreams(s, natsbus.StreamConfig{})})
-	if err := guard.Check(ctx(t)); err != nil {
+	if err := guard.Check(bustest.Ctx(t)); err != nil {
 		t.Fatalf("a process expecting one replica: %v", err)
 	}
-	again, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{})
+	again, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,9 +70,9 @@ func TestProvisionReplicatesOnACluster(t *testing.T) {
 // succeeds once a node is back and a leader is elected.
 func TestStartingProcessWaitsForAStreamLeader(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
-	js := connectJS(t, c.ClientURL(0), nats.MaxReconnects(-1))
+	js := bustest.ConnectJS(t, c.ClientURL(0), nats.MaxReconnects(-1))
 	s := protocol.Subjects{}
-	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
+	if _, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{Replicas: 3}); err != nil {
 		t.Fatalf("Provision R3: %v", err)
 	}
 	c.Kill(1)
@@ -83,7 +83,7 @@ func TestStartingProcessWaitsForAStreamLeader(t *testing.T) {
 		Logger: zerolog.New(&logs),
 	})
 	var drift *natsbus.DriftError
-	if err := guard.Check(ctx(t)); err == nil || errors.As(err, &drift) {
+	if err := guard.Check(bustest.Ctx(t)); err == nil || errors.As(err, &drift) {
 		t.Fatalf("a check without quorum: %v, want the server not answering", err)
 	}
 	done := make(chan error, 1)
@@ -100,20 +100,4 @@ func TestStartingProcessWaitsForAStreamLeader(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("CheckAtStart did not return")
 	}
-}
-
-// connectJS connects to url (a comma list of a cluster's nodes) with opts
-// and returns its JetStream context; the connection closes with the test.
-func connectJS(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
-	t.Helper()
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
 }

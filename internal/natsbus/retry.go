@@ -12,7 +12,7 @@ import (
 // publishAttemptTimeout bounds one attempt of a JetStream publish. A
 // request written to a connection whose server just died is never
 // answered; a new attempt with the same Nats-Msg-Id is stored at most once.
-const publishAttemptTimeout = time.Second
+const PublishAttemptTimeout = time.Second
 
 // JetStream's answers that say "not now" rather than "no": a cluster
 // electing a leader, a stream leader that moved, a publish with the same
@@ -34,9 +34,9 @@ const (
 // so are a connection closed for good and a tool's consumer that is not
 // one the worker may serve (a push consumer, or one it may not change
 // with another ack wait).
-func transient(err error) bool {
+func Transient(err error) bool {
 	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
-		errors.Is(err, errForeignConsumer) || errors.Is(err, errProvisionedAckWait) {
+		errors.Is(err, ErrForeignConsumer) || errors.Is(err, ErrProvisionedAckWait) {
 		return false
 	}
 	var api *jetstream.APIError
@@ -52,15 +52,15 @@ func transient(err error) bool {
 
 // publishRetrying publishes msg, which must carry a Nats-Msg-Id, retrying
 // transient failures until ctx ends, and returns the server's PubAck.
-func publishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+func PublishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, PublishAttemptTimeout)
 		ack, err := js.PublishMsg(actx, msg, opts...)
 		cancel()
-		if err == nil || ctx.Err() != nil || !transient(err) {
+		if err == nil || ctx.Err() != nil || !Transient(err) {
 			return ack, err
 		}
-		if !sleepCtx(ctx, backoff(attempt)) {
+		if !SleepCtx(ctx, Backoff(attempt)) {
 			return nil, err
 		}
 	}
@@ -72,24 +72,24 @@ func publishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg,
 // fails transiently, for up to DefaultStreamStartWait: what a leader
 // election takes on a loaded machine. final, when set, says which errors
 // are answers, not failures (a key the bucket does not hold).
-func askRetrying[T any](ctx context.Context, final func(error) bool, ask func(context.Context) (T, error)) (T, error) {
+func AskRetrying[T any](ctx context.Context, final func(error) bool, ask func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, DefaultStreamStartWait)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
 		actx, cancelAttempt := context.WithTimeout(ctx, DefaultKeyWatchMake)
 		v, err := ask(actx)
 		cancelAttempt()
-		if err == nil || (final != nil && final(err)) || !transient(err) || !sleepCtx(ctx, backoff(attempt)) {
+		if err == nil || (final != nil && final(err)) || !Transient(err) || !SleepCtx(ctx, Backoff(attempt)) {
 			return v, err
 		}
 	}
 }
 
 // backoff is the pause after the n-th consecutive failure.
-func backoff(n int) time.Duration { return min(time.Duration(n)*50*time.Millisecond, 2*time.Second) }
+func Backoff(n int) time.Duration { return min(time.Duration(n)*50*time.Millisecond, 2*time.Second) }
 
 // sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+func SleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

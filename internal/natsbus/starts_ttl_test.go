@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/natstest"
 )
 

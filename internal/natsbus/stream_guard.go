@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -199,7 +198,7 @@ func (g *StreamGuard) CheckAtStart(ctx context.Context) error {
 	for {
 		err := g.Check(ctx)
 		var drift *DriftError
-		if err == nil || errors.As(err, &drift) || !transient(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
+		if err == nil || errors.As(err, &drift) || !Transient(err) || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return err
 		}
 		g.cfg.Logger.Info().Err(err).Msg("the fleet's streams did not answer yet; checking again")
@@ -252,7 +251,7 @@ func (g *StreamGuard) record(names []string, drifts []Drift) {
 	for _, d := range drifts {
 		seen[d] = true
 		if !g.logged[d] {
-			g.cfg.Logger.Error().Str(logStream, d.Stream).Str("field", d.Field).
+			g.cfg.Logger.Error().Str(LogStream, d.Stream).Str("field", d.Field).
 				Msg("stream configuration differs from the expected one: refusing to serve (run coordinator provision)")
 		}
 	}

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/bustest"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -24,7 +24,7 @@ func TestProvisionIsIdempotentAndMatchesTheCheck(t *testing.T) {
 	}
 	s := protocol.Subjects{}
 	list := natsbus.FleetStreams(s, natsbus.StreamConfig{})
-	first, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{})
+	first, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{})
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
@@ -36,7 +36,7 @@ func TestProvisionIsIdempotentAndMatchesTheCheck(t *testing.T) {
 			t.Errorf("%s: %s, want created", a.Stream, a.Action)
 		}
 	}
-	again, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{})
+	again, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{})
 	if err != nil {
 		t.Fatalf("Provision again: %v", err)
 	}
@@ -46,16 +46,16 @@ func TestProvisionIsIdempotentAndMatchesTheCheck(t *testing.T) {
 		}
 	}
 	g := natsbus.NewStreamGuard(js, natsbus.StreamGuardConfig{Streams: list})
-	if err := g.Check(ctx(t)); err != nil {
+	if err := g.Check(bustest.Ctx(t)); err != nil {
 		t.Fatalf("check of a provisioned fleet: %v", err)
 	}
 	// The buckets are usable as buckets.
 	for _, b := range []string{s.CatalogBucket(), s.RunsBucket(), s.AgentsBucket()} {
-		kv, err := js.KeyValue(ctx(t), b)
+		kv, err := js.KeyValue(bustest.Ctx(t), b)
 		if err != nil {
 			t.Fatalf("bucket %s: %v", b, err)
 		}
-		if _, err := kv.Put(ctx(t), "k", []byte("v")); err != nil {
+		if _, err := kv.Put(bustest.Ctx(t), "k", []byte("v")); err != nil {
 			t.Fatalf("bucket %s put: %v", b, err)
 		}
 	}
@@ -73,10 +73,10 @@ func TestStreamGuardDetectsEveryKindOfRewrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := protocol.Subjects{}
-	if _, err := natsbus.Provision(ctx(t), js, s, natsbus.StreamConfig{}); err != nil {
+	if _, err := natsbus.Provision(bustest.Ctx(t), js, s, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx(t), jetstream.StreamConfig{Name: "SCRATCH", Subjects: []string{"scratch"}, MaxMsgSize: 1024}); err != nil {
+	if _, err := js.CreateStream(bustest.Ctx(t), jetstream.StreamConfig{Name: "SCRATCH", Subjects: []string{"scratch"}, MaxMsgSize: 1024}); err != nil {
 		t.Fatal(err)
 	}
 	list := natsbus.FleetStreams(s, natsbus.StreamConfig{})
@@ -106,10 +106,10 @@ func TestStreamGuardDetectsEveryKindOfRewrite(t *testing.T) {
 			if field == "max_age" && bad.MaxAge < bad.Duplicates {
 				bad.Duplicates = bad.MaxAge
 			}
-			if _, err := js.UpdateStream(ctx(t), bad); err != nil {
+			if _, err := js.UpdateStream(bustest.Ctx(t), bad); err != nil {
 				t.Fatalf("%s: rewriting %s: %v", fs.Config.Name, field, err)
 			}
-			err := g.Check(ctx(t))
+			err := g.Check(bustest.Ctx(t))
 			var de *natsbus.DriftError
 			if !errors.As(err, &de) || !slices.Contains(de.Drifts, natsbus.Drift{Stream: want.Name, Field: field}) {
 				t.Fatalf("%s %s: check = %v, want a drift naming it", want.Name, field, err)
@@ -120,13 +120,13 @@ func TestStreamGuardDetectsEveryKindOfRewrite(t *testing.T) {
 			if !log.Contains(`"stream":"`+want.Name+`"`) || !log.Contains(`"field":"`+field+`"`) {
 				t.Fatalf("%s %s: no error line naming the stream and field:\n%s", want.Name, field, log.String())
 			}
-			if _, err := natsbus.ProvisionStreams(ctx(t), js, []natsbus.FleetStream{fs}); err != nil {
+			if _, err := natsbus.ProvisionStreams(bustest.Ctx(t), js, []natsbus.FleetStream{fs}); err != nil {
 				t.Fatalf("%s: restoring: %v", want.Name, err)
 			}
-			if err := g.Check(ctx(t)); err != nil {
+			if err := g.Check(bustest.Ctx(t)); err != nil {
 				t.Fatalf("%s %s: after provision: %v", want.Name, field, err)
 			}
-			if err := g.Wait(ctx(t)); err != nil {
+			if err := g.Wait(bustest.Ctx(t)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -136,11 +136,11 @@ func TestStreamGuardDetectsEveryKindOfRewrite(t *testing.T) {
 	}
 
 	// A deleted stream is missing.
-	if err := js.DeleteStream(ctx(t), s.ResultsStream()); err != nil {
+	if err := js.DeleteStream(bustest.Ctx(t), s.ResultsStream()); err != nil {
 		t.Fatal(err)
 	}
 	var de *natsbus.DriftError
-	if err := g.Check(ctx(t)); !errors.As(err, &de) || !slices.Contains(de.Drifts, natsbus.Drift{Stream: s.ResultsStream(), Field: natsbus.FieldMissing}) {
+	if err := g.Check(bustest.Ctx(t)); !errors.As(err, &de) || !slices.Contains(de.Drifts, natsbus.Drift{Stream: s.ResultsStream(), Field: natsbus.FieldMissing}) {
 		t.Fatalf("check after delete = %v, want %s missing", err, s.ResultsStream())
 	}
 }
@@ -193,7 +193,7 @@ func TestEachAudienceGuardsItsStreams(t *testing.T) {
 			}
 			g := tc.guard(js)
 			var drift *natsbus.DriftError
-			if err := g.Check(ctx(t)); !errors.As(err, &drift) {
+			if err := g.Check(bustest.Ctx(t)); !errors.As(err, &drift) {
 				t.Fatalf("check on an empty server: %v, want a *DriftError", err)
 			}
 			var missing []string
@@ -206,13 +206,13 @@ func TestEachAudienceGuardsItsStreams(t *testing.T) {
 			if !slices.Equal(missing, want) {
 				t.Fatalf("missing %v, want the %s streams %v", missing, tc.name, want)
 			}
-			if err := g.Setup(ctx(t), false); err != nil {
+			if err := g.Setup(bustest.Ctx(t), false); err != nil {
 				t.Fatal(err)
 			}
-			if err := g.Check(ctx(t)); err != nil {
+			if err := g.Check(bustest.Ctx(t)); err != nil {
 				t.Fatalf("check after Setup: %v", err)
 			}
-			names := js.StreamNames(ctx(t))
+			names := js.StreamNames(bustest.Ctx(t))
 			for name := range names.Name() {
 				if !slices.Contains(want, name) {
 					t.Errorf("Setup created %s, not a stream of the %s", name, tc.name)
@@ -226,19 +226,19 @@ func TestEachAudienceGuardsItsStreams(t *testing.T) {
 			first := g.Streams()[0].Config
 			bad := first
 			bad.MaxMsgs = 1
-			if _, err := js.UpdateStream(ctx(t), bad); err != nil {
+			if _, err := js.UpdateStream(bustest.Ctx(t), bad); err != nil {
 				t.Fatal(err)
 			}
-			if err := g.Setup(ctx(t), false); err != nil {
+			if err := g.Setup(bustest.Ctx(t), false); err != nil {
 				t.Fatal(err)
 			}
-			if err := g.Check(ctx(t)); !errors.As(err, &drift) || !slices.Contains(drift.Drifts, natsbus.Drift{Stream: first.Name, Field: "max_msgs"}) {
+			if err := g.Check(bustest.Ctx(t)); !errors.As(err, &drift) || !slices.Contains(drift.Drifts, natsbus.Drift{Stream: first.Name, Field: "max_msgs"}) {
 				t.Fatalf("check after Setup without provision of a rewritten %s: %v, want its max_msgs drift", first.Name, err)
 			}
-			if err := g.Setup(ctx(t), true); err != nil {
+			if err := g.Setup(bustest.Ctx(t), true); err != nil {
 				t.Fatal(err)
 			}
-			if err := g.Check(ctx(t)); err != nil {
+			if err := g.Check(bustest.Ctx(t)); err != nil {
 				t.Fatalf("check after Setup with provision: %v", err)
 			}
 		})

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -190,53 +189,53 @@ func (c StreamConfig) withDefaults() StreamConfig {
 func (c StreamConfig) Validate() error {
 	switch {
 	case c.Replicas < 0 || c.Replicas > 5:
-		return configErr("Replicas", "must be 1..5")
+		return ConfigErr("Replicas", "must be 1..5")
 	case c.MaxMessageBytes < 0 || c.MaxMessageBytes > 64<<20:
-		return configErr("MaxMessageBytes", "must be 1..64 MiB")
+		return ConfigErr("MaxMessageBytes", "must be 1..64 MiB")
 	case c.MaxPendingCalls < 0:
-		return configErr("MaxPendingCalls", "must be >= 0")
+		return ConfigErr("MaxPendingCalls", "must be >= 0")
 	case c.MaxCallsPerClient < 0:
-		return configErr("MaxCallsPerClient", "must be >= 0")
+		return ConfigErr("MaxCallsPerClient", "must be >= 0")
 	case c.ResultsMaxBytes < 0:
-		return configErr("ResultsMaxBytes", "must be >= 0")
+		return ConfigErr("ResultsMaxBytes", "must be >= 0")
 	case c.CallsMaxAge < 0:
-		return configErr("CallsMaxAge", "must be >= 0")
+		return ConfigErr("CallsMaxAge", "must be >= 0")
 	case c.ResultsMaxAge < 0:
-		return configErr("ResultsMaxAge", "must be >= 0")
+		return ConfigErr("ResultsMaxAge", "must be >= 0")
 	case c.ApprovalsMaxAge < 0:
-		return configErr("ApprovalsMaxAge", "must be >= 0")
+		return ConfigErr("ApprovalsMaxAge", "must be >= 0")
 	case c.ApprovalsMaxBytes < 0:
-		return configErr("ApprovalsMaxBytes", "must be >= 0")
+		return ConfigErr("ApprovalsMaxBytes", "must be >= 0")
 	case c.ApprovalsMaxMsgs < 0:
-		return configErr("ApprovalsMaxMsgs", "must be >= 0")
+		return ConfigErr("ApprovalsMaxMsgs", "must be >= 0")
 	case c.MaxQueuedRuns < 0:
-		return configErr("MaxQueuedRuns", "must be >= 0")
+		return ConfigErr("MaxQueuedRuns", "must be >= 0")
 	case c.MaxQueuedRunsPerClient < 0:
-		return configErr("MaxQueuedRunsPerClient", "must be >= 0")
+		return ConfigErr("MaxQueuedRunsPerClient", "must be >= 0")
 	case cmp.Or(c.MaxQueuedRunsPerClient, DefaultMaxQueuedRunsPerClient) >= cmp.Or(c.MaxQueuedRuns, DefaultMaxQueuedRuns):
 		// One client could fill the stream every client submits to.
-		return configErr("MaxQueuedRunsPerClient", "must be below MaxQueuedRuns (%d), so that no one client can fill the runs stream", cmp.Or(c.MaxQueuedRuns, DefaultMaxQueuedRuns))
+		return ConfigErr("MaxQueuedRunsPerClient", "must be below MaxQueuedRuns (%d), so that no one client can fill the runs stream", cmp.Or(c.MaxQueuedRuns, DefaultMaxQueuedRuns))
 	case c.QueuedRunMaxAge < 0:
-		return configErr("QueuedRunMaxAge", "must be >= 0")
+		return ConfigErr("QueuedRunMaxAge", "must be >= 0")
 	case c.RunResultTTL < 0:
-		return configErr("RunResultTTL", "must be >= 0")
+		return ConfigErr("RunResultTTL", "must be >= 0")
 	case c.RunResultsMaxBytes < 0:
-		return configErr("RunResultsMaxBytes", "must be >= 0")
+		return ConfigErr("RunResultsMaxBytes", "must be >= 0")
 	case c.MaxRunResultBytes < 0 || c.MaxRunResultBytes > 64<<20:
-		return configErr("MaxRunResultBytes", "must be 1..64 MiB")
+		return ConfigErr("MaxRunResultBytes", "must be 1..64 MiB")
 	case c.MaxClaims < 0:
-		return configErr("MaxClaims", "must be >= 0")
+		return ConfigErr("MaxClaims", "must be >= 0")
 	case c.StartsMaxBytes < 0:
-		return configErr("StartsMaxBytes", "must be >= 0")
+		return ConfigErr("StartsMaxBytes", "must be >= 0")
 	}
 	for _, tool := range c.OwnRecordTools {
 		if !protocol.ToolName(tool).Valid() {
-			return configErr("OwnRecordTools", "a tool name must match %s, got %q", protocol.TokenPattern, clip(tool))
+			return ConfigErr("OwnRecordTools", "a tool name must match %s, got %q", protocol.TokenPattern, clip(tool))
 		}
 	}
 	for _, tag := range c.PlacementTags {
 		if !validTag(tag) {
-			return configErr("PlacementTags", "a tag must be 1..64 printable characters without spaces or commas, got %q", clip(tag))
+			return ConfigErr("PlacementTags", "a tag must be 1..64 printable characters without spaces or commas, got %q", clip(tag))
 		}
 	}
 	return nil

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/bustest"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -22,7 +22,7 @@ func TestEnsureStreamsIsIdempotentAndConcurrent(t *testing.T) {
 	for range 4 {
 		nc := natstest.Connect(t, srv)
 		js, _ := jetstream.New(nc)
-		wg.Go(func() { errs <- natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{}) })
+		wg.Go(func() { errs <- natsbus.EnsureStreams(bustest.Ctx(t), js, subjects, natsbus.StreamConfig{}) })
 	}
 	wg.Wait()
 	close(errs)
@@ -34,13 +34,13 @@ func TestEnsureStreamsIsIdempotentAndConcurrent(t *testing.T) {
 	nc := natstest.Connect(t, srv)
 	js, _ := jetstream.New(nc)
 	for range 2 {
-		if err := natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{}); err != nil {
+		if err := natsbus.EnsureStreams(bustest.Ctx(t), js, subjects, natsbus.StreamConfig{}); err != nil {
 			t.Fatalf("EnsureStreams again: %v", err)
 		}
 	}
 
 	info := func(name string) jetstream.StreamConfig {
-		s, err := js.Stream(ctx(t), name)
+		s, err := js.Stream(bustest.Ctx(t), name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", name, err)
 		}
@@ -64,11 +64,11 @@ func TestEnsureStreamsIsIdempotentAndConcurrent(t *testing.T) {
 		approvals.MaxAge != 30*24*time.Hour || approvals.Subjects[0] != "acme.approval.>" {
 		t.Errorf("approvals stream config = %+v", approvals)
 	}
-	kv, err := js.KeyValue(ctx(t), "acme_tools")
+	kv, err := js.KeyValue(bustest.Ctx(t), "acme_tools")
 	if err != nil {
 		t.Fatalf("catalog bucket: %v", err)
 	}
-	st, err := kv.Status(ctx(t))
+	st, err := kv.Status(bustest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestEnsureStreamsIsIdempotentAndConcurrent(t *testing.T) {
 func TestEnsureStreamsRefusesBadConfig(t *testing.T) {
 	srv := natstest.Start(t)
 	js, _ := jetstream.New(natstest.Connect(t, srv))
-	if err := natsbus.EnsureStreams(ctx(t), js, protocol.Subjects{}, natsbus.StreamConfig{Replicas: 9}); err == nil {
+	if err := natsbus.EnsureStreams(bustest.Ctx(t), js, protocol.Subjects{}, natsbus.StreamConfig{Replicas: 9}); err == nil {
 		t.Fatal("EnsureStreams accepted 9 replicas")
 	}
 }
@@ -95,7 +95,7 @@ func TestEnsureStreamsLeavesAnUnchangedStreamAlone(t *testing.T) {
 	nc := natstest.Connect(t, srv)
 	js, _ := jetstream.New(nc)
 	subjects := protocol.Subjects{}
-	if err := natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{}); err != nil {
+	if err := natsbus.EnsureStreams(bustest.Ctx(t), js, subjects, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	updates, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.UPDATED.>")
@@ -106,12 +106,12 @@ func TestEnsureStreamsLeavesAnUnchangedStreamAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{}); err != nil {
+		if err := natsbus.EnsureStreams(bustest.Ctx(t), js, subjects, natsbus.StreamConfig{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The results stream is not the first EnsureStreams sees.
-	if err := natsbus.EnsureStreams(ctx(t), js, subjects, natsbus.StreamConfig{ResultsMaxAge: 2 * time.Hour}); err != nil {
+	if err := natsbus.EnsureStreams(bustest.Ctx(t), js, subjects, natsbus.StreamConfig{ResultsMaxAge: 2 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// Advisories arrive in order: the first is the change.
@@ -122,7 +122,7 @@ func TestEnsureStreamsLeavesAnUnchangedStreamAlone(t *testing.T) {
 	if want := "$JS.EVENT.ADVISORY.STREAM.UPDATED." + subjects.ResultsStream(); m.Subject != want {
 		t.Fatalf("first update advisory on %s, want %s: an unchanged stream was updated", m.Subject, want)
 	}
-	s, err := js.Stream(ctx(t), subjects.ResultsStream())
+	s, err := js.Stream(bustest.Ctx(t), subjects.ResultsStream())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -30,7 +31,7 @@ func Get(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, 
 
 // List reads the state of every run with a journal, by run id.
 func List(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects) ([]State, error) {
-	counts, err := natsbus.ListJournals(ctx, js, subjects)
+	counts, err := stores.ListJournals(ctx, js, subjects)
 	if err != nil {
 		return nil, err
 	}
@@ -53,14 +54,14 @@ func List(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects)
 // Cancel stores a request to cancel run, by by and for reason: the
 // coordinator running it cancels it, and one that takes it later does too.
 func Cancel(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID, by, reason string) error {
-	return natsbus.RequestCancel(ctx, js, subjects, run, protocol.RunCancelRequest{By: by, Reason: reason, At: time.Now().UTC()})
+	return stores.RequestCancel(ctx, js, subjects, run, protocol.RunCancelRequest{By: by, Reason: reason, At: time.Now().UTC()})
 }
 
 // resultKey is run's key in the runs bucket: <client>.<run> for a served
 // run, whose journal's request entry names the client, else the run id.
-func resultKey(run protocol.RunID, recs []natsbus.JournalRecord) string {
+func resultKey(run protocol.RunID, recs []stores.JournalRecord) string {
 	for _, r := range recs {
-		if r.Entry.Kind != natsbus.EntryRequest {
+		if r.Entry.Kind != stores.EntryRequest {
 			continue
 		}
 		var req struct {
@@ -76,16 +77,16 @@ func resultKey(run protocol.RunID, recs []natsbus.JournalRecord) string {
 
 // state reads one run's state.
 func state(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID) (State, error) {
-	recs, err := natsbus.ReadJournal(ctx, js, subjects, run)
+	recs, err := stores.ReadJournal(ctx, js, subjects, run)
 	if err != nil {
 		return State{}, err
 	}
 	st := Summarize(run, recs)
-	if results, err := natsbus.OpenRunResults(ctx, js, subjects); err == nil {
+	if results, err := stores.OpenRunResults(ctx, js, subjects); err == nil {
 		st.HasResult = results.Has(ctx, resultKey(run, recs))
 	}
 	if st.Status == StatusRunning {
-		if ok, _ := natsbus.CancelRequested(ctx, js, subjects, run); ok {
+		if ok, _ := stores.CancelRequested(ctx, js, subjects, run); ok {
 			st.Status = StatusCancelRequested
 		}
 	}

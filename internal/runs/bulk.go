@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -65,7 +66,7 @@ func Record(ctx context.Context, js natsbus.JetStream, subjects protocol.Subject
 	if err != nil {
 		return err
 	}
-	if err := natsbus.RecordTraffic(ctx, js, subjects, NoteSubject(subjects, action), data); err != nil {
+	if err := admission.RecordTraffic(ctx, js, subjects, NoteSubject(subjects, action), data); err != nil {
 		return fmt.Errorf("recording the change in %s: %w", subjects.TrafficStream(), err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -33,7 +34,7 @@ type ReplayOptions struct {
 
 // entries reads run's journal: its entries, in order.
 func entries(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, run protocol.RunID) ([]loop.JournalEntry, error) {
-	recs, err := natsbus.ReadJournal(ctx, js, subjects, run)
+	recs, err := stores.ReadJournal(ctx, js, subjects, run)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func Replay(ctx, readCtx context.Context, js natsbus.JetStream, subjects protoco
 
 // agentRevision reads one revision of an agent from the agents bucket.
 func agentRevision(ctx context.Context, js natsbus.JetStream, subjects protocol.Subjects, ref agent.Ref) (agent.Definition, error) {
-	store, err := natsbus.OpenAgents(ctx, js, subjects)
+	store, err := stores.OpenAgents(ctx, js, subjects)
 	if err != nil {
 		return agent.Definition{}, err
 	}

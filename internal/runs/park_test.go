@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
@@ -12,9 +12,9 @@ import (
 // parked run, with its reason, client and agent; any entry after it (the
 // owner entry of the coordinator that resumed it) makes it running again.
 func TestSummarizeParked(t *testing.T) {
-	recs := []natsbus.JournalRecord{
-		{Time: time.Unix(10, 0), Entry: loop.JournalEntry{Kind: natsbus.EntryOwner, Owner: "c1"}},
-		rec(loop.JournalEntry{Kind: natsbus.EntryRequest, Data: []byte(`{"limits":{},"client":"acme","agent":"ops"}`)}),
+	recs := []stores.JournalRecord{
+		{Time: time.Unix(10, 0), Entry: loop.JournalEntry{Kind: stores.EntryOwner, Owner: "c1"}},
+		rec(loop.JournalEntry{Kind: stores.EntryRequest, Data: []byte(`{"limits":{},"client":"acme","agent":"ops"}`)}),
 		rec(loop.JournalEntry{Kind: loop.EntryModel, Round: 1, Response: &loop.JournaledResponse{}}),
 		rec(loop.JournalEntry{Kind: loop.EntryObserved, Round: 1}),
 		rec(loop.JournalEntry{Kind: loop.EntryParked, Round: 2, Reason: "the model answered openai: HTTP 503"}),
@@ -24,7 +24,7 @@ func TestSummarizeParked(t *testing.T) {
 		!st.StartedAt.Equal(time.Unix(10, 0)) || st.Owner != "c1" {
 		t.Fatalf("parked: %+v", st)
 	}
-	recs = append(recs, rec(loop.JournalEntry{Kind: natsbus.EntryOwner, Owner: "c2"}))
+	recs = append(recs, rec(loop.JournalEntry{Kind: stores.EntryOwner, Owner: "c2"}))
 	if st := Summarize("r", recs); st.Status != StatusRunning || st.ParkReason != "" || st.Owner != "c2" {
 		t.Fatalf("resumed: %+v", st)
 	}

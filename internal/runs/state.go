@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -63,7 +63,7 @@ type State struct {
 }
 
 // Summarize reads a run's state from its journal.
-func Summarize(run protocol.RunID, recs []natsbus.JournalRecord) State {
+func Summarize(run protocol.RunID, recs []stores.JournalRecord) State {
 	st := State{RunID: run, Status: StatusRunning, Entries: len(recs)}
 	if len(recs) > 0 {
 		st.StartedAt = recs[0].Time
@@ -76,7 +76,7 @@ func Summarize(run protocol.RunID, recs []natsbus.JournalRecord) State {
 		st.LastStep, st.LastAt = e.Kind, r.Time
 		st.Status, st.ParkReason = StatusRunning, "" // a parked run is resumed by any entry after it
 		switch e.Kind {
-		case natsbus.EntryRequest:
+		case stores.EntryRequest:
 			var req struct {
 				Client string `json:"client"`
 				Agent  string `json:"agent"`
@@ -89,7 +89,7 @@ func Summarize(run protocol.RunID, recs []natsbus.JournalRecord) State {
 			}
 		case loop.EntryParked:
 			st.Status, st.ParkReason = StatusParked, e.Reason
-		case natsbus.EntryOwner:
+		case stores.EntryOwner:
 			st.Owner = e.Owner
 			st.Owners++
 		case loop.EntryStart:

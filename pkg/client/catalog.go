@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -12,7 +12,7 @@ import (
 // worker serves, by name. Malformed entries are left out. It needs read
 // access to the catalog bucket (the operator's or a coordinator's).
 func (c *Client) Catalog(ctx context.Context) ([]protocol.ToolSpec, error) {
-	specs, err := natsbus.ReadCatalog(ctx, c.js, c.subjects)
+	specs, err := stores.ReadCatalog(ctx, c.js, c.subjects)
 	if err != nil {
 		return nil, fmt.Errorf("client: reading the catalog %s: %w", c.subjects.CatalogBucket(), err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -97,14 +97,14 @@ func (c *Client) WatchRun(ctx context.Context, run protocol.RunID) iter.Seq2[Run
 		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		w, err := natsbus.WatchJournal(ctx, c.js, c.subjects, run)
+		w, err := stores.WatchJournal(ctx, c.js, c.subjects, run)
 		if err != nil {
 			yield(RunEvent{}, fmt.Errorf("client: watching run %s: %w", run, err))
 			return
 		}
 		defer w.Stop()
 		type next struct {
-			rec natsbus.JournalRecord
+			rec stores.JournalRecord
 			err error
 		}
 		entries := make(chan next)
@@ -151,7 +151,7 @@ func (c *Client) WatchRun(ctx context.Context, run protocol.RunID) iter.Seq2[Run
 				}
 				e := n.rec.Entry
 				switch e.Kind {
-				case natsbus.EntryRequest:
+				case stores.EntryRequest:
 					if following == nil {
 						if following = c.followProgress(run, e.Data, progress); following != nil {
 							defer following.Unsubscribe()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -113,7 +113,7 @@ func (c *Client) SubmitRaw(ctx context.Context, agent, id string, data []byte) (
 		msg.Header.Set(protocol.HeaderMsgID, protocol.SubmissionMsgID(c.name, id))
 		msg.Header.Set(protocol.HeaderAgent, run.Agent)
 		actx, cancel := context.WithTimeout(ctx, c.attempt)
-		dup, err := natsbus.SubmitRun(actx, c.js, msg)
+		dup, err := stores.SubmitRun(actx, c.js, msg)
 		cancel()
 		switch {
 		case err == nil:

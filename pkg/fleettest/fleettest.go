@@ -16,6 +16,7 @@ import (
 	"github.com/toolfleet/toolfleet/internal/agents"
 	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/client"
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -174,7 +175,7 @@ func (f *Fleet) putAgents(ctx context.Context, subjects protocol.Subjects) error
 	if err != nil {
 		return fmt.Errorf("fleettest: %w", err)
 	}
-	store, err := natsbus.OpenAgents(ctx, js, subjects)
+	store, err := stores.OpenAgents(ctx, js, subjects)
 	if err != nil {
 		return fmt.Errorf("fleettest: the agents bucket: %w", err)
 	}

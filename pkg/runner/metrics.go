@@ -5,6 +5,8 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 )
 
 // runnerMetrics are a runner's collectors, registered with
@@ -34,14 +36,14 @@ func (m *runnerMetrics) streamsObserver() natsbus.StreamGuardObserver {
 	return m.streams
 }
 
-func (m *runnerMetrics) catalogObserver() natsbus.CatalogObserver {
+func (m *runnerMetrics) catalogObserver() stores.CatalogObserver {
 	if m == nil {
 		return nil
 	}
 	return m.coord
 }
 
-func (m *runnerMetrics) shareObserver() natsbus.ShareObserver {
+func (m *runnerMetrics) shareObserver() admission.ShareObserver {
 	if m == nil {
 		return nil
 	}

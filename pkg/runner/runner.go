@@ -16,6 +16,8 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
@@ -125,8 +127,8 @@ type Runner struct {
 	js       natsbus.JetStream
 	metrics  *runnerMetrics // nil without Config.Registerer
 	guard    *natsbus.StreamGuard
-	catalog  *natsbus.Catalog
-	disp     *natsbus.Dispatcher
+	catalog  *stores.Catalog
+	disp     *dispatch.Dispatcher
 	gate     loop.Gate
 	base     loop.Config // Config.Loop with the logger and metrics, before an agent's settings
 	loop     *loop.Runner
@@ -135,7 +137,7 @@ type Runner struct {
 
 	// fleetDisps are the dispatchers Fleet handed out, closed by Close.
 	fleetMu    sync.Mutex
-	fleetDisps []*natsbus.Dispatcher
+	fleetDisps []*dispatch.Dispatcher
 }
 
 // New validates cfg, checks the fleet's streams (creating a missing one
@@ -182,7 +184,7 @@ func newRunner(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err e
 	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop = cancel
 	go r.guard.Run(gctx)
-	if r.catalog, err = natsbus.NewCatalogWith(ctx, js, subjects, natsbus.CatalogConfig{Logger: cfg.Logger, Observer: r.metrics.catalogObserver()}); err != nil {
+	if r.catalog, err = stores.NewCatalogWith(ctx, js, subjects, stores.CatalogConfig{Logger: cfg.Logger, Observer: r.metrics.catalogObserver()}); err != nil {
 		return nil, fmt.Errorf("runner: reading the tool catalog: %w", err)
 	}
 	r.disp = r.newDispatcher()
@@ -210,8 +212,8 @@ func newRunner(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Runner, err e
 // newDispatcher returns a dispatcher on the runner's connection, held
 // back while the fleet's streams differ from their expected
 // configuration.
-func (r *Runner) newDispatcher() *natsbus.Dispatcher {
-	return natsbus.NewDispatcher(r.nc, r.js, r.subjects, natsbus.DispatcherConfig{
+func (r *Runner) newDispatcher() *dispatch.Dispatcher {
+	return dispatch.NewDispatcher(r.nc, r.js, r.subjects, dispatch.DispatcherConfig{
 		Logger: r.cfg.Logger, Guard: r.guard, ShareObserver: r.metrics.shareObserver(),
 	})
 }
@@ -315,7 +317,7 @@ func (r *Runner) RunDurable(ctx context.Context, id protocol.RunID, prompt strin
 	if !id.Valid() {
 		return nil, fmt.Errorf("runner: %q is not a run id", id)
 	}
-	j, err := natsbus.OpenJournal(ctx, r.js, r.subjects, id, r.cfg.Owner, "start")
+	j, err := stores.OpenJournal(ctx, r.js, r.subjects, id, r.cfg.Owner, "start")
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
@@ -323,7 +325,7 @@ func (r *Runner) RunDurable(ctx context.Context, id protocol.RunID, prompt strin
 	if err != nil {
 		return nil, err
 	}
-	if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
+	if err := j.Append(ctx, loop.JournalEntry{Kind: stores.EntryRequest, Data: data}); err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	return r.loop.RunDurable(ctx, loop.Durable{Prompt: prompt, Messages: r.agentMessages(prompt), RunID: id, Journal: j})
@@ -337,13 +339,13 @@ func (r *Runner) Resume(ctx context.Context, id protocol.RunID) (*loop.Result, e
 	if !id.Valid() {
 		return nil, fmt.Errorf("runner: %q is not a run id", id)
 	}
-	j, err := natsbus.OpenJournal(ctx, r.js, r.subjects, id, r.cfg.Owner, "resume")
+	j, err := stores.OpenJournal(ctx, r.js, r.subjects, id, r.cfg.Owner, "resume")
 	if err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	var in *journaledInput
 	for _, e := range j.Entries() {
-		if e.Kind == natsbus.EntryRequest {
+		if e.Kind == stores.EntryRequest {
 			var v journaledInput
 			if json.Unmarshal(e.Data, &v) == nil && v.Prompt != "" {
 				in = &v

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -37,7 +37,7 @@ func (s *Server) onMaxDeliveries(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	st, err := natsbus.RunsStream(ctx, s.js, s.subjects)
+	st, err := stores.RunsStream(ctx, s.js, s.subjects)
 	if err != nil {
 		s.limited.Warn().Err(err).Msg("reading an abandoned run request")
 		return

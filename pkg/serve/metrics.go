@@ -5,6 +5,8 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 )
 
 // serverMetrics are a server's collectors, registered with
@@ -39,14 +41,14 @@ func (m *serverMetrics) streamsObserver() natsbus.StreamGuardObserver {
 	return m.streams
 }
 
-func (m *serverMetrics) catalogObserver() natsbus.CatalogObserver {
+func (m *serverMetrics) catalogObserver() stores.CatalogObserver {
 	if m == nil {
 		return nil
 	}
 	return m.coord
 }
 
-func (m *serverMetrics) shareObserver() natsbus.ShareObserver {
+func (m *serverMetrics) shareObserver() admission.ShareObserver {
 	if m == nil {
 		return nil
 	}

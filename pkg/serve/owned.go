@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
@@ -60,7 +61,7 @@ func (s *Server) onCancelRequest(m *nats.Msg) {
 func (s *Server) cancelRequested(run protocol.RunID) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	ok, err := natsbus.CancelRequested(ctx, s.js, s.subjects, run)
+	ok, err := stores.CancelRequested(ctx, s.js, s.subjects, run)
 	var perr *protocol.Error
 	switch {
 	case errors.As(err, &perr):
@@ -83,7 +84,7 @@ func (s *Server) refusedCancel(run protocol.RunID, err error) {
 
 // hookedJournal calls after once each entry is stored.
 type hookedJournal struct {
-	*natsbus.Journal
+	*stores.Journal
 	after func(loop.JournalEntry)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/model/modelerr"
@@ -83,7 +84,7 @@ func (s *Server) onResumeRequest(m *nats.Msg) {
 	log := s.log.With().Str(logRun, string(run)).Logger()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	recs, err := natsbus.ReadJournal(ctx, s.js, s.subjects, run)
+	recs, err := stores.ReadJournal(ctx, s.js, s.subjects, run)
 	if err != nil {
 		s.limited.Warn().Err(err).Str(logRun, string(run)).Msg("could not read the journal of a run to resume")
 		return
@@ -127,7 +128,7 @@ func (s *Server) markResumed(ctx context.Context, client string, run protocol.Ru
 	key := protocol.RunKey(client, run)
 	data, rev, err := s.results.Entry(ctx, key)
 	switch {
-	case errors.Is(err, natsbus.ErrNoResult):
+	case errors.Is(err, stores.ErrNoResult):
 		return nil
 	case err != nil:
 		return err

@@ -16,6 +16,10 @@ import (
 	"github.com/toolfleet/toolfleet/internal/approval"
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workqueue"
 	"github.com/toolfleet/toolfleet/pkg/agent"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/logkey"
@@ -71,10 +75,10 @@ type Server struct {
 	fleet    *natsbus.StreamGuard // the fleet's streams
 	guard    *natsbus.StreamGuard // the runs stream and bucket
 	stop     context.CancelFunc   // ends the guards' checks
-	catalog  *natsbus.Catalog
-	queue    *natsbus.WorkQueue
-	results  *natsbus.RunResults
-	disp     *natsbus.Dispatcher
+	catalog  *stores.Catalog
+	queue    *workqueue.WorkQueue
+	results  *stores.RunResults
+	disp     *dispatch.Dispatcher
 	gate     *approval.Gate
 	// agents resolves each run's agent (docs/agents.md): its revision,
 	// pinned in the run's journal, its model, tools, limits and budget.
@@ -155,10 +159,10 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Server, err error) 
 	}
 	s.results = results
 	go s.guard.Run(gctx)
-	if s.catalog, err = natsbus.NewCatalogWith(ctx, js, subjects, natsbus.CatalogConfig{Logger: cfg.Logger, Observer: s.metrics.catalogObserver()}); err != nil {
+	if s.catalog, err = stores.NewCatalogWith(ctx, js, subjects, stores.CatalogConfig{Logger: cfg.Logger, Observer: s.metrics.catalogObserver()}); err != nil {
 		return nil, fmt.Errorf("serve: reading the tool catalog: %w", err)
 	}
-	s.queue = natsbus.NewWorkQueue(natsbus.WorkQueueConfig{
+	s.queue = workqueue.NewWorkQueue(workqueue.WorkQueueConfig{
 		Slots: s.slots, PollWait: cfg.PollWait, InFlight: &s.inflight, Logger: s.log, Noun: "run requests",
 		Ensure: func(ctx context.Context) (natsbus.Consumer, error) {
 			octx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -175,10 +179,10 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (_ *Server, err error) 
 		},
 	}, s.handle)
 	s.queue.SetConsumer(cons)
-	s.disp = natsbus.NewDispatcher(nc, js, subjects, natsbus.DispatcherConfig{Logger: cfg.Logger, Guard: s.fleet, ShareObserver: s.metrics.shareObserver(),
+	s.disp = dispatch.NewDispatcher(nc, js, subjects, dispatch.DispatcherConfig{Logger: cfg.Logger, Guard: s.fleet, ShareObserver: s.metrics.shareObserver(),
 		OnForeignProgress: func() { s.refused(metrics.RefusedProgress) }})
 	s.gate = approval.NewGate(nc, js, subjects, approval.GateConfig{Logger: cfg.Logger})
-	store, err := natsbus.OpenAgents(octx, js, subjects)
+	store, err := stores.OpenAgents(octx, js, subjects)
 	if err != nil {
 		return nil, fmt.Errorf("serve: the agents bucket %s (coordinator provision creates it): %w", subjects.AgentsBucket(), err)
 	}
@@ -324,7 +328,7 @@ func (s *Server) serve(ctx context.Context) error {
 // handle runs one request taken from the stream, stores its result and
 // acknowledges it. A request that cannot run gets an error result and is
 // terminated, never redelivered.
-func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decision {
+func (s *Server) handle(ctx context.Context, d *workqueue.Delivery) workqueue.Decision {
 	m := d.Msg
 	rec := &protocol.RunResult{V: protocol.Version, Coordinator: s.cfg.Name, Attempt: d.Attempt}
 	if !d.Stored.IsZero() {
@@ -333,7 +337,7 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	sub, subErr := s.subjects.ParseStoredSubmission(m.Subject(), m.Headers().Get(protocol.HeaderMsgID), m.Headers().Get(protocol.HeaderAgent))
 	if sub.Client == "" {
 		s.limited.Warn().Str("subject", m.Subject()).Msg("terminated a submission whose subject and Nats-Msg-Id name no valid client and submission id")
-		return natsbus.Term(termMalformed)
+		return workqueue.Term(termMalformed)
 	}
 	client, agent, submission := sub.Client, sub.Agent, sub.Submission
 	run := protocol.SubmissionRunID(client, submission)
@@ -350,14 +354,14 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 		err := s.waitStreams(ctx)
 		stop()
 		if err != nil {
-			return natsbus.Nak(0)
+			return workqueue.Nak(0)
 		}
 	}
 	// A retry of a submission past the stream's duplicate window is a new
 	// message on the same subject, so the same run: it never runs twice.
 	if s.answered(client, run) {
 		log.Info().Msg("the run already has a result: its submission is acknowledged, not run again")
-		return natsbus.Ack
+		return workqueue.Ack
 	}
 	req, msgs, err := decodeRunRequest(m.Data(), s.cfg.MaxRequestBytes)
 	req.Agent = agent
@@ -382,7 +386,7 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 		note = "resume"
 	}
 	octx, ocancel := context.WithTimeout(ctx, storeTimeout)
-	j, err := natsbus.OpenJournal(octx, s.js, s.subjects, run, s.cfg.Name, note)
+	j, err := stores.OpenJournal(octx, s.js, s.subjects, run, s.cfg.Name, note)
 	ocancel()
 	if err != nil {
 		// The journal cannot be read or taken: another coordinator (or
@@ -390,10 +394,10 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 		stop()
 		if errors.Is(err, loop.ErrFenced) {
 			log.Warn().Msg("another coordinator took the run while this one was opening its journal: leaving it")
-			return natsbus.Leave
+			return workqueue.Leave
 		}
 		log.Warn().Err(err).Msg("could not open the run's journal: the run is released for a retry")
-		return natsbus.Nak(time.Second)
+		return workqueue.Nak(time.Second)
 	}
 	if len(j.Entries()) == 0 {
 		// The client names the result's key (<client>.<run>) for
@@ -404,7 +408,7 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 			Client  string             `json:"client,omitempty"`
 			Agent   string             `json:"agent,omitempty"`
 		}{lim.record, lim.clamped, client, agent})
-		if err := j.Append(ctx, loop.JournalEntry{Kind: natsbus.EntryRequest, Data: data}); err != nil {
+		if err := j.Append(ctx, loop.JournalEntry{Kind: stores.EntryRequest, Data: data}); err != nil {
 			stop()
 			return s.released(log, j, err)
 		}
@@ -442,7 +446,7 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 	rctx = s.withClientProgress(rctx, client, run)
 	// The run's calls go out under its client and class: its share of
 	// each tool, and its priority (natsbus share.go, priority.go).
-	if forget, err := s.disp.Route(run, natsbus.Route{Client: client, Class: lim.class}); err == nil {
+	if forget, err := s.disp.Route(run, admission.Route{Client: client, Class: lim.class}); err == nil {
 		defer forget()
 	}
 	input, forgetInput := s.takeInputs(run, client)
@@ -457,7 +461,7 @@ func (s *Server) handle(ctx context.Context, d *natsbus.Delivery) natsbus.Decisi
 		log.Error().Msg("a step of the run is over the journal's entry limit: the run fails")
 		rec.FinishedAt = time.Now().UTC()
 		rec.Error = &protocol.RunError{Code: protocol.CodeTooLarge,
-			Message: fmt.Sprintf("a step of the run (a model response or a round's tools) is over the %d-byte journal entry limit", natsbus.MaxJournalEntryBytes)}
+			Message: fmt.Sprintf("a step of the run (a model response or a round's tools) is over the %d-byte journal entry limit", stores.MaxJournalEntryBytes)}
 		return s.finish(log, client, rec, true)
 	}
 	if errors.Is(runErr, loop.ErrHandedOff) || errors.Is(runErr, loop.ErrJournal) {
@@ -520,17 +524,17 @@ func (s *Server) waitStreams(ctx context.Context) error {
 // it next: handed off (the request goes back at once), fenced (another
 // coordinator owns it: nothing is acknowledged), or stopped by a journal
 // failure (the request goes back after a pause).
-func (s *Server) released(log zerolog.Logger, j *natsbus.Journal, err error) natsbus.Decision {
+func (s *Server) released(log zerolog.Logger, j *stores.Journal, err error) workqueue.Decision {
 	switch {
 	case errors.Is(err, loop.ErrHandedOff):
 		log.Info().Msg("run handed off at a step boundary: another coordinator resumes it from its journal")
-		return natsbus.Nak(0)
+		return workqueue.Nak(0)
 	case j.Fenced():
 		log.Warn().Msg("another coordinator took the run over: this one stops without acknowledging, publishing or storing anything more")
-		return natsbus.Leave
+		return workqueue.Leave
 	default:
 		log.Warn().Err(err).Msg("could not append to the run's journal: the run is released for a retry")
-		return natsbus.Nak(time.Second)
+		return workqueue.Nak(time.Second)
 	}
 }
 
@@ -626,12 +630,12 @@ func resultOf(data []byte, run protocol.RunID) error {
 // announces it, and acknowledges the request — or terminates it when term
 // is set or the result could not be stored: a request that ran, or cannot
 // run, is never delivered again.
-func (s *Server) finish(log zerolog.Logger, client string, rec *protocol.RunResult, term bool) natsbus.Decision {
+func (s *Server) finish(log zerolog.Logger, client string, rec *protocol.RunResult, term bool) workqueue.Decision {
 	data, created, err := s.store(client, rec)
 	switch {
 	case err != nil:
 		log.Error().Err(err).Msg("could not store the run's result: it is lost")
-		return natsbus.Term("result_not_stored")
+		return workqueue.Term("result_not_stored")
 	case !created:
 		log.Warn().Msg("another coordinator stored this run's result first: this one is dropped")
 	default:
@@ -641,9 +645,9 @@ func (s *Server) finish(log zerolog.Logger, client string, rec *protocol.RunResu
 			}
 		}
 	}
-	dec := natsbus.Ack
+	dec := workqueue.Ack
 	if term {
-		dec = natsbus.Term(termMalformed)
+		dec = workqueue.Term(termMalformed)
 	}
 	ev := log.Info().Int(logBytes, len(data))
 	if rec.TerminationReason != "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 )
 
 // streamConfig is the fleet-wide stream configuration of c's runs stream
@@ -26,7 +27,7 @@ func streamConfig(c Config) natsbus.StreamConfig {
 // ProvisionStreams it creates or updates them, else it only creates a
 // missing one (StreamGuard.Setup of s.guard) — checks their configuration
 // when check is set, and creates or updates the runs consumer.
-func (s *Server) ensureRuns(ctx context.Context, check bool) (natsbus.Consumer, *natsbus.RunResults, error) {
+func (s *Server) ensureRuns(ctx context.Context, check bool) (natsbus.Consumer, *stores.RunResults, error) {
 	cfg := s.cfg
 	if err := s.guard.Setup(ctx, cfg.ProvisionStreams); err != nil {
 		return nil, nil, fmt.Errorf("coordinator: %w", err)
@@ -36,11 +37,11 @@ func (s *Server) ensureRuns(ctx context.Context, check bool) (natsbus.Consumer, 
 			return nil, nil, fmt.Errorf("coordinator: %w", err)
 		}
 	}
-	results, err := natsbus.OpenRunResults(ctx, s.js, s.subjects)
+	results, err := stores.OpenRunResults(ctx, s.js, s.subjects)
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator: bucket %s: %w", s.subjects.RunsBucket(), err)
 	}
-	cons, err := natsbus.EnsureRunsConsumer(ctx, s.js, s.subjects, natsbus.RunsConsumerConfig{AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver})
+	cons, err := stores.EnsureRunsConsumer(ctx, s.js, s.subjects, stores.RunsConsumerConfig{AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver})
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator: consumer %s on %s: %w", s.subjects.RunsConsumer(), s.subjects.RunsStream(), err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
@@ -133,8 +133,8 @@ func (c Config) Validate() error {
 }
 
 // natsbus is the natsbus worker configuration c describes.
-func (c Config) natsbus() natsbus.WorkerConfig {
-	return natsbus.WorkerConfig{
+func (c Config) natsbus() workerbus.WorkerConfig {
+	return workerbus.WorkerConfig{
 		Name:          c.Name,
 		Version:       c.Version,
 		Concurrency:   c.Concurrency,

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/tool"
@@ -58,8 +59,8 @@ func TestBadConfigIsAConfigError(t *testing.T) {
 // TestDefaultsAreTheFleets: the defaults this package documents are those
 // the fleet's internals apply.
 func TestDefaultsAreTheFleets(t *testing.T) {
-	if worker.DefaultConcurrency != natsbus.DefaultConcurrency || worker.DefaultAckWait != natsbus.DefaultAckWait ||
-		worker.DefaultStreamCheckInterval != natsbus.DefaultStreamCheckInterval || worker.DefaultVersion != natsbus.DefaultServiceVersion {
+	if worker.DefaultConcurrency != workerbus.DefaultConcurrency || worker.DefaultAckWait != workerbus.DefaultAckWait ||
+		worker.DefaultStreamCheckInterval != natsbus.DefaultStreamCheckInterval || worker.DefaultVersion != workerbus.DefaultServiceVersion {
 		t.Fatal("pkg/worker's defaults differ from internal/natsbus's")
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/fleettest"
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -31,7 +31,7 @@ type caller struct {
 	fleet    *fleettest.Fleet
 	js       jetstream.JetStream
 	subjects protocol.Subjects
-	d        *natsbus.Dispatcher
+	d        *dispatch.Dispatcher
 	run      protocol.RunID
 	in       loop.Inbox
 }
@@ -43,7 +43,7 @@ func newCaller(t *testing.T, fleet *fleettest.Fleet) *caller {
 		t.Fatal(err)
 	}
 	subjects, _ := protocol.NewSubjects(fleet.Prefix())
-	d := natsbus.NewDispatcher(fleet.Conn(), js, subjects, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(fleet.Conn(), js, subjects, dispatch.DispatcherConfig{})
 	t.Cleanup(func() { d.Close() })
 	run := protocol.NewRunID()
 	in, err := d.Open(t.Context(), run)

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolfleet/toolfleet/internal/embedded"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/dispatch"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/toolworker"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -54,7 +54,7 @@ func callTool(t *testing.T, nc *nats.Conn, tool protocol.ToolName, args string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := natsbus.NewDispatcher(nc, js, protocol.Subjects{}, natsbus.DispatcherConfig{})
+	d := dispatch.NewDispatcher(nc, js, protocol.Subjects{}, dispatch.DispatcherConfig{})
 	ctx, cancel := context.WithTimeout(t.Context(), deadline+30*time.Second)
 	defer cancel()
 	run := protocol.NewRunID()

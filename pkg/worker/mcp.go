@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
@@ -20,15 +22,15 @@ import (
 type mcpState struct {
 	tools   []harness.Tool
 	servers []mcptool.ServerConfig
-	worker  natsbus.WorkerConfig
+	worker  workerbus.WorkerConfig
 
 	mu      sync.Mutex
 	harness *harness.Harness
-	nw      *natsbus.Worker
+	nw      *workerbus.Worker
 	started []*mcptool.Server
 }
 
-func (m *mcpState) current() (*harness.Harness, *natsbus.Worker) {
+func (m *mcpState) current() (*harness.Harness, *workerbus.Worker) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.harness, m.nw
@@ -79,7 +81,7 @@ func (w *Worker) runMCP(ctx context.Context) error {
 	st.mu.Unlock()
 	busy := &inflight{inner: st.worker.Observer, idle: make(chan struct{}, 1)}
 	if busy.inner == nil {
-		busy.inner = natsbus.NopWorkerObserver{}
+		busy.inner = workerbus.NopWorkerObserver{}
 	}
 	st.worker.Observer = busy
 	tools := func() []harness.Tool {
@@ -111,7 +113,7 @@ func (w *Worker) runMCP(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, h.Specs(), w.cfg.Logger); err != nil {
+		if err := stores.PublishSpecs(ctx, w.js, w.subjects, h.Specs(), w.cfg.Logger); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -124,7 +126,7 @@ func (w *Worker) runMCP(ctx context.Context) error {
 		w.probe.Store(natsbus.NewProbe(w.nc, w.js, nw.ProbeConfig()))
 		wctx, cancel := context.WithCancel(ctx)
 		errc := make(chan error, 1)
-		go func(nw *natsbus.Worker) { errc <- nw.Run(wctx) }(nw)
+		go func(nw *workerbus.Worker) { errc <- nw.Run(wctx) }(nw)
 	serving:
 		for {
 			select {
@@ -182,19 +184,19 @@ const reloadWait = time.Minute
 // inflight counts the calls running on the worker, passing every
 // measurement on to inner.
 type inflight struct {
-	inner natsbus.WorkerObserver
+	inner workerbus.WorkerObserver
 	n     atomic.Int64
 	idle  chan struct{} // signalled when n drops to 0
 }
 
 // Observe counts a call in flight from its start to its finish and passes
 // ev on.
-func (o *inflight) Observe(ev natsbus.CallEvent) {
-	if ev.Kind == natsbus.CallStarted {
+func (o *inflight) Observe(ev workerbus.CallEvent) {
+	if ev.Kind == workerbus.CallStarted {
 		o.n.Add(1)
 	}
 	o.inner.Observe(ev)
-	if ev.Kind == natsbus.CallFinished && o.n.Add(-1) == 0 {
+	if ev.Kind == workerbus.CallFinished && o.n.Add(-1) == 0 {
 		select {
 		case o.idle <- struct{}{}:
 		default:
@@ -218,7 +220,7 @@ func (o *inflight) waitIdle(ctx context.Context, max time.Duration) {
 }
 
 // build makes the harness and the natsbus worker of one tool list.
-func (w *Worker) build(tools []harness.Tool) (*harness.Harness, *natsbus.Worker, error) {
+func (w *Worker) build(tools []harness.Tool) (*harness.Harness, *workerbus.Worker, error) {
 	if len(tools) == 0 {
 		return nil, nil, errNoTools
 	}
@@ -226,7 +228,7 @@ func (w *Worker) build(tools []harness.Tool) (*harness.Harness, *natsbus.Worker,
 	if err != nil {
 		return nil, nil, &config.FieldError{Field: "MCPServers", Err: err}
 	}
-	nw, err := natsbus.NewWorker(w.nc, w.js, w.subjects, h, w.mcp.worker)
+	nw, err := workerbus.NewWorker(w.nc, w.js, w.subjects, h, w.mcp.worker)
 	if err != nil {
 		return nil, nil, asConfigError(err)
 	}

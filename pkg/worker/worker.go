@@ -12,6 +12,8 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
+	"github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 	"github.com/toolfleet/toolfleet/pkg/config"
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/mcptool"
@@ -26,7 +28,7 @@ type Worker struct {
 	js       natsbus.JetStream
 	subjects protocol.Subjects
 	harness  *harness.Harness
-	worker   *natsbus.Worker
+	worker   *workerbus.Worker
 	// mcp is set when the worker serves MCP servers (see mcp.go).
 	mcp *mcpState
 	// guard checks the fleet's streams.
@@ -79,7 +81,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 		if w.harness, err = newHarness(cfg, cfg.Tools...); err != nil {
 			return nil, &config.FieldError{Field: "Tools", Err: err}
 		}
-		if w.worker, err = natsbus.NewWorker(nc, js, subjects, w.harness, wc); err != nil {
+		if w.worker, err = workerbus.NewWorker(nc, js, subjects, w.harness, wc); err != nil {
 			return nil, asConfigError(err)
 		}
 		w.probe.Store(natsbus.NewProbe(nc, js, w.worker.ProbeConfig()))
@@ -139,7 +141,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if w.mcp != nil {
 		return w.runMCP(ctx)
 	}
-	if err := natsbus.PublishSpecs(ctx, w.js, w.subjects, w.harness.Specs(), w.cfg.Logger); err != nil {
+	if err := stores.PublishSpecs(ctx, w.js, w.subjects, w.harness.Specs(), w.cfg.Logger); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

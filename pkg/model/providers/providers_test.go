@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/natsbus/stores"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 	"github.com/toolfleet/toolfleet/internal/testsync"
 	"github.com/toolfleet/toolfleet/pkg/agent"
@@ -108,7 +109,7 @@ func TestKeyNeverJournaledLoggedOrTraced(t *testing.T) {
 		t.Fatalf("the API got %d requests with the key", len(api.Requests()))
 	}
 	js, _ := jetstream.New(c.Conn())
-	recs, err := natsbus.ReadJournal(t.Context(), js, protocol.Subjects{}, res.RunID)
+	recs, err := stores.ReadJournal(t.Context(), js, protocol.Subjects{}, res.RunID)
 	if err != nil || len(recs) == 0 {
 		t.Fatalf("journal: %d records, %v", len(recs), err)
 	}

@@ -1,0 +1,9 @@
+package workqueue
+
+import (
+	"time"
+)
+
+const (
+	DefaultPollWait = time.Second
+)
