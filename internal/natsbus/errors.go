@@ -29,7 +29,7 @@ func ConfigErr(field, format string, args ...any) error {
 	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
-// errorCode returns a short stable code for err, for logs: the protocol
+// ErrorCode returns a short stable code for err, for logs: the protocol
 // error code when there is one. It never returns the error's text, which may
 // quote a payload.
 func ErrorCode(err error) string {
@@ -44,7 +44,17 @@ func ErrorCode(err error) string {
 	return "internal"
 }
 
-// codedError is a refusal whose text is its code.
+// CodedError is a refusal whose text is its code.
 type CodedError string
 
 func (e CodedError) Error() string { return string(e) }
+
+// ErrProvisionedAckWait is a tool's consumer that the worker may not
+// change (provisioned for a worker in an account of its own) with another
+// ack wait than the worker's: the worker takes no call from it, since its
+// heartbeats would not keep a running call from being redelivered.
+var ErrProvisionedAckWait = errors.New("natsbus: the provisioned consumer has another ack wait, which this worker may not change")
+
+// ErrForeignConsumer is a tool's consumer that is a push consumer: the
+// worker takes no call from it.
+var ErrForeignConsumer = errors.New("natsbus: the consumer is not a pull consumer")

@@ -30,10 +30,10 @@ const (
 	logErrorType = logkey.ErrorType
 )
 
-// logRetryAfterMS is a rate-limited call's wait, in whole milliseconds.
+// LogRetryAfterMS is a rate-limited call's wait, in whole milliseconds.
 const LogRetryAfterMS = "retry_after_ms"
 
-// sampled returns l limited to a burst of lines per second, for lines that a
+// Sampled returns l limited to a burst of lines per second, for lines that a
 // hostile or broken peer can trigger at will.
 func Sampled(l zerolog.Logger) zerolog.Logger {
 	return l.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Second})

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// publishAttemptTimeout bounds one attempt of a JetStream publish. A
+// PublishAttemptTimeout bounds one attempt of a JetStream publish. A
 // request written to a connection whose server just died is never
 // answered; a new attempt with the same Nats-Msg-Id is stored at most once.
 const PublishAttemptTimeout = time.Second
@@ -27,7 +27,7 @@ const (
 	errCodeStreamOffline       jetstream.ErrorCode = 10118 // a replica catching up after its node restarted
 )
 
-// transient reports whether a failed JetStream operation may succeed when
+// Transient reports whether a failed JetStream operation may succeed when
 // retried: it got no answer (timeout, no responders, connection lost for
 // now), or an answer that says "not now" (a leader change in a cluster).
 // Any other answer from the server, such as a full stream, is final, and
@@ -50,7 +50,7 @@ func Transient(err error) bool {
 	return false
 }
 
-// publishRetrying publishes msg, which must carry a Nats-Msg-Id, retrying
+// PublishRetrying publishes msg, which must carry a Nats-Msg-Id, retrying
 // transient failures until ctx ends, and returns the server's PubAck.
 func PublishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	for attempt := 1; ; attempt++ {
@@ -66,7 +66,7 @@ func PublishRetrying(ctx context.Context, js jetstream.JetStream, msg *nats.Msg,
 	}
 }
 
-// askRetrying calls ask, a request to the cluster that changes nothing or
+// AskRetrying calls ask, a request to the cluster that changes nothing or
 // may be repeated, each attempt bounded by DefaultKeyWatchMake (an answer
 // lost with a node is asked again, never waited on), asking again while it
 // fails transiently, for up to DefaultStreamStartWait: what a leader
@@ -85,10 +85,10 @@ func AskRetrying[T any](ctx context.Context, final func(error) bool, ask func(co
 	}
 }
 
-// backoff is the pause after the n-th consecutive failure.
+// Backoff is the pause after the n-th consecutive failure.
 func Backoff(n int) time.Duration { return min(time.Duration(n)*50*time.Millisecond, 2*time.Second) }
 
-// sleepCtx waits d or until ctx ends; it reports whether d passed.
+// SleepCtx waits d or until ctx ends; it reports whether d passed.
 func SleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -99,3 +99,8 @@ func SleepCtx(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// DefaultKeyWatchMake bounds one attempt of [AskRetrying], and is the
+// default of the stores' KeyWatchConfig.MakeTimeout (making a bucket's
+// watcher).
+const DefaultKeyWatchMake = 5 * time.Second

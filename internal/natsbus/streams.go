@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -303,4 +304,10 @@ func retryCreate(ctx context.Context, f func() error) error {
 		}
 	}
 	return err
+}
+
+// ToolCallsSubject is the wildcard of every call to tool, whatever its
+// class and client, as discovery shows it: <prefix>.call.<tool>.>.
+func ToolCallsSubject(s protocol.Subjects, tool protocol.ToolName) string {
+	return strings.TrimSuffix(s.Calls(), ">") + string(tool) + ".>"
 }

@@ -25,7 +25,7 @@ func TestToolPauseSurvivesWorkerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	traffic := admission.NewToolTraffic(f.Js, f.Subjects)
+	traffic := admission.NewToolTraffic(f.JS, f.Subjects)
 	if _, err := traffic.PauseState(bustest.Ctx(t), "echo"); !errors.Is(err, admission.ErrNoToolConsumer) {
 		t.Fatalf("PauseState before any worker: %v, want ErrNoToolConsumer", err)
 	}
@@ -108,7 +108,7 @@ func TestOperatorRateLimitReachesWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, _ := f.StartWorker(t, h, workerbus.WorkerConfig{})
-	traffic := admission.NewToolTraffic(f.Js, f.Subjects)
+	traffic := admission.NewToolTraffic(f.JS, f.Subjects)
 	if err := traffic.SetLimit(bustest.Ctx(t), protocol.TrafficNote{Tool: "echo", Rate: 0.001, Burst: 1, By: "ann", Reason: "quota"}); err != nil {
 		t.Fatalf("SetLimit: %v", err)
 	}

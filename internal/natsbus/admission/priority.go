@@ -40,12 +40,12 @@ const (
 	// BatchEvery is how many interactive calls a worker takes, while
 	// others wait, before it lets one batch call of the same tool start.
 	BatchEvery = 8
-	// batchIdlePoll bounds how long a batch call waits, on an idle
+	// BatchIdlePoll bounds how long a batch call waits, on an idle
 	// worker, before the batch queue asks for it.
 	BatchIdlePoll = time.Second
 )
 
-// classGate is a [PullGate] that lets a tool's batch queue pull only when
+// ClassGate is a [PullGate] that lets a tool's batch queue pull only when
 // its interactive queue has nothing waiting (or batch's turn came).
 type ClassGate struct {
 	mu sync.Mutex
@@ -61,7 +61,7 @@ func NewClassGate() *ClassGate {
 	return &ClassGate{waiting: true, opened: make(chan struct{})}
 }
 
-// interactivePulled is the interactive queue's Pulled hook.
+// InteractivePulled is the interactive queue's Pulled hook.
 func (g *ClassGate) InteractivePulled(took int, pending uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -52,11 +52,11 @@ const (
 	// rate_limited, never run.
 	TerminatedRateLimited = "rate_limited"
 
-	// rateLimitMaxWait bounds how long a call waits for its turn under
+	// RateLimitMaxWait bounds how long a call waits for its turn under
 	// the limit; past it (or past its deadline), it is answered
 	// rate_limited with the time to try again.
 	RateLimitMaxWait = 2 * time.Second
-	// limitRefresh is how often a worker reads the operator's limits.
+	// LimitRefresh is how often a worker reads the operator's limits.
 	LimitRefresh = 2 * time.Second
 	// maxReserveAttempts bounds the compare-and-set retries of one
 	// reservation.
@@ -71,7 +71,7 @@ func bucketKey(tool protocol.ToolName) string { return "bucket." + string(tool) 
 // errRateContended means a reservation lost its compare-and-set too often.
 var errRateContended = errors.New("natsbus: rate limit bucket contended")
 
-// rateLimiter is a worker's side of one tool's fleet-wide limit.
+// RateLimiter is a worker's side of one tool's fleet-wide limit.
 type RateLimiter struct {
 	tool     protocol.ToolName
 	declared protocol.RateLimit
@@ -90,7 +90,7 @@ func NewRateLimiter(tool protocol.ToolName, declared protocol.RateLimit) *RateLi
 	return l
 }
 
-// set puts the operator's limit (nil: none set) in force, or else the
+// Set puts the operator's limit (nil: none set) in force, or else the
 // declared one.
 func (l *RateLimiter) Set(op *protocol.RateLimit) {
 	lim := l.declared
@@ -104,7 +104,7 @@ func (l *RateLimiter) Set(op *protocol.RateLimit) {
 	l.limit.Store(&lim)
 }
 
-// current returns the limit in force, nil for none.
+// Current returns the limit in force, nil for none.
 func (l *RateLimiter) Current() *protocol.RateLimit {
 	if l == nil {
 		return nil
@@ -112,7 +112,7 @@ func (l *RateLimiter) Current() *protocol.RateLimit {
 	return l.limit.Load()
 }
 
-// reserve takes the next slot of the bucket if it comes within maxWait,
+// Reserve takes the next slot of the bucket if it comes within maxWait,
 // and returns how long to wait for it. Otherwise it takes nothing and
 // returns retryAfter > 0, when the next slot comes.
 func (l *RateLimiter) Reserve(ctx context.Context, kv jetstream.KeyValue, lim protocol.RateLimit, maxWait time.Duration) (wait, retryAfter time.Duration, err error) {

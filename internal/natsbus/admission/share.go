@@ -28,7 +28,7 @@ type ShareObserver interface {
 	CallShareLimited(tool protocol.ToolName, client string)
 }
 
-// overShare reports whether err is the calls stream refusing a message
+// OverShare reports whether err is the calls stream refusing a message
 // because its subject holds max_msgs_per_subject already.
 func OverShare(err error) bool {
 	var api *jetstream.APIError

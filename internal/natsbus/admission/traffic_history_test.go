@@ -27,7 +27,7 @@ func TestTrafficHistoryKeepsTheNewest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.Js.Publish(bustest.Ctx(t), subj, data, jetstream.WithExpectStream(f.Subjects.TrafficStream())); err != nil {
+		if _, err := f.JS.Publish(bustest.Ctx(t), subj, data, jetstream.WithExpectStream(f.Subjects.TrafficStream())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -37,7 +37,7 @@ func TestTrafficHistoryKeepsTheNewest(t *testing.T) {
 			record("busy", fmt.Sprintf("busy %d.%d", i, j))
 		}
 	}
-	traffic := admission.NewToolTraffic(f.Js, f.Subjects)
+	traffic := admission.NewToolTraffic(f.JS, f.Subjects)
 	reasons := func(tool protocol.ToolName, limit int) []string {
 		t.Helper()
 		hist, err := traffic.History(bustest.Ctx(t), tool, limit)

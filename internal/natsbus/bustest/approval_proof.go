@@ -8,7 +8,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// storeApproval publishes, as a coordinator and an operator would, a
+// StoreApproval publishes, as a coordinator and an operator would, a
 // request for call (with the given deadline) and then the decisions into
 // the approvals stream, and returns their sequences.
 func (f *Fleet) StoreApproval(t *testing.T, call protocol.Call, reqDeadline time.Time, decisions ...string) (reqSeq uint64, decSeqs []uint64) {
@@ -26,7 +26,7 @@ func (f *Fleet) StoreApproval(t *testing.T, call protocol.Call, reqDeadline time
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack, err := f.Js.Publish(Ctx(t), reqSubj, data)
+	ack, err := f.JS.Publish(Ctx(t), reqSubj, data)
 	if err != nil {
 		t.Fatalf("publishing the request: %v", err)
 	}
@@ -34,7 +34,7 @@ func (f *Fleet) StoreApproval(t *testing.T, call protocol.Call, reqDeadline time
 		if d == "approve" || d == "deny" {
 			d = `{"digest":"` + digest + `","approved":` + map[string]string{"approve": "true", "deny": "false"}[d] + `,"approver":"alice"}`
 		}
-		a, err := f.Js.Publish(Ctx(t), decSubj, []byte(d))
+		a, err := f.JS.Publish(Ctx(t), decSubj, []byte(d))
 		if err != nil {
 			t.Fatalf("publishing a decision: %v", err)
 		}
@@ -43,7 +43,7 @@ func (f *Fleet) StoreApproval(t *testing.T, call protocol.Call, reqDeadline time
 	return ack.Sequence, decSeqs
 }
 
-// republish stores call on its tool's subject as the dispatcher does, but
+// Republish stores call on its tool's subject as the dispatcher does, but
 // with a fresh message id, as a copy published past the dedup window would
 // be.
 func (f *Fleet) Republish(t *testing.T, call protocol.Call) {
@@ -59,7 +59,7 @@ func (f *Fleet) Republish(t *testing.T, call protocol.Call) {
 	msg.Header.Set(protocol.HeaderMsgID, "replay-"+protocol.NewID())
 	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
-	if _, err := f.Js.PublishMsg(Ctx(t), msg); err != nil {
+	if _, err := f.JS.PublishMsg(Ctx(t), msg); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -14,14 +14,14 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// takeCalls is a pull consumer of tool's calls that the test reads in
+// TakeCalls is a pull consumer of tool's calls that the test reads in
 // place of a worker (the worker's own durable name: a work queue admits
 // one consumer per subject).
 func (f *Fleet) TakeCalls(t *testing.T, tool protocol.ToolName, ackWait time.Duration) jetstream.Consumer {
 	t.Helper()
 	subject, _ := f.Subjects.Call(tool, protocol.ClassInteractive, protocol.DefaultClient)
 	durable, _ := f.Subjects.Consumer(tool)
-	c, err := f.Js.CreateOrUpdateConsumer(Ctx(t), f.Subjects.CallsStream(), jetstream.ConsumerConfig{
+	c, err := f.JS.CreateOrUpdateConsumer(Ctx(t), f.Subjects.CallsStream(), jetstream.ConsumerConfig{
 		Durable: durable, FilterSubject: subject, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait, MaxDeliver: 5,
 	})
 	if err != nil {
@@ -30,7 +30,7 @@ func (f *Fleet) TakeCalls(t *testing.T, tool protocol.ToolName, ackWait time.Dur
 	return c
 }
 
-// claimer is a worker of "charge", not running, on its own connection,
+// Claimer is a worker of "charge", not running, on its own connection,
 // whose claims the test makes itself.
 func (f *Fleet) Claimer(t *testing.T, name string, runs *atomic.Int64) *workerbus.Worker {
 	t.Helper()
@@ -47,11 +47,11 @@ func (f *Fleet) Claimer(t *testing.T, name string, runs *atomic.Int64) *workerbu
 	return w
 }
 
-// startRecord returns the start record stored for the call, or nil.
+// StartRecord returns the start record stored for the call, or nil.
 func (f *Fleet) StartRecord(t *testing.T, call protocol.Call) *jetstream.RawStreamMsg {
 	t.Helper()
 	subject, _ := f.Subjects.Start(call.Tool, call.RunID, call.CallKey)
-	st, err := f.Js.Stream(Ctx(t), f.Subjects.StartsStream())
+	st, err := f.JS.Stream(Ctx(t), f.Subjects.StartsStream())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,12 +20,12 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// fleet is an embedded server with the fleet's streams and one client
+// Fleet is an embedded server with the fleet's streams and one client
 // connection.
 type Fleet struct {
 	Srv      *embedded.Server
-	Nc       *nats.Conn
-	Js       jetstream.JetStream
+	NC       *nats.Conn
+	JS       jetstream.JetStream
 	Subjects protocol.Subjects
 	Log      *natstest.LogBuffer
 }
@@ -38,14 +38,14 @@ func NewFleet(t *testing.T) *Fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Fleet{Srv: srv, Nc: nc, Js: js, Subjects: protocol.Subjects{}, Log: natstest.NewLogBuffer(t)}
+	f := &Fleet{Srv: srv, NC: nc, JS: js, Subjects: protocol.Subjects{}, Log: natstest.NewLogBuffer(t)}
 	if err := natsbus.EnsureStreams(Ctx(t), js, f.Subjects, natsbus.StreamConfig{}); err != nil {
 		t.Fatalf("EnsureStreams: %v", err)
 	}
 	return f
 }
 
-// ctx is the test's context bounded to a minute (a loaded machine elects
+// Ctx is the test's context bounded to a minute (a loaded machine elects
 // a cluster's stream leaders slowly), so a hung NATS call fails the test
 // instead of timing out the whole suite.
 func Ctx(t *testing.T) context.Context {
@@ -54,7 +54,7 @@ func Ctx(t *testing.T) context.Context {
 	return c
 }
 
-// startWorker runs a worker for h on its own connection until the test
+// StartWorker runs a worker for h on its own connection until the test
 // ends (or stop is called) and checks that Run returns nil.
 func (f *Fleet) StartWorker(t *testing.T, h *harness.Harness, cfg workerbus.WorkerConfig) (w *workerbus.Worker, stop func()) {
 	t.Helper()
@@ -62,7 +62,7 @@ func (f *Fleet) StartWorker(t *testing.T, h *harness.Harness, cfg workerbus.Work
 	return w, stop
 }
 
-// startWorkerConn is startWorker, also returning the worker's connection.
+// StartWorkerConn is startWorker, also returning the worker's connection.
 func (f *Fleet) StartWorkerConn(t *testing.T, h *harness.Harness, cfg workerbus.WorkerConfig) (w *workerbus.Worker, stop func(), nc *nats.Conn) {
 	t.Helper()
 	nc = natstest.Connect(t, f.Srv)
@@ -70,7 +70,7 @@ func (f *Fleet) StartWorkerConn(t *testing.T, h *harness.Harness, cfg workerbus.
 	return w, stop, nc
 }
 
-// startWorkerOn is startWorker on the connection nc.
+// StartWorkerOn is startWorker on the connection nc.
 func (f *Fleet) StartWorkerOn(t *testing.T, nc *nats.Conn, h *harness.Harness, cfg workerbus.WorkerConfig) (w *workerbus.Worker, stop func()) {
 	t.Helper()
 	js, err := jetstream.New(nc)
@@ -122,13 +122,13 @@ func (f *Fleet) StartWorkerOn(t *testing.T, nc *nats.Conn, h *harness.Harness, c
 	return w, stop
 }
 
-// waitConsumers waits until every tool of h has its consumer.
+// WaitConsumers waits until every tool of h has its consumer.
 func (f *Fleet) WaitConsumers(t *testing.T, h *harness.Harness) {
 	t.Helper()
 	for _, s := range h.Specs() {
 		name, _ := f.Subjects.Consumer(s.Name)
 		natstest.WaitFor(t, 10*time.Second, func() error {
-			_, err := f.Js.Consumer(Ctx(t), f.Subjects.CallsStream(), name)
+			_, err := f.JS.Consumer(Ctx(t), f.Subjects.CallsStream(), name)
 			return err
 		})
 	}
@@ -136,14 +136,14 @@ func (f *Fleet) WaitConsumers(t *testing.T, h *harness.Harness) {
 
 func (f *Fleet) Dispatcher(cfg dispatch.DispatcherConfig) *dispatch.Dispatcher {
 	cfg.Logger = f.Log.Logger()
-	return dispatch.NewDispatcher(f.Nc, f.Js, f.Subjects, cfg)
+	return dispatch.NewDispatcher(f.NC, f.JS, f.Subjects, cfg)
 }
 
-// consumerInfo returns the info of tool's consumer.
+// ConsumerInfo returns the info of tool's consumer.
 func (f *Fleet) ConsumerInfo(t *testing.T, tool protocol.ToolName) *jetstream.ConsumerInfo {
 	t.Helper()
 	name, _ := f.Subjects.Consumer(tool)
-	c, err := f.Js.Consumer(Ctx(t), f.Subjects.CallsStream(), name)
+	c, err := f.JS.Consumer(Ctx(t), f.Subjects.CallsStream(), name)
 	if err != nil {
 		t.Fatalf("consumer %s: %v", name, err)
 	}
@@ -154,7 +154,7 @@ func (f *Fleet) ConsumerInfo(t *testing.T, tool protocol.ToolName) *jetstream.Co
 	return info
 }
 
-// waitIdle waits until tool's consumer has nothing pending or unacked and
+// WaitIdle waits until tool's consumer has nothing pending or unacked and
 // the calls stream is empty.
 func (f *Fleet) WaitIdle(t *testing.T, tool protocol.ToolName) {
 	t.Helper()
@@ -163,7 +163,7 @@ func (f *Fleet) WaitIdle(t *testing.T, tool protocol.ToolName) {
 		if info.NumPending != 0 || info.NumAckPending != 0 {
 			return fmt.Errorf("consumer of %s: NumPending=%d NumAckPending=%d, want 0 and 0", tool, info.NumPending, info.NumAckPending)
 		}
-		s, err := f.Js.Stream(Ctx(t), f.Subjects.CallsStream())
+		s, err := f.JS.Stream(Ctx(t), f.Subjects.CallsStream())
 		if err != nil {
 			return err
 		}
@@ -178,7 +178,7 @@ func (f *Fleet) WaitIdle(t *testing.T, tool protocol.ToolName) {
 	})
 }
 
-// newCall returns a valid call of tool with args and a deadline d from now.
+// NewCall returns a valid call of tool with args and a deadline d from now.
 func NewCall(run protocol.RunID, tool protocol.ToolName, args string, d time.Duration) protocol.Call {
 	return protocol.Call{
 		V: protocol.Version, RunID: run, Round: 1, CallKey: protocol.NewCallKey(), CallID: "call_1",
@@ -186,7 +186,7 @@ func NewCall(run protocol.RunID, tool protocol.ToolName, args string, d time.Dur
 	}
 }
 
-// openRun opens an inbox for a new run on a dispatcher of f; the inbox
+// OpenRun opens an inbox for a new run on a dispatcher of f; the inbox
 // closes when the test ends.
 func (f *Fleet) OpenRun(t *testing.T) (*dispatch.Dispatcher, protocol.RunID, loop.Inbox) {
 	t.Helper()
@@ -200,20 +200,20 @@ func (f *Fleet) OpenRun(t *testing.T) (*dispatch.Dispatcher, protocol.RunID, loo
 	return d, run, in
 }
 
-// nextResult reads in until a result for key arrives, skipping other
+// NextResult reads in until a result for key arrives, skipping other
 // events.
 func NextResult(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Result {
 	t.Helper()
 	return *NextEvent(t, in, within, func(ev loop.Event) bool { return ev.Result != nil && ev.Result.CallKey == key }).Result
 }
 
-// nextProgress reads in until a progress notice for key arrives.
+// NextProgress reads in until a progress notice for key arrives.
 func NextProgress(t *testing.T, in loop.Inbox, key protocol.CallKey, within time.Duration) protocol.Started {
 	t.Helper()
 	return *NextEvent(t, in, within, func(ev loop.Event) bool { return ev.Started != nil && ev.Started.CallKey == key }).Started
 }
 
-// nextEvent reads in until an event matches, failing after within.
+// NextEvent reads in until an event matches, failing after within.
 func NextEvent(t *testing.T, in loop.Inbox, within time.Duration, match func(loop.Event) bool) loop.Event {
 	t.Helper()
 	timer := time.NewTimer(within)
@@ -240,7 +240,7 @@ const (
 	UnknownRun = "dropped a result of a run with no inbox here"
 )
 
-// eventCounter is a WorkerObserver that counts a worker's events by kind
+// EventCounter is a WorkerObserver that counts a worker's events by kind
 // and reason (a finished call's reason: its outcome), as its metrics do.
 type EventCounter struct {
 	mu sync.Mutex
@@ -263,7 +263,7 @@ func (c *EventCounter) Observe(ev workerbus.CallEvent) {
 	}
 }
 
-// count is how many events of kind the worker emitted, with reason (a
+// Count is how many events of kind the worker emitted, with reason (a
 // finished call's outcome) unless it is "".
 func (c *EventCounter) Count(kind workerbus.CallEventKind, reason string) int64 {
 	c.mu.Lock()
@@ -274,14 +274,14 @@ func (c *EventCounter) Count(kind workerbus.CallEventKind, reason string) int64 
 	return c.n[kind.String()]
 }
 
-// started is how many calls the worker handed to its harness.
+// Started is how many calls the worker handed to its harness.
 func (c *EventCounter) Started() int64 { return c.Count(workerbus.CallStarted, "") }
 
 // counters holds the eventCounter of each worker startWorkerOn started
 // without an observer of its test's own.
 var counters sync.Map // *natsbus.Worker → *eventCounter
 
-// events is the counter of the events of w, a worker startWorker started.
+// Events is the counter of the events of w, a worker startWorker started.
 func Events(t testing.TB, w *workerbus.Worker) *EventCounter {
 	t.Helper()
 	c, ok := counters.Load(w)

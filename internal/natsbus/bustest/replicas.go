@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// connectJS connects to url (a comma list of a cluster's nodes) with opts
+// ConnectJS connects to url (a comma list of a cluster's nodes) with opts
 // and returns its JetStream context; the connection closes with the test.
 func ConnectJS(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()

@@ -8,13 +8,13 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// openRunOf opens an inbox for run on a dispatcher of f.
+// OpenRunOf opens an inbox for run on a dispatcher of f.
 func (f *Fleet) OpenRunOf(t *testing.T, run protocol.RunID) (*dispatch.Dispatcher, protocol.RunID, loop.Inbox) {
 	t.Helper()
 	return f.OpenRunWith(t, run, dispatch.DispatcherConfig{})
 }
 
-// openRunWith opens an inbox for run on a dispatcher of f configured by
+// OpenRunWith opens an inbox for run on a dispatcher of f configured by
 // cfg.
 func (f *Fleet) OpenRunWith(t *testing.T, run protocol.RunID, cfg dispatch.DispatcherConfig) (*dispatch.Dispatcher, protocol.RunID, loop.Inbox) {
 	t.Helper()

@@ -6,7 +6,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/loop"
 )
 
-// withdrawer is the run's inbox as the loop sees it at a deadline.
+// Withdrawer is the run's inbox as the loop sees it at a deadline.
 func Withdrawer(t *testing.T, in loop.Inbox) loop.WithdrawInbox {
 	t.Helper()
 	wi, ok := in.(loop.WithdrawInbox)

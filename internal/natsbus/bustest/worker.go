@@ -11,7 +11,7 @@ import (
 
 var EmptyObject = json.RawMessage(`{"type":"object","additionalProperties":false}`)
 
-// counting returns an idempotent tool that counts its runs and waits d
+// Counting returns an idempotent tool that counts its runs and waits d
 // (honouring its context) before answering "done".
 func Counting(name string, runs *atomic.Int64, d time.Duration, idempotent bool) harness.Tool {
 	return harness.Tool{

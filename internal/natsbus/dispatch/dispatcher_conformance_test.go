@@ -29,7 +29,7 @@ func TestDispatcherConformance(t *testing.T) {
 		var working sync.WaitGroup
 		t.Cleanup(working.Wait)
 		const inboxSize = 8
-		d := dispatch.NewDispatcher(f.Nc, f.Js, f.Subjects, dispatch.DispatcherConfig{Logger: f.Log.Logger(), InboxSize: inboxSize})
+		d := dispatch.NewDispatcher(f.NC, f.JS, f.Subjects, dispatch.DispatcherConfig{Logger: f.Log.Logger(), InboxSize: inboxSize})
 		send := func(t testing.TB, tool protocol.ToolName, r protocol.Result) {
 			subj, err := f.Subjects.Result(r.RunID, tool)
 			if err != nil {
@@ -43,11 +43,11 @@ func TestDispatcherConformance(t *testing.T) {
 			}
 			pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := f.Js.Publish(pctx, subj, data); err != nil {
+			if _, err := f.JS.Publish(pctx, subj, data); err != nil {
 				t.Errorf("publishing a result: %v", err)
 			}
 		}
-		cons, err := f.Js.CreateOrUpdateConsumer(bustest.Ctx(t), f.Subjects.CallsStream(), jetstream.ConsumerConfig{
+		cons, err := f.JS.CreateOrUpdateConsumer(bustest.Ctx(t), f.Subjects.CallsStream(), jetstream.ConsumerConfig{
 			Durable: "conformance", FilterSubject: f.Subjects.Calls(), AckPolicy: jetstream.AckExplicitPolicy,
 		})
 		if err != nil {

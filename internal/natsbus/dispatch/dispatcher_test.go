@@ -44,7 +44,7 @@ func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
 		{resultSubj, []byte(`{"v":1,"run_id":"` + string(run) + `","call_key":"k","outcome":"ok","output":"` + strings.Repeat("x", 8192) + `"}`)},
 	}
 	for _, g := range garbage {
-		if err := f.Nc.Publish(g.subject, g.data); err != nil {
+		if err := f.NC.Publish(g.subject, g.data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -63,7 +63,7 @@ func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
 
 	// Nobody reads: two events are kept, the rest dropped without blocking.
 	for range 5 {
-		f.Nc.Publish(resultSubj, result(run))
+		f.NC.Publish(resultSubj, result(run))
 	}
 	natstest.WaitFor(t, 5*time.Second, func() error {
 		if got := inbox.Dropped(); got != 3 {
@@ -77,8 +77,8 @@ func TestInboxDropsGarbageAndIsBounded(t *testing.T) {
 
 	in.Close()
 	in.Close() // idempotent
-	f.Nc.Publish(resultSubj, result(run))
-	f.Nc.Flush()
+	f.NC.Publish(resultSubj, result(run))
+	f.NC.Flush()
 	n := 0
 	for range in.Events() {
 		n++
@@ -117,11 +117,11 @@ func TestGarbageOnEverySubject(t *testing.T) {
 	progressSubj, _ := f.Subjects.Started(run)
 	cancelSubj, _ := f.Subjects.Cancel(run, valid.CallKey)
 	for _, p := range payloads {
-		if _, err := f.Js.Publish(bustest.Ctx(t), callSubj, p); err != nil {
+		if _, err := f.JS.Publish(bustest.Ctx(t), callSubj, p); err != nil {
 			t.Fatalf("publishing garbage call: %v", err)
 		}
 		for _, s := range []string{resultSubj, progressSubj, cancelSubj, f.Subjects.Cancels()[:len(f.Subjects.Cancels())-1] + "x.y"} {
-			if err := f.Nc.Publish(s, p); err != nil {
+			if err := f.NC.Publish(s, p); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -164,7 +164,7 @@ func TestInboxRecoversItsConsumer(t *testing.T) {
 		t.Helper()
 		r := protocol.Result{V: 1, RunID: run, CallKey: protocol.NewCallKey(), Outcome: protocol.OutcomeOK}
 		data, _ := protocol.Encode(&r)
-		if _, err := f.Js.Publish(bustest.Ctx(t), subject, data); err != nil {
+		if _, err := f.JS.Publish(bustest.Ctx(t), subject, data); err != nil {
 			t.Fatal(err)
 		}
 		return r.CallKey
@@ -172,7 +172,7 @@ func TestInboxRecoversItsConsumer(t *testing.T) {
 	before := publish()
 	bustest.NextResult(t, in, before, 10*time.Second)
 
-	s, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.ResultsStream())
+	s, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.ResultsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestACallPublishedAgainAfterItRanIsNotStoredAgain(t *testing.T) {
 	if err := d.Publish(bustest.Ctx(t), loop.Outgoing{Call: call}); err != nil {
 		t.Fatalf("publishing the same call again: %v", err)
 	}
-	s, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.CallsStream())
+	s, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.CallsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestInboxTakesAResultOnlyFromItsToolsSubject(t *testing.T) {
 		msg := nats.NewMsg(subj)
 		msg.Data = data
 		msg.Header.Set(protocol.HeaderMsgID, protocol.ResultMsgID(tool, call.CallKey))
-		if _, err := f.Js.PublishMsg(bustest.Ctx(t), msg); err != nil {
+		if _, err := f.JS.PublishMsg(bustest.Ctx(t), msg); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -21,7 +21,7 @@ import (
 // malformed reports are dropped.
 func TestInboxProgressIsCheckedBoundedAndApart(t *testing.T) {
 	f := bustest.NewFleet(t)
-	d := dispatch.NewDispatcher(f.Nc, f.Js, f.Subjects, dispatch.DispatcherConfig{Logger: f.Log.Logger()})
+	d := dispatch.NewDispatcher(f.NC, f.JS, f.Subjects, dispatch.DispatcherConfig{Logger: f.Log.Logger()})
 	var mu sync.Mutex
 	var got []protocol.Progress
 	c := loop.WithProgress(bustest.Ctx(t), func(p protocol.Progress) {
@@ -30,7 +30,7 @@ func TestInboxProgressIsCheckedBoundedAndApart(t *testing.T) {
 		got = append(got, p)
 	})
 	start := time.Now() // before Open: the run's rate counts from there
-	all, err := f.Nc.SubscribeSync("fleet.progress.run1.*")
+	all, err := f.NC.SubscribeSync("fleet.progress.run1.*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestInboxProgressIsCheckedBoundedAndApart(t *testing.T) {
 	defer in.Close()
 	pub := func(subject, body string) {
 		t.Helper()
-		if err := f.Nc.Publish(subject, []byte(body)); err != nil {
+		if err := f.NC.Publish(subject, []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -56,7 +56,7 @@ func TestInboxProgressIsCheckedBoundedAndApart(t *testing.T) {
 	for i := 1; i <= flood; i++ {
 		pub("fleet.progress.run1.k1", report("run1", "k1", i))
 	}
-	if err := f.Nc.Flush(); err != nil {
+	if err := f.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	// Once a plain subscriber on the same connection has every report,

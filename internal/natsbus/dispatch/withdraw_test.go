@@ -38,7 +38,7 @@ func TestWithdrawTakesBackUnclaimedCalls(t *testing.T) {
 			t.Fatalf("Withdraw(%s) = %v, %v; want true, nil", call.CallKey, ok, err)
 		}
 	}
-	st, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.CallsStream())
+	st, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.CallsStream())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 // never stored.
 func TestAgentReadOnTheLeader(t *testing.T) {
 	f := bustest.NewFleet(t)
-	if _, err := natsbus.Provision(bustest.Ctx(t), f.Js, f.Subjects, natsbus.StreamConfig{}); err != nil {
+	if _, err := natsbus.Provision(bustest.Ctx(t), f.JS, f.Subjects, natsbus.StreamConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	store, err := stores.OpenAgents(bustest.Ctx(t), f.Js, f.Subjects)
+	store, err := stores.OpenAgents(bustest.Ctx(t), f.JS, f.Subjects)
 	if err != nil {
 		t.Fatal(err)
 	}

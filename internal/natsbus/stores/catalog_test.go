@@ -31,10 +31,10 @@ func TestCatalogListsPublishedSpecsAndFollowsUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, h.Specs(), zerolog.Nop()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, h.Specs(), zerolog.Nop()); err != nil {
 		t.Fatalf("PublishSpecs: %v", err)
 	}
-	cat, err := stores.NewCatalog(bustest.Ctx(t), f.Js, f.Subjects, f.Log.Logger())
+	cat, err := stores.NewCatalog(bustest.Ctx(t), f.JS, f.Subjects, f.Log.Logger())
 	if err != nil {
 		t.Fatalf("NewCatalog: %v", err)
 	}
@@ -53,14 +53,14 @@ func TestCatalogListsPublishedSpecsAndFollowsUpdates(t *testing.T) {
 	// A worker with another tool comes along.
 	more, _ := harness.New(harness.Config{}, harness.Tool{Name: "wc", Parameters: bustest.EmptyObject,
 		Run: func(_ context.Context, _ json.RawMessage) (string, error) { return "", nil }})
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, more.Specs(), zerolog.Nop()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, more.Specs(), zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	waitTools(t, cat, "calculator,echo,wc")
 
 	// A malformed entry is skipped and logged without its content; a
 	// deleted entry disappears.
-	kv, _ := f.Js.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
+	kv, _ := f.JS.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
 	if _, err := kv.Put(bustest.Ctx(t), "bogus", []byte(`{"v":1,"name":"bogus","canary":"SECRET-CANARY"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -93,13 +93,13 @@ func TestPublishSpecsWarnsAboutConflictingSchemas(t *testing.T) {
 	h1, _ := harness.New(harness.Config{}, v1)
 	h2, _ := harness.New(harness.Config{}, v2)
 	log := natstest.NewLogBuffer(t)
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, h1.Specs(), log.Logger()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, h1.Specs(), log.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	if log.Contains("differs") {
 		t.Fatal("warned on the first publication")
 	}
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, h2.Specs(), log.Logger()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, h2.Specs(), log.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	d1, d2 := h1.Specs()[0].SchemaDigest, h2.Specs()[0].SchemaDigest
@@ -108,7 +108,7 @@ func TestPublishSpecsWarnsAboutConflictingSchemas(t *testing.T) {
 			t.Fatalf("conflict warning lacks %s: %s", want, log.String())
 		}
 	}
-	cat, err := stores.NewCatalog(bustest.Ctx(t), f.Js, f.Subjects, zerolog.Nop())
+	cat, err := stores.NewCatalog(bustest.Ctx(t), f.JS, f.Subjects, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestPublishSpecsRefusesAWrongDigest(t *testing.T) {
 	h, _ := harness.New(harness.Config{}, harness.Echo())
 	spec := h.Specs()[0]
 	spec.SchemaDigest = strings.Repeat("0", 64)
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, []protocol.ToolSpec{spec}, zerolog.Nop()); err == nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, []protocol.ToolSpec{spec}, zerolog.Nop()); err == nil {
 		t.Fatal("PublishSpecs accepted a spec whose digest does not match its schema")
 	}
 }
@@ -187,12 +187,12 @@ func TestRequiresApprovalIsNeverLowered(t *testing.T) {
 	hp, _ := harness.New(harness.Config{}, plain)
 	log := natstest.NewLogBuffer(t)
 	obs := &anomalies{}
-	cat, err := stores.NewCatalogWith(bustest.Ctx(t), f.Js, f.Subjects, stores.CatalogConfig{Logger: log.Logger(), Observer: obs})
+	cat, err := stores.NewCatalogWith(bustest.Ctx(t), f.JS, f.Subjects, stores.CatalogConfig{Logger: log.Logger(), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, hg.Specs(), log.Logger()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, hg.Specs(), log.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 5*time.Second, func() error {
@@ -207,13 +207,13 @@ func TestRequiresApprovalIsNeverLowered(t *testing.T) {
 	})
 
 	// A drifting worker publishes through PublishSpecs: the bucket keeps the flag.
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, hp.Specs(), log.Logger()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, hp.Specs(), log.Logger()); err != nil {
 		t.Fatal(err)
 	}
 	if !log.Contains("keeps requiring approval") {
 		t.Errorf("PublishSpecs did not warn: %s", log.String())
 	}
-	kv, err := f.Js.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
+	kv, err := f.JS.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,12 +250,12 @@ func TestOversizedCatalogEntriesAreSkipped(t *testing.T) {
 	f := bustest.NewFleet(t)
 	log := natstest.NewLogBuffer(t)
 	obs := &anomalies{}
-	cat, err := stores.NewCatalogWith(bustest.Ctx(t), f.Js, f.Subjects, stores.CatalogConfig{Logger: log.Logger(), Observer: obs})
+	cat, err := stores.NewCatalogWith(bustest.Ctx(t), f.JS, f.Subjects, stores.CatalogConfig{Logger: log.Logger(), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	kv, err := f.Js.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
+	kv, err := f.JS.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,12 +290,12 @@ func TestOversizedCatalogEntriesAreSkipped(t *testing.T) {
 func TestCatalogFloodIsBounded(t *testing.T) {
 	f := bustest.NewFleet(t)
 	obs := &anomalies{}
-	cat, err := stores.NewCatalogWith(bustest.Ctx(t), f.Js, f.Subjects, stores.CatalogConfig{Logger: zerolog.Nop(), Observer: obs})
+	cat, err := stores.NewCatalogWith(bustest.Ctx(t), f.JS, f.Subjects, stores.CatalogConfig{Logger: zerolog.Nop(), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	kv, err := f.Js.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
+	kv, err := f.JS.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
 	if err != nil {
 		t.Fatal(err)
 	}

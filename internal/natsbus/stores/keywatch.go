@@ -28,9 +28,7 @@ type KeyView interface {
 
 const (
 	DefaultKeyWatchResync = time.Minute
-)
 
-const (
 	DefaultKeyWatchStart = 30 * time.Second
 )
 

@@ -90,10 +90,10 @@ func TestCatalogFollowsTheBucketAfterItsWatchEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, h.Specs(), zerolog.Nop()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, h.Specs(), zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
-	tap := &watchTap{JetStream: f.Js}
+	tap := &watchTap{JetStream: f.JS}
 	cat, err := stores.NewCatalog(bustest.Ctx(t), tap, f.Subjects, f.Log.Logger())
 	if err != nil {
 		t.Fatalf("NewCatalog: %v", err)
@@ -102,8 +102,8 @@ func TestCatalogFollowsTheBucketAfterItsWatchEnds(t *testing.T) {
 	waitTools(t, cat, "calculator,echo")
 
 	tap.last().Stop() // the watch ends
-	publishTool(t, f.Js, f.Subjects, "wc")
-	kv, err := f.Js.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
+	publishTool(t, f.JS, f.Subjects, "wc")
+	kv, err := f.JS.KeyValue(bustest.Ctx(t), f.Subjects.CatalogBucket())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,17 +29,17 @@ import (
 // are created (coordinator provision --tool-consumer) before its workers
 // start, and never removed.
 
-// recordRoute is where one tool's execution and start records are
+// RecordRoute is where one tool's execution and start records are
 // written: its own streams, or the shared ones.
-type recordRoute struct {
+type RecordRoute struct {
 	s    protocol.Subjects
 	tool protocol.ToolName
 	own  bool
 }
 
-// claim returns the stream and subject of the execution record of the
+// Claim returns the stream and subject of the execution record of the
 // call key of run.
-func (r recordRoute) Claim(run protocol.RunID, key protocol.CallKey) (stream, subject string, err error) {
+func (r RecordRoute) Claim(run protocol.RunID, key protocol.CallKey) (stream, subject string, err error) {
 	if r.own {
 		subject, err = r.s.OwnClaim(r.tool, run, key)
 		return r.s.OwnClaimsStream(r.tool), subject, err
@@ -48,9 +48,9 @@ func (r recordRoute) Claim(run protocol.RunID, key protocol.CallKey) (stream, su
 	return r.s.ClaimsStream(), subject, err
 }
 
-// start returns the stream and subject of the start record of the call
+// Start returns the stream and subject of the start record of the call
 // key of run.
-func (r recordRoute) Start(run protocol.RunID, key protocol.CallKey) (stream, subject string, err error) {
+func (r RecordRoute) Start(run protocol.RunID, key protocol.CallKey) (stream, subject string, err error) {
 	if r.own {
 		subject, err = r.s.OwnStart(r.tool, run, key)
 		return r.s.OwnStartsStream(r.tool), subject, err
@@ -59,49 +59,54 @@ func (r recordRoute) Start(run protocol.RunID, key protocol.CallKey) (stream, su
 	return r.s.StartsStream(), subject, err
 }
 
-// routeOf looks up where tool's records go: its own streams when its own
+// RouteOf looks up where tool's records go: its own streams when its own
 // starts stream captures the tool's own start subjects. An error other than "no such stream" leaves it
 // unknown, and the record is not written (the call does not run).
-func RouteOf(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, tool protocol.ToolName) (recordRoute, error) {
+func RouteOf(ctx context.Context, js jetstream.JetStream, s protocol.Subjects, tool protocol.ToolName) (RecordRoute, error) {
 	if !tool.Valid() {
-		return recordRoute{}, errors.New("natsbus: invalid tool name")
+		return RecordRoute{}, errors.New("natsbus: invalid tool name")
 	}
 	name, err := js.StreamNameBySubject(ctx, s.OwnStarts(tool))
 	switch {
 	case err == nil && name == s.OwnStartsStream(tool):
-		return recordRoute{s: s, tool: tool, own: true}, nil
+		return RecordRoute{s: s, tool: tool, own: true}, nil
 	case err == nil:
-		return recordRoute{}, fmt.Errorf("natsbus: the stream %s captures the start records of %s", name, tool)
+		return RecordRoute{}, fmt.Errorf("natsbus: the stream %s captures the start records of %s", name, tool)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return recordRoute{s: s, tool: tool}, nil
+		return RecordRoute{s: s, tool: tool}, nil
 	}
-	return recordRoute{}, err
+	return RecordRoute{}, err
 }
 
-// recordRoutes keeps each tool's route once looked up, for a worker.
+// RecordRoutes keeps each tool's route once looked up, for a worker.
 type RecordRoutes struct {
-	Js jetstream.JetStream
-	S  protocol.Subjects
+	js jetstream.JetStream
+	s  protocol.Subjects
 	mu sync.Mutex
-	of map[protocol.ToolName]recordRoute
+	of map[protocol.ToolName]RecordRoute
 }
 
 // route returns tool's route, looking it up the first time.
-func (r *RecordRoutes) Route(ctx context.Context, tool protocol.ToolName) (recordRoute, error) {
+// NewRecordRoutes returns the routes of the fleet's tools on js.
+func NewRecordRoutes(js jetstream.JetStream, s protocol.Subjects) *RecordRoutes {
+	return &RecordRoutes{js: js, s: s}
+}
+
+func (r *RecordRoutes) Route(ctx context.Context, tool protocol.ToolName) (RecordRoute, error) {
 	r.mu.Lock()
 	route, ok := r.of[tool]
 	r.mu.Unlock()
 	if ok {
 		return route, nil
 	}
-	route, err := RouteOf(ctx, r.Js, r.S, tool)
+	route, err := RouteOf(ctx, r.js, r.s, tool)
 	if err != nil {
-		return recordRoute{}, err
+		return RecordRoute{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.of == nil {
-		r.of = map[protocol.ToolName]recordRoute{}
+		r.of = map[protocol.ToolName]RecordRoute{}
 	}
 	r.of[tool] = route
 	return route, nil

@@ -20,12 +20,12 @@ import (
 // shared starts stream; a tool without keeps using the shared one.
 func TestOwnRecordStreams(t *testing.T) {
 	f := bustest.NewFleet(t)
-	if _, err := natsbus.Provision(bustest.Ctx(t), f.Js, f.Subjects, natsbus.StreamConfig{OwnRecordTools: []string{"charge"}}); err != nil {
+	if _, err := natsbus.Provision(bustest.Ctx(t), f.JS, f.Subjects, natsbus.StreamConfig{OwnRecordTools: []string{"charge"}}); err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
 	msgs := func(stream string) uint64 {
 		t.Helper()
-		st, err := f.Js.Stream(bustest.Ctx(t), stream)
+		st, err := f.JS.Stream(bustest.Ctx(t), stream)
 		if err != nil {
 			t.Fatalf("stream %s: %v", stream, err)
 		}
@@ -62,7 +62,7 @@ func TestOwnRecordStreams(t *testing.T) {
 	if n, m := msgs(own), msgs(shared); n != 2 || m != 1 || runs.Load() != 2 {
 		t.Fatalf("after the claims: %s holds %d, %s %d, %d runs; want 2, 1, 2", own, n, shared, m, runs.Load())
 	}
-	st, err := f.Js.Stream(bustest.Ctx(t), own)
+	st, err := f.JS.Stream(bustest.Ctx(t), own)
 	if err != nil {
 		t.Fatal(err)
 	}

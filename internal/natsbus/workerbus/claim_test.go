@@ -246,7 +246,7 @@ func TestForgedStartRecords(t *testing.T) {
 			t.Errorf("a forged record (%s) after the claim was stored", name)
 		}
 	}
-	st, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.StartsStream())
+	st, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.StartsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestForgedStartRecords(t *testing.T) {
 	for body, want := range map[string]bool{`{"v":1,"worker":"forger","nonce":"y"}`: false, `{"v":1,"worker":"forger","nonce":"x"}`: true} {
 		mine := nats.NewMsg(subject)
 		mine.Data = []byte(body)
-		if got, err := stores.OwnStart(bustest.Ctx(t), f.Js, f.Subjects.StartsStream(), mine); err != nil || got != want {
+		if got, err := stores.OwnStart(bustest.Ctx(t), f.JS, f.Subjects.StartsStream(), mine); err != nil || got != want {
 			t.Errorf("OwnStart of %s = %v, %v; want %v", body, got, err, want)
 		}
 	}
@@ -286,13 +286,13 @@ func TestForgedStartRecords(t *testing.T) {
 // outcome_unknown), never that the call ran or did not.
 func TestStartsStreamFullFailsClosed(t *testing.T) {
 	f := bustest.NewFleet(t)
-	st, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.StartsStream())
+	st, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.StartsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := st.CachedInfo().Config
 	cfg.MaxBytes = 4 << 10
-	if _, err := f.Js.UpdateStream(bustest.Ctx(t), cfg); err != nil {
+	if _, err := f.JS.UpdateStream(bustest.Ctx(t), cfg); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; ; i++ {
@@ -301,7 +301,7 @@ func TestStartsStreamFullFailsClosed(t *testing.T) {
 		}
 		msg := nats.NewMsg(fmt.Sprintf("%s.start.filler.run.key%d", protocol.DefaultPrefix, i))
 		msg.Data = []byte(strings.Repeat("x", 200))
-		if _, err := f.Js.PublishMsg(bustest.Ctx(t), msg); err != nil {
+		if _, err := f.JS.PublishMsg(bustest.Ctx(t), msg); err != nil {
 			break // full
 		}
 	}
@@ -366,7 +366,7 @@ func TestStartRecordExpiryDoesNotReopenACall(t *testing.T) {
 		}
 		return nil
 	})
-	starts, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.StartsStream())
+	starts, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.StartsStream())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func discoverN(t *testing.T, f *bustest.Fleet, n int) []discovery.DiscoveredWork
 	var got []discovery.DiscoveredWorker
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		var err error
-		if got, err = discovery.Discover(bustest.Ctx(t), f.Nc, f.Subjects, fastDiscover); err != nil {
+		if got, err = discovery.Discover(bustest.Ctx(t), f.NC, f.Subjects, fastDiscover); err != nil {
 			return err
 		}
 		if len(got) != n {
@@ -84,7 +84,7 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 
 	// The INFO answer carries the schema itself, and a request on the
 	// tool-info subject gathers every worker's spec.
-	info := requestInfo(t, f.Nc, "w1")
+	info := requestInfo(t, f.NC, "w1")
 	var ep *micro.EndpointInfo
 	for i := range info.Endpoints {
 		if info.Endpoints[i].Name == "calculator" {
@@ -101,7 +101,7 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 	if info.Metadata[workerbus.MetaTools] != "calculator,echo" || info.Metadata[workerbus.MetaPrefix] != "fleet" {
 		t.Fatalf("service metadata = %v", info.Metadata)
 	}
-	specs := gatherToolInfo(t, f.Nc, "fleet.tool.echo", 2)
+	specs := gatherToolInfo(t, f.NC, "fleet.tool.echo", 2)
 	if specs["w1"].SchemaDigest != digest["echo"] || specs["w2"].SchemaDigest != digest["echo"] {
 		t.Fatalf("tool-info answers = %+v, want the echo spec from w1 and w2", specs)
 	}
@@ -123,7 +123,7 @@ func TestWorkersAreDiscoverable(t *testing.T) {
 		}
 		return nil
 	})
-	stats := requestStats(t, f.Nc, info.ID)
+	stats := requestStats(t, f.NC, info.ID)
 	for _, e := range stats.Endpoints {
 		if e.Name != "calculator" {
 			continue
@@ -152,7 +152,7 @@ func TestDiscoveryIgnoresOtherFleetsAndOptOut(t *testing.T) {
 	h := harnesstest.New(t, harness.Config{}, harness.Echo())
 	f.StartWorker(t, h, workerbus.WorkerConfig{Name: "quiet", NoDiscovery: true})
 	f.StartWorker(t, h, workerbus.WorkerConfig{Name: "seen"})
-	other, err := micro.AddService(f.Nc, micro.Config{Name: workerbus.ServiceName, Version: "0.1.0",
+	other, err := micro.AddService(f.NC, micro.Config{Name: workerbus.ServiceName, Version: "0.1.0",
 		Metadata: map[string]string{workerbus.MetaPrefix: "other", workerbus.MetaWorker: "elsewhere"}})
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestDiscoveryIgnoresOtherFleetsAndOptOut(t *testing.T) {
 func TestDiscoverWithoutWorkers(t *testing.T) {
 	f := bustest.NewFleet(t)
 	start := time.Now()
-	got, err := discovery.Discover(bustest.Ctx(t), f.Nc, f.Subjects, discovery.DiscoverConfig{Wait: 5 * time.Second})
+	got, err := discovery.Discover(bustest.Ctx(t), f.NC, f.Subjects, discovery.DiscoverConfig{Wait: 5 * time.Second})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("Discover = %v, %v; want none", got, err)
 	}
@@ -275,7 +275,7 @@ func TestDiscoveryKeepsSecretsOut(t *testing.T) {
 	discoverN(t, f, 1)
 	var answers []string
 	for _, subject := range []string{"$SRV.INFO." + workerbus.ServiceName, "$SRV.STATS." + workerbus.ServiceName, "$SRV.PING", "fleet.tool.fetch"} {
-		for _, m := range gather(t, f.Nc, subject, 1) {
+		for _, m := range gather(t, f.NC, subject, 1) {
 			answers = append(answers, string(m.Data)+fmt.Sprint(m.Header))
 		}
 	}

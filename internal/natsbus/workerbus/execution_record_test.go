@@ -29,7 +29,7 @@ func TestUnwrittenRecordIsNotAMissingApproval(t *testing.T) {
 	h := harnesstest.New(t, harness.Config{}, deploy)
 	f.StartWorker(t, h, workerbus.WorkerConfig{Name: "w1"})
 	d, run, in := f.OpenRun(t)
-	if err := f.Js.DeleteStream(bustest.Ctx(t), f.Subjects.ClaimsStream()); err != nil {
+	if err := f.JS.DeleteStream(bustest.Ctx(t), f.Subjects.ClaimsStream()); err != nil {
 		t.Fatal(err)
 	}
 	c := bustest.NewCall(run, "deploy", `{"env":"prod"}`, 10*time.Second)

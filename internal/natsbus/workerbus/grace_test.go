@@ -36,7 +36,7 @@ func TestWorkerResultGraceFollowsTheCoordinator(t *testing.T) {
 	outage := harness.Tool{Name: "outage", Parameters: bustest.EmptyObject, Idempotent: true,
 		Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
 			if gone.Load() == 0 {
-				if err := f.Js.DeleteStream(ctx, f.Subjects.ResultsStream()); err != nil {
+				if err := f.JS.DeleteStream(ctx, f.Subjects.ResultsStream()); err != nil {
 					return "", err
 				}
 				gone.Store(time.Now().UnixNano())
@@ -74,11 +74,11 @@ func TestWorkerResultGraceFollowsTheCoordinator(t *testing.T) {
 		}
 		return nil
 	})
-	if err := natsbus.EnsureStreams(bustest.Ctx(t), f.Js, f.Subjects, natsbus.StreamConfig{}); err != nil {
+	if err := natsbus.EnsureStreams(bustest.Ctx(t), f.JS, f.Subjects, natsbus.StreamConfig{}); err != nil {
 		t.Fatalf("EnsureStreams: %v", err)
 	}
 	natstest.WaitFor(t, 30*time.Second, func() error {
-		st, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.ResultsStream())
+		st, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.ResultsStream())
 		if err != nil {
 			return err
 		}

@@ -72,11 +72,11 @@ func TestProbeReadiness(t *testing.T) {
 	}
 
 	// The fleet probe checks streams and the catalog bucket.
-	fp := natsbus.NewProbe(f.Nc, f.Js, natsbus.FleetProbeConfig(f.Subjects))
+	fp := natsbus.NewProbe(f.NC, f.JS, natsbus.FleetProbeConfig(f.Subjects))
 	if err := fp.Ready(bustest.Ctx(t)); err != nil {
 		t.Fatalf("fleet Ready = %v, want nil", err)
 	}
-	missing := natsbus.NewProbe(f.Nc, f.Js, natsbus.ProbeConfig{Buckets: []string{"nope"}})
+	missing := natsbus.NewProbe(f.NC, f.JS, natsbus.ProbeConfig{Buckets: []string{"nope"}})
 	if err := missing.Ready(bustest.Ctx(t)); err == nil || !strings.Contains(err.Error(), "bucket nope: not found") {
 		t.Fatalf("Ready with a missing bucket = %v", err)
 	}

@@ -103,7 +103,7 @@ func TestARedeliveryToTheWorkerRunningTheCallDoesNotRunItAgain(t *testing.T) {
 	w, _ := f.StartWorker(t, harnesstest.New(t, harness.Config{}, gated("long", &runs, release, true)),
 		workerbus.WorkerConfig{Concurrency: 4, Heartbeat: 50 * time.Millisecond})
 	consumer, _ := f.Subjects.Consumer("long")
-	acks, err := f.Nc.SubscribeSync("$JS.ACK." + f.Subjects.CallsStream() + "." + consumer + ".>")
+	acks, err := f.NC.SubscribeSync("$JS.ACK." + f.Subjects.CallsStream() + "." + consumer + ".>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestARedeliveryToTheWorkerRunningTheCallDoesNotRunItAgain(t *testing.T) {
 	if !strings.HasPrefix(string(hb.Data), "+WPI") {
 		t.Fatalf("first message on the ack subject %q, want a heartbeat", hb.Data)
 	}
-	if err := f.Nc.Publish(hb.Subject, []byte("-NAK")); err != nil {
+	if err := f.NC.Publish(hb.Subject, []byte("-NAK")); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {

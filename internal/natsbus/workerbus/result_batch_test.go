@@ -118,7 +118,7 @@ func deliveredResults(t *testing.T, in loop.Inbox, n int) []protocol.Result {
 func storedResults(t *testing.T, f *bustest.Fleet, run protocol.RunID, tool protocol.ToolName, want int) (msgs [][]protocol.Result, batch []bool) {
 	t.Helper()
 	subject, _ := f.Subjects.Result(run, tool)
-	cons, err := f.Js.OrderedConsumer(bustest.Ctx(t), f.Subjects.ResultsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := f.JS.OrderedConsumer(bustest.Ctx(t), f.Subjects.ResultsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestWorkerKeepsABatchWithinItsCoordinatorsLimit(t *testing.T) {
 	checkOutputs(t, b.calls, delivered)
 	b.f.WaitIdle(t, "gate")
 	subject, _ := b.f.Subjects.Result(b.run, "gate")
-	cons, err := b.f.Js.OrderedConsumer(bustest.Ctx(t), b.f.Subjects.ResultsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := b.f.JS.OrderedConsumer(bustest.Ctx(t), b.f.Subjects.ResultsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,13 +283,13 @@ func TestWorkerPublishesARefusedBatchResultByResult(t *testing.T) {
 	const n = 8
 	var in loop.Inbox
 	b := startBurst(t, n, func(f *bustest.Fleet, calls []protocol.Call) {
-		st, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.ResultsStream())
+		st, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.ResultsStream())
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg := st.CachedInfo().Config
 		cfg.MaxMsgSize = 1024 // a result fits, a batch of several does not
-		if _, err := f.Js.UpdateStream(bustest.Ctx(t), cfg); err != nil {
+		if _, err := f.JS.UpdateStream(bustest.Ctx(t), cfg); err != nil {
 			t.Fatal(err)
 		}
 		var d *dispatch.Dispatcher
@@ -334,7 +334,7 @@ func TestWorkerAnswersACallWithoutTheBatchHeaderAlone(t *testing.T) {
 			msg.Header.Set(protocol.HeaderReplyTo, replyTo)
 			msg.Header.Set(protocol.HeaderDeadline, c.CallDeadline().Header())
 			msg.Header.Set(protocol.HeaderVersion, "1")
-			if _, err := f.Js.PublishMsg(bustest.Ctx(t), msg); err != nil {
+			if _, err := f.JS.PublishMsg(bustest.Ctx(t), msg); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -376,7 +376,7 @@ func storeResults(t *testing.T, f *bustest.Fleet, run protocol.RunID, tool proto
 	// its own.
 	pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := f.Js.PublishMsg(pctx, msg); err != nil {
+	if _, err := f.JS.PublishMsg(pctx, msg); err != nil {
 		t.Errorf("storing results: %v", err)
 	}
 }
@@ -414,7 +414,7 @@ func TestInboxChecksEachResultOfABatch(t *testing.T) {
 	msg := nats.NewMsg(subject)
 	msg.Data, _ = protocol.Encode(ptr(okResult(run, k3.CallKey, "marked")))
 	msg.Header.Set(protocol.HeaderResultBatch, "1")
-	if _, err := f.Js.PublishMsg(bustest.Ctx(t), msg); err != nil {
+	if _, err := f.JS.PublishMsg(bustest.Ctx(t), msg); err != nil {
 		t.Fatal(err)
 	}
 	// Then k3 alone, the last one stored.
@@ -458,7 +458,7 @@ func TestLoopTakesTheFirstOfADuplicatedResult(t *testing.T) {
 	var mu sync.Mutex
 	var calls []protocol.Call
 	answered := make(chan struct{}) // closed once both answers are stored
-	cons, err := f.Js.CreateOrUpdateConsumer(bustest.Ctx(t), f.Subjects.CallsStream(), jetstream.ConsumerConfig{
+	cons, err := f.JS.CreateOrUpdateConsumer(bustest.Ctx(t), f.Subjects.CallsStream(), jetstream.ConsumerConfig{
 		Durable: "twice", FilterSubject: f.Subjects.Calls(), AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	if err != nil {

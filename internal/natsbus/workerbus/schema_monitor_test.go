@@ -61,14 +61,14 @@ func TestSchemaMonitorReportsDisagreeingWorkers(t *testing.T) {
 	hOld := harnesstest.New(t, harness.Config{}, harness.Echo())
 	hNew := harnesstest.New(t, harness.Config{}, echoWithSchema(`{"type":"object","properties":{"message":{"type":"string"}},"required":["message"]}`))
 	oldDigest, newDigest := hOld.Specs()[0].SchemaDigest, hNew.Specs()[0].SchemaDigest
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, hOld.Specs(), zerolog.Nop()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, hOld.Specs(), zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	f.StartWorker(t, hOld, workerbus.WorkerConfig{Name: "old"})
 
 	rec := &conflictRecorder{}
 	logs := natstest.NewLogBuffer(t)
-	mon, err := discovery.NewSchemaMonitor(bustest.Ctx(t), f.Nc, f.Js, f.Subjects, discovery.SchemaMonitorConfig{
+	mon, err := discovery.NewSchemaMonitor(bustest.Ctx(t), f.NC, f.JS, f.Subjects, discovery.SchemaMonitorConfig{
 		Interval: time.Hour, // only catalog changes and explicit checks
 		Settle:   100 * time.Millisecond,
 		Discover: twoWorkersDiscover,
@@ -89,7 +89,7 @@ func TestSchemaMonitorReportsDisagreeingWorkers(t *testing.T) {
 	// A worker with another schema starts and publishes its spec.
 	_, stopNew := f.StartWorker(t, hNew, workerbus.WorkerConfig{Name: "new"})
 	discoverN(t, f, 2) // registered, as a real worker is within Settle
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, hNew.Specs(), zerolog.Nop()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, hNew.Specs(), zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -135,7 +135,7 @@ func TestSchemaMonitorReportsDisagreeingWorkers(t *testing.T) {
 		}
 		return nil
 	})
-	if err := stores.PublishSpecs(bustest.Ctx(t), f.Js, f.Subjects, hOld.Specs(), zerolog.Nop()); err != nil {
+	if err := stores.PublishSpecs(bustest.Ctx(t), f.JS, f.Subjects, hOld.Specs(), zerolog.Nop()); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {

@@ -123,7 +123,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		sem:     semaphore.NewWeighted(int64(cfg.Concurrency)),
 		running: make(map[string]map[uint64]context.CancelCauseFunc),
 		active:  make(map[string]uint64),
-		routes:  &stores.RecordRoutes{Js: js, S: subjects},
+		routes:  stores.NewRecordRoutes(js, subjects),
 	}
 	// As many calls again may be storing their result out of their slots
 	// (Delivery.FreeSlot): a pull is not held back by PubAcks.

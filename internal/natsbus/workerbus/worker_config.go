@@ -14,25 +14,15 @@ import (
 
 const (
 	DefaultConcurrency = 16
-)
 
-const (
 	DefaultToolMaxAckPending = 256
-)
 
-const (
 	DefaultAckWait = 5 * time.Second
-)
 
-const (
 	DefaultMaxDeliver = 5
-)
 
-const (
 	DefaultShutdownGrace = 10 * time.Second
-)
 
-const (
 	DefaultApprovalMaxAge = time.Hour
 )
 

@@ -23,13 +23,13 @@ func TestWorkerRefusesAForeignConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Js.CreateConsumer(bustest.Ctx(t), f.Subjects.CallsStream(), jetstream.ConsumerConfig{
+	if _, err := f.JS.CreateConsumer(bustest.Ctx(t), f.Subjects.CallsStream(), jetstream.ConsumerConfig{
 		Durable: "tool_echo", FilterSubject: "fleet.call.echo.interactive.*", DeliverSubject: "fleet.approval.decision.r.k",
 		AckPolicy: jetstream.AckExplicitPolicy,
 	}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := workerbus.NewWorker(f.Nc, f.Js, f.Subjects, h, workerbus.WorkerConfig{Logger: f.Log.Logger()})
+	w, err := workerbus.NewWorker(f.NC, f.JS, f.Subjects, h, workerbus.WorkerConfig{Logger: f.Log.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestWorkerRefusesAForeignConsumer(t *testing.T) {
 	if err == nil || rctx.Err() != nil || !strings.Contains(err.Error(), "tool_echo") || !strings.Contains(err.Error(), "not a pull consumer") {
 		t.Fatalf("Run = %v, want a failure naming tool_echo as not a pull consumer", err)
 	}
-	st, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.CallsStream())
+	st, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.CallsStream())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestWorkerCountsEachFactOnceInEverySink(t *testing.T) {
 	garbage := nats.NewMsg(callSubj)
 	garbage.Data = []byte(`{"v":1,`)
 	garbage.Header.Set(protocol.HeaderMsgID, "garbage-1")
-	if _, err := f.Js.PublishMsg(bustest.Ctx(t), garbage); err != nil {
+	if _, err := f.JS.PublishMsg(bustest.Ctx(t), garbage); err != nil {
 		t.Fatal(err)
 	}
 	got := map[protocol.CallKey]protocol.Outcome{}

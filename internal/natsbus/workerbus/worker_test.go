@@ -56,7 +56,7 @@ func TestCallRoundTrip(t *testing.T) {
 
 	// The result is stored in the results stream too, on the run's subject.
 	subj, _ := f.Subjects.Result(run, call.Tool)
-	s, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.ResultsStream())
+	s, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.ResultsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestMalformedCallIsTerminated(t *testing.T) {
 	h := harnesstest.New(t, harness.Config{}, harness.Echo())
 	w, _ := f.StartWorker(t, h, workerbus.WorkerConfig{})
 	subj, _ := f.Subjects.Call("echo", protocol.ClassInteractive, protocol.DefaultClient)
-	if _, err := f.Js.Publish(bustest.Ctx(t), subj, []byte("this is not a call")); err != nil {
+	if _, err := f.JS.Publish(bustest.Ctx(t), subj, []byte("this is not a call")); err != nil {
 		t.Fatal(err)
 	}
 	natstest.WaitFor(t, 10*time.Second, func() error {
@@ -356,7 +356,7 @@ func TestNonIdempotentCallIsClaimedBeforeItRuns(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("tool did not start")
 	}
-	s, err := f.Js.Stream(bustest.Ctx(t), f.Subjects.CallsStream())
+	s, err := f.JS.Stream(bustest.Ctx(t), f.Subjects.CallsStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,12 +416,12 @@ func TestForgedReplySubjectIsRefused(t *testing.T) {
 	f := bustest.NewFleet(t)
 	h := harnesstest.New(t, harness.Config{}, harness.Echo())
 	w, _ := f.StartWorker(t, h, workerbus.WorkerConfig{Concurrency: 1})
-	watch, err := f.Nc.SubscribeSync(">")
+	watch, err := f.NC.SubscribeSync(">")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer watch.Unsubscribe()
-	f.Nc.Flush()
+	f.NC.Flush()
 
 	run := protocol.NewRunID()
 	callSubj, _ := f.Subjects.Call("echo", protocol.ClassInteractive, protocol.DefaultClient)
@@ -444,7 +444,7 @@ func TestForgedReplySubjectIsRefused(t *testing.T) {
 		if tc.replyTo != "" {
 			msg.Header.Set(protocol.HeaderReplyTo, tc.replyTo)
 		}
-		if _, err := f.Js.PublishMsg(bustest.Ctx(t), msg); err != nil {
+		if _, err := f.JS.PublishMsg(bustest.Ctx(t), msg); err != nil {
 			t.Fatal(err)
 		}
 		natstest.WaitFor(t, 10*time.Second, func() error {
@@ -542,7 +542,7 @@ func TestNewWorkerRefusesAHarnessWithoutTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := workerbus.NewWorker(f.Nc, f.Js, f.Subjects, h, workerbus.WorkerConfig{}); err == nil {
+	if _, err := workerbus.NewWorker(f.NC, f.JS, f.Subjects, h, workerbus.WorkerConfig{}); err == nil {
 		t.Fatal("NewWorker accepted a harness with no tools")
 	}
 }
@@ -551,7 +551,7 @@ func TestNewWorkerRefusesAHarnessWithoutTools(t *testing.T) {
 // ready has run nothing and failed at nothing: Run returns nil.
 func TestRunStoppedBeforeItServes(t *testing.T) {
 	f := bustest.NewFleet(t)
-	w, err := workerbus.NewWorker(f.Nc, f.Js, f.Subjects, harnesstest.New(t, harness.Config{}, harness.Echo()), workerbus.WorkerConfig{})
+	w, err := workerbus.NewWorker(f.NC, f.JS, f.Subjects, harnesstest.New(t, harness.Config{}, harness.Echo()), workerbus.WorkerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

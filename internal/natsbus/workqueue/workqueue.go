@@ -54,7 +54,7 @@ func Term(reason string) Decision { return Decision{kind: decTerm, reason: reaso
 // Nak hands the message back, for redelivery after delay (0: at once).
 func Nak(delay time.Duration) Decision { return Decision{kind: decNak, delay: delay} }
 
-// settle applies d to m.
+// Settle applies d to m.
 func Settle(m jetstream.Msg, d Decision) {
 	switch d.kind {
 	case decAck:
@@ -509,3 +509,7 @@ func handBack(batch jetstream.MessageBatch) {
 		Settle(m, Nak(0))
 	}
 }
+
+// DefaultPollWait is the default of [WorkQueueConfig].PollWait: how long
+// one pull waits for messages.
+const DefaultPollWait = time.Second

@@ -16,14 +16,10 @@ const (
 	// stream's plus an hour: 2h by default), so 1 GiB holds the records
 	// of about 600 non-idempotent calls a second, sustained.
 	DefaultStartsMaxBytes = 1 << 30
-)
 
-const (
 	// MaxStartBytes bounds one stored start record, headers included.
 	MaxStartBytes = 1 << 10
-)
 
-const (
 	// StartsAfterCalls is how much longer than the calls stream's MaxAge
 	// the starts stream keeps a record at most.
 	StartsAfterCalls = time.Hour
@@ -54,3 +50,17 @@ func startsStream(s protocol.Subjects, c StreamConfig) jetstream.StreamConfig {
 		DenyDelete:  true,
 	}
 }
+
+// ownStartsStream is the expected configuration of a tool's own starts
+// stream: the shared one's, on the tool's own subjects.
+func ownStartsStream(s protocol.Subjects, tool protocol.ToolName, c StreamConfig) jetstream.StreamConfig {
+	cfg := startsStream(s, c)
+	cfg.Name = s.OwnStartsStream(tool)
+	cfg.Subjects = []string{s.OwnStarts(tool)}
+	return cfg
+}
+
+// MaxApprovalMaxAge bounds WorkerConfig.ApprovalMaxAge: an approved call's
+// execution record (ClaimsMaxAge) must outlive every call its approval
+// admits.
+const MaxApprovalMaxAge = 24 * time.Hour

@@ -8,15 +8,13 @@ const (
 	// RunProgressRate bounds the reports a coordinator passes on per run
 	// and second.
 	RunProgressRate = 50
-)
 
-const (
-	// progressPending bounds the reports a coordinator's subscription
+	// ProgressPending bounds the reports a coordinator's subscription
 	// holds before its callback takes them (a slow consumer drops more).
 	ProgressPending = 1024
 )
 
-// rateBucket is a token bucket: rate tokens a second, at most rate at once.
+// RateBucket is a token bucket: rate tokens a second, at most rate at once.
 type RateBucket struct {
 	rate   float64
 	tokens float64
@@ -27,7 +25,7 @@ func NewRateBucket(rate int, now time.Time) RateBucket {
 	return RateBucket{rate: float64(rate), tokens: float64(rate), last: now}
 }
 
-// take reports whether a token was there, and takes it.
+// Take reports whether a token was there, and takes it.
 func (b *RateBucket) Take(now time.Time) bool {
 	b.tokens = min(b.rate, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	b.last = now

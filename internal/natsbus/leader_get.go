@@ -11,14 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// leaderGet is the body of a STREAM.MSG.GET: a message by sequence, or
+// LeaderGet is the body of a STREAM.MSG.GET: a message by sequence, or
 // the last on a subject.
 type LeaderGet struct {
 	Seq           uint64 `json:"seq,omitempty"`
 	LastBySubject string `json:"last_by_subj,omitempty"`
 }
 
-// getFromLeader asks the leader of stream for the message get names, or
+// GetFromLeader asks the leader of stream for the message get names, or
 // jetstream.ErrMsgNotFound.
 func GetFromLeader(ctx context.Context, js jetstream.JetStream, stream string, get LeaderGet) (*jetstream.RawStreamMsg, error) {
 	req, err := json.Marshal(get)
@@ -36,7 +36,7 @@ func GetFromLeader(ctx context.Context, js jetstream.JetStream, stream string, g
 	return m, nil
 }
 
-// decodeMsgGet decodes the server's answer to a STREAM.MSG.GET: the
+// DecodeMsgGet decodes the server's answer to a STREAM.MSG.GET: the
 // message, jetstream.ErrMsgNotFound, or the server's *jetstream.APIError.
 func DecodeMsgGet(data []byte) (*jetstream.RawStreamMsg, error) {
 	var resp struct {

@@ -44,10 +44,10 @@ const (
 	StartMargin = 2 * time.Minute
 )
 
-// startMarginInUse is StartMargin; tests shorten it.
+// StartMarginInUse is StartMargin; tests shorten it.
 var StartMarginInUse = StartMargin
 
-// startTrusted reports whether a start record stored before now still
+// StartTrusted reports whether a start record stored before now still
 // proves that no other record was stored before it: every record lives
 // at least until its call's ResultBy plus startMarginInUse, as its writer's
 // clock has it, so a subject found empty before ResultBy plus half of it
@@ -57,7 +57,7 @@ func StartTrusted(d protocol.CallDeadline, now time.Time) bool {
 	return now.Before(d.ResultBy().Add(StartMarginInUse / 2))
 }
 
-// startRecord is the body of a start record: a worker's claim (Worker) or
+// StartRecord is the body of a start record: a worker's claim (Worker) or
 // a coordinator's withdrawal (Withdrawn). Nonce, random for each write,
 // lets a writer whose PubAck was lost find its own record.
 type StartRecord struct {
@@ -75,7 +75,7 @@ const (
 	errCodeWrongLastSequenceInFlight jetstream.ErrorCode = 10164
 )
 
-// writeStart stores rec as the start record on subject (in stream) if the
+// WriteStart stores rec as the start record on subject (in stream) if the
 // subject holds none. It returns nil when rec is the
 // record — stored now, or by an earlier attempt whose PubAck was lost —,
 // ErrClaimed when another record holds the call, and another error when

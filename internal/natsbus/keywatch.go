@@ -1,9 +1,0 @@
-package natsbus
-
-import (
-	"time"
-)
-
-const (
-	DefaultKeyWatchMake = 5 * time.Second
-)

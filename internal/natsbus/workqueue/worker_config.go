@@ -1,9 +1,0 @@
-package workqueue
-
-import (
-	"time"
-)
-
-const (
-	DefaultPollWait = time.Second
-)
