@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
 	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 )
 

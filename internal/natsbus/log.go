@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
 	"github.com/toolfleet/toolfleet/pkg/logkey"
 )
 

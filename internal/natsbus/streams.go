@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 

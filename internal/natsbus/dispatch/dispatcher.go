@@ -13,13 +13,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
 	"github.com/toolfleet/toolfleet/internal/natsbus/streammsg"
 	"github.com/toolfleet/toolfleet/internal/tracing"
 	"github.com/toolfleet/toolfleet/pkg/loop"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultInboxSize is how many events an [Inbox] buffers before it drops.

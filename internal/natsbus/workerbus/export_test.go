@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolfleet/toolfleet/internal/natsbus/workqueue"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )

@@ -7,17 +7,18 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
-	"github.com/toolfleet/toolfleet/internal/tracing"
-	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
+	"github.com/toolfleet/toolfleet/internal/tracing"
+	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
 // tracerName is the instrumentation scope of the worker's spans.
-const tracerName = "github.com/toolfleet/toolfleet/internal/natsbus"
+const tracerName = "github.com/toolfleet/toolfleet/internal/natsbus/workerbus"
 
 // callTrace is the worker's spans of one delivered call: a consumer span,
 // child of the coordinator's call span whose context the call's headers

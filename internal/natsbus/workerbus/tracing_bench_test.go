@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolfleet/toolfleet/internal/tracing/tracingtest"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )

@@ -3,11 +3,12 @@ package workerbus
 import (
 	"testing"
 
-	"github.com/toolfleet/toolfleet/internal/tracing/tracingtest"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/toolfleet/toolfleet/internal/tracing/tracingtest"
 )
 
 // A recorded delivery has its span, child of the coordinator's, with

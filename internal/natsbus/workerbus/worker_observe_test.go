@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
 	"github.com/toolfleet/toolfleet/internal/metrics"
 	"github.com/toolfleet/toolfleet/internal/metrics/metricstest"
 	"github.com/toolfleet/toolfleet/internal/natsbus/bustest"

@@ -10,8 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/toolfleet/toolfleet/internal/natsbus"
 )
 
 // Decision is how a [WorkHandler] settles the message it was handed. It

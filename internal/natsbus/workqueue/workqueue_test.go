@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/semaphore"
+
 	"github.com/toolfleet/toolfleet/internal/natsbus/workqueue"
 	"github.com/toolfleet/toolfleet/internal/natstest"
-	"golang.org/x/sync/semaphore"
 )
 
 // TestWorkQueueDecisions: the handler's decision settles its message —
