@@ -122,7 +122,7 @@ func (c Config) Validate() error {
 			return config.Errorf(b.field, "must not be negative")
 		}
 	}
-	if err := c.natsbus().Validate(); err != nil {
+	if err := c.transport().Validate(); err != nil {
 		var ce config.Error
 		if errors.As(err, &ce) {
 			return ce
@@ -132,8 +132,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// natsbus is the natsbus worker configuration c describes.
-func (c Config) natsbus() workerbus.WorkerConfig {
+// transport is the transport's worker configuration c describes: the one
+// place a worker option reaches it.
+func (c Config) transport() workerbus.WorkerConfig {
 	return workerbus.WorkerConfig{
 		Name:          c.Name,
 		Version:       c.Version,

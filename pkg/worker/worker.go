@@ -59,7 +59,7 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	wc := cfg.natsbus()
+	wc := cfg.transport()
 	gc := natsbus.StreamGuardConfig{Interval: cfg.StreamCheckInterval, Logger: cfg.Logger}
 	if cfg.Metrics != nil {
 		wc.Observer = metrics.NewWorker(cfg.Metrics)
