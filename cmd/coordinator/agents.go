@@ -64,38 +64,20 @@ a coordinator passes over a revision that does not validate: agents show):
 	}
 }
 
-// openAgents connects and returns the agents bucket and its registry,
-// and the function that closes the connection.
-func openAgents(ctx context.Context, o *op) (func(), *stores.AgentStore, *agents.Registry, error) {
-	nc, js, err := o.connect(ctx)
+// openAgents is the open of [withNATS] of the agents subcommands: the
+// agents bucket's registry (its Store is the bucket).
+func openAgents(ctx context.Context, o *op, c natsConn) (*agents.Registry, error) {
+	store, err := stores.OpenAgents(ctx, c.js, o.subjects)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, fmt.Errorf("bucket %s: %w", o.subjects.AgentsBucket(), err)
 	}
-	store, err := stores.OpenAgents(ctx, js, o.subjects)
-	if err != nil {
-		nc.Close()
-		return nil, nil, nil, fmt.Errorf("bucket %s: %w", o.subjects.AgentsBucket(), err)
-	}
-	return nc.Close, store, &agents.Registry{Store: store}, nil
-}
-
-// agentsArgs parses a subcommand's flags and its n positional arguments:
-// done, with code, when it cannot.
-func agentsArgs(o *op, args []string, n int) (pos []string, code int, done bool) {
-	pos, code, done = o.parse(args)
-	if done {
-		return nil, code, true
-	}
-	if len(pos) != n {
-		return nil, o.usageError("takes %d argument(s), got %d", n, len(pos)), true
-	}
-	return pos, exitOK, false
+	return &agents.Registry{Store: store}, nil
 }
 
 func agentsPut(ctx context.Context, o *op, args []string, lookup func(string) (string, bool)) int {
 	fs := o.flags("put FILE [--no-env-check]")
 	noEnv := fs.Bool("no-env-check", false, "do not check that the key variable is set here")
-	pos, code, done := agentsArgs(o, args, 1)
+	pos, code, done := o.parse(args, 1)
 	if done {
 		return code
 	}
@@ -112,19 +94,14 @@ func agentsPut(ctx context.Context, o *op, args []string, lookup func(string) (s
 		fmt.Fprintf(o.stderr, "%s: %s: %v (nothing stored)\n", o.name, pos[0], err)
 		return exitUsage
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, _, reg, err := openAgents(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	d, rev, err := reg.Put(ctx, doc)
-	if err != nil {
-		return o.fail(err)
-	}
-	fmt.Fprintf(o.stdout, "agent %s stored, revision %d\n", d.Name, rev)
-	return exitOK
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+		d, rev, err := reg.Put(ctx, doc)
+		if err != nil {
+			return o.fail(err)
+		}
+		fmt.Fprintf(o.stdout, "agent %s stored, revision %d\n", d.Name, rev)
+		return exitOK
+	})
 }
 
 // readDoc reads a definition file, bounded ("-" is stdin).
@@ -143,64 +120,55 @@ func readDoc(path string) ([]byte, error) {
 func agentsGet(ctx context.Context, o *op, args []string) int {
 	fs := o.flags("get NAME [--revision N]")
 	rev := fs.Uint64("revision", 0, "this revision rather than the newest")
-	pos, code, done := agentsArgs(o, args, 1)
+	pos, code, done := o.parse(args, 1)
 	if done {
 		return code
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, store, _, err := openAgents(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	var data []byte
-	if *rev > 0 {
-		data, err = store.GetRevision(ctx, pos[0], *rev)
-	} else {
-		data, _, err = store.Get(ctx, pos[0])
-	}
-	if err != nil {
-		return o.fail(err)
-	}
-	var v any
-	if json.Unmarshal(data, &v) != nil {
-		return o.fail(fmt.Errorf("the stored definition of %s is not JSON", clipName(pos[0])))
-	}
-	out, _ := json.MarshalIndent(v, "", "  ")
-	fmt.Fprintf(o.stdout, "%s\n", out)
-	return exitOK
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+		var data []byte
+		var err error
+		if *rev > 0 {
+			data, err = reg.Store.GetRevision(ctx, pos[0], *rev)
+		} else {
+			data, _, err = reg.Store.Get(ctx, pos[0])
+		}
+		if err != nil {
+			return o.fail(err)
+		}
+		var v any
+		if json.Unmarshal(data, &v) != nil {
+			return o.fail(fmt.Errorf("the stored definition of %s is not JSON", clipName(pos[0])))
+		}
+		out, _ := json.MarshalIndent(v, "", "  ")
+		fmt.Fprintf(o.stdout, "%s\n", out)
+		return exitOK
+	})
 }
 
 func agentsList(ctx context.Context, o *op, args []string) int {
 	o.flags("ls")
-	_, code, done := agentsArgs(o, args, 0)
+	_, code, done := o.parse(args, 0)
 	if done {
 		return code
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, store, reg, err := openAgents(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	names, err := store.Names(ctx)
-	if err != nil {
-		return o.fail(err)
-	}
-	if len(names) == 0 {
-		fmt.Fprintln(o.stdout, "no agents")
-		return exitOK
-	}
-	for _, n := range names {
-		revs, err := reg.Revisions(ctx, n)
-		if err != nil || len(revs) == 0 || revs[0].Removed {
-			continue
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+		names, err := reg.Store.Names(ctx)
+		if err != nil {
+			return o.fail(err)
 		}
-		fmt.Fprintf(o.stdout, "%-32s %s\n", clipName(n), revisionSummary(revs)+usedClients(revs))
-	}
-	return exitOK
+		if len(names) == 0 {
+			fmt.Fprintln(o.stdout, "no agents")
+			return exitOK
+		}
+		for _, n := range names {
+			revs, err := reg.Revisions(ctx, n)
+			if err != nil || len(revs) == 0 || revs[0].Removed {
+				continue
+			}
+			fmt.Fprintf(o.stdout, "%-32s %s\n", clipName(n), revisionSummary(revs)+usedClients(revs))
+		}
+		return exitOK
+	})
 }
 
 // usedClients says which clients the revision runs start on serves.
@@ -249,23 +217,18 @@ func revisionSummary(revs []agents.Revision) string {
 
 func agentsShow(ctx context.Context, o *op, args []string) int {
 	o.flags("show NAME")
-	pos, code, done := agentsArgs(o, args, 1)
+	pos, code, done := o.parse(args, 1)
 	if done {
 		return code
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, _, reg, err := openAgents(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	revs, err := reg.Revisions(ctx, pos[0])
-	if err != nil {
-		return o.fail(err)
-	}
-	showRevisions(o.stdout, pos[0], revs)
-	return exitOK
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+		revs, err := reg.Revisions(ctx, pos[0])
+		if err != nil {
+			return o.fail(err)
+		}
+		showRevisions(o.stdout, pos[0], revs)
+		return exitOK
+	})
 }
 
 // showRevisions prints every kept revision of agent name, newest first.
@@ -293,22 +256,17 @@ func showRevisions(w io.Writer, name string, revs []agents.Revision) {
 
 func agentsRemove(ctx context.Context, o *op, args []string) int {
 	o.flags("rm NAME")
-	pos, code, done := agentsArgs(o, args, 1)
+	pos, code, done := o.parse(args, 1)
 	if done {
 		return code
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, store, _, err := openAgents(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	if err := store.Delete(ctx, pos[0]); err != nil {
-		return o.fail(err)
-	}
-	fmt.Fprintf(o.stdout, "agent %s removed\n", pos[0])
-	return exitOK
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+		if err := reg.Store.Delete(ctx, pos[0]); err != nil {
+			return o.fail(err)
+		}
+		fmt.Fprintf(o.stdout, "agent %s removed\n", pos[0])
+		return exitOK
+	})
 }
 
 // clipName makes an agent's name, which may come from the bucket, safe

@@ -43,14 +43,16 @@ Run "approvals <command> -h" for a command's flags.
 	},
 }
 
-// openApprovals connects and returns the approvals stream's ledger and
-// the connection.
-func openApprovals(ctx context.Context, o *op, subjects protocol.Subjects) (*nats.Conn, *stores.ApprovalLedger, error) {
-	nc, js, err := o.connect(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return nc, stores.NewApprovalLedger(js, subjects), nil
+// ledgerConn is what the approvals subcommands use of their connection.
+type ledgerConn struct {
+	nc     *nats.Conn // whose last error says why a publish was refused
+	ledger *stores.ApprovalLedger
+}
+
+// openLedger is the open of [withNATS] of the approvals subcommands: the
+// approvals stream's ledger.
+func openLedger(_ context.Context, o *op, c natsConn) (ledgerConn, error) {
+	return ledgerConn{c.nc, stores.NewApprovalLedger(c.js, o.subjects)}, nil
 }
 
 // listedRequest is one pending request in "approvals list --output json".
@@ -72,7 +74,7 @@ func approvalsList(ctx context.Context, o *op, args []string) int {
 	output := fs.String("output", "text", "text or json")
 	since := fs.Duration("since", 0, "read only requests stored within this long (0: the whole stream)")
 	approver := fs.String("approver", whoAmI(), "approver name shown in the suggested commands")
-	pos, code, done := o.parse(args)
+	pos, code, done := o.parse(args, anyNumber)
 	if done {
 		return code
 	}
@@ -87,60 +89,54 @@ func approvalsList(ctx context.Context, o *op, args []string) int {
 		return o.usageError("--approver is longer than 128 bytes")
 	}
 	subjects := o.subjects
-
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	nc, ledger, err := openApprovals(ctx, o, subjects)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer nc.Close()
-	var from time.Time
-	if *since > 0 {
-		from = o.now().Add(-*since)
-	}
-	now := o.now()
-	l, err := approval.List(ctx, ledger, subjects, from, now)
-	if err != nil {
-		return o.fail(err)
-	}
-	for _, s := range l.Skipped {
-		fmt.Fprintf(o.stderr, "%s: skipped %s\n", o.name, s)
-	}
-	if l.Truncated {
-		fmt.Fprintf(o.stderr, "%s: stopped after %d messages; use --since to read less\n", o.name, approval.MaxScan)
-	}
-
-	if *output == "json" {
-		out := struct {
-			Pending []listedRequest `json:"pending"`
-		}{Pending: []listedRequest{}}
-		for _, p := range l.Open {
-			out.Pending = append(out.Pending, listedRequest{
-				RunID: p.RunID, CallKey: p.CallKey, CallID: p.CallID, Round: p.Round,
-				Tool: p.Tool, Arguments: p.Arguments, Digest: p.Digest, Deadline: p.Deadline,
-				DecisionSubject: p.DecisionSubject, Sequence: p.Sequence,
-			})
+	return withNATS(ctx, o, openLedger, func(ctx context.Context, c ledgerConn) int {
+		var from time.Time
+		if *since > 0 {
+			from = o.now().Add(-*since)
 		}
-		if err := json.NewEncoder(o.stdout).Encode(out); err != nil {
+		now := o.now()
+		l, err := approval.List(ctx, c.ledger, subjects, from, now)
+		if err != nil {
 			return o.fail(err)
 		}
-		return exitOK
-	}
+		for _, s := range l.Skipped {
+			fmt.Fprintf(o.stderr, "%s: skipped %s\n", o.name, s)
+		}
+		if l.Truncated {
+			fmt.Fprintf(o.stderr, "%s: stopped after %d messages; use --since to read less\n", o.name, approval.MaxScan)
+		}
 
-	if len(l.Open) == 0 {
-		fmt.Fprintln(o.stdout, "no pending approval requests")
+		if *output == "json" {
+			out := struct {
+				Pending []listedRequest `json:"pending"`
+			}{Pending: []listedRequest{}}
+			for _, p := range l.Open {
+				out.Pending = append(out.Pending, listedRequest{
+					RunID: p.RunID, CallKey: p.CallKey, CallID: p.CallID, Round: p.Round,
+					Tool: p.Tool, Arguments: p.Arguments, Digest: p.Digest, Deadline: p.Deadline,
+					DecisionSubject: p.DecisionSubject, Sequence: p.Sequence,
+				})
+			}
+			if err := json.NewEncoder(o.stdout).Encode(out); err != nil {
+				return o.fail(err)
+			}
+			return exitOK
+		}
+
+		if len(l.Open) == 0 {
+			fmt.Fprintln(o.stdout, "no pending approval requests")
+			return exitOK
+		}
+		fmt.Fprintf(o.stdout, "%d pending approval request(s)\n", len(l.Open))
+		for _, p := range l.Open {
+			subj, _ := subjects.ApprovalDecision(p.RunID, p.CallKey)
+			fmt.Fprintln(o.stdout)
+			printRequest(o.stdout, p, now)
+			fmt.Fprintf(o.stdout, "approve:   %s\n", pubCommand(subj, p.Digest, true, *approver))
+			fmt.Fprintf(o.stdout, "deny:      %s\n", pubCommand(subj, p.Digest, false, *approver))
+		}
 		return exitOK
-	}
-	fmt.Fprintf(o.stdout, "%d pending approval request(s)\n", len(l.Open))
-	for _, p := range l.Open {
-		subj, _ := subjects.ApprovalDecision(p.RunID, p.CallKey)
-		fmt.Fprintln(o.stdout)
-		printRequest(o.stdout, p, now)
-		fmt.Fprintf(o.stdout, "approve:   %s\n", pubCommand(subj, p.Digest, true, *approver))
-		fmt.Fprintf(o.stdout, "deny:      %s\n", pubCommand(subj, p.Digest, false, *approver))
-	}
-	return exitOK
+	})
 }
 
 // approvalsDecide implements "approve RUN KEY" and "deny RUN KEY --reason R".
@@ -152,8 +148,11 @@ func approvalsDecide(ctx context.Context, o *op, args []string, approve bool) in
 	fs := o.flags(usage)
 	reason := fs.String("reason", "", "why (reaches the model; required to deny)")
 	approver := fs.String("approver", whoAmI(), "who decides (default $USER)")
-	wait := fs.Duration("wait", 3*time.Second, "how long to wait for the coordinator to record the outcome (0: do not wait)")
-	pos, code, done := o.parse(args)
+	// --wait lengthens the bound of the NATS work beyond --timeout
+	// (op.wait), unlike every other subcommand's: the outcome is waited
+	// for after the decision is published.
+	fs.DurationVar(&o.wait, "wait", 3*time.Second, "how long to wait for the coordinator to record the outcome (0: do not wait)")
+	pos, code, done := o.parse(args, anyNumber)
 	if done {
 		return code
 	}
@@ -173,89 +172,83 @@ func approvalsDecide(ctx context.Context, o *op, args []string, approve bool) in
 		return o.usageError("--reason is longer than %d bytes", protocol.MaxReasonLen)
 	case len(*approver) > 128:
 		return o.usageError("--approver is longer than 128 bytes")
-	case *wait < 0:
+	case o.wait < 0:
 		return o.usageError("--wait must be >= 0")
 	}
 	subjects := o.subjects
 	decSubj, _ := subjects.ApprovalDecision(run, key)
 	outSubj, _ := subjects.ApprovalOutcome(run, key)
 
-	ctx, cancel := o.withTimeout(ctx, *wait)
-	defer cancel()
-	nc, ledger, err := openApprovals(ctx, o, subjects)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer nc.Close()
-
-	call, err := approval.Lookup(ctx, ledger, subjects, run, key)
-	if err != nil {
-		return o.fail(err)
-	}
-	for _, s := range call.Skipped {
-		fmt.Fprintf(o.stderr, "%s: skipped %s\n", o.name, s)
-	}
-	p := call.Request
-	if p == nil {
-		return o.fail(fmt.Errorf("no approval request for run %s key %s", run, key))
-	}
-	now := o.now()
-	verb := "Approving"
-	if !approve {
-		verb = "Denying"
-	}
-	fmt.Fprintf(o.stdout, "%s:\n", verb)
-	printRequest(o.stdout, *p, now)
-	if call.Settled != "" {
-		return o.fail(fmt.Errorf("request already settled: %s", call.Settled))
-	}
-	if !now.Before(p.Deadline) {
-		return o.fail(fmt.Errorf("request expired at %s; the call did not run", p.Deadline.UTC().Format(time.RFC3339)))
-	}
-
-	d := protocol.ApprovalDecision{V: protocol.Version, Digest: p.Digest, Approved: &approve, Reason: *reason, Approver: *approver}
-	data, err := json.Marshal(d)
-	if err != nil {
-		return o.fail(err)
-	}
-	pubCtx, pubCancel := context.WithTimeout(ctx, o.timeout)
-	defer pubCancel()
-	// A JetStream publish: the ack says the decision is in the audit log,
-	// and it reaches the waiting coordinator like any core message.
-	seq, err := ledger.Publish(pubCtx, &nats.Msg{Subject: decSubj, Data: data}, "")
-	if err != nil {
-		if le := nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) {
-			err = fmt.Errorf("%w (this NATS user may not publish decisions)", le)
+	return withNATS(ctx, o, openLedger, func(ctx context.Context, c ledgerConn) int {
+		call, err := approval.Lookup(ctx, c.ledger, subjects, run, key)
+		if err != nil {
+			return o.fail(err)
 		}
-		return o.fail(fmt.Errorf("publishing the decision: %w", err))
-	}
-	fmt.Fprintf(o.stdout, "decision published on %s (stream sequence %d)\n", decSubj, seq)
+		for _, s := range call.Skipped {
+			fmt.Fprintf(o.stderr, "%s: skipped %s\n", o.name, s)
+		}
+		p := call.Request
+		if p == nil {
+			return o.fail(fmt.Errorf("no approval request for run %s key %s", run, key))
+		}
+		now := o.now()
+		verb := "Approving"
+		if !approve {
+			verb = "Denying"
+		}
+		fmt.Fprintf(o.stdout, "%s:\n", verb)
+		printRequest(o.stdout, *p, now)
+		if call.Settled != "" {
+			return o.fail(fmt.Errorf("request already settled: %s", call.Settled))
+		}
+		if !now.Before(p.Deadline) {
+			return o.fail(fmt.Errorf("request expired at %s; the call did not run", p.Deadline.UTC().Format(time.RFC3339)))
+		}
 
-	if *wait == 0 {
+		d := protocol.ApprovalDecision{V: protocol.Version, Digest: p.Digest, Approved: &approve, Reason: *reason, Approver: *approver}
+		data, err := json.Marshal(d)
+		if err != nil {
+			return o.fail(err)
+		}
+		pubCtx, pubCancel := context.WithTimeout(ctx, o.timeout)
+		defer pubCancel()
+		// A JetStream publish: the ack says the decision is in the audit log,
+		// and it reaches the waiting coordinator like any core message.
+		seq, err := c.ledger.Publish(pubCtx, &nats.Msg{Subject: decSubj, Data: data}, "")
+		if err != nil {
+			if le := c.nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) {
+				err = fmt.Errorf("%w (this NATS user may not publish decisions)", le)
+			}
+			return o.fail(fmt.Errorf("publishing the decision: %w", err))
+		}
+		fmt.Fprintf(o.stdout, "decision published on %s (stream sequence %d)\n", decSubj, seq)
+
+		if o.wait == 0 {
+			return exitOK
+		}
+		if _, err := c.ledger.Stream(ctx); err != nil {
+			return o.fail(err)
+		}
+		note, ok := approval.WaitOutcome(ctx, c.ledger, outSubj, o.wait)
+		switch {
+		case !ok:
+			// The decision is in the audit log, but no coordinator said it
+			// acted on it: the operator must not take the call as decided.
+			return o.fail(fmt.Errorf("no coordinator recorded an outcome within %v: the decision is stored, but no coordinator may have acted on it (is the run still waiting?)", o.wait))
+		case note.Digest != p.Digest:
+			return o.fail(errors.New("the coordinator recorded an outcome for other arguments"))
+		default:
+			fmt.Fprintf(o.stdout, "coordinator recorded: %s\n", note.Outcome)
+			want := protocol.NoteDenied
+			if approve {
+				want = protocol.NoteApproved
+			}
+			if note.Outcome != want {
+				return o.fail(fmt.Errorf("the coordinator settled the request as %s", note.Outcome))
+			}
+		}
 		return exitOK
-	}
-	if _, err := ledger.Stream(ctx); err != nil {
-		return o.fail(err)
-	}
-	note, ok := approval.WaitOutcome(ctx, ledger, outSubj, *wait)
-	switch {
-	case !ok:
-		// The decision is in the audit log, but no coordinator said it
-		// acted on it: the operator must not take the call as decided.
-		return o.fail(fmt.Errorf("no coordinator recorded an outcome within %v: the decision is stored, but no coordinator may have acted on it (is the run still waiting?)", *wait))
-	case note.Digest != p.Digest:
-		return o.fail(errors.New("the coordinator recorded an outcome for other arguments"))
-	default:
-		fmt.Fprintf(o.stdout, "coordinator recorded: %s\n", note.Outcome)
-		want := protocol.NoteDenied
-		if approve {
-			want = protocol.NoteApproved
-		}
-		if note.Outcome != want {
-			return o.fail(fmt.Errorf("the coordinator settled the request as %s", note.Outcome))
-		}
-	}
-	return exitOK
+	})
 }
 
 // printRequest shows what an operator is deciding about.

@@ -118,6 +118,10 @@ type op struct {
 	prefix   string
 	timeout  time.Duration
 	subjects protocol.Subjects // of --prefix, once parsed
+	// wait is --wait of approve and deny (0 elsewhere): they wait that
+	// long for the coordinator's outcome beyond --timeout, so their NATS
+	// work is bounded by --timeout plus wait ([withNATS]).
+	wait time.Duration
 }
 
 // flags returns the subcommand's flag set, --prefix and --timeout
@@ -136,11 +140,16 @@ func (o *op) flags(usage string) *flag.FlagSet {
 	return fs
 }
 
+// anyNumber is the n of [op.parse] for a subcommand that checks its
+// positional arguments itself.
+const anyNumber = -1
+
 // parse parses the flags, which may stand before, between or after the
-// positional arguments, and returns the positional ones. When done is set
-// the subcommand returns code: 0 for -h, 2 for a bad flag, a --timeout
-// that is not positive or a --prefix that is not a subject token.
-func (o *op) parse(args []string) (pos []string, code int, done bool) {
+// positional arguments, and returns the positional ones, of which there
+// must be n (anyNumber: any). When done is set the subcommand returns
+// code: 0 for -h, 2 for a bad flag, a --timeout that is not positive, a
+// --prefix that is not a subject token or another number of arguments.
+func (o *op) parse(args []string, n int) (pos []string, code int, done bool) {
 	pos, err := parseInterleaved(o.fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, exitOK, true
@@ -154,7 +163,21 @@ func (o *op) parse(args []string) (pos []string, code int, done bool) {
 	if o.subjects, err = protocol.NewSubjects(o.prefix); err != nil {
 		return nil, o.usageError("--prefix: %v", err), true
 	}
+	if n != anyNumber {
+		if code, done := o.argCount(pos, n); done {
+			return nil, code, true
+		}
+	}
 	return pos, exitOK, false
+}
+
+// argCount refuses positional arguments pos unless there are n of them:
+// done, with exit status 2, when it does.
+func (o *op) argCount(pos []string, n int) (code int, done bool) {
+	if len(pos) != n {
+		return o.usageError("takes %d argument(s), got %d", n, len(pos)), true
+	}
+	return exitOK, false
 }
 
 // usageError prints a usage problem and the usage, and returns 2.
@@ -172,25 +195,39 @@ func (o *op) fail(err error) int {
 	return exitError
 }
 
-// connect connects and returns the connection and its JetStream, under
-// ctx (which --timeout bounds: [op.withTimeout]).
-func (o *op) connect(ctx context.Context) (*nats.Conn, natsbus.JetStream, error) {
-	nc, err := o.conn(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to NATS: %w", err)
-	}
-	js, err := natsbus.NewJetStream(nc, "")
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("JetStream: %w", err)
-	}
-	return nc, js, nil
+// natsConn is a subcommand's connection to NATS and its JetStream.
+type natsConn struct {
+	nc *nats.Conn
+	js natsbus.JetStream
 }
 
-// withTimeout bounds ctx by --timeout plus extra.
-func (o *op) withTimeout(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, o.timeout+extra)
+// withNATS is how an operator subcommand reaches NATS: under --timeout
+// (plus --wait where the subcommand has one: [op.wait]) it connects, makes
+// what it needs of the connection with open, runs do with it under the
+// same bound, and closes the connection. A failure to connect or to open
+// is printed and exits 1; otherwise the exit status is do's.
+func withNATS[T any](ctx context.Context, o *op, open func(context.Context, *op, natsConn) (T, error), do func(context.Context, T) int) int {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout+o.wait)
+	defer cancel()
+	nc, err := o.conn(ctx)
+	if err != nil {
+		return o.fail(fmt.Errorf("connecting to NATS: %w", err))
+	}
+	defer nc.Close()
+	js, err := natsbus.NewJetStream(nc, "")
+	if err != nil {
+		return o.fail(fmt.Errorf("JetStream: %w", err))
+	}
+	v, err := open(ctx, o, natsConn{nc, js})
+	if err != nil {
+		return o.fail(err)
+	}
+	return do(ctx, v)
 }
+
+// useConn is the open of [withNATS] for a subcommand that uses the
+// connection itself.
+func useConn(_ context.Context, _ *op, c natsConn) (natsConn, error) { return c, nil }
 
 // whoAmI is the name a record names by default: $USER, else $LOGNAME.
 func whoAmI() string {

@@ -156,27 +156,36 @@ func checkFilter(o *op, f *runs.Filter) (code int, ok bool) {
 	return o.usageError("--state must be running, parked, finished or cancel_requested, got %q", clipLine(f.Status)), false
 }
 
-// runArg parses the one positional argument, a run id.
-func runArg(o *op, pos []string) (_ protocol.RunID, code int, ok bool) {
-	if len(pos) != 1 {
-		return "", o.usageError("takes 1 argument(s), got %d", len(pos)), false
+// runArg parses a runs subcommand's flags and its one positional
+// argument, a run id ([runID]). When done is set the subcommand returns
+// code.
+func runArg(o *op, args []string) (_ protocol.RunID, code int, done bool) {
+	pos, code, done := o.parse(args, anyNumber)
+	if done {
+		return "", code, true
+	}
+	return runID(o, pos)
+}
+
+// runID parses the positional arguments pos: one run id. When done is set
+// the subcommand returns code.
+func runID(o *op, pos []string) (_ protocol.RunID, code int, done bool) {
+	if code, done := o.argCount(pos, 1); done {
+		return "", code, true
 	}
 	run, err := protocol.ParseRunID(pos[0])
 	if err != nil {
-		return "", o.usageError("%q is not a run id", termsafe.Line(pos[0], 32)), false
+		return "", o.usageError("%q is not a run id", termsafe.Line(pos[0], 32)), true
 	}
-	return run, exitOK, true
+	return run, exitOK, false
 }
 
 func runsID(_ context.Context, o *op, args []string) int {
 	fs := o.flags("id SUBMISSION [--client C]")
 	client := clientFlag(fs)
-	pos, code, done := o.parse(args)
+	pos, code, done := o.parse(args, 1)
 	if done {
 		return code
-	}
-	if len(pos) != 1 {
-		return o.usageError("takes 1 argument(s), got %d", len(pos))
 	}
 	if !protocol.ValidToken(*client) || !protocol.ValidToken(pos[0]) {
 		return o.usageError("the client (%q) and the submission id (%q) must each be a token, [A-Za-z0-9_-]{1,64}", termsafe.Line(*client, 32), termsafe.Line(pos[0], 32))
@@ -189,89 +198,72 @@ func runsList(ctx context.Context, o *op, args []string) int {
 	fs := o.flags("list [--state S] [--agent A] [--client C] [--older-than D] [--json]")
 	f := filterFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, code, done := o.parse(args)
+	_, code, done := o.parse(args, 0)
 	if done {
 		return code
-	}
-	if len(pos) != 0 {
-		return o.usageError("takes 0 argument(s), got %d", len(pos))
 	}
 	if code, ok := checkFilter(o, f); !ok {
 		return code
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	nc, js, err := o.connect(ctx)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer nc.Close()
-	states, err := runs.Select(ctx, js, o.subjects, *f)
-	if err != nil {
-		return o.fail(err)
-	}
-	switch {
-	case *asJSON:
-		err = json.NewEncoder(o.stdout).Encode(states)
-	case len(states) == 0:
-		fmt.Fprintln(o.stdout, "no runs with a journal")
-	default:
-		err = printStates(o.stdout, states)
-	}
-	if err != nil {
-		return o.fail(err)
-	}
-	return exitOK
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+		states, err := runs.Select(ctx, conn.js, o.subjects, *f)
+		if err != nil {
+			return o.fail(err)
+		}
+		switch {
+		case *asJSON:
+			err = json.NewEncoder(o.stdout).Encode(states)
+		case len(states) == 0:
+			fmt.Fprintln(o.stdout, "no runs with a journal")
+		default:
+			err = printStates(o.stdout, states)
+		}
+		if err != nil {
+			return o.fail(err)
+		}
+		return exitOK
+	})
 }
 
 func runsShow(ctx context.Context, o *op, args []string) int {
 	fs := o.flags("show RUN [--json]")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, code, done := o.parse(args)
+	run, code, done := runArg(o, args)
 	if done {
 		return code
 	}
-	run, code, ok := runArg(o, pos)
-	if !ok {
-		return code
-	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	nc, js, err := o.connect(ctx)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer nc.Close()
-	st, err := runs.Get(ctx, js, o.subjects, run)
-	if errors.Is(err, runs.ErrNoJournal) {
-		return o.fail(fmt.Errorf("run %s has no journal", run))
-	}
-	if err != nil {
-		return o.fail(err)
-	}
-	if *asJSON {
-		if err := json.NewEncoder(o.stdout).Encode(st); err != nil {
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+		st, err := runs.Get(ctx, conn.js, o.subjects, run)
+		if errors.Is(err, runs.ErrNoJournal) {
+			return o.fail(fmt.Errorf("run %s has no journal", run))
+		}
+		if err != nil {
 			return o.fail(err)
 		}
+		if *asJSON {
+			if err := json.NewEncoder(o.stdout).Encode(st); err != nil {
+				return o.fail(err)
+			}
+			return exitOK
+		}
+		status := st.Status
+		if st.Termination != "" {
+			status += " (" + string(st.Termination) + ")"
+		}
+		if st.DryRun {
+			status += ", a dry run"
+		}
+		w := o.stdout
+		fmt.Fprintf(w, "run:        %s\nstatus:     %s\nowner:      %s (%d owner(s))\nround:      %d\nlast step:  %s at %s\nresult:     %v\n",
+			st.RunID, status, st.Owner, st.Owners, st.Round, st.LastStep, st.LastAt.UTC().Format(time.RFC3339), st.HasResult)
+		for _, c := range st.PendingApprovals {
+			fmt.Fprintf(w, "awaiting approval: %s %s (until %s)\n", c.CallKey, c.Tool, st.ApprovalDeadline.UTC().Format(time.RFC3339))
+		}
+		for _, c := range st.PendingCalls {
+			fmt.Fprintf(w, "pending call:      %s %s (deadline %s)\n", c.CallKey, c.Tool, c.Deadline.UTC().Format(time.RFC3339))
+		}
 		return exitOK
-	}
-	status := st.Status
-	if st.Termination != "" {
-		status += " (" + string(st.Termination) + ")"
-	}
-	if st.DryRun {
-		status += ", a dry run"
-	}
-	w := o.stdout
-	fmt.Fprintf(w, "run:        %s\nstatus:     %s\nowner:      %s (%d owner(s))\nround:      %d\nlast step:  %s at %s\nresult:     %v\n",
-		st.RunID, status, st.Owner, st.Owners, st.Round, st.LastStep, st.LastAt.UTC().Format(time.RFC3339), st.HasResult)
-	for _, c := range st.PendingApprovals {
-		fmt.Fprintf(w, "awaiting approval: %s %s (until %s)\n", c.CallKey, c.Tool, st.ApprovalDeadline.UTC().Format(time.RFC3339))
-	}
-	for _, c := range st.PendingCalls {
-		fmt.Fprintf(w, "pending call:      %s %s (deadline %s)\n", c.CallKey, c.Tool, c.Deadline.UTC().Format(time.RFC3339))
-	}
-	return exitOK
+	})
 }
 
 // printStates prints one line per run.
@@ -297,7 +289,7 @@ func runsChange(ctx context.Context, o *op, args []string, action string) int {
 	by := fs.String("by", os.Getenv("USER"), "who asks (default: $USER; required)")
 	yes := fs.Bool("yes", false, "by filter: act (without it, only count and list)")
 	dryRun := fs.Bool("dry-run", false, "by filter: only count and list (the default without --yes)")
-	pos, code, done := o.parse(args)
+	pos, code, done := o.parse(args, anyNumber)
 	if done {
 		return code
 	}
@@ -314,27 +306,22 @@ func runsChange(ctx context.Context, o *op, args []string, action string) int {
 	}
 	var run protocol.RunID
 	if !bulk {
-		var ok bool
-		if run, code, ok = runArg(o, pos); !ok {
+		if run, code, done = runID(o, pos); done {
 			return code
 		}
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	nc, js, err := o.connect(ctx)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer nc.Close()
-	if bulk {
-		err = bulkChange(ctx, nc, js, o.subjects, action, *f, *by, *reason, *yes && !*dryRun, o.stdout)
-	} else {
-		err = change(ctx, nc, js, o.subjects, action, run, *by, *reason, o.stdout)
-	}
-	if err != nil {
-		return o.fail(err)
-	}
-	return exitOK
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+		var err error
+		if bulk {
+			err = bulkChange(ctx, conn.nc, conn.js, o.subjects, action, *f, *by, *reason, *yes && !*dryRun, o.stdout)
+		} else {
+			err = change(ctx, conn.nc, conn.js, o.subjects, action, run, *by, *reason, o.stdout)
+		}
+		if err != nil {
+			return o.fail(err)
+		}
+		return exitOK
+	})
 }
 
 // change cancels or resumes one run; a parked run that is cancelled is
@@ -405,12 +392,8 @@ func runsReplay(ctx context.Context, o *op, args []string, agentModels runs.Agen
 	instructions := fs.String("instructions", "", "a `FILE` holding the instructions to replay with")
 	modelSpec := fs.String("model", "", "the model to replay with: scripted:FILE | openai:MODEL | openai-responses:MODEL | anthropic:MODEL")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, code, done := o.parse(args)
+	run, code, done := runArg(o, args)
 	if done {
-		return code
-	}
-	run, code, ok := runArg(o, pos)
-	if !ok {
 		return code
 	}
 	ro := runs.ReplayOptions{AgentRevision: *agentRev, AgentModels: agentModels}
@@ -428,29 +411,24 @@ func runsReplay(ctx context.Context, o *op, args []string, agentModels runs.Agen
 		}
 		ro.Model = m
 	}
-	replayCtx := ctx // the replay itself: --timeout bounds the reads
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	nc, js, err := o.connect(ctx)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer nc.Close()
-	rep, err := runs.Replay(replayCtx, ctx, js, o.subjects, run, ro)
-	if err != nil {
-		return o.fail(err)
-	}
-	if !*asJSON {
-		printReport(o.stdout, run, rep)
+	replayCtx := ctx // the replay itself: --timeout bounds only its reads (withNATS's ctx)
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+		rep, err := runs.Replay(replayCtx, ctx, conn.js, o.subjects, run, ro)
+		if err != nil {
+			return o.fail(err)
+		}
+		if !*asJSON {
+			printReport(o.stdout, run, rep)
+			return exitOK
+		}
+		if err := json.NewEncoder(o.stdout).Encode(struct {
+			RunID protocol.RunID `json:"run_id"`
+			*loop.ReplayReport
+		}{run, rep}); err != nil {
+			return o.fail(err)
+		}
 		return exitOK
-	}
-	if err := json.NewEncoder(o.stdout).Encode(struct {
-		RunID protocol.RunID `json:"run_id"`
-		*loop.ReplayReport
-	}{run, rep}); err != nil {
-		return o.fail(err)
-	}
-	return exitOK
+	})
 }
 
 // printReport writes a replay's report for a person.
@@ -493,12 +471,8 @@ func runsFork(ctx context.Context, o *op, args []string) int {
 	at := fs.Int("at", 0, "the round the fork starts at, from 1")
 	messages := fs.String("messages", "", "a JSON `FILE` of messages to add at the fork point")
 	out := fs.String("out", "", "where to write the fork's transcript (default: stdout)")
-	pos, code, done := o.parse(args)
+	run, code, done := runArg(o, args)
 	if done {
-		return code
-	}
-	run, code, ok := runArg(o, pos)
-	if !ok {
 		return code
 	}
 	if *at < 1 {
@@ -511,21 +485,16 @@ func runsFork(ctx context.Context, o *op, args []string) int {
 			return o.usageError("--messages: %v", err)
 		}
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	nc, js, err := o.connect(ctx)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer nc.Close()
-	msgs, err := runs.Fork(ctx, js, o.subjects, run, *at, more)
-	if err == nil {
-		err = writeFork(o.stdout, o.stderr, *out, run, *at, msgs)
-	}
-	if err != nil {
-		return o.fail(err)
-	}
-	return exitOK
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+		msgs, err := runs.Fork(ctx, conn.js, o.subjects, run, *at, more)
+		if err == nil {
+			err = writeFork(o.stdout, o.stderr, *out, run, *at, msgs)
+		}
+		if err != nil {
+			return o.fail(err)
+		}
+		return exitOK
+	})
 }
 
 // readFile reads a file of at most maxFileBytes.
@@ -590,12 +559,8 @@ func runsInput(ctx context.Context, o *op, args []string) int {
 	interrupt := fs.Bool("interrupt", false, "interrupt the run's round first")
 	text := fs.String("text", "", "the user message")
 	client := clientFlag(fs)
-	pos, code, done := o.parse(args)
+	run, code, done := runArg(o, args)
 	if done {
-		return code
-	}
-	run, code, ok := runArg(o, pos)
-	if !ok {
 		return code
 	}
 	if *enqueue == *interrupt || strings.TrimSpace(*text) == "" || !protocol.ValidToken(*client) {
@@ -605,16 +570,11 @@ func runsInput(ctx context.Context, o *op, args []string) int {
 	if *interrupt {
 		mode = protocol.RunInputInterrupt
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	nc, err := o.conn(ctx)
-	if err != nil {
-		return o.fail(fmt.Errorf("connecting to NATS: %w", err))
-	}
-	defer nc.Close()
-	if err := runs.Input(ctx, nc, o.subjects, *client, run, mode, *text); err != nil {
-		return o.fail(err)
-	}
-	fmt.Fprintf(o.stdout, "run %s took the input (%s)\n", run, mode)
-	return exitOK
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+		if err := runs.Input(ctx, conn.nc, o.subjects, *client, run, mode, *text); err != nil {
+			return o.fail(err)
+		}
+		fmt.Fprintf(o.stdout, "run %s took the input (%s)\n", run, mode)
+		return exitOK
+	})
 }

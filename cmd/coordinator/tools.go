@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,49 +57,68 @@ func (a *audit) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.by, "by", whoAmI(), "who (recorded in the audit log; default $USER)")
 }
 
-func (a *audit) check() error {
+// check refuses a --reason or --by too long to record (done, with exit
+// status 2), and warns when the record will name nobody: no --by, and
+// neither $USER nor $LOGNAME is set.
+func (a *audit) check(o *op) (code int, done bool) {
 	switch {
 	case len(a.reason) > protocol.MaxReasonLen:
-		return errors.New("--reason is longer than 500 bytes")
+		return o.usageError("--reason is longer than 500 bytes"), true
 	case len(a.by) > 128:
-		return errors.New("--by is longer than 128 bytes")
+		return o.usageError("--by is longer than 128 bytes"), true
 	}
-	return nil
-}
-
-// warnAnonymous warns that the record will name nobody: no --by, and
-// neither $USER nor $LOGNAME is set.
-func (a *audit) warnAnonymous(w io.Writer) {
 	if a.by == "" {
-		fmt.Fprintln(w, "warning: the record names nobody: give --by NAME ($USER and $LOGNAME are not set)")
+		fmt.Fprintln(o.stderr, "warning: the record names nobody: give --by NAME ($USER and $LOGNAME are not set)")
 	}
+	return exitOK, false
 }
 
-// toolNames parses the positional tool names, from min to max of them (0:
-// no bound); ok is false, with the exit status, when they are refused.
-func toolNames(o *op, pos []string, min, max int) (_ []protocol.ToolName, code int, ok bool) {
+// note is the record of a change of tool at at, by whom and why the flags
+// say.
+func (a *audit) note(tool protocol.ToolName, at time.Time) protocol.TrafficNote {
+	return protocol.TrafficNote{Tool: tool, By: a.by, Reason: a.reason, At: at}
+}
+
+// toolArgs parses a tools subcommand's flags and its positional tool
+// names, from min to max of them (0: no bound). When done is set the
+// subcommand returns code.
+func toolArgs(o *op, args []string, min, max int) (_ []protocol.ToolName, code int, done bool) {
+	pos, code, done := o.parse(args, anyNumber)
+	if done {
+		return nil, code, true
+	}
 	if len(pos) < min || (max > 0 && len(pos) > max) {
-		return nil, o.usageError("wrong number of tools"), false
+		return nil, o.usageError("wrong number of tools"), true
 	}
 	out := make([]protocol.ToolName, 0, len(pos))
 	for _, p := range pos {
 		tool, err := protocol.ParseToolName(p)
 		if err != nil {
-			return nil, o.usageError("bad tool name %q", clipLine(p)), false
+			return nil, o.usageError("bad tool name %q", clipLine(p)), true
 		}
 		out = append(out, tool)
 	}
-	return out, exitOK, true
+	return out, exitOK, false
 }
 
-// openTraffic connects and returns the connection and the fleet's traffic
-// control.
-func openTraffic(ctx context.Context, o *op) (func(), *admission.ToolTraffic, error) {
-	nc, js, err := o.connect(ctx)
-	if err != nil {
-		return nil, nil, err
+// auditedTool parses the flags and the one tool of a recorded change
+// ([toolArgs]), then its audit flags ([audit.check]). When done is set the
+// subcommand returns code.
+func auditedTool(o *op, args []string, aud *audit) (_ protocol.ToolName, code int, done bool) {
+	tools, code, done := toolArgs(o, args, 1, 1)
+	if done {
+		return "", code, true
 	}
-	return nc.Close, admission.NewToolTraffic(js, o.subjects), nil
+	if code, done := aud.check(o); done {
+		return "", code, true
+	}
+	return tools[0], exitOK, false
+}
+
+// openTraffic is the open of [withNATS] of the tools subcommands: the
+// fleet's traffic control.
+func openTraffic(_ context.Context, o *op, c natsConn) (*admission.ToolTraffic, error) {
+	return admission.NewToolTraffic(c.js, o.subjects), nil
 }
 
 // parseUntil reads a pause's end: an RFC 3339 time, a "2006-01-02
@@ -123,18 +141,10 @@ func toolsPause(ctx context.Context, o *op, args []string) int {
 	var aud audit
 	aud.register(fs)
 	until := fs.String("until", "", "end of the pause: a time or a duration from now (default: until resumed)")
-	pos, code, done := o.parse(args)
+	tool, code, done := auditedTool(o, args, &aud)
 	if done {
 		return code
 	}
-	tools, code, ok := toolNames(o, pos, 1, 1)
-	if !ok {
-		return code
-	}
-	if err := aud.check(); err != nil {
-		return o.usageError("%v", err)
-	}
-	aud.warnAnonymous(o.stderr)
 	now := o.now().UTC()
 	end := now.Add(protocol.PauseForever)
 	if *until != "" {
@@ -146,50 +156,34 @@ func toolsPause(ctx context.Context, o *op, args []string) int {
 			return o.usageError("--until is in the past")
 		}
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, tt, err := openTraffic(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	end = end.UTC()
-	p, err := tt.Pause(ctx, protocol.TrafficNote{Tool: tools[0], Until: &end, By: aud.by, Reason: aud.reason, At: now})
-	if err != nil {
-		return o.fail(err)
-	}
-	fmt.Fprintf(o.stdout, "paused %s %s\n", tools[0], pauseText(p.Until, now))
-	return exitOK
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+		end = end.UTC()
+		note := aud.note(tool, now)
+		note.Until = &end
+		p, err := tt.Pause(ctx, note)
+		if err != nil {
+			return o.fail(err)
+		}
+		fmt.Fprintf(o.stdout, "paused %s %s\n", tool, pauseText(p.Until, now))
+		return exitOK
+	})
 }
 
 func toolsResume(ctx context.Context, o *op, args []string) int {
 	fs := o.flags("resume TOOL [--reason R] [--by NAME]")
 	var aud audit
 	aud.register(fs)
-	pos, code, done := o.parse(args)
+	tool, code, done := auditedTool(o, args, &aud)
 	if done {
 		return code
 	}
-	tools, code, ok := toolNames(o, pos, 1, 1)
-	if !ok {
-		return code
-	}
-	if err := aud.check(); err != nil {
-		return o.usageError("%v", err)
-	}
-	aud.warnAnonymous(o.stderr)
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, tt, err := openTraffic(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	if err := tt.Resume(ctx, protocol.TrafficNote{Tool: tools[0], By: aud.by, Reason: aud.reason, At: o.now().UTC()}); err != nil {
-		return o.fail(err)
-	}
-	fmt.Fprintf(o.stdout, "resumed %s\n", tools[0])
-	return exitOK
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+		if err := tt.Resume(ctx, aud.note(tool, o.now().UTC())); err != nil {
+			return o.fail(err)
+		}
+		fmt.Fprintf(o.stdout, "resumed %s\n", tool)
+		return exitOK
+	})
 }
 
 func toolsLimit(ctx context.Context, o *op, args []string) int {
@@ -198,12 +192,8 @@ func toolsLimit(ctx context.Context, o *op, args []string) int {
 	aud.register(fs)
 	rate := fs.Float64("rate", -1, "calls per second, fleet-wide; 0 lifts every limit, the manifest's too (required)")
 	burst := fs.Int("burst", 1, "calls that may start at once after a quiet period")
-	pos, code, done := o.parse(args)
+	tools, code, done := toolArgs(o, args, 1, 1)
 	if done {
-		return code
-	}
-	tools, code, ok := toolNames(o, pos, 1, 1)
-	if !ok {
 		return code
 	}
 	if *rate < 0 {
@@ -213,127 +203,106 @@ func toolsLimit(ctx context.Context, o *op, args []string) int {
 	if err := lim.Validate(); err != nil {
 		return o.usageError("%v", err)
 	}
-	if err := aud.check(); err != nil {
-		return o.usageError("%v", err)
+	// The limit's flags are checked before the audit's, so the tool is not
+	// taken by auditedTool.
+	if code, done := aud.check(o); done {
+		return code
 	}
-	aud.warnAnonymous(o.stderr)
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, tt, err := openTraffic(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	note := protocol.TrafficNote{Tool: tools[0], Rate: *rate, Burst: *burst, By: aud.by, Reason: aud.reason, At: o.now().UTC()}
-	if err := tt.SetLimit(ctx, note); err != nil {
-		return o.fail(err)
-	}
-	if *rate == 0 {
-		fmt.Fprintf(o.stdout, "%s: no rate limit (every worker within a few seconds)\n", tools[0])
-	} else {
-		fmt.Fprintf(o.stdout, "%s: at most %g calls/s, burst %d, fleet-wide (every worker within a few seconds)\n", tools[0], *rate, max(*burst, 1))
-	}
-	return exitOK
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+		note := aud.note(tools[0], o.now().UTC())
+		note.Rate, note.Burst = *rate, *burst
+		if err := tt.SetLimit(ctx, note); err != nil {
+			return o.fail(err)
+		}
+		if *rate == 0 {
+			fmt.Fprintf(o.stdout, "%s: no rate limit (every worker within a few seconds)\n", tools[0])
+		} else {
+			fmt.Fprintf(o.stdout, "%s: at most %g calls/s, burst %d, fleet-wide (every worker within a few seconds)\n", tools[0], *rate, max(*burst, 1))
+		}
+		return exitOK
+	})
 }
 
 func toolsStatus(ctx context.Context, o *op, args []string) int {
 	o.flags("status TOOL...")
-	pos, code, done := o.parse(args)
+	tools, code, done := toolArgs(o, args, 1, 0)
 	if done {
 		return code
 	}
-	tools, code, ok := toolNames(o, pos, 1, 0)
-	if !ok {
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+		now := o.now()
+		code = exitOK
+		for _, tool := range tools {
+			p, err := tt.PauseState(ctx, tool)
+			switch {
+			case err != nil:
+				fmt.Fprintf(o.stdout, "%s: %v\n", tool, err)
+				code = exitError
+			case p.Paused:
+				fmt.Fprintf(o.stdout, "%s: paused %s\n", tool, pauseText(p.Until, now))
+			default:
+				fmt.Fprintf(o.stdout, "%s: running\n", tool)
+			}
+			switch lim, set, err := tt.Limit(ctx, tool); {
+			case err != nil:
+				fmt.Fprintf(o.stdout, "%s: rate limit: %v\n", tool, err)
+				code = exitError
+			case !set:
+				fmt.Fprintf(o.stdout, "%s: rate limit: the manifest's, if it declares one\n", tool)
+			case !lim.Limited():
+				fmt.Fprintf(o.stdout, "%s: rate limit: none (set by the operator)\n", tool)
+			default:
+				fmt.Fprintf(o.stdout, "%s: rate limit: %g calls/s, burst %d (set by the operator)\n", tool, lim.Rate, max(lim.Burst, 1))
+			}
+		}
 		return code
-	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, tt, err := openTraffic(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	now := o.now()
-	code = exitOK
-	for _, tool := range tools {
-		p, err := tt.PauseState(ctx, tool)
-		switch {
-		case err != nil:
-			fmt.Fprintf(o.stdout, "%s: %v\n", tool, err)
-			code = exitError
-		case p.Paused:
-			fmt.Fprintf(o.stdout, "%s: paused %s\n", tool, pauseText(p.Until, now))
-		default:
-			fmt.Fprintf(o.stdout, "%s: running\n", tool)
-		}
-		switch lim, set, err := tt.Limit(ctx, tool); {
-		case err != nil:
-			fmt.Fprintf(o.stdout, "%s: rate limit: %v\n", tool, err)
-			code = exitError
-		case !set:
-			fmt.Fprintf(o.stdout, "%s: rate limit: the manifest's, if it declares one\n", tool)
-		case !lim.Limited():
-			fmt.Fprintf(o.stdout, "%s: rate limit: none (set by the operator)\n", tool)
-		default:
-			fmt.Fprintf(o.stdout, "%s: rate limit: %g calls/s, burst %d (set by the operator)\n", tool, lim.Rate, max(lim.Burst, 1))
-		}
-	}
-	return code
+	})
 }
 
 func toolsHistory(ctx context.Context, o *op, args []string) int {
 	fs := o.flags("history [TOOL]")
 	limit := fs.Int("limit", 1000, "print the newest this many records")
-	pos, code, done := o.parse(args)
+	tools, code, done := toolArgs(o, args, 0, 1)
 	if done {
-		return code
-	}
-	tools, code, ok := toolNames(o, pos, 0, 1)
-	if !ok {
 		return code
 	}
 	var tool protocol.ToolName
 	if len(tools) == 1 {
 		tool = tools[0]
 	}
-	ctx, cancel := o.withTimeout(ctx, 0)
-	defer cancel()
-	closeConn, tt, err := openTraffic(ctx, o)
-	if err != nil {
-		return o.fail(err)
-	}
-	defer closeConn()
-	n := max(*limit, 1)
-	recs, err := tt.History(ctx, tool, n)
-	if err != nil {
-		return o.fail(err)
-	}
-	if len(recs) > n {
-		recs = recs[len(recs)-n:]
-	}
-	now := o.now()
-	for _, r := range recs {
-		n := r.Note
-		line := fmt.Sprintf("%s  %-6s %s", n.At.UTC().Format(time.RFC3339), n.Action, n.Tool)
-		switch n.Action {
-		case protocol.TrafficPause:
-			if n.Until == nil || n.Until.Sub(now) > protocol.PauseForever/2 {
-				line += " until resumed"
-			} else {
-				line += " until " + n.Until.UTC().Format(time.RFC3339)
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+		n := max(*limit, 1)
+		recs, err := tt.History(ctx, tool, n)
+		if err != nil {
+			return o.fail(err)
+		}
+		if len(recs) > n {
+			recs = recs[len(recs)-n:]
+		}
+		now := o.now()
+		for _, r := range recs {
+			n := r.Note
+			line := fmt.Sprintf("%s  %-6s %s", n.At.UTC().Format(time.RFC3339), n.Action, n.Tool)
+			switch n.Action {
+			case protocol.TrafficPause:
+				if n.Until == nil || n.Until.Sub(now) > protocol.PauseForever/2 {
+					line += " until resumed"
+				} else {
+					line += " until " + n.Until.UTC().Format(time.RFC3339)
+				}
+			case protocol.TrafficLimit:
+				line += fmt.Sprintf(" rate %g/s burst %d", n.Rate, n.Burst)
 			}
-		case protocol.TrafficLimit:
-			line += fmt.Sprintf(" rate %g/s burst %d", n.Rate, n.Burst)
+			if n.By != "" {
+				line += "  by " + clipLine(n.By)
+			}
+			if n.Reason != "" {
+				line += "  reason " + clipLine(n.Reason)
+			}
+			fmt.Fprintln(o.stdout, line)
 		}
-		if n.By != "" {
-			line += "  by " + clipLine(n.By)
-		}
-		if n.Reason != "" {
-			line += "  reason " + clipLine(n.Reason)
-		}
-		fmt.Fprintln(o.stdout, line)
-	}
-	return exitOK
+		return exitOK
+	})
 }
 
 // pauseText says when a pause ends.
