@@ -16,25 +16,17 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/agent"
 )
 
-// agentsCommand runs "coordinator agents ...": put, get, list, show or
-// remove the fleet's agent definitions, over NATS ($NATS_URL).
-func agentsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return envCommand(ctx, "coordinator agents", "toolfleet-agents", args, stdout, stderr, agentsGroup(lookupEnv).run)
-}
-
 // lookupEnv looks a variable up as the coordinator will: procsec.Getenv
 // sees the secrets main took out of the environment.
 func lookupEnv(name string) (string, bool) { v := procsec.Getenv(name); return v, v != "" }
 
-// agentsGroup is "coordinator agents"; put checks a definition's key
-// variable with lookup.
+// agentsGroup is "coordinator agents": put, get, list, show or remove the
+// fleet's agent definitions, over NATS ($NATS_URL); put checks a
+// definition's key variable with lookup.
 func agentsGroup(lookup func(string) (string, bool)) opGroup {
 	return opGroup{
 		name: "agents",
-		usage: `usage: agents <command> [flags]
-
-commands:
-  put FILE [--no-env-check]   validate a definition and store it (admin or operator);
+		commands: `  put FILE [--no-env-check]   validate a definition and store it (admin or operator);
                               prints its revision. The key variable it names must
                               be set here, unless --no-env-check
   get NAME [--revision N]     print a definition (the newest, or revision N)

@@ -17,19 +17,11 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// approvalsCommand runs "coordinator approvals ...": list pending requests,
-// approve or deny one, over NATS.
-func approvalsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return envCommand(ctx, "coordinator approvals", "toolfleet-approvals", args, stdout, stderr, approvals.run)
-}
-
-// approvals is "coordinator approvals".
+// approvals is "coordinator approvals": list pending requests, approve or
+// deny one, over NATS ($NATS_URL).
 var approvals = opGroup{
 	name: "approvals",
-	usage: `usage: approvals <command> [flags]
-
-commands:
-  list                          show pending approval requests
+	commands: `  list                          show pending approval requests
   approve RUN KEY [--reason R]  approve one request
   deny RUN KEY --reason R       deny one request
 

@@ -63,36 +63,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	switch args[0] {
-	case "run":
-		return runCommand(ctx, args[1:], stdout, stderr)
-	case "serve":
-		return serveCommand(ctx, args[1:], stdout, stderr)
-	case "submit":
-		return submitCommand(ctx, args[1:], stdout, stderr)
-	case "approvals":
-		return approvalsCommand(ctx, args[1:], stdout, stderr)
-	case "mcp":
-		return mcpCommand(ctx, args[1:], stdout, stderr)
-	case "provision":
-		return provisionCommand(ctx, args[1:], stdout, stderr)
-	case "resume":
-		return resumeCommand(ctx, args[1:], stdout, stderr)
-	case "runs":
-		return runsCommand(ctx, args[1:], stdout, stderr)
-	case "agents":
-		return agentsCommand(ctx, args[1:], stdout, stderr)
-	case "tools":
-		return toolsCommand(ctx, args[1:], stdout, stderr)
-	case "console":
-		return consoleCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
-	default:
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
 		fmt.Fprintf(stderr, "coordinator: unknown command %q\n", args[0])
 		usage(stderr)
 		return exitUsage
 	}
+	return cmd(ctx, args[1:], stdout, stderr)
+}
+
+// commands are the coordinator's commands by name; each takes the words
+// after its name and returns the exit status.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"run":       runCommand,
+	"serve":     serveCommand,
+	"submit":    submitCommand,
+	"approvals": approvals.command,
+	"mcp":       mcpCommand,
+	"provision": provisionCommand,
+	"resume":    resumeCommand,
+	"runs":      runsGroup(agentModel).command,
+	"agents":    agentsGroup(lookupEnv).command,
+	"tools":     tools.command,
+	"console":   consoleCommand,
 }
 
 func usage(w io.Writer) {

@@ -36,27 +36,6 @@ var envConnFlagOf = cliconfig.Flags{
 	"Conn.auth":        "env NATS_CREDS, NATS_USER, NATS_TOKEN, NATS_NKEY",
 }
 
-// envCommand runs an operator command whose connection the environment
-// alone configures (envConn, named connName): a connection setting that
-// cannot work is a configuration error (exit status 2) before any
-// subcommand runs.
-func envCommand(ctx context.Context, name, connName string, args []string, stdout, stderr io.Writer,
-	body func(context.Context, []string, io.Writer, io.Writer, func(context.Context) (*nats.Conn, error)) int) int {
-	conn := envConn(connName)
-	if err := conn.Validate(); err != nil {
-		c := &command{name: name, flags: envConnFlagOf, stderr: stderr}
-		return c.fail(nest("Conn", err))
-	}
-	ctx, refused, cancel := watchRefusals(ctx, name, procsec.Getenv(natsbus.EnvUser))
-	defer cancel(nil)
-	connect := func(ctx context.Context) (*nats.Conn, error) { return natsbus.Connect(ctx, conn, refused) }
-	code := body(ctx, args, stdout, stderr, connect)
-	if err := refusal(ctx); err != nil && code != exitOK {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-	}
-	return code
-}
-
 // envConn is the connection of a command that takes no connection flags:
 // everything from the environment, read with procsec.Getenv, which sees
 // the secrets (NATS_PASSWORD, NATS_TOKEN) main took out of it.
@@ -66,16 +45,39 @@ func envConn(name string) natsbus.ConnConfig {
 
 // opGroup is an operator command made of subcommands ("coordinator tools
 // pause|resume|..."), each connecting as the user the environment names
-// ([envCommand]). Every group has the same shape: its usage, its
+// ([opGroup.command]). Every group has the same shape: its usage, its
 // subcommands by name, and [opGroup.run], which dispatches.
 type opGroup struct {
 	// name is the group's word ("tools"); messages start with
 	// "<name> <subcommand>:".
 	name string
+	// commands is the usage after its synopsis ("usage: <name> <command>
+	// [flags]", then "commands:"): a line a subcommand, and notes. The
 	// usage is printed for help and on a missing or unknown subcommand.
-	usage string
+	commands string
 	// subs are the subcommands by name (an alias is a second entry).
 	subs map[string]func(ctx context.Context, o *op, args []string) int
+}
+
+// command runs "coordinator <name> ...", connecting as "toolfleet-<name>"
+// with the connection the environment alone configures ([envConn]): a
+// connection setting that cannot work is a configuration error (exit
+// status 2) before any subcommand runs.
+func (g opGroup) command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	name := "coordinator " + g.name
+	conn := envConn("toolfleet-" + g.name)
+	if err := conn.Validate(); err != nil {
+		c := &command{name: name, flags: envConnFlagOf, stderr: stderr}
+		return c.fail(nest("Conn", err))
+	}
+	ctx, refused, cancel := watchRefusals(ctx, name, procsec.Getenv(natsbus.EnvUser))
+	defer cancel(nil)
+	connect := func(ctx context.Context) (*nats.Conn, error) { return natsbus.Connect(ctx, conn, refused) }
+	code := g.run(ctx, args, stdout, stderr, connect)
+	if err := refusal(ctx); err != nil && code != exitOK {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	}
+	return code
 }
 
 // run dispatches args (the words after the group's name; a leading
@@ -88,21 +90,26 @@ func (g opGroup) run(ctx context.Context, args []string, stdout, stderr io.Write
 		args = args[1:]
 	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, g.usage)
+		fmt.Fprint(stderr, g.usage())
 		return exitUsage
 	}
 	switch args[0] {
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, g.usage)
+		fmt.Fprint(stdout, g.usage())
 		return exitOK
 	}
 	sub, ok := g.subs[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "%s: unknown command %q\n%s", g.name, termsafe.Line(args[0], 32), g.usage)
+		fmt.Fprintf(stderr, "%s: unknown command %q\n%s", g.name, termsafe.Line(args[0], 32), g.usage())
 		return exitUsage
 	}
 	o := &op{name: g.name + " " + args[0], stdout: stdout, stderr: stderr, conn: conn, now: time.Now}
 	return sub(ctx, o, args[1:])
+}
+
+// usage is the group's usage.
+func (g opGroup) usage() string {
+	return "usage: " + g.name + " <command> [flags]\n\ncommands:\n" + g.commands
 }
 
 // op is one run of an operator subcommand: what every subcommand shares —

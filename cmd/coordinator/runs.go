@@ -25,14 +25,9 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// runsCommand runs "coordinator runs ...": list, show, cancel, resume,
-// replay or fork durable runs from their journals, or send one input,
-// over NATS ($NATS_URL). A replay's --model takes the specs of
-// "coordinator run --model".
-func runsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := runsGroup((&providers.Models{Getenv: procsec.Getenv}).Model)
-	return envCommand(ctx, "coordinator runs", "toolfleet-runs", args, stdout, stderr, g.run)
-}
+// agentModel makes the model of a run's agent for "coordinator runs
+// replay", as a serving coordinator makes it.
+var agentModel runs.AgentModelFunc = (&providers.Models{Getenv: procsec.Getenv}).Model
 
 // replayModel makes a replay's --model SPEC as "coordinator run --model"
 // makes its model.
@@ -44,15 +39,14 @@ func replayModel(spec string) (loop.Model, error) {
 // maxFileBytes bounds an --instructions or --messages file.
 const maxFileBytes = 1 << 20
 
-// runsGroup is "coordinator runs"; a replay makes the model of the run's
-// agent with agentModels.
+// runsGroup is "coordinator runs": list, show, cancel, resume, replay or
+// fork durable runs from their journals, or send one input, over NATS
+// ($NATS_URL). A replay makes the model of the run's agent with
+// agentModels; its --model takes the specs of "coordinator run --model".
 func runsGroup(agentModels runs.AgentModelFunc) opGroup {
 	return opGroup{
 		name: "runs",
-		usage: `usage: runs <command> [flags]
-
-commands:
-  id SUBMISSION [--client C]  the run id of client C's submission (default: $NATS_USER,
+		commands: `  id SUBMISSION [--client C]  the run id of client C's submission (default: $NATS_USER,
                               else "default"), computed here: it reads and sends nothing
   list [FILTER]               every run with a journal: status, owner, round
   show RUN [--json]           one run: owner, round, pending calls and approvals

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/toolfleet/toolfleet/internal/natsbus/admission"
@@ -12,22 +11,14 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
-// toolsCommand runs "coordinator tools ...": pause or resume a tool on
-// every worker, limit its rate, see its state and the audit log of such
-// changes, over NATS ($NATS_URL; the operator's credentials under
+// tools is "coordinator tools": pause or resume a tool on every worker,
+// limit its rate, see its state and the audit log of such changes, over
+// NATS ($NATS_URL; the operator's credentials under
 // deploy/nats-server.conf). Each change is recorded in the approvals
 // stream (the audit log) before it takes effect: admission.ToolTraffic.
-func toolsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return envCommand(ctx, "coordinator tools", "toolfleet-tools", args, stdout, stderr, tools.run)
-}
-
-// tools is "coordinator tools".
 var tools = opGroup{
 	name: "tools",
-	usage: `usage: tools <command> [flags]
-
-commands:
-  pause TOOL [--until T] [--reason R]   stop handing out TOOL's calls on every worker
+	commands: `  pause TOOL [--until T] [--reason R]   stop handing out TOOL's calls on every worker
   resume TOOL [--reason R]              hand them out again
   limit TOOL --rate R [--burst B]       at most R calls of TOOL start per second, fleet-wide
   status TOOL...                        show whether each TOOL is paused, and its limit
