@@ -12,13 +12,28 @@ import (
 )
 
 // command is what every subcommand's start shares: its name in messages,
-// its flags and the table that names the flag of each configuration field
-// the libraries may refuse.
+// its flags, its usage and the table that names the flag of each
+// configuration field the libraries may refuse.
 type command struct {
 	name   string
 	fs     *flag.FlagSet
 	flags  cliconfig.Flags
 	stderr io.Writer
+	// usage follows "usage: <name> " in the usage: the synopsis, and a
+	// description after a blank line. The flags come after it.
+	usage string
+	// exits, when set, ends the usage: what each exit status means.
+	exits string
+}
+
+// printUsage prints the usage: for --help and a bad flag.
+func (c *command) printUsage() {
+	w := c.fs.Output()
+	fmt.Fprintln(w, "usage: "+c.name+" "+c.usage)
+	c.fs.PrintDefaults()
+	if c.exits != "" {
+		fmt.Fprintln(w, "\nexit status: "+c.exits)
+	}
 }
 
 // parse parses args (flags may stand after positional arguments) and
@@ -27,6 +42,7 @@ type command struct {
 // flag or when checkPos (nil: no positional arguments) refuses the
 // positional arguments with a message.
 func (c *command) parse(args []string, checkPos func([]string) string) (pos []string, set map[string]bool, code int, done bool) {
+	c.fs.Usage = c.printUsage
 	pos, err := parseInterleaved(c.fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, nil, exitOK, true

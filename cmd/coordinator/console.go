@@ -56,8 +56,8 @@ func consoleCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.BoolVar(&f.secureCookies, "secure-cookies", false, "mark the session cookie Secure: behind a proxy that terminates TLS (over TLS it always is)")
 	fs.DurationVar(&f.idleTimeout, "session-idle-timeout", httpapi.DefaultIdleTimeout, "close a session (and its NATS connection) unused this long")
 	fs.IntVar(&f.maxStreams, "max-streams", httpapi.DefaultMaxStreams, "event streams open at once; more are refused (503)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: coordinator console [--addr HOST:PORT] [flags]
+	cmd := &command{name: "coordinator console", fs: fs, flags: consoleFlagOf, stderr: stderr,
+		usage: `[--addr HOST:PORT] [flags]
 
 Serves the fleet's web console (docs/console.md) at / and its HTTP API
 (docs/api.md) under /v1/: runs, their events, approvals, tools and
@@ -73,11 +73,8 @@ own. Without it, it starts the embedded fleet "coordinator serve" starts
 
   coordinator console --nats-url nats://127.0.0.1:4222 --addr 127.0.0.1:8090
 
-Flags:`)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nexit status: 0 stopped by SIGINT or SIGTERM, 2 bad usage or config, 1 other error")
-	}
-	cmd := &command{name: "coordinator console", fs: fs, flags: consoleFlagOf, stderr: stderr}
+Flags:`,
+		exits: exitsServe}
 	_, set, code, done := cmd.parse(args, nil)
 	if done {
 		return code

@@ -32,6 +32,15 @@ const (
 	exitMaxRounds = 3
 )
 
+// What the exit statuses mean, as the usage of the commands that share
+// them says.
+const (
+	// exitsRun: "coordinator run" and "coordinator resume".
+	exitsRun = "0 final answer, 3 max rounds reached, 2 bad usage or config, 1 other error"
+	// exitsServe: "coordinator serve" and "coordinator console".
+	exitsServe = "0 stopped by SIGINT or SIGTERM, 2 bad usage or config, 1 other error"
+)
+
 func main() {
 	// Credentials stay out of reach of the tools of in-process workers:
 	// secrets leave the environment (procsec.Getenv still reads them) and

@@ -88,19 +88,16 @@ func (noModel) Complete(context.Context, loop.Request) (*loop.Response, error) {
 func mcpCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f mcpFlags
 	fs := newMCPFlagSet(&f, stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: coordinator mcp [flags]
+	cmd := &command{name: "coordinator mcp", fs: fs, flags: fleetFlagOf, stderr: stderr,
+		usage: `[flags]
 
 Serves the fleet's live catalog as MCP tools, over stdio (one client: a
 desktop or IDE host starts this command) or streamable HTTP (stateless: run
 replicas behind a load balancer). Each tools/call runs like a call of the
 loop: validation, approvals (the client waits), a worker, the deadline.
 
-Flags:`)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nexit status: 0 stopped (client gone, SIGINT or SIGTERM), 2 bad usage or config, 1 other error")
-	}
-	cmd := &command{name: "coordinator mcp", fs: fs, flags: fleetFlagOf, stderr: stderr}
+Flags:`,
+		exits: "0 stopped (client gone, SIGINT or SIGTERM), 2 bad usage or config, 1 other error"}
 	_, set, code, done := cmd.parse(args, nil)
 	if done {
 		return code

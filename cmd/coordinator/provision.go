@@ -55,8 +55,8 @@ func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.Int64Var(&f.maxPerClient, "max-calls-per-client", 0, "each client's share of a tool: the calls of one client, tool and class FLEET_CALLS holds at most, queued or running (its max_msgs_per_subject); more wait in their coordinator (default: keep the stream's, 1000 for a new stream)")
 	fs.Int64Var(&f.maxQueuedPer, "max-queued-runs-per-client", 0, "each client's share of the runs queue: the submissions of one client for one agent FLEET_RUNS holds at most, queued or running (its max_msgs_per_subject); the server refuses that client's next ones, and only its (default: keep the stream's, 1000 for a new stream)")
 	fs.StringVar(&f.toolConsumers, "tool-consumer", "", "comma list of tools whose workers have credentials of their own: their consumers are created now, so that no other consumer can cover their calls, and their execution and start records get streams of their own (FLEET_CLAIMS_<tool>, FLEET_STARTS_<tool>), which only their workers fill")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: coordinator provision [flags]
+	cmd := &command{name: "coordinator provision", fs: fs, flags: provisionFlagOf, stderr: stderr,
+		usage: `[flags]
 
 Creates every stream and key-value bucket the fleet uses, or updates one
 whose configuration differs, and prints what it did. It is idempotent. Run
@@ -64,10 +64,7 @@ it with the provisioning (admin) identity: under deploy/nats-server.conf no
 other user may create or change a stream, and every fleet process refuses
 to serve while a stream differs from this configuration.
 
-Flags:`)
-		fs.PrintDefaults()
-	}
-	cmd := &command{name: "coordinator provision", fs: fs, flags: provisionFlagOf, stderr: stderr}
+Flags:`}
 	_, set, code, done := cmd.parse(args, nil)
 	if done {
 		return code

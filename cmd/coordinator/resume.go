@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -16,16 +15,13 @@ func resumeCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var f runFlags
 	fs := newRunFlagSet(&f, stderr)
 	fs.Init("coordinator resume", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: coordinator resume [flags] RUN
+	cmd := &command{name: "coordinator resume", fs: fs, flags: fleetFlagOf, stderr: stderr,
+		usage: `[flags] RUN
 
 Continues a run of "coordinator run --nats-url" from its journal (FLEET_JOURNAL):
 the model is not asked again for a journaled round, a call whose result is
-stored is not run again. Give it the flags the run had (model, limits).`)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nexit status: 0 final answer, 3 max rounds reached, 2 bad usage or config, 1 other error")
-	}
-	cmd := &command{name: "coordinator resume", fs: fs, flags: fleetFlagOf, stderr: stderr}
+stored is not run again. Give it the flags the run had (model, limits).`,
+		exits: exitsRun}
 	var run protocol.RunID
 	_, set, code, done := cmd.parse(args, func(pos []string) string {
 		if len(pos) != 1 {

@@ -185,12 +185,9 @@ func splitList(s string) []string {
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f runFlags
 	fs := newRunFlagSet(&f, stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: coordinator run [flags] PROMPT")
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nexit status: 0 final answer, 3 max rounds reached, 2 bad usage or config, 1 other error")
-	}
-	cmd := &command{name: "coordinator run", fs: fs, flags: fleetFlagOf, stderr: stderr}
+	cmd := &command{name: "coordinator run", fs: fs, flags: fleetFlagOf, stderr: stderr,
+		usage: "[flags] PROMPT",
+		exits: exitsRun}
 	pos, set, code, done := cmd.parse(args, anyArgs)
 	if done {
 		return code

@@ -72,8 +72,8 @@ func (f *serveFlags) validate(fs *flag.FlagSet, set map[string]bool) error {
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f serveFlags
 	fs := newServeFlagSet(&f, stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: coordinator serve [flags]
+	cmd := &command{name: "coordinator serve", fs: fs, flags: serveFlagOf, stderr: stderr,
+		usage: `[flags]
 
 Serves runs: takes the runs clients store in the runs stream on
 <prefix>.run.submit.<client>.<agent>.<submission_id>, runs up to
@@ -88,11 +88,8 @@ are ceilings: a request may lower them, never raise them.
   nats req fleet.run.submit.<client>.default.<submission_id> '{"prompt": "What is 6 * 7?"}' \
     -H Nats-Msg-Id:submit-<length of client>-<client>-<submission_id> -H Fleet-Agent:default
 
-Flags:`)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nexit status: 0 stopped by SIGINT or SIGTERM, 2 bad usage or config, 1 other error")
-	}
-	cmd := &command{name: "coordinator serve", fs: fs, flags: serveFlagOf, stderr: stderr}
+Flags:`,
+		exits: exitsServe}
 	_, set, code, done := cmd.parse(args, func(pos []string) string {
 		if len(pos) > 0 {
 			return fmt.Sprintf("takes no arguments, got %q (submit prompts with \"coordinator submit\")", pos[0])

@@ -113,8 +113,8 @@ func (f *submitFlags) request(prompt string) (protocol.RunRequest, error) {
 func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f submitFlags
 	fs := newSubmitFlagSet(&f, stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: coordinator submit [flags] PROMPT
+	cmd := &command{name: "coordinator submit", fs: fs, flags: connFlagOf, stderr: stderr,
+		usage: `[flags] PROMPT
 
 Stores a run in the fleet's runs stream for the coordinators serving it
 ("coordinator serve"), as "nats req fleet.run.submit.CLIENT.AGENT.ID
@@ -122,11 +122,8 @@ Stores a run in the fleet's runs stream for the coordinators serving it
 submission id: never a second run), and prints its run id; with --wait,
 prints its result. Limits may only lower the coordinators' own.
 
-Flags:`)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\nexit status: 0 accepted (with --wait: a final answer), 3 max rounds reached, 2 bad usage or a refused request, 1 other error")
-	}
-	cmd := &command{name: "coordinator submit", fs: fs, flags: connFlagOf, stderr: stderr}
+Flags:`,
+		exits: "0 accepted (with --wait: a final answer), 3 max rounds reached, 2 bad usage or a refused request, 1 other error"}
 	pos, _, code, done := cmd.parse(args, anyArgs)
 	if done {
 		return code
