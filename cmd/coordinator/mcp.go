@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/internal/mcpserve"
 	"github.com/toolfleet/toolfleet/internal/procsec"
 	"github.com/toolfleet/toolfleet/pkg/loop"
@@ -125,52 +126,50 @@ Flags:`,
 	case f.maxCalls < 1 || f.maxCalls > mcpserve.MaxMaxConcurrentCalls:
 		return cmd.fail(&usageError{fmt.Sprintf("--max-concurrent-calls must be 1..%d, got %d", mcpserve.MaxMaxConcurrentCalls, f.maxCalls)})
 	}
-	c, log, code, done := f.open(ctx, cmd, args, func() error { return nil }, func(zerolog.Logger) (loop.Model, error) { return noModel{}, nil })
-	if done {
-		return code
-	}
-	defer c.Close()
-	srv, err := mcpserve.New(mcpserve.Config{Logger: log, MaxConcurrentCalls: f.maxCalls}, c.Fleet())
-	if err != nil {
-		return cmd.fail(&usageError{err.Error()})
-	}
-	if err := srv.Sync(ctx); err != nil {
-		log.Warn().Err(err).Msg("reading the catalog failed")
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go srv.Run(sctx)
-
-	if f.transport == "stdio" {
-		log.Info().Int("tools", len(srv.Tools())).Msg("serving MCP on stdio")
-		if err := srv.ServeStdio(sctx); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
-			log.Error().Err(err).Msg("MCP stdio session ended")
-			return exitError
+	newModel := func(zerolog.Logger) (loop.Model, error) { return noModel{}, nil }
+	return f.withCoordinator(ctx, cmd, args, func() error { return nil }, newModel, func(c *coordinator.Coordinator, log zerolog.Logger) int {
+		srv, err := mcpserve.New(mcpserve.Config{Logger: log, MaxConcurrentCalls: f.maxCalls}, c.Fleet())
+		if err != nil {
+			return cmd.fail(&usageError{err.Error()})
 		}
+		if err := srv.Sync(ctx); err != nil {
+			log.Warn().Err(err).Msg("reading the catalog failed")
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go srv.Run(sctx)
+
+		if f.transport == "stdio" {
+			log.Info().Int("tools", len(srv.Tools())).Msg("serving MCP on stdio")
+			if err := srv.ServeStdio(sctx); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+				log.Error().Err(err).Msg("MCP stdio session ended")
+				return exitError
+			}
+			return exitOK
+		}
+		ln, err := net.Listen("tcp", f.addr)
+		if err != nil {
+			return cmd.fail(&usageError{"--http-addr: " + err.Error()})
+		}
+		mux := http.NewServeMux()
+		mux.Handle(f.path, srv.Handler(mcpserve.HTTPConfig{Tokens: tokens, DisableLocalhostProtection: f.noLocalhost,
+			AllowedOrigins: splitList(f.origins), Addr: ln.Addr().String()}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: f.read, WriteTimeout: f.write, IdleTimeout: f.idle}
+		ln = mcpserve.LimitPerAddr(ln, f.connsPerIP)
+		log.Info().Str("addr", ln.Addr().String()).Str("path", f.path).Bool("auth", len(tokens) > 0).
+			Int("tools", len(srv.Tools())).Msg("serving MCP over streamable HTTP")
+		errc := make(chan error, 1)
+		go func() { errc <- hs.Serve(ln) }()
+		select {
+		case err := <-errc:
+			log.Error().Err(err).Msg("MCP HTTP server stopped")
+			return exitError
+		case <-ctx.Done():
+		}
+		shut, cancelShut := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancelShut()
+		_ = hs.Shutdown(shut)
 		return exitOK
-	}
-	ln, err := net.Listen("tcp", f.addr)
-	if err != nil {
-		return cmd.fail(&usageError{"--http-addr: " + err.Error()})
-	}
-	mux := http.NewServeMux()
-	mux.Handle(f.path, srv.Handler(mcpserve.HTTPConfig{Tokens: tokens, DisableLocalhostProtection: f.noLocalhost,
-		AllowedOrigins: splitList(f.origins), Addr: ln.Addr().String()}))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout: f.read, WriteTimeout: f.write, IdleTimeout: f.idle}
-	ln = mcpserve.LimitPerAddr(ln, f.connsPerIP)
-	log.Info().Str("addr", ln.Addr().String()).Str("path", f.path).Bool("auth", len(tokens) > 0).
-		Int("tools", len(srv.Tools())).Msg("serving MCP over streamable HTTP")
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		log.Error().Err(err).Msg("MCP HTTP server stopped")
-		return exitError
-	case <-ctx.Done():
-	}
-	shut, cancelShut := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancelShut()
-	_ = hs.Shutdown(shut)
-	return exitOK
+	})
 }

@@ -5,6 +5,9 @@ import (
 	"flag"
 	"io"
 
+	"github.com/rs/zerolog"
+
+	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 )
 
@@ -36,14 +39,11 @@ stored is not run again. Give it the flags the run had (model, limits).`,
 	if done {
 		return code
 	}
-	c, _, code, done := f.open(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel)
-	if done {
-		return code
-	}
-	defer c.Close()
-	if !c.Journaling() {
-		return cmd.fail(&usageError{"needs the fleet's NATS server (--nats-url or NATS_URL)"})
-	}
-	res, runErr := c.Resume(ctx, run)
-	return finishRun(stdout, stderr, "coordinator resume", f.output, res, runErr)
+	return f.withCoordinator(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel, func(c *coordinator.Coordinator, _ zerolog.Logger) int {
+		if !c.Journaling() {
+			return cmd.fail(&usageError{"needs the fleet's NATS server (--nats-url or NATS_URL)"})
+		}
+		res, runErr := c.Resume(ctx, run)
+		return finishRun(stdout, stderr, "coordinator resume", f.output, res, runErr)
+	})
 }

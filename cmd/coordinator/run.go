@@ -216,23 +216,20 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		defer display.Close()
 		ctx = loop.WithProgress(loop.WithStartedNotices(ctx), display.Progress)
 	}
-	c, _, code, done = f.open(ctx, cmd, args, validate, newModel)
-	if done {
-		return code
-	}
-	defer c.Close()
-
-	var res *loop.Result
-	var runErr error
-	if c.Journaling() {
-		res, runErr = c.RunJournaled(ctx, prompt)
-	} else {
-		res, runErr = c.Run(ctx, prompt)
-	}
-	if display != nil {
-		display.Close()
-	}
-	return finishRun(stdout, stderr, "coordinator run", f.output, res, runErr)
+	return f.withCoordinator(ctx, cmd, args, validate, newModel, func(opened *coordinator.Coordinator, _ zerolog.Logger) int {
+		c = opened // for the display
+		var res *loop.Result
+		var runErr error
+		if c.Journaling() {
+			res, runErr = c.RunJournaled(ctx, prompt)
+		} else {
+			res, runErr = c.Run(ctx, prompt)
+		}
+		if display != nil {
+			display.Close()
+		}
+		return finishRun(stdout, stderr, "coordinator run", f.output, res, runErr)
+	})
 }
 
 // anyArgs takes any positional arguments.
@@ -315,6 +312,21 @@ func (f *fleetFlags) open(ctx context.Context, cmd *command, args []string, vali
 		return nil, log, cmd.fail(err), true
 	}
 	return c, log, exitOK, false
+}
+
+// withCoordinator opens the coordinator the flags describe as open does,
+// runs do with it and its logger, and closes it: the way a command that
+// runs on a coordinator to its end reaches one (console, which opens one
+// only without --nats-url, calls open). The exit status is do's, or that
+// of the step of open that failed.
+func (f *fleetFlags) withCoordinator(ctx context.Context, cmd *command, args []string, validate func() error, newModel func(zerolog.Logger) (loop.Model, error),
+	do func(*coordinator.Coordinator, zerolog.Logger) int) int {
+	c, log, code, done := f.open(ctx, cmd, args, validate, newModel)
+	if done {
+		return code
+	}
+	defer c.Close()
+	return do(c, log)
 }
 
 func printResult(w io.Writer, format string, res *loop.Result) error {

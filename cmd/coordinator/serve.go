@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/toolfleet/toolfleet/internal/coordinator"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
 	"github.com/toolfleet/toolfleet/pkg/serve"
@@ -99,15 +101,12 @@ Flags:`,
 	if done {
 		return code
 	}
-	c, _, code, done := f.open(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel)
-	if done {
-		return code
-	}
-	defer c.Close()
-	sc := f.serveConfig()
-	sc.AfterAppend = crashAfter()
-	if err := c.Serve(ctx, sc); err != nil {
-		return cmd.fail(err)
-	}
-	return exitOK
+	return f.withCoordinator(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel, func(c *coordinator.Coordinator, _ zerolog.Logger) int {
+		sc := f.serveConfig()
+		sc.AfterAppend = crashAfter()
+		if err := c.Serve(ctx, sc); err != nil {
+			return cmd.fail(err)
+		}
+		return exitOK
+	})
 }
