@@ -36,6 +36,14 @@ func (c *command) printUsage() {
 	}
 }
 
+// newFlagSet returns the flag set of the command name: its errors are
+// returned, and printed with the usage on stderr.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
 // parse parses args (flags may stand after positional arguments) and
 // returns the positional arguments and the names of the flags given. When
 // done is set the command returns code at once: 0 for --help, 2 for a bad

@@ -52,8 +52,7 @@ var mcpFleetFlags = []string{
 }
 
 func newMCPFlagSet(f *mcpFlags, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("coordinator mcp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("coordinator mcp", stderr)
 	// The fleet flags are registered on a set of their own (so their
 	// defaults are set), and those that apply are taken over.
 	all := flag.NewFlagSet("", flag.ContinueOnError)

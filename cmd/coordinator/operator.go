@@ -134,8 +134,7 @@ type op struct {
 // flags returns the subcommand's flag set, --prefix and --timeout
 // registered; usage is its synopsis ("pause TOOL [--until T]").
 func (o *op) flags(usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet(o.name, flag.ContinueOnError)
-	fs.SetOutput(o.stderr)
+	fs := newFlagSet(o.name, o.stderr)
 	fs.StringVar(&o.prefix, "prefix", protocol.DefaultPrefix, "subject prefix of the fleet")
 	fs.DurationVar(&o.timeout, "timeout", defaultOpTimeout, "bound on the whole command's NATS work")
 	group, _, _ := strings.Cut(o.name, " ")

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -45,8 +44,7 @@ var provisionFlagOf = connFlagOf.With(cliconfig.Flags{
 // did, one line per stream.
 func provisionCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f provisionFlags
-	fs := flag.NewFlagSet("coordinator provision", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("coordinator provision", stderr)
 	f.connFlags.register(fs, false)
 	fs.DurationVar(&f.resultTTL, "result-ttl", serve.DefaultResultTTL, "how long results stay in the runs bucket (the serving coordinators' --result-ttl)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for NATS and JetStream")

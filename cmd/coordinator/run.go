@@ -113,8 +113,7 @@ type runFlags struct {
 }
 
 func newRunFlagSet(f *runFlags, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("coordinator run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("coordinator run", stderr)
 	f.fleetFlags.register(fs, false)
 	fs.StringVar(&f.output, "output", "text", "text | json")
 	fs.StringVar(&f.agentFile, "agent", "", "run as the agent this definition `FILE` describes (docs/agents.md): its instructions, model, tools, limits and budget")

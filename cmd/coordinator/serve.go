@@ -28,8 +28,7 @@ type serveFlags struct {
 }
 
 func newServeFlagSet(f *serveFlags, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("coordinator serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("coordinator serve", stderr)
 	f.fleetFlags.register(fs, true)
 	fs.StringVar(&f.name, "name", "", "coordinator `ID` in run results and logs (default <hostname>-<pid>)")
 	fs.IntVar(&f.maxConcurrentRuns, "max-concurrent-runs", serve.DefaultMaxConcurrentRuns, "runs this coordinator runs at once (1..10000)")

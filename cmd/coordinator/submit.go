@@ -37,8 +37,7 @@ type submitFlags struct {
 }
 
 func newSubmitFlagSet(f *submitFlags, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("coordinator submit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("coordinator submit", stderr)
 	f.connFlags.register(fs, false)
 	fs.BoolVar(&f.wait, "wait", false, "wait for the run's result and print it (default: print the run id once it is queued)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to keep trying to connect and to have the run stored (retries reuse the submission id: never a second run)")
