@@ -86,13 +86,13 @@ func agentsPut(ctx context.Context, o *op, args []string, lookup func(string) (s
 		fmt.Fprintf(o.stderr, "%s: %s: %v (nothing stored)\n", o.name, pos[0], err)
 		return exitUsage
 	}
-	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) error {
 		d, rev, err := reg.Put(ctx, doc)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		fmt.Fprintf(o.stdout, "agent %s stored, revision %d\n", d.Name, rev)
-		return exitOK
+		return nil
 	})
 }
 
@@ -116,7 +116,7 @@ func agentsGet(ctx context.Context, o *op, args []string) int {
 	if done {
 		return code
 	}
-	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) error {
 		var data []byte
 		var err error
 		if *rev > 0 {
@@ -125,15 +125,15 @@ func agentsGet(ctx context.Context, o *op, args []string) int {
 			data, _, err = reg.Store.Get(ctx, pos[0])
 		}
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		var v any
 		if json.Unmarshal(data, &v) != nil {
-			return o.fail(fmt.Errorf("the stored definition of %s is not JSON", clipName(pos[0])))
+			return fmt.Errorf("the stored definition of %s is not JSON", clipName(pos[0]))
 		}
 		out, _ := json.MarshalIndent(v, "", "  ")
 		fmt.Fprintf(o.stdout, "%s\n", out)
-		return exitOK
+		return nil
 	})
 }
 
@@ -143,14 +143,14 @@ func agentsList(ctx context.Context, o *op, args []string) int {
 	if done {
 		return code
 	}
-	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) error {
 		names, err := reg.Store.Names(ctx)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		if len(names) == 0 {
 			fmt.Fprintln(o.stdout, "no agents")
-			return exitOK
+			return nil
 		}
 		for _, n := range names {
 			revs, err := reg.Revisions(ctx, n)
@@ -159,7 +159,7 @@ func agentsList(ctx context.Context, o *op, args []string) int {
 			}
 			fmt.Fprintf(o.stdout, "%-32s %s\n", clipName(n), revisionSummary(revs)+usedClients(revs))
 		}
-		return exitOK
+		return nil
 	})
 }
 
@@ -213,13 +213,13 @@ func agentsShow(ctx context.Context, o *op, args []string) int {
 	if done {
 		return code
 	}
-	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) error {
 		revs, err := reg.Revisions(ctx, pos[0])
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		showRevisions(o.stdout, pos[0], revs)
-		return exitOK
+		return nil
 	})
 }
 
@@ -252,12 +252,12 @@ func agentsRemove(ctx context.Context, o *op, args []string) int {
 	if done {
 		return code
 	}
-	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) int {
+	return withNATS(ctx, o, openAgents, func(ctx context.Context, reg *agents.Registry) error {
 		if err := reg.Store.Delete(ctx, pos[0]); err != nil {
-			return o.fail(err)
+			return err
 		}
 		fmt.Fprintf(o.stdout, "agent %s removed\n", pos[0])
-		return exitOK
+		return nil
 	})
 }
 

@@ -81,7 +81,7 @@ func approvalsList(ctx context.Context, o *op, args []string) int {
 		return o.usageError("--approver is longer than 128 bytes")
 	}
 	subjects := o.subjects
-	return withNATS(ctx, o, openLedger, func(ctx context.Context, c ledgerConn) int {
+	return withNATS(ctx, o, openLedger, func(ctx context.Context, c ledgerConn) error {
 		var from time.Time
 		if *since > 0 {
 			from = o.now().Add(-*since)
@@ -89,7 +89,7 @@ func approvalsList(ctx context.Context, o *op, args []string) int {
 		now := o.now()
 		l, err := approval.List(ctx, c.ledger, subjects, from, now)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		for _, s := range l.Skipped {
 			fmt.Fprintf(o.stderr, "%s: skipped %s\n", o.name, s)
@@ -110,14 +110,14 @@ func approvalsList(ctx context.Context, o *op, args []string) int {
 				})
 			}
 			if err := json.NewEncoder(o.stdout).Encode(out); err != nil {
-				return o.fail(err)
+				return err
 			}
-			return exitOK
+			return nil
 		}
 
 		if len(l.Open) == 0 {
 			fmt.Fprintln(o.stdout, "no pending approval requests")
-			return exitOK
+			return nil
 		}
 		fmt.Fprintf(o.stdout, "%d pending approval request(s)\n", len(l.Open))
 		for _, p := range l.Open {
@@ -127,7 +127,7 @@ func approvalsList(ctx context.Context, o *op, args []string) int {
 			fmt.Fprintf(o.stdout, "approve:   %s\n", pubCommand(subj, p.Digest, true, *approver))
 			fmt.Fprintf(o.stdout, "deny:      %s\n", pubCommand(subj, p.Digest, false, *approver))
 		}
-		return exitOK
+		return nil
 	})
 }
 
@@ -171,17 +171,17 @@ func approvalsDecide(ctx context.Context, o *op, args []string, approve bool) in
 	decSubj, _ := subjects.ApprovalDecision(run, key)
 	outSubj, _ := subjects.ApprovalOutcome(run, key)
 
-	return withNATS(ctx, o, openLedger, func(ctx context.Context, c ledgerConn) int {
+	return withNATS(ctx, o, openLedger, func(ctx context.Context, c ledgerConn) error {
 		call, err := approval.Lookup(ctx, c.ledger, subjects, run, key)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		for _, s := range call.Skipped {
 			fmt.Fprintf(o.stderr, "%s: skipped %s\n", o.name, s)
 		}
 		p := call.Request
 		if p == nil {
-			return o.fail(fmt.Errorf("no approval request for run %s key %s", run, key))
+			return fmt.Errorf("no approval request for run %s key %s", run, key)
 		}
 		now := o.now()
 		verb := "Approving"
@@ -191,16 +191,16 @@ func approvalsDecide(ctx context.Context, o *op, args []string, approve bool) in
 		fmt.Fprintf(o.stdout, "%s:\n", verb)
 		printRequest(o.stdout, *p, now)
 		if call.Settled != "" {
-			return o.fail(fmt.Errorf("request already settled: %s", call.Settled))
+			return fmt.Errorf("request already settled: %s", call.Settled)
 		}
 		if !now.Before(p.Deadline) {
-			return o.fail(fmt.Errorf("request expired at %s; the call did not run", p.Deadline.UTC().Format(time.RFC3339)))
+			return fmt.Errorf("request expired at %s; the call did not run", p.Deadline.UTC().Format(time.RFC3339))
 		}
 
 		d := protocol.ApprovalDecision{V: protocol.Version, Digest: p.Digest, Approved: &approve, Reason: *reason, Approver: *approver}
 		data, err := json.Marshal(d)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		pubCtx, pubCancel := context.WithTimeout(ctx, o.timeout)
 		defer pubCancel()
@@ -211,24 +211,24 @@ func approvalsDecide(ctx context.Context, o *op, args []string, approve bool) in
 			if le := c.nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) {
 				err = fmt.Errorf("%w (this NATS user may not publish decisions)", le)
 			}
-			return o.fail(fmt.Errorf("publishing the decision: %w", err))
+			return fmt.Errorf("publishing the decision: %w", err)
 		}
 		fmt.Fprintf(o.stdout, "decision published on %s (stream sequence %d)\n", decSubj, seq)
 
 		if o.wait == 0 {
-			return exitOK
+			return nil
 		}
 		if _, err := c.ledger.Stream(ctx); err != nil {
-			return o.fail(err)
+			return err
 		}
 		note, ok := approval.WaitOutcome(ctx, c.ledger, outSubj, o.wait)
 		switch {
 		case !ok:
 			// The decision is in the audit log, but no coordinator said it
 			// acted on it: the operator must not take the call as decided.
-			return o.fail(fmt.Errorf("no coordinator recorded an outcome within %v: the decision is stored, but no coordinator may have acted on it (is the run still waiting?)", o.wait))
+			return fmt.Errorf("no coordinator recorded an outcome within %v: the decision is stored, but no coordinator may have acted on it (is the run still waiting?)", o.wait)
 		case note.Digest != p.Digest:
-			return o.fail(errors.New("the coordinator recorded an outcome for other arguments"))
+			return errors.New("the coordinator recorded an outcome for other arguments")
 		default:
 			fmt.Fprintf(o.stdout, "coordinator recorded: %s\n", note.Outcome)
 			want := protocol.NoteDenied
@@ -236,10 +236,10 @@ func approvalsDecide(ctx context.Context, o *op, args []string, approve bool) in
 				want = protocol.NoteApproved
 			}
 			if note.Outcome != want {
-				return o.fail(fmt.Errorf("the coordinator settled the request as %s", note.Outcome))
+				return fmt.Errorf("the coordinator settled the request as %s", note.Outcome)
 			}
 		}
-		return exitOK
+		return nil
 	})
 }
 

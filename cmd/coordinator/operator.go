@@ -82,8 +82,8 @@ func (g opGroup) command(ctx context.Context, args []string, stdout, stderr io.W
 
 // run dispatches args (the words after the group's name; a leading
 // repetition of the name is skipped) to the subcommand they name. conn
-// opens the connection, which the subcommand closes; it is called only
-// once the arguments are valid. The result is the exit status: 0 done, 1
+// opens the connection ([withNATS] closes it); it is called only once the
+// arguments are valid. The result is the exit status: 0 done, 1
 // error, 2 bad usage.
 func (g opGroup) run(ctx context.Context, args []string, stdout, stderr io.Writer, conn func(context.Context) (*nats.Conn, error)) int {
 	if len(args) > 0 && args[0] == g.name {
@@ -210,9 +210,10 @@ type natsConn struct {
 // withNATS is how an operator subcommand reaches NATS: under --timeout
 // (plus --wait where the subcommand has one: [op.wait]) it connects, makes
 // what it needs of the connection with open, runs do with it under the
-// same bound, and closes the connection. A failure to connect or to open
-// is printed and exits 1; otherwise the exit status is do's.
-func withNATS[T any](ctx context.Context, o *op, open func(context.Context, *op, natsConn) (T, error), do func(context.Context, T) int) int {
+// same bound, and closes the connection. It returns the exit status: 0
+// when do returns nil; 1 when connecting, open or do fails, the error
+// printed unless it is [errShown].
+func withNATS[T any](ctx context.Context, o *op, open func(context.Context, *op, natsConn) (T, error), do func(context.Context, T) error) int {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout+o.wait)
 	defer cancel()
 	nc, err := o.conn(ctx)
@@ -228,8 +229,20 @@ func withNATS[T any](ctx context.Context, o *op, open func(context.Context, *op,
 	if err != nil {
 		return o.fail(err)
 	}
-	return do(ctx, v)
+	switch err := do(ctx, v); {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errShown):
+		return exitError
+	default:
+		return o.fail(err)
+	}
 }
+
+// errShown is the error of a subcommand that has shown what failed
+// itself (tools status, beside each tool): exit status 1, nothing more
+// printed.
+var errShown = errors.New("failed, as shown")
 
 // useConn is the open of [withNATS] for a subcommand that uses the
 // connection itself.

@@ -199,10 +199,10 @@ func runsList(ctx context.Context, o *op, args []string) int {
 	if code, ok := checkFilter(o, f); !ok {
 		return code
 	}
-	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) error {
 		states, err := runs.Select(ctx, conn.js, o.subjects, *f)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		switch {
 		case *asJSON:
@@ -212,10 +212,7 @@ func runsList(ctx context.Context, o *op, args []string) int {
 		default:
 			err = printStates(o.stdout, states)
 		}
-		if err != nil {
-			return o.fail(err)
-		}
-		return exitOK
+		return err
 	})
 }
 
@@ -226,19 +223,19 @@ func runsShow(ctx context.Context, o *op, args []string) int {
 	if done {
 		return code
 	}
-	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) error {
 		st, err := runs.Get(ctx, conn.js, o.subjects, run)
 		if errors.Is(err, runs.ErrNoJournal) {
-			return o.fail(fmt.Errorf("run %s has no journal", run))
+			return fmt.Errorf("run %s has no journal", run)
 		}
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		if *asJSON {
 			if err := json.NewEncoder(o.stdout).Encode(st); err != nil {
-				return o.fail(err)
+				return err
 			}
-			return exitOK
+			return nil
 		}
 		status := st.Status
 		if st.Termination != "" {
@@ -256,7 +253,7 @@ func runsShow(ctx context.Context, o *op, args []string) int {
 		for _, c := range st.PendingCalls {
 			fmt.Fprintf(w, "pending call:      %s %s (deadline %s)\n", c.CallKey, c.Tool, c.Deadline.UTC().Format(time.RFC3339))
 		}
-		return exitOK
+		return nil
 	})
 }
 
@@ -304,17 +301,14 @@ func runsChange(ctx context.Context, o *op, args []string, action string) int {
 			return code
 		}
 	}
-	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) error {
 		var err error
 		if bulk {
 			err = bulkChange(ctx, conn.nc, conn.js, o.subjects, action, *f, *by, *reason, *yes && !*dryRun, o.stdout)
 		} else {
 			err = change(ctx, conn.nc, conn.js, o.subjects, action, run, *by, *reason, o.stdout)
 		}
-		if err != nil {
-			return o.fail(err)
-		}
-		return exitOK
+		return err
 	})
 }
 
@@ -406,22 +400,22 @@ func runsReplay(ctx context.Context, o *op, args []string, agentModels runs.Agen
 		ro.Model = m
 	}
 	replayCtx := ctx // the replay itself: --timeout bounds only its reads (withNATS's ctx)
-	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) error {
 		rep, err := runs.Replay(replayCtx, ctx, conn.js, o.subjects, run, ro)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		if !*asJSON {
 			printReport(o.stdout, run, rep)
-			return exitOK
+			return nil
 		}
 		if err := json.NewEncoder(o.stdout).Encode(struct {
 			RunID protocol.RunID `json:"run_id"`
 			*loop.ReplayReport
 		}{run, rep}); err != nil {
-			return o.fail(err)
+			return err
 		}
-		return exitOK
+		return nil
 	})
 }
 
@@ -479,15 +473,12 @@ func runsFork(ctx context.Context, o *op, args []string) int {
 			return o.usageError("--messages: %v", err)
 		}
 	}
-	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) error {
 		msgs, err := runs.Fork(ctx, conn.js, o.subjects, run, *at, more)
 		if err == nil {
 			err = writeFork(o.stdout, o.stderr, *out, run, *at, msgs)
 		}
-		if err != nil {
-			return o.fail(err)
-		}
-		return exitOK
+		return err
 	})
 }
 
@@ -564,11 +555,11 @@ func runsInput(ctx context.Context, o *op, args []string) int {
 	if *interrupt {
 		mode = protocol.RunInputInterrupt
 	}
-	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) int {
+	return withNATS(ctx, o, useConn, func(ctx context.Context, conn natsConn) error {
 		if err := runs.Input(ctx, conn.nc, o.subjects, *client, run, mode, *text); err != nil {
-			return o.fail(err)
+			return err
 		}
 		fmt.Fprintf(o.stdout, "run %s took the input (%s)\n", run, mode)
-		return exitOK
+		return nil
 	})
 }

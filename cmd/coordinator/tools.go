@@ -147,16 +147,16 @@ func toolsPause(ctx context.Context, o *op, args []string) int {
 			return o.usageError("--until is in the past")
 		}
 	}
-	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) error {
 		end = end.UTC()
 		note := aud.note(tool, now)
 		note.Until = &end
 		p, err := tt.Pause(ctx, note)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		fmt.Fprintf(o.stdout, "paused %s %s\n", tool, pauseText(p.Until, now))
-		return exitOK
+		return nil
 	})
 }
 
@@ -168,12 +168,12 @@ func toolsResume(ctx context.Context, o *op, args []string) int {
 	if done {
 		return code
 	}
-	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) error {
 		if err := tt.Resume(ctx, aud.note(tool, o.now().UTC())); err != nil {
-			return o.fail(err)
+			return err
 		}
 		fmt.Fprintf(o.stdout, "resumed %s\n", tool)
-		return exitOK
+		return nil
 	})
 }
 
@@ -199,18 +199,18 @@ func toolsLimit(ctx context.Context, o *op, args []string) int {
 	if code, done := aud.check(o); done {
 		return code
 	}
-	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) error {
 		note := aud.note(tools[0], o.now().UTC())
 		note.Rate, note.Burst = *rate, *burst
 		if err := tt.SetLimit(ctx, note); err != nil {
-			return o.fail(err)
+			return err
 		}
 		if *rate == 0 {
 			fmt.Fprintf(o.stdout, "%s: no rate limit (every worker within a few seconds)\n", tools[0])
 		} else {
 			fmt.Fprintf(o.stdout, "%s: at most %g calls/s, burst %d, fleet-wide (every worker within a few seconds)\n", tools[0], *rate, max(*burst, 1))
 		}
-		return exitOK
+		return nil
 	})
 }
 
@@ -220,15 +220,15 @@ func toolsStatus(ctx context.Context, o *op, args []string) int {
 	if done {
 		return code
 	}
-	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) error {
 		now := o.now()
-		code = exitOK
+		var failed error // each tool's error is shown beside it
 		for _, tool := range tools {
 			p, err := tt.PauseState(ctx, tool)
 			switch {
 			case err != nil:
 				fmt.Fprintf(o.stdout, "%s: %v\n", tool, err)
-				code = exitError
+				failed = errShown
 			case p.Paused:
 				fmt.Fprintf(o.stdout, "%s: paused %s\n", tool, pauseText(p.Until, now))
 			default:
@@ -237,7 +237,7 @@ func toolsStatus(ctx context.Context, o *op, args []string) int {
 			switch lim, set, err := tt.Limit(ctx, tool); {
 			case err != nil:
 				fmt.Fprintf(o.stdout, "%s: rate limit: %v\n", tool, err)
-				code = exitError
+				failed = errShown
 			case !set:
 				fmt.Fprintf(o.stdout, "%s: rate limit: the manifest's, if it declares one\n", tool)
 			case !lim.Limited():
@@ -246,7 +246,7 @@ func toolsStatus(ctx context.Context, o *op, args []string) int {
 				fmt.Fprintf(o.stdout, "%s: rate limit: %g calls/s, burst %d (set by the operator)\n", tool, lim.Rate, max(lim.Burst, 1))
 			}
 		}
-		return code
+		return failed
 	})
 }
 
@@ -261,11 +261,11 @@ func toolsHistory(ctx context.Context, o *op, args []string) int {
 	if len(tools) == 1 {
 		tool = tools[0]
 	}
-	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) int {
+	return withNATS(ctx, o, openTraffic, func(ctx context.Context, tt *admission.ToolTraffic) error {
 		n := max(*limit, 1)
 		recs, err := tt.History(ctx, tool, n)
 		if err != nil {
-			return o.fail(err)
+			return err
 		}
 		if len(recs) > n {
 			recs = recs[len(recs)-n:]
@@ -292,7 +292,7 @@ func toolsHistory(ctx context.Context, o *op, args []string) int {
 			}
 			fmt.Fprintln(o.stdout, line)
 		}
-		return exitOK
+		return nil
 	})
 }
 
