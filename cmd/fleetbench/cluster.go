@@ -55,7 +55,7 @@ func (b *bench) replicated(ctx context.Context, dir string) error {
 	}
 	defer ws.stop()
 	b.step("cluster: sustained echo calls, %d workers", workers)
-	w, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration)
+	w, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration, false)
 	if err != nil {
 		return err
 	}

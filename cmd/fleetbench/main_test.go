@@ -42,6 +42,7 @@ func TestShortRun(t *testing.T) {
 		"full loop, 8 runs × 32-call rounds, 1 worker(s)",
 		"dispatch only, 8 inboxes × 32-call rounds, 2 worker(s)",
 		"full loop, 8 runs × 32-call rounds, 4 worker(s)",
+		"full loop, journaled runs (RunDurable), 8 runs × 32-call rounds, 2 worker(s)",
 		"32 calls sleeping 20 ms, full loop round, 1 worker(s)",
 		"32 calls sleeping 20 ms, full loop round, 4 worker(s)",
 		"coordinator: 20 concurrent runs, busy",

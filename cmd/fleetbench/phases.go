@@ -232,7 +232,7 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 			ws.stop()
 			return err
 		}
-		w, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration)
+		w, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration, false)
 		stopProfile()
 		if err != nil {
 			ws.stop()
@@ -248,6 +248,15 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 		}
 		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
 			rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), floor: vsFloorRate(w, b.floorSustained[n]), note: note})
+		b.step("fleet: sustained echo calls, journaled runs, %d workers", n)
+		jw, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration, true)
+		if err != nil {
+			ws.stop()
+			return err
+		}
+		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, journaled runs (RunDurable), %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
+			rate: jw.rate(), cpu: jw.cpuPerCall(), msgs: jw.msgsPerCall(), floor: vsFloorRate(jw, b.floorSustained[n]),
+			note: fmt.Sprintf("%d calls in %v; rate %.2f× the unjournaled loop's", jw.calls.Load(), b.p.duration, float64(jw.calls.Load())/float64(max(w.calls.Load(), 1)))})
 		d, err := f.dispatchSustained(ctx, b.p.sustainConc, b.p.warm, b.p.duration)
 		ws.stop()
 		if err != nil {

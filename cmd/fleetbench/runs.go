@@ -162,8 +162,15 @@ func (f *fleet) loopLatencyOf(ctx context.Context, n, calls int, tool, args, wan
 }
 
 // loopSustained keeps conc runs going, each asking for rounds of calls
-// calls to tool, until the window ends.
-func (f *fleet) loopSustained(ctx context.Context, conc, calls int, tool, args, want string, warm, d time.Duration) (*window, error) {
+// calls to tool, until the window ends; journaled, each run is durable,
+// journaled in the journal stream as a served run is.
+func (f *fleet) loopSustained(ctx context.Context, conc, calls int, tool, args, want string, warm, d time.Duration, journaled bool) (*window, error) {
+	if journaled {
+		if _, err := f.js.CreateStream(ctx, coordinator.JournalStreamConfig(f.subjects)); err != nil &&
+			!errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, err
+		}
+	}
 	w := newWindow(warm, d)
 	var stop atomic.Bool
 	var bad atomic.Int64
@@ -173,9 +180,18 @@ func (f *fleet) loopSustained(ctx context.Context, conc, calls int, tool, args, 
 	if err != nil {
 		return nil, err
 	}
-	wait := goEach(conc, func() error {
-		return w.repeat(0, func() error { return checkRun(r.Run(ctx, "bench")) })
-	})
+	one := func() error { return checkRun(r.Run(ctx, "bench")) }
+	if journaled {
+		one = func() error {
+			run := protocol.NewRunID()
+			j, err := stores.OpenJournal(ctx, f.js, f.subjects, run, "fleetbench", "start")
+			if err != nil {
+				return err
+			}
+			return checkRun(r.RunDurable(ctx, loop.Durable{Prompt: "bench", RunID: run, Journal: j}))
+		}
+	}
+	wait := goEach(conc, func() error { return w.repeat(0, one) })
 	time.AfterFunc(time.Until(w.end), func() { stop.Store(true) })
 	first := wait()
 	if b := bad.Load(); b > 0 && first == nil {

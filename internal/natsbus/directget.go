@@ -36,7 +36,7 @@ type DirectReader struct {
 // NewDirectReader returns a reader on js's connection and JetStream
 // domain.
 func NewDirectReader(js JetStream) *DirectReader {
-	return &DirectReader{nc: js.Conn(), api: apiPrefix(js)}
+	return &DirectReader{nc: js.Conn(), api: APIPrefix(js)}
 }
 
 // Bounds of a direct get.

@@ -25,7 +25,7 @@ func GetFromLeader(ctx context.Context, js jetstream.JetStream, stream string, g
 	if err != nil {
 		return nil, err
 	}
-	reply, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+stream, req)
+	reply, err := js.Conn().RequestWithContext(ctx, APIPrefix(js)+"STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return nil, err
 	}
@@ -70,8 +70,8 @@ func DecodeMsgGet(data []byte) (*jetstream.RawStreamMsg, error) {
 	return m, nil
 }
 
-// apiPrefix returns the subject prefix of js's JetStream API requests.
-func apiPrefix(js jetstream.JetStream) string {
+// APIPrefix returns the subject prefix of js's JetStream API requests.
+func APIPrefix(js jetstream.JetStream) string {
 	switch o := js.Options(); {
 	case o.Domain != "":
 		return "$JS." + o.Domain + ".API."

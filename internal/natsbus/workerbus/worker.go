@@ -152,7 +152,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 	for _, tc := range w.tools {
 		w.toolByName[tc.name] = tc
 		tc.queue = workqueue.NewWorkQueue(workqueue.WorkQueueConfig{
-			Slots: w.sem, Settling: w.settling, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight,
+			Slots: w.sem, Settling: w.settling, MaxFetchBatch: cfg.MaxFetchBatch, PollWait: cfg.PollWait, InFlight: &w.inflight, JS: js,
 			Logger: w.log.With().Str(natsbus.LogTool, string(tc.name)).Logger(), Noun: "calls",
 			Ensure: func(ctx context.Context) (jetstream.Consumer, error) { return w.ensureConsumer(ctx, tc.config) },
 			// Streams that differ from the expected configuration: take no call.

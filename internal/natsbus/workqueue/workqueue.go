@@ -170,6 +170,11 @@ type WorkQueueConfig struct {
 	// whose messages can wait: batch calls. Default: 0, pulls wait up to
 	// PollWait in the server holding one slot.
 	IdlePoll time.Duration
+	// JS, when set, makes the queue stream its pulls: one subscription
+	// for the life of Run, a request sent as soon as a slot frees, while
+	// others are still out (stream.go). It must be the context the
+	// consumer is on. Not with IdlePoll. Default: nil, one pull at a time.
+	JS jetstream.JetStream
 	// InFlight, when set, counts the running handlers, so the owner can
 	// wait for them under its shutdown grace.
 	InFlight *sync.WaitGroup
@@ -258,12 +263,25 @@ func (q *WorkQueue) EnsureRetrying(ctx context.Context) error {
 // handler of each in its own goroutine under execCtx, settling the message
 // as it decides. Ensure must have succeeded. Run returns once ctx ended
 // and no pull is in progress; handlers may still run (see InFlight).
+//
+// A queue with a JetStream context (JS) and no IdlePoll streams its pulls
+// on one subscription (stream.go); others make one pull at a time.
 func (q *WorkQueue) Run(ctx, execCtx context.Context) {
+	if q.cfg.JS != nil && q.cfg.IdlePoll == 0 {
+		q.runStreamed(ctx, execCtx)
+		return
+	}
 	// Handlers run on goroutines that, done with a message, wait for the
 	// next one (their stacks already grown) until Run returns: about as
 	// many goroutines as the slots, not one per message.
 	idle := make(chan jetstream.Msg)
 	defer close(idle)
+	q.runFetching(ctx, execCtx, idle)
+}
+
+// runFetching is Run making one pull at a time, each a subscription of
+// its own (jetstream's Fetch).
+func (q *WorkQueue) runFetching(ctx, execCtx context.Context, idle chan jetstream.Msg) {
 	failures, empty := 0, 0
 	for {
 		if q.cfg.Wait != nil {

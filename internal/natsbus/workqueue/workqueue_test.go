@@ -19,6 +19,25 @@ import (
 // leave keeps it pending until the ack wait — and the queue never runs
 // more handlers than it has slots.
 func TestWorkQueueDecisions(t *testing.T) {
+	eachMode(t, testWorkQueueDecisions)
+}
+
+// eachMode runs test with a queue pulling one request at a time (streamed
+// false) and with one streaming its pulls (WorkQueueConfig.JS set).
+func eachMode(t *testing.T, test func(t *testing.T, streamed bool)) {
+	t.Run("fetching", func(t *testing.T) { test(t, false) })
+	t.Run("streamed", func(t *testing.T) { test(t, true) })
+}
+
+// streamedOn is the JS a queue of the mode is configured with.
+func streamedOn(js jetstream.JetStream, streamed bool) jetstream.JetStream {
+	if streamed {
+		return js
+	}
+	return nil
+}
+
+func testWorkQueueDecisions(t *testing.T, streamed bool) {
 	srv := natstest.Start(t)
 	js, err := jetstream.New(natstest.Connect(t, srv))
 	if err != nil {
@@ -37,7 +56,7 @@ func TestWorkQueueDecisions(t *testing.T) {
 	running, most := 0, 0
 	const slots = 2
 	q := workqueue.NewWorkQueue(workqueue.WorkQueueConfig{
-		Slots: semaphore.NewWeighted(slots), MaxFetchBatch: 4, PollWait: 100 * time.Millisecond,
+		Slots: semaphore.NewWeighted(slots), MaxFetchBatch: 4, PollWait: 100 * time.Millisecond, JS: streamedOn(js, streamed),
 		Ensure: func(ctx context.Context) (jetstream.Consumer, error) {
 			return js.CreateOrUpdateConsumer(ctx, "Q", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
 		},
@@ -93,6 +112,10 @@ func TestWorkQueueDecisions(t *testing.T) {
 // waits, within the Settling allowance; with no room in Settling, the slot
 // stays taken and the next message waits for the handler to return.
 func TestWorkQueueFreeSlot(t *testing.T) {
+	eachMode(t, testWorkQueueFreeSlot)
+}
+
+func testWorkQueueFreeSlot(t *testing.T, streamed bool) {
 	for _, c := range []struct {
 		name     string
 		settling int64
@@ -119,7 +142,7 @@ func TestWorkQueueFreeSlot(t *testing.T) {
 			var mu sync.Mutex
 			started := 0
 			q := workqueue.NewWorkQueue(workqueue.WorkQueueConfig{
-				Slots: semaphore.NewWeighted(1), Settling: semaphore.NewWeighted(c.settling), PollWait: 100 * time.Millisecond,
+				Slots: semaphore.NewWeighted(1), Settling: semaphore.NewWeighted(c.settling), PollWait: 100 * time.Millisecond, JS: streamedOn(js, streamed),
 				Ensure: func(ctx context.Context) (jetstream.Consumer, error) {
 					return js.CreateOrUpdateConsumer(ctx, "Q", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
 				},
