@@ -20,9 +20,9 @@ const (
 
 // callProgress publishes one call's progress reports.
 type callProgress struct {
-	nc      *nats.Conn
-	subject string
-	base    protocol.Progress
+	nc       *nats.Conn
+	subjects protocol.Subjects
+	base     protocol.Progress
 
 	mu      sync.Mutex
 	seq     uint64
@@ -35,12 +35,8 @@ type callProgress struct {
 // withProgress returns ctx carrying a progress sink for call, for the
 // harness, and the function that ends it once the call is over.
 func (w *Worker) withProgress(ctx context.Context, call protocol.Call) (context.Context, func()) {
-	subject, err := w.subjects.Progress(call.RunID, call.CallKey)
-	if err != nil {
-		return ctx, func() {}
-	}
 	p := &callProgress{
-		nc: w.nc, subject: subject, limit: admission.NewRateBucket(ProgressRate, time.Now()),
+		nc: w.nc, subjects: w.subjects, limit: admission.NewRateBucket(ProgressRate, time.Now()),
 		base: protocol.Progress{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Tool: call.Tool, Worker: w.cfg.Name},
 	}
 	return harness.WithProgress(ctx, p.report), p.end
@@ -81,13 +77,19 @@ func (p *callProgress) end() {
 	}
 }
 
-// publish sends report seq (core NATS, best effort). Called with mu held.
+// publish sends report seq (core NATS, best effort) on the call's
+// progress subject, made at the first report: most calls make none.
+// Called with mu held.
 func (p *callProgress) publish(msg string) {
+	subject, err := p.subjects.Progress(p.base.RunID, p.base.CallKey)
+	if err != nil {
+		return
+	}
 	m := p.base
 	m.Seq, m.Message, m.Dropped = p.seq, msg, p.dropped
 	data, err := protocol.Encode(&m)
 	if err != nil {
 		return
 	}
-	_ = p.nc.Publish(p.subject, data)
+	_ = p.nc.Publish(subject, data)
 }

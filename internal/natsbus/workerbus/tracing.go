@@ -40,13 +40,13 @@ type callTrace struct {
 func startCallTrace(ctx context.Context, tool protocol.ToolName, m jetstream.Msg) *callTrace {
 	ctx = tracing.Extract(ctx, m.Headers())
 	tr := workerTracer()
-	ctx, span := tr.Start(ctx, "execute_tool "+string(tool), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", string(tool)),
-			attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject())))
+	ctx, span := tr.Start(ctx, "execute_tool "+string(tool), trace.WithSpanKind(trace.SpanKindConsumer))
 	ct := &callTrace{ctx: ctx, span: span, outcome: notRun}
 	if !span.IsRecording() {
-		return ct
+		return ct // no exporter, or not sampled: nothing more to build
 	}
+	span.SetAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", string(tool)),
+		attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject()))
 	if md, err := m.Metadata(); err == nil && !md.Timestamp.IsZero() {
 		_, q := tr.Start(ctx, "queue wait", trace.WithTimestamp(md.Timestamp))
 		q.SetAttributes(attribute.Int("toolfleet.attempt", max(int(md.NumDelivered), 1)))

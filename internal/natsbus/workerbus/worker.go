@@ -72,9 +72,9 @@ type Worker struct {
 	routes *stores.RecordRoutes
 
 	mu      sync.Mutex
-	running map[string]map[uint64]context.CancelCauseFunc // run.key → cancels
+	running map[callRef]map[uint64]context.CancelCauseFunc // cancels of each call running here
 	nextID  uint64
-	active  map[string]uint64 // run.key → stream sequence of idempotent calls running here
+	active  map[callRef]uint64 // stream sequence of idempotent calls running here
 
 	// resultLanes coalesces results of calls whose coordinator reads
 	// batches; resultsAlone counts the results published in their own
@@ -122,8 +122,8 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		nc: nc, js: js, subjects: subjects, h: h, cfg: cfg,
 		log:     cfg.Logger.With().Str(natsbus.LogWorker, cfg.Name).Logger(),
 		sem:     semaphore.NewWeighted(int64(cfg.Concurrency)),
-		running: make(map[string]map[uint64]context.CancelCauseFunc),
-		active:  make(map[string]uint64),
+		running: make(map[callRef]map[uint64]context.CancelCauseFunc),
+		active:  make(map[callRef]uint64),
 		routes:  stores.NewRecordRoutes(js, subjects),
 	}
 	// As many calls again may be storing their result out of their slots
@@ -336,7 +336,7 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		return
 	}
 	w.mu.Lock()
-	cancels := w.running[runKey(c.RunID, c.CallKey)]
+	cancels := w.running[callRefOf(c.RunID, c.CallKey)]
 	for _, cancel := range cancels {
 		cancel(errCancelRequested)
 	}
@@ -350,7 +350,7 @@ func (w *Worker) onCancel(m *nats.Msg) {
 // register makes cancel reachable by cancel messages for the call; the
 // returned func removes it.
 func (w *Worker) register(run protocol.RunID, key protocol.CallKey, cancel context.CancelCauseFunc) func() {
-	ref := runKey(run, key)
+	ref := callRefOf(run, key)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.nextID++
@@ -373,7 +373,7 @@ func (w *Worker) register(run protocol.RunID, key protocol.CallKey, cancel conte
 // already runs the same call from the same stream message (seq); then it
 // returns false. seq 0 (unknown) never matches.
 func (w *Worker) begin(run protocol.RunID, key protocol.CallKey, seq uint64) bool {
-	ref := runKey(run, key)
+	ref := callRefOf(run, key)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cur, ok := w.active[ref]; ok && seq != 0 && cur == seq {
@@ -385,7 +385,7 @@ func (w *Worker) begin(run protocol.RunID, key protocol.CallKey, seq uint64) boo
 
 // end forgets an idempotent call begun here from message seq.
 func (w *Worker) end(run protocol.RunID, key protocol.CallKey, seq uint64) {
-	ref := runKey(run, key)
+	ref := callRefOf(run, key)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cur, ok := w.active[ref]; ok && cur == seq {
@@ -393,7 +393,14 @@ func (w *Worker) end(run protocol.RunID, key protocol.CallKey, seq uint64) {
 	}
 }
 
-func runKey(run protocol.RunID, key protocol.CallKey) string { return string(run) + "." + string(key) }
+// callRef names a call of a run in the worker's maps, with no string built
+// per call.
+type callRef struct {
+	run protocol.RunID
+	key protocol.CallKey
+}
+
+func callRefOf(run protocol.RunID, key protocol.CallKey) callRef { return callRef{run, key} }
 
 // toolConsumerConfig is the durable consumer every worker serving tool
 // shares, with cfg's defaults applied.
