@@ -34,10 +34,11 @@ import (
 // tool leaves the worker's other slots to its other tools. A message for
 // that request ends the idleness.
 //
-// A request whose end never comes (a reply lost in a reconnection) is
-// given up lostAfter past its expiry: its slots go back, and a message
-// that still arrives for it is handed back (nak), never run without a
-// slot. When Run's context ends the queue sends nothing more, hands back
+// A request whose end never comes is given up lostAfter past its expiry,
+// and every request out is given up when the connection is made again
+// (the server that held it restarted, or another serves the connection):
+// its slots go back, and a message that still arrives for it is handed
+// back (nak), never run without a slot. When Run's context ends the queue sends nothing more, hands back
 // what still arrives, and returns once every request has ended (or was
 // given up), so the server sends nothing to a stopped queue.
 
@@ -105,13 +106,19 @@ func (q *WorkQueue) runStreamed(ctx, execCtx context.Context) {
 	defer s.unsubscribe()
 	sweep := time.NewTicker(q.cfg.PollWait)
 	defer sweep.Stop()
+	// A reconnection loses the requests out: the server that held them
+	// restarted, or another one serves the connection now.
+	reconnected := s.nc.StatusChanged(nats.CONNECTED)
+	defer s.nc.RemoveStatusListener(reconnected)
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case now := <-sweep.C:
-				s.giveUpLost(now)
+				s.giveUp(now, false)
+			case <-reconnected:
+				s.giveUp(time.Now(), true)
 			}
 		}
 	}()
@@ -357,14 +364,15 @@ func (s *streamer) signalLocked() {
 	s.changed = make(chan struct{})
 }
 
-// giveUpLost gives up the requests whose end is overdue at now; their
-// subscriptions carry no other request, and end lostAfter later.
-func (s *streamer) giveUpLost(now time.Time) {
+// giveUp gives up the requests whose end is overdue at now, or all of
+// them; their subscriptions carry no other request, and end lostAfter
+// later.
+func (s *streamer) giveUp(now time.Time, all bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	kept := s.subs[:0]
 	for _, ps := range s.subs {
-		if r := ps.req; r != nil && !now.Before(r.giveUpAt) {
+		if r := ps.req; r != nil && (all || !now.Before(r.giveUpAt)) {
 			ps.retired, ps.retiredAt = true, now
 			s.endLocked(ps, r)
 		}
@@ -400,7 +408,7 @@ func (s *streamer) stop() {
 		}
 		wait := time.Until(last)
 		if wait <= 0 {
-			s.giveUpLost(time.Now())
+			s.giveUp(time.Now(), false)
 			s.handing.Wait()
 			return
 		}
