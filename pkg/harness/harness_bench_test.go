@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -49,5 +50,41 @@ func BenchmarkExecute(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkWorkerCall is the per-call check path of a worker, with no
+// transport: the strict decode of a call as the worker receives it, its
+// run in the harness (the echo tool's arguments validated against its
+// schema, the deadline, panic isolation, bounded output) and the encode
+// of its result within the message bound. Every allocation here is one
+// per call in the fleet.
+func BenchmarkWorkerCall(b *testing.B) {
+	h := benchHarness(b)
+	data, err := protocol.Encode(&protocol.Call{V: protocol.Version, RunID: protocol.NewRunID(), Round: 1,
+		CallKey: protocol.NewCallKey(), CallID: "call_abc123", Tool: "echo",
+		Arguments: []byte(`{"text":"` + strings.Repeat("x", 128) + `"}`),
+		Deadline:  time.Now().Add(time.Hour), MaxOutputChars: protocol.DefaultMaxObservationChars})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		call, err := protocol.DecodeCall(data, protocol.DefaultMaxMessageBytes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res := h.ExecuteUnlogged(ctx, harness.Call{Tool: call.Tool, Arguments: call.Arguments,
+			Deadline: call.Deadline, MaxOutputChars: call.MaxOutputChars, CallKey: call.CallKey})
+		if res.Outcome != protocol.OutcomeOK {
+			b.Fatalf("outcome %q, want ok", res.Outcome)
+		}
+		r := protocol.Result{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey,
+			Outcome: res.Outcome, Output: res.Output, Truncated: res.Truncated, ErrorType: res.ErrorType,
+			DurationMS: res.Duration.Milliseconds(), Worker: "worker-1", Attempt: 1}
+		if _, err := protocol.EncodeResultWithin(&r, protocol.DefaultMaxMessageBytes); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
