@@ -16,15 +16,15 @@ import (
 // That goroutine is kept for later calls (a runner): a new goroutine
 // starts with a small stack and copies it each time it grows to what a
 // tool and the libraries it calls need, which costs more than most short
-// tools' own work. A runner that has run a call waits up to runnerIdle
-// for the next, and is back among the idle ones before its caller has the
-// result, so that calls made one after the other run on one runner. A call
-// takes the runner that finished last, or starts one: it never waits for
-// one. A runner whose tool panicked, called runtime.Goexit or was
-// abandoned runs no other call.
+// tools' own work. A runner that has run a call is back among the idle
+// ones before its caller has the result, so that calls made one after the
+// other run on one runner. A call takes the runner that finished last, or
+// starts one: it never waits for one. A runner that has been idle, with no
+// call, for runnerIdle (checked every runnerIdle) exits, and so does one
+// whose tool panicked, called runtime.Goexit or was abandoned.
 
-// runnerIdle is how long a runner waits for its next call before it
-// exits.
+// runnerIdle is how long a runner stays idle before it exits, at least;
+// at most twice as long.
 const runnerIdle = 10 * time.Second
 
 // goResult is what a Go tool's call produced.
@@ -65,13 +65,29 @@ func (c *goCall) release() {
 
 // runner is a goroutine that runs Go tools' calls, one at a time.
 type runner struct {
-	calls chan *goCall // buffered: a runner is handed one call while idle
+	calls chan *goCall // buffered: a runner is handed one call while idle; nil: exit
+	check *time.Timer  // its idle check, every runnerIdle
+
+	// Under runners.mu:
+	taken  uint64 // calls handed to it
+	seen   uint64 // taken at its last idle check
+	exited bool
 }
 
 // runners are the idle runners, the one that finished last on top.
 type runners struct {
 	mu   sync.Mutex
 	idle []*runner
+	// idleFor replaces runnerIdle in tests (export_test.go); 0: runnerIdle.
+	idleFor time.Duration
+}
+
+// idleCheck is the time between a runner's idle checks.
+func (p *runners) idleCheck() time.Duration {
+	if p.idleFor > 0 {
+		return p.idleFor
+	}
+	return runnerIdle
 }
 
 // take removes the runner that finished last from the idle ones; nil if
@@ -86,6 +102,7 @@ func (p *runners) take() *runner {
 	r := p.idle[n-1]
 	p.idle[n-1] = nil
 	p.idle = p.idle[:n-1]
+	r.taken++
 	return r
 }
 
@@ -96,18 +113,43 @@ func (p *runners) put(r *runner) {
 	p.mu.Unlock()
 }
 
-// retire removes r from the idle runners, reporting whether it was idle:
-// false when a call has just taken it.
-func (p *runners) retire(r *runner) bool {
+// start starts a runner for c.
+func (p *runners) start(h *Harness, c *goCall) {
+	r := &runner{calls: make(chan *goCall, 1), taken: 1}
+	p.mu.Lock() // checkIdle reads r.check
+	r.check = time.AfterFunc(p.idleCheck(), func() { p.checkIdle(r) })
+	p.mu.Unlock()
+	go h.runner(r, c)
+}
+
+// checkIdle tells r to exit if it is idle and was handed no call since
+// its last check, and otherwise checks again after runnerIdle. The check
+// runs on a timer, not in the runner's wait for its next call, which is a
+// plain receive.
+func (p *runners) checkIdle(r *runner) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, idle := range p.idle {
-		if idle == r {
-			p.idle = slices.Delete(p.idle, i, i+1)
-			return true
-		}
+	if r.exited {
+		p.mu.Unlock()
+		return
 	}
-	return false
+	if i := slices.Index(p.idle, r); i >= 0 && r.taken == r.seen {
+		p.idle = slices.Delete(p.idle, i, i+1)
+		r.exited = true
+		p.mu.Unlock()
+		r.calls <- nil
+		return
+	}
+	r.seen = r.taken
+	p.mu.Unlock()
+	r.check.Reset(p.idleCheck())
+}
+
+// exit records that r has exited, and stops its idle check.
+func (p *runners) exit(r *runner) {
+	p.mu.Lock()
+	r.exited = true
+	p.mu.Unlock()
+	r.check.Stop()
 }
 
 // runGo runs a Go tool on a runner. It returns when the tool returns
@@ -120,7 +162,7 @@ func (h *Harness) runGo(tctx context.Context, e *entry, args []byte) (goResult, 
 	if r := h.runners.take(); r != nil {
 		r.calls <- c
 	} else {
-		go h.runner(&runner{calls: make(chan *goCall, 1)}, c)
+		h.runners.start(h, c)
 	}
 
 	select {
@@ -150,23 +192,13 @@ func (h *Harness) runGo(tctx context.Context, e *entry, args []byte) (goResult, 
 	return goResult{}, false
 }
 
-// runner runs c, then each call handed to it while idle, until it has
-// been idle for runnerIdle or a call did not end normally.
+// runner runs c, then each call handed to it while idle, until it is
+// told to exit (idle for runnerIdle) or a call did not end normally.
 func (h *Harness) runner(r *runner, c *goCall) {
-	var idle *time.Timer
+	defer h.runners.exit(r)
 	for h.runCall(r, c) {
-		if idle == nil {
-			idle = time.NewTimer(runnerIdle)
-		} else {
-			idle.Reset(runnerIdle)
-		}
-		select {
-		case c = <-r.calls:
-		case <-idle.C:
-			if h.runners.retire(r) {
-				return
-			}
-			c = <-r.calls // taken meanwhile: its call is on its way
+		if c = <-r.calls; c == nil {
+			return
 		}
 	}
 }

@@ -124,3 +124,26 @@ func TestGoToolGoroutineReuse(t *testing.T) {
 		t.Fatalf("hang: %+v", r)
 	}
 }
+
+// TestGoToolGoroutineExitsWhenIdle: a goroutine kept for Go tools' calls
+// exits once it has had none for its idle time.
+func TestGoToolGoroutineExitsWhenIdle(t *testing.T) {
+	h, _ := newHarness(t, harness.Config{}, harness.Tool{Name: "where",
+		Run: func(context.Context, json.RawMessage) (string, error) { return goroutineID(), nil }})
+	harness.SetRunnerIdle(h, 10*time.Millisecond)
+	r := h.Execute(t.Context(), harness.Call{Tool: "where", Arguments: json.RawMessage(`{}`)})
+	if r.Outcome != protocol.OutcomeOK {
+		t.Fatalf("where: %+v", r)
+	}
+	if !goroutineExists(r.Output) {
+		t.Fatalf("goroutine %s, kept for the next call, is not among the process's", r.Output)
+	}
+	testsync.WaitUntil(t, 10*time.Second, "the idle goroutine to exit", func() bool { return !goroutineExists(r.Output) })
+}
+
+// goroutineExists reports whether the goroutine numbered id is alive.
+func goroutineExists(id string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Contains(string(buf), "goroutine "+id+" [")
+}

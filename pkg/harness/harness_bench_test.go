@@ -2,6 +2,8 @@ package harness_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +62,35 @@ func BenchmarkExecute(b *testing.B) {
 // of its result within the message bound. Every allocation here is one
 // per call in the fleet.
 func BenchmarkWorkerCall(b *testing.B) {
-	h := benchHarness(b)
+	h, data := benchHarness(b), benchCallData(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := workerCall(h, data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkWorkerCallParallel is BenchmarkWorkerCall with 16 calls at a
+// time, a worker's default slots.
+func BenchmarkWorkerCallParallel(b *testing.B) {
+	h, data := benchHarness(b), benchCallData(b)
+	b.SetParallelism(max(16/runtime.GOMAXPROCS(0), 1))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := workerCall(h, data); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// benchCallData is an echo call of 128 bytes of text, as a coordinator
+// publishes it.
+func benchCallData(b *testing.B) []byte {
+	b.Helper()
 	data, err := protocol.Encode(&protocol.Call{V: protocol.Version, RunID: protocol.NewRunID(), Round: 1,
 		CallKey: protocol.NewCallKey(), CallID: "call_abc123", Tool: "echo",
 		Arguments: []byte(`{"text":"` + strings.Repeat("x", 128) + `"}`),
@@ -68,23 +98,24 @@ func BenchmarkWorkerCall(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		call, err := protocol.DecodeCall(data, protocol.DefaultMaxMessageBytes)
-		if err != nil {
-			b.Fatal(err)
-		}
-		res := h.ExecuteUnlogged(ctx, harness.Call{Tool: call.Tool, Arguments: call.Arguments,
-			Deadline: call.Deadline, MaxOutputChars: call.MaxOutputChars, CallKey: call.CallKey})
-		if res.Outcome != protocol.OutcomeOK {
-			b.Fatalf("outcome %q, want ok", res.Outcome)
-		}
-		r := protocol.Result{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey,
-			Outcome: res.Outcome, Output: res.Output, Truncated: res.Truncated, ErrorType: res.ErrorType,
-			DurationMS: res.Duration.Milliseconds(), Worker: "worker-1", Attempt: 1}
-		if _, err := protocol.EncodeResultWithin(&r, protocol.DefaultMaxMessageBytes); err != nil {
-			b.Fatal(err)
-		}
+	return data
+}
+
+// workerCall decodes data as a worker does, runs the call in h and
+// encodes its result.
+func workerCall(h *harness.Harness, data []byte) error {
+	call, err := protocol.DecodeCall(data, protocol.DefaultMaxMessageBytes)
+	if err != nil {
+		return err
 	}
+	res := h.ExecuteUnlogged(context.Background(), harness.Call{Tool: call.Tool, Arguments: call.Arguments,
+		Deadline: call.Deadline, MaxOutputChars: call.MaxOutputChars, CallKey: call.CallKey})
+	if res.Outcome != protocol.OutcomeOK {
+		return fmt.Errorf("outcome %q, want ok", res.Outcome)
+	}
+	r := protocol.Result{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey,
+		Outcome: res.Outcome, Output: res.Output, Truncated: res.Truncated, ErrorType: res.ErrorType,
+		DurationMS: res.Duration.Milliseconds(), Worker: "worker-1", Attempt: 1}
+	_, err = protocol.EncodeResultWithin(&r, protocol.DefaultMaxMessageBytes)
+	return err
 }
