@@ -82,15 +82,16 @@ func newFloorHarness(log zerolog.Logger) (*harness.Harness, error) {
 var errFloorCall = errors.New("floor: call refused")
 
 // runChecked decodes a call strictly, runs it in the harness and encodes
-// its result.
+// its result within the message bound, as the fleet's worker does.
 func runChecked(ctx context.Context, h *harness.Harness, data []byte) ([]byte, error) {
-	call, err := protocol.DecodeCall(data, 0)
+	call, err := protocol.DecodeCall(data, protocol.DefaultMaxMessageBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errFloorCall, err)
 	}
 	r := h.Execute(ctx, harness.Call{Tool: call.Tool, Arguments: call.Arguments, Deadline: call.Deadline,
 		MaxOutputChars: call.MaxOutputChars, CallKey: call.CallKey})
-	return protocol.Encode(&protocol.Result{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey,
+	res := protocol.Result{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey,
 		Outcome: r.Outcome, Output: r.Output, Truncated: r.Truncated, ErrorType: r.ErrorType,
-		DurationMS: r.Duration.Milliseconds()})
+		DurationMS: r.Duration.Milliseconds()}
+	return protocol.EncodeResultWithin(&res, protocol.DefaultMaxMessageBytes)
 }

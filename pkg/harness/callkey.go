@@ -8,9 +8,24 @@ const EnvCallKey = "TOOLFLEET_CALL_KEY"
 
 type callKeyCtx struct{}
 
+// callKeyContext carries a call's idempotency key: one allocation per
+// call, where context.WithValue makes two (the context, and the key boxed
+// in an interface).
+type callKeyContext struct {
+	context.Context
+	key string
+}
+
+func (c *callKeyContext) Value(k any) any {
+	if _, ok := k.(callKeyCtx); ok {
+		return c.key
+	}
+	return c.Context.Value(k)
+}
+
 // WithCallKey returns ctx carrying a call's idempotency key.
 func WithCallKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, callKeyCtx{}, key)
+	return &callKeyContext{Context: ctx, key: key}
 }
 
 // CallKeyFrom returns the idempotency key of the call a Go tool runs for,

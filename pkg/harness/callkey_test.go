@@ -3,7 +3,9 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/toolfleet/toolfleet/pkg/harness"
 	"github.com/toolfleet/toolfleet/pkg/protocol"
@@ -32,5 +34,39 @@ func TestCallKeyReachesTools(t *testing.T) {
 				t.Errorf("%s with key %q: %+v", tool, key, res)
 			}
 		}
+	}
+}
+
+// TestWithCallKeyKeepsTheContext: a context carrying a call key is still
+// its parent's: its deadline, its values, its end and the cause of it
+// reach the tool and the contexts the tool derives from it.
+func TestWithCallKeyKeepsTheContext(t *testing.T) {
+	type otherKey struct{}
+	cause := errors.New("the call's deadline")
+	deadline := time.Now().Add(time.Hour)
+	parent, cancel := context.WithDeadlineCause(context.WithValue(t.Context(), otherKey{}, "v"), deadline, cause)
+	defer cancel()
+	ctx := harness.WithCallKey(parent, "k1")
+	child, cancelChild := context.WithCancel(ctx)
+	defer cancelChild()
+	if got := harness.CallKeyFrom(child); got != "k1" {
+		t.Errorf("CallKeyFrom = %q, want k1", got)
+	}
+	if got, _ := child.Value(otherKey{}).(string); got != "v" {
+		t.Errorf("the parent's value = %q, want v", got)
+	}
+	if got, ok := child.Deadline(); !ok || !got.Equal(deadline) {
+		t.Errorf("Deadline = %v, %v; want %v", got, ok, deadline)
+	}
+	if child.Err() != nil {
+		t.Fatalf("Err = %v before the end", child.Err())
+	}
+	cancel()
+	<-child.Done()
+	if !errors.Is(child.Err(), context.Canceled) || !errors.Is(context.Cause(child), context.Canceled) {
+		t.Errorf("after the parent's cancel: Err %v, Cause %v", child.Err(), context.Cause(child))
+	}
+	if got := harness.CallKeyFrom(context.Background()); got != "" {
+		t.Errorf("CallKeyFrom a context without one = %q", got)
 	}
 }

@@ -43,6 +43,14 @@
 // MaxAbandoned plus the caller's concurrency. Go tools that do blocking work
 // must honour ctx; put anything that cannot into an exec tool.
 //
+// A Go tool runs on a goroutine of its own, which the harness keeps for
+// later calls (its stack has grown once, not on every call) unless the
+// tool panicked, called runtime.Goexit or was abandoned. What a tool
+// leaves on its goroutine stays for the next calls: a tool that locks its
+// OS thread (runtime.LockOSThread) must unlock it before it returns, and
+// one that changes the thread's state (namespaces, credentials) belongs in
+// an exec tool.
+//
 // On Linux an exec tool runs under a supervisor: the worker's own binary,
 // re-executed, which is a child subreaper, so every process the tool starts
 // stays in its subtree even after setsid or a double fork. When the tool

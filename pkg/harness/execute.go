@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -154,74 +153,6 @@ func endOutcome(tctx context.Context) protocol.Outcome {
 		return protocol.OutcomeTimeout
 	}
 	return protocol.OutcomeCancelled
-}
-
-// goResult is what a Go tool's goroutine produced.
-type goResult struct {
-	out       string
-	err       error
-	panicType string
-	goexit    bool
-}
-
-// States of a Go tool's goroutine.
-const (
-	stateRunning int32 = iota
-	stateFinished
-	stateAbandoned
-)
-
-// runGo runs a Go tool in its own goroutine. It returns when the tool
-// returns (finished) or shortly after tctx ends (not finished: the goroutine
-// is counted in Abandoned until it returns).
-func (h *Harness) runGo(tctx context.Context, e *entry, args []byte) (goResult, bool) {
-	var state atomic.Int32
-	done := make(chan goResult, 1)
-	name := e.tool.Name
-	go func() {
-		var r goResult
-		returned := false
-		defer func() {
-			if p := recover(); p != nil {
-				// The value and the stack may carry arguments or secrets: log
-				// neither.
-				r = goResult{panicType: fmt.Sprintf("panic: %T", p)}
-				h.cfg.Logger.Error().Str(logKeyTool, name).Str(logKeyErrorType, r.panicType).Msg("tool panicked")
-			} else if !returned {
-				r = goResult{goexit: true}
-			}
-			if state.CompareAndSwap(stateRunning, stateFinished) {
-				done <- r
-				return
-			}
-			n := h.abandoned.Add(-1)
-			h.cfg.Logger.Info().Str(logKeyTool, name).Int64(logKeyAbandoned, n).Msg("abandoned tool returned")
-		}()
-		r.out, r.err = e.tool.Run(tctx, args)
-		returned = true
-	}()
-
-	select {
-	case r := <-done:
-		return r, true
-	case <-tctx.Done():
-	}
-	grace := time.NewTimer(abandonGrace)
-	defer grace.Stop()
-	select {
-	case r := <-done:
-		return r, true
-	case <-grace.C:
-	}
-	// Count first, so the goroutine's decrement can never come before it.
-	n := h.abandoned.Add(1)
-	if !state.CompareAndSwap(stateRunning, stateAbandoned) {
-		h.abandoned.Add(-1)
-		return <-done, true // it is sending now
-	}
-	h.cfg.Logger.Warn().Str(logKeyTool, name).Int64(logKeyAbandoned, n).
-		Msg("tool ignored its context: abandoned while still running")
-	return goResult{}, false
 }
 
 // argKeys returns the sorted top-level keys of validated arguments, bounded

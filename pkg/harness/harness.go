@@ -86,6 +86,9 @@ type Harness struct {
 	tools     map[protocol.ToolName]*entry
 	specs     []protocol.ToolSpec // sorted by name
 	abandoned atomic.Int64
+	// runners are the goroutines waiting to run a Go tool's call
+	// (gotool.go).
+	runners runners
 	// escaped counts processes of exec tools found outside their tool's
 	// process group and killed.
 	escaped atomic.Int64

@@ -64,7 +64,7 @@ func OutputLimit(asked, own int) int {
 // output is [ErrTooLarge].
 func EncodeResultWithin(r *Result, limit int) ([]byte, error) {
 	for {
-		data, err := Encode(r)
+		data, err := encodeResult(r)
 		if err != nil {
 			return nil, err
 		}

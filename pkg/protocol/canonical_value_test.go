@@ -3,7 +3,11 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"testing"
+
+	fastjson "github.com/segmentio/encoding/json"
 )
 
 // decodeNumbers decodes doc as schema.ParseObject does.
@@ -73,5 +77,46 @@ func FuzzCanonicalValue(f *testing.F) {
 		if d, w := CanonicalArgsDigest(got), ArgsDigest(doc); d != w {
 			t.Fatalf("CanonicalArgsDigest = %s, ArgsDigest = %s", d, w)
 		}
+	})
+}
+
+// checkCanonicalMatchesEncoder fails t unless CanonicalValue gives v the
+// bytes, or the error, encoding/json gives it (canonicalEncoded, what
+// CanonicalValue was before it tried segmentio/encoding/json first).
+func checkCanonicalMatchesEncoder(t *testing.T, v any) {
+	t.Helper()
+	got, gotErr := CanonicalValue(v)
+	want, wantErr := canonicalEncoded(v)
+	if !bytes.Equal(got, want) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+		t.Fatalf("CanonicalValue(%#v) = %q, %v; encoding/json gives %q, %v", v, got, gotErr, want, wantErr)
+	}
+}
+
+// FuzzCanonicalValueMatchesEncoder compares CanonicalValue with
+// encoding/json's encoder: on doc decoded as schema.ParseObject decodes
+// arguments (segmentio/encoding/json, numbers kept as written) and as
+// encoding/json decodes it, and on s and f in every place a value can
+// be — as a key, a string, a number (json.Number(s), valid or not), a
+// float.
+func FuzzCanonicalValueMatchesEncoder(f *testing.F) {
+	for _, s := range []string{`{}`, `{"b":2,"a":[1.0,"x"]}`, `{"html":"<a href=\"x\">&</a>","u":"\u2028\u2029\u0000\u007f"}`,
+		`{"n":1.50,"big":12345678901234567890,"exp":1e400,"neg":-0}`, "{\"bad\":\"\xff\xfe\"}", `[1,"two",null,true]`, `"s"`} {
+		f.Add([]byte(s), s, 1.5)
+	}
+	f.Add([]byte(`{}`), "\xed\xa0\x80 <>& \t\b\f\r\n\x1f é 😀", 1e21)
+	f.Add([]byte(`{}`), "-01", 1e-7)
+	f.Add([]byte(`{}`), "1e", math.Inf(1))
+	f.Add([]byte(`{}`), "", math.NaN())
+	f.Fuzz(func(t *testing.T, doc []byte, s string, x float64) {
+		var fast any
+		if rest, err := fastjson.Parse(doc, &fast, fastjson.UseNumber); err == nil && len(rest) == 0 {
+			checkCanonicalMatchesEncoder(t, fast)
+		}
+		if v, err := decodeNumbers(doc); err == nil {
+			checkCanonicalMatchesEncoder(t, v)
+		}
+		checkCanonicalMatchesEncoder(t, map[string]any{s: []any{s, json.Number(s), x, true, nil, map[string]any{}, []any{}}})
+		checkCanonicalMatchesEncoder(t, json.Number(s))
+		checkCanonicalMatchesEncoder(t, x)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"sync"
 
 	fastjson "github.com/segmentio/encoding/json"
 )
@@ -83,16 +84,35 @@ func describeJSONError(err error) string {
 
 // DecodeCall decodes and validates a [Call].
 func DecodeCall(data []byte, limit int) (Call, error) {
-	var m Call
-	err := decode(data, limit, &m)
-	return m, err
+	return decodePooled[Call](&calls, data, limit)
 }
 
 // DecodeResult decodes and validates a [Result].
 func DecodeResult(data []byte, limit int) (Result, error) {
-	var m Result
-	err := decode(data, limit, &m)
-	return m, err
+	return decodePooled[Result](&results, data, limit)
+}
+
+// Every tool call's call and result is decoded (and encoded) into a
+// value of one of these pools, which is copied out and cleared: a
+// decoder holds its target through an interface, which would otherwise
+// cost an allocation per message.
+var (
+	calls   = sync.Pool{New: func() any { return new(Call) }}
+	results = sync.Pool{New: func() any { return new(Result) }}
+)
+
+// decodePooled is decode into a value of pool, whose copy it returns.
+func decodePooled[T any, M interface {
+	*T
+	message
+}](pool *sync.Pool, data []byte, limit int) (T, error) {
+	m := pool.Get().(M)
+	err := decode(data, limit, m)
+	v := *m
+	var zero T
+	*m = zero
+	pool.Put(m)
+	return v, err
 }
 
 // DecodeStarted decodes and validates a [Started].
@@ -137,15 +157,39 @@ func DecodeToolSpec(data []byte, limit int) (ToolSpec, error) {
 // gives them the bytes encoding/json gives, faster; the others by
 // encoding/json, whose omitzero the other does not know.
 func Encode(m message) ([]byte, error) {
-	if c, ok := m.(*Call); ok && c.Attempt == 0 {
-		// Workers of earlier releases require it (Call.Attempt).
-		wire := *c
-		wire.Attempt = 1
-		m = &wire
-	}
-	switch m.(type) {
-	case *Call, *Result, *Started, *Cancel:
+	switch m := m.(type) {
+	case *Call:
+		return encodeCall(m)
+	case *Result:
+		return encodeResult(m)
+	case *Started, *Cancel:
 		return fastjson.Marshal(m)
 	}
 	return json.Marshal(m)
+}
+
+// encodeCall is [Encode] of a call, marshalled from a copy in the pool
+// (c itself is only read, and need not be on the heap).
+func encodeCall(c *Call) ([]byte, error) {
+	wire := calls.Get().(*Call)
+	*wire = *c
+	if wire.Attempt == 0 {
+		// Workers of earlier releases require it (Call.Attempt).
+		wire.Attempt = 1
+	}
+	data, err := fastjson.Marshal(wire)
+	*wire = Call{}
+	calls.Put(wire)
+	return data, err
+}
+
+// encodeResult is [Encode] of a result, marshalled from a copy in the
+// pool (r itself is only read, and need not be on the heap).
+func encodeResult(r *Result) ([]byte, error) {
+	wire := results.Get().(*Result)
+	*wire = *r
+	data, err := fastjson.Marshal(wire)
+	*wire = Result{}
+	results.Put(wire)
+	return data, err
 }

@@ -79,6 +79,28 @@ func sameDecode(data []byte, limit int) error {
 			return fmt.Errorf("%T of %q: decoded %+v, want %+v", got, data, got, want)
 		}
 	}
+	// The decoders that reuse their targets give what a new target gets.
+	if err := samePooledDecode(data, limit, DecodeCall); err != nil {
+		return err
+	}
+	return samePooledDecode(data, limit, DecodeResult)
+}
+
+// samePooledDecode says how decodeMsg, a decoder that reuses its
+// targets, and decodeReference differ on data, if they do.
+func samePooledDecode[T any, M interface {
+	*T
+	message
+}](data []byte, limit int, decodeMsg func([]byte, int) (T, error)) error {
+	got, gotErr := decodeMsg(data, limit)
+	var want T
+	wantErr := decodeReference(data, limit, M(&want))
+	if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || reflect.TypeOf(gotErr) != reflect.TypeOf(wantErr) {
+		return fmt.Errorf("pooled %T of %q: error %v, want %v", got, data, gotErr, wantErr)
+	}
+	if !reflect.DeepEqual(got, want) {
+		return fmt.Errorf("pooled %T of %q: decoded %+v, want %+v", got, data, got, want)
+	}
 	return nil
 }
 
