@@ -387,12 +387,20 @@ func (s *streamer) giveUp(now time.Time, all bool) {
 }
 
 // stop hands back what arrives from now on and waits, up to the longest
-// request's give-up time, for every request still out to end.
+// request's give-up time, for every request still out to end. Without a
+// connection none can end (and none can deliver): it gives them all up.
 func (s *streamer) stop() {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
+	down := s.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer s.nc.RemoveStatusListener(down)
+	defer s.handing.Wait()
 	for {
+		if !s.nc.IsConnected() {
+			s.giveUp(time.Now(), true)
+			return
+		}
 		s.mu.Lock()
 		var last time.Time
 		for _, ps := range s.subs {
@@ -403,18 +411,17 @@ func (s *streamer) stop() {
 		changed := s.changed
 		s.mu.Unlock()
 		if last.IsZero() {
-			s.handing.Wait()
 			return
 		}
 		wait := time.Until(last)
 		if wait <= 0 {
 			s.giveUp(time.Now(), false)
-			s.handing.Wait()
 			return
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-changed:
+		case <-down:
 		case <-t.C:
 		}
 		t.Stop()
