@@ -38,9 +38,15 @@ import (
 // and every request out is given up when the connection is made again
 // (the server that held it restarted, or another serves the connection):
 // its slots go back, and a message that still arrives for it is handed
-// back (nak), never run without a slot. When Run's context ends the queue sends nothing more, hands back
-// what still arrives, and returns once every request has ended (or was
-// given up), so the server sends nothing to a stopped queue.
+// back (nak), never run without a slot. A request the server refuses (a
+// 409 other than the consumer's end: too many requests waiting, a
+// leadership change) makes the queue pause before its next one, growing
+// while refusals follow one another.
+//
+// When Run's context ends the queue sends nothing more, hands back what
+// still arrives, and returns once every request has ended or was given up
+// (all of them at once while the connection is down), so the server sends
+// nothing to a stopped queue.
 
 // lostAfter is how long past its expiry (a no-wait request: past its
 // sending) a request's end may take before the queue gives it up.
@@ -87,6 +93,7 @@ type streamer struct {
 	idle     bool       // the last no-wait request found nothing
 	waiting  bool       // the idle state's waiting request is out
 	lost     bool       // the server said the consumer is gone
+	refused  bool       // the server refused a request (a 409)
 	changed  chan struct{}
 	stopping bool
 	// handing counts the messages being handed to a handler: Run waits
@@ -136,7 +143,7 @@ func (s *streamer) setConsumer() {
 // MaxFetchBatch of them while messages wait).
 func (s *streamer) loop(ctx context.Context) {
 	q := s.q
-	failures := 0
+	failures, refusals := 0, 0
 	for {
 		if q.cfg.Wait != nil {
 			if err := q.cfg.Wait(ctx); err != nil {
@@ -144,9 +151,17 @@ func (s *streamer) loop(ctx context.Context) {
 			}
 		}
 		s.mu.Lock()
-		lost, idle, waiting, changed := s.lost, s.idle, s.waiting, s.changed
-		s.lost = false
+		lost, refused, idle, waiting, changed := s.lost, s.refused, s.idle, s.waiting, s.changed
+		s.lost, s.refused = false, false
 		s.mu.Unlock()
+		if refused {
+			refusals++
+			if !natsbus.SleepCtx(ctx, natsbus.Backoff(refusals)) {
+				return
+			}
+		} else {
+			refusals = 0
+		}
 		if lost {
 			if err := q.Ensure(ctx); err != nil {
 				failures++
@@ -314,9 +329,12 @@ func (s *streamer) receive(ps *pullSub, m *nats.Msg) {
 			}
 			s.endLocked(ps, r)
 		}
-		if status == "" || (status == "409" && consumerGone(m.Header.Get("Description"))) {
+		switch {
+		case status == "" || (status == "409" && consumerGone(m.Header.Get("Description"))):
 			s.lost = true
 			s.signalLocked()
+		case status == "409":
+			s.refused = true
 		}
 		s.mu.Unlock()
 		if r != nil && r.took == 0 && s.q.cfg.Pulled != nil {
@@ -331,7 +349,6 @@ func (s *streamer) receive(ps *pullSub, m *nats.Msg) {
 			r.left--
 			s.q.cfg.Slots.Release(1)
 			if r.left == 0 {
-				r.left = 0
 				s.endLocked(ps, r)
 			}
 		}
