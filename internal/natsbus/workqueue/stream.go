@@ -185,22 +185,12 @@ func (s *streamer) loop(ctx context.Context) {
 			}
 			continue
 		}
-		if err := q.cfg.Slots.Acquire(ctx, 1); err != nil {
+		limit, again, ok := q.admitOne(ctx)
+		if !ok {
 			return
 		}
-		limit := q.cfg.MaxFetchBatch
-		if q.cfg.Gate != nil {
-			n, ok := q.cfg.Gate.Admit()
-			if !ok {
-				q.cfg.Slots.Release(1)
-				if err := q.cfg.Gate.Wait(ctx); err != nil {
-					return
-				}
-				continue
-			}
-			if n > 0 {
-				limit = min(limit, n)
-			}
+		if again {
+			continue
 		}
 		// The state may have changed while the slot was awaited.
 		s.mu.Lock()

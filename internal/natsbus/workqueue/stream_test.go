@@ -39,6 +39,15 @@ func queueStream(t *testing.T, n int) (jetstream.JetStream, func(context.Context
 	}
 }
 
+// runQueue runs q until the returned stop is called; stop returns once
+// Run has.
+func runQueue(t *testing.T, q *workqueue.WorkQueue) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); q.Run(ctx, context.Background()) }()
+	return func() { cancel(); <-done }
+}
+
 // TestQueueTakesNoMoreThanItsSlots: with every handler held, the server
 // has delivered exactly as many messages as the queue has slots, and no
 // more however many of the queue's polls pass — whether it pulls one
@@ -61,10 +70,7 @@ func TestQueueTakesNoMoreThanItsSlots(t *testing.T) {
 		if err := q.EnsureRetrying(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() { defer close(done); q.Run(ctx, context.Background()) }()
-		defer func() { cancel(); <-done }()
+		defer runQueue(t, q)()
 		cons, err := js.Consumer(t.Context(), "Q", "c")
 		if err != nil {
 			t.Fatal(err)
@@ -156,10 +162,7 @@ func TestStoppedQueueLeavesNothingDelivered(t *testing.T) {
 		if byFirst == 1 {
 			return // handled before the stop took hold: nothing to hand back
 		}
-		ctx2, cancel2 := context.WithCancel(t.Context())
-		done2 := make(chan struct{})
-		go func() { defer close(done2); newQueue("second").Run(ctx2, context.Background()) }()
-		defer func() { cancel2(); <-done2 }()
+		defer runQueue(t, newQueue("second"))()
 		natstest.WaitFor(t, 15*time.Second, func() error {
 			mu.Lock()
 			defer mu.Unlock()

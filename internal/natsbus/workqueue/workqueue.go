@@ -289,22 +289,12 @@ func (q *WorkQueue) runFetching(ctx, execCtx context.Context, idle chan jetstrea
 				return
 			}
 		}
-		if err := q.cfg.Slots.Acquire(ctx, 1); err != nil {
+		limit, again, ok := q.admitOne(ctx)
+		if !ok {
 			return
 		}
-		limit := q.cfg.MaxFetchBatch
-		if q.cfg.Gate != nil {
-			n, ok := q.cfg.Gate.Admit()
-			if !ok {
-				q.cfg.Slots.Release(1)
-				if err := q.cfg.Gate.Wait(ctx); err != nil {
-					return
-				}
-				continue
-			}
-			if n > 0 {
-				limit = min(limit, n)
-			}
+		if again {
+			continue
 		}
 		slots := 1
 		for slots < limit && q.cfg.Slots.TryAcquire(1) {
@@ -353,6 +343,32 @@ func (q *WorkQueue) runFetching(ctx, execCtx context.Context, idle chan jetstrea
 			return
 		}
 	}
+}
+
+// admitOne waits for a free slot and then asks the gate whether the queue
+// may pull now, and how many messages at most (limit). ok is false once
+// ctx ended. again: the gate said not yet and has since opened; the slot
+// went back, and the caller asks again.
+func (q *WorkQueue) admitOne(ctx context.Context) (limit int, again, ok bool) {
+	if err := q.cfg.Slots.Acquire(ctx, 1); err != nil {
+		return 0, false, false
+	}
+	limit = q.cfg.MaxFetchBatch
+	if q.cfg.Gate == nil {
+		return limit, false, true
+	}
+	n, admitted := q.cfg.Gate.Admit()
+	if !admitted {
+		q.cfg.Slots.Release(1)
+		if err := q.cfg.Gate.Wait(ctx); err != nil {
+			return 0, false, false
+		}
+		return 0, true, true
+	}
+	if n > 0 {
+		limit = min(limit, n)
+	}
+	return limit, false, true
 }
 
 // Drain waits for the handlers in InFlight for up to grace; past it, it

@@ -84,9 +84,7 @@ func testWorkQueueDecisions(t *testing.T, streamed bool) {
 	if err := q.EnsureRetrying(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); q.Run(ctx, context.Background()) }()
+	stop := runQueue(t, q)
 	natstest.WaitFor(t, 10*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -95,8 +93,7 @@ func testWorkQueueDecisions(t *testing.T, streamed bool) {
 		}
 		return nil
 	})
-	cancel()
-	<-done
+	stop()
 	st, _ := js.Stream(t.Context(), "Q")
 	info, err := st.Info(t.Context())
 	if err != nil || info.State.Msgs != 1 {
@@ -161,10 +158,7 @@ func testWorkQueueFreeSlot(t *testing.T, streamed bool) {
 			if err := q.EnsureRetrying(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan struct{})
-			go func() { defer close(done); q.Run(ctx, context.Background()) }()
-			defer func() { cancel(); <-done }()
+			defer runQueue(t, q)()
 			count := func() int { mu.Lock(); defer mu.Unlock(); return started }
 			if c.wantBoth {
 				natstest.WaitFor(t, 10*time.Second, func() error {
