@@ -50,11 +50,13 @@ func TestStreamInfoWaitsForALeader(t *testing.T) {
 	}
 	// The leader goes with one other node: the one left is a follower and
 	// cannot elect itself (a leader left alone would answer for a while).
+	// The other follower goes first, so that no election runs while the
+	// leader still has its quorum: killed first, the leader would leave
+	// two nodes that elect one of them, perhaps the one left.
 	leader := c.WaitForStreamLeader("", "S", time.Minute)
 	gone := []int{leader, (leader + 2) % 3}
-	for _, n := range gone {
-		c.Kill(n)
-	}
+	c.Kill(gone[1])
+	c.Kill(gone[0])
 	// The node left may have been the leader a moment ago (leadership can
 	// move before the kills) and answer until it sees it lost its quorum:
 	// wait until the stream does not answer, so that StreamInfo's first

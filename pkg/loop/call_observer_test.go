@@ -63,3 +63,38 @@ func TestCallObserverFollowsEachCall(t *testing.T) {
 		}
 	}
 }
+
+// TestCallStartedFromTheResult: a run that asks for started notices
+// hears of a call's start even when the worker's notice never comes
+// before its result (the two travel apart): the result, from the worker
+// that ran the call, says so once, before the call is done; a run that
+// asked for none hears of no start.
+func TestCallStartedFromTheResult(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		notices bool
+		want    string
+	}{
+		{"notices asked", true, "queued started:looptest done:ok"},
+		{"no notices asked", false, "queued done:ok"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			log := &callLog{phases: map[string][]string{}}
+			cfg := fastConfig()
+			cfg.Observer = loop.Observers(looptest.NewObserver(), log)
+			m := looptest.NewModel(looptest.Calls(looptest.Call("a", "echo", `{"text":"hi"}`)), looptest.Answer("done"))
+			e := newEnv(t, cfg, m, nil, looptest.AllowAll())
+			e.disp.Started = false // the notice never comes first
+			ctx := t.Context()
+			if c.notices {
+				ctx = loop.WithStartedNotices(ctx)
+			}
+			if _, err := e.runner.Run(ctx, "go"); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(log.phases["a"], " "); got != c.want {
+				t.Errorf("call a: %q, want %q", got, c.want)
+			}
+		})
+	}
+}

@@ -200,6 +200,7 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*roundCa
 			}
 			delete(pending, res.CallKey)
 			ru.keys[res.CallKey] = keyByResult
+			ru.startedFromResult(round, s, res)
 			ru.fromResult(s, res)
 		}
 	case ev.Started != nil && ev.Result == nil:
@@ -221,6 +222,18 @@ func (ru *run) handle(round int, ev Event, pending map[protocol.CallKey]*roundCa
 	default:
 		drop("", dropMalformed)
 	}
+}
+
+// startedFromResult: a run that asked for started notices hears of a
+// call's start from its result when the notice has not come first. The
+// notice travels apart from results and may come after them (then it is
+// dropped above); a worker that answered ok or failed ran the call.
+func (ru *run) startedFromResult(round int, c *roundCall, res protocol.Result) {
+	ran := res.Outcome == protocol.OutcomeOK || res.Outcome == protocol.OutcomeFailed
+	if !ru.startedNotices || c.started || res.Worker == "" || !ran {
+		return
+	}
+	ru.callStartedOnWorker(round, c, protocol.Started{V: res.V, RunID: res.RunID, CallKey: res.CallKey, Worker: res.Worker, Attempt: res.Attempt})
 }
 
 // publishCancels asks workers to stop every call the round gave up on,
