@@ -25,6 +25,8 @@ func (e *ConfigError) ConfigField() string { return e.Field }
 // ConfigProblem returns the text of e.Err.
 func (e *ConfigError) ConfigProblem() string { return e.Err.Error() }
 
+// ConfigErr returns a [ConfigError] for field, its problem formatted as
+// fmt.Errorf would.
 func ConfigErr(field, format string, args ...any) error {
 	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
 }

@@ -57,6 +57,8 @@ type ClassGate struct {
 	opened chan struct{}
 }
 
+// NewClassGate returns a gate that holds batch calls back until the
+// interactive queue's first pull says none waits.
 func NewClassGate() *ClassGate {
 	return &ClassGate{waiting: true, opened: make(chan struct{})}
 }

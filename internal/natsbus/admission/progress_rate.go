@@ -21,6 +21,7 @@ type RateBucket struct {
 	last   time.Time
 }
 
+// NewRateBucket returns a bucket of rate tokens a second, full at now.
 func NewRateBucket(rate int, now time.Time) RateBucket {
 	return RateBucket{rate: float64(rate), tokens: float64(rate), last: now}
 }

@@ -85,6 +85,8 @@ type RateLimiter struct {
 	known bool
 }
 
+// NewRateLimiter returns tool's limiter, at its declared limit until the
+// operator's limits bucket says otherwise.
 func NewRateLimiter(tool protocol.ToolName, declared protocol.RateLimit) *RateLimiter {
 	l := &RateLimiter{tool: tool, declared: declared}
 	l.Set(nil)

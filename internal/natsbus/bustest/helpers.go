@@ -31,6 +31,8 @@ type Fleet struct {
 	Log      *natstest.LogBuffer
 }
 
+// NewFleet starts an embedded server with the fleet's streams for t, and
+// connects to it; both end with t.
 func NewFleet(t *testing.T) *Fleet {
 	t.Helper()
 	srv := natstest.Start(t)
@@ -135,6 +137,7 @@ func (f *Fleet) WaitConsumers(t *testing.T, h *harness.Harness) {
 	}
 }
 
+// Dispatcher returns a dispatcher on f's connection, logging to f.Log.
 func (f *Fleet) Dispatcher(cfg dispatch.DispatcherConfig) *dispatch.Dispatcher {
 	cfg.Logger = f.Log.Logger()
 	return dispatch.NewDispatcher(f.NC, f.JS, f.Subjects, cfg)
@@ -248,6 +251,7 @@ type EventCounter struct {
 	n  map[string]int64
 }
 
+// Observe counts ev: a worker's CallObserver.
 func (c *EventCounter) Observe(ev workerbus.CallEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

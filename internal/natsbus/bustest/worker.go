@@ -9,6 +9,7 @@ import (
 	"github.com/toolfleet/toolfleet/pkg/harness"
 )
 
+// EmptyObject is the schema of a tool that takes no arguments.
 var EmptyObject = json.RawMessage(`{"type":"object","additionalProperties":false}`)
 
 // Counting returns an idempotent tool that counts its runs and waits d

@@ -87,12 +87,12 @@ type RecordRoutes struct {
 	of map[protocol.ToolName]RecordRoute
 }
 
-// route returns tool's route, looking it up the first time.
 // NewRecordRoutes returns the routes of the fleet's tools on js.
 func NewRecordRoutes(js jetstream.JetStream, s protocol.Subjects) *RecordRoutes {
 	return &RecordRoutes{js: js, s: s}
 }
 
+// Route returns tool's route, looking it up the first time.
 func (r *RecordRoutes) Route(ctx context.Context, tool protocol.ToolName) (RecordRoute, error) {
 	r.mu.Lock()
 	route, ok := r.of[tool]

@@ -378,6 +378,10 @@ func (q *WorkQueue) Drain(grace time.Duration, overdue func()) bool {
 	return Drain(q.cfg.InFlight, grace, overdue)
 }
 
+// Drain waits for the handlers counted in inflight for up to grace; past
+// it, it calls overdue and waits for them. It reports whether the grace
+// ran out. [WorkQueue.Drain] is Drain of the queue's InFlight; a worker
+// whose queues share one InFlight drains them all at once.
 func Drain(inflight *sync.WaitGroup, grace time.Duration, overdue func()) bool {
 	done := make(chan struct{})
 	go func() { inflight.Wait(); close(done) }()
