@@ -41,7 +41,7 @@ import (
 // back (nak), never run without a slot. A request the server refuses (a
 // 409 other than the consumer's end: too many requests waiting, a
 // leadership change) makes the queue pause before its next one, growing
-// while refusals follow one another.
+// while refusals follow one another with no other answer between them.
 //
 // When Run's context ends the queue sends nothing more, hands back what
 // still arrives, and returns once every request has ended or was given up
@@ -93,7 +93,8 @@ type streamer struct {
 	idle     bool       // the last no-wait request found nothing
 	waiting  bool       // the idle state's waiting request is out
 	lost     bool       // the server said the consumer is gone
-	refused  bool       // the server refused a request (a 409)
+	refused  bool       // the server refused a request (a 409) since the loop last looked
+	refusals int        // the requests it refused in a row, with no other answer between
 	changed  chan struct{}
 	stopping bool
 	// handing counts the messages being handed to a handler: Run waits
@@ -143,7 +144,7 @@ func (s *streamer) setConsumer() {
 // MaxFetchBatch of them while messages wait).
 func (s *streamer) loop(ctx context.Context) {
 	q := s.q
-	failures, refusals := 0, 0
+	failures := 0
 	for {
 		if q.cfg.Wait != nil {
 			if err := q.cfg.Wait(ctx); err != nil {
@@ -151,16 +152,15 @@ func (s *streamer) loop(ctx context.Context) {
 			}
 		}
 		s.mu.Lock()
-		lost, refused, idle, waiting, changed := s.lost, s.refused, s.idle, s.waiting, s.changed
+		lost, refused, refusals, idle, waiting, changed := s.lost, s.refused, s.refusals, s.idle, s.waiting, s.changed
 		s.lost, s.refused = false, false
 		s.mu.Unlock()
-		if refused {
-			refusals++
-			if !natsbus.SleepCtx(ctx, natsbus.Backoff(refusals)) {
-				return
-			}
-		} else {
-			refusals = 0
+		// The count of refusals in a row is kept where the answers arrive:
+		// the loop is back here before the answer to the request it just
+		// sent, so it cannot tell from its own turns whether refusals
+		// follow one another.
+		if refused && !natsbus.SleepCtx(ctx, natsbus.Backoff(refusals)) {
+			return
 		}
 		if lost {
 			if err := q.Ensure(ctx); err != nil {
@@ -322,9 +322,13 @@ func (s *streamer) receive(ps *pullSub, m *nats.Msg) {
 		switch {
 		case status == "" || (status == "409" && consumerGone(m.Header.Get("Description"))):
 			s.lost = true
+			s.refusals = 0
 			s.signalLocked()
 		case status == "409":
 			s.refused = true
+			s.refusals++
+		default:
+			s.refusals = 0
 		}
 		s.mu.Unlock()
 		if r != nil && r.took == 0 && s.q.cfg.Pulled != nil {
@@ -348,6 +352,7 @@ func (s *streamer) receive(ps *pullSub, m *nats.Msg) {
 	}
 	r.left--
 	r.took++
+	s.refusals = 0
 	if r.left == 0 {
 		s.endLocked(ps, r)
 	}
