@@ -100,7 +100,7 @@ Flags:`,
 	if done {
 		return code
 	}
-	return f.withCoordinator(ctx, cmd, args, func() error { return f.validate(fs, set) }, f.newModel, func(c *coordinator.Coordinator, _ zerolog.Logger) int {
+	return f.withCoordinator(ctx, cmd, args, func() error { return f.validate(fs, set) }, crashWhenAsked(f.newModel), func(c *coordinator.Coordinator, _ zerolog.Logger) int {
 		sc := f.serveConfig()
 		sc.AfterAppend = crashAfter()
 		if err := c.Serve(ctx, sc); err != nil {

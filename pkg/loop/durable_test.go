@@ -526,3 +526,94 @@ func TestDurableHandoffKeepsAHeldResponse(t *testing.T) {
 		t.Fatalf("model asked %d times over the hand-off, want 3", asked.Load())
 	}
 }
+
+// TestJournaledRoundWaitsOnce: a durable run waits for one journal store a
+// round — the round's model response with its dispatch, and the round
+// before's observations with them — and stores that every publish
+// returned while it gathers; its first store carries its start and its
+// tools, its last the last round's observations and its end. The journal
+// holds every entry, in the order the steps took place.
+func TestJournaledRoundWaitsOnce(t *testing.T) {
+	defer loop.SetHeldModelWait(time.Hour)() // a model as fast as this one's
+	const rounds = 3
+	model := looptest.ModelFunc(func(req loop.Request) (*loop.Response, error) {
+		tools := 0
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				tools++
+			}
+		}
+		if tools == rounds {
+			return &loop.Response{Message: loop.Message{Role: "assistant", Content: "done"}}, nil
+		}
+		return &loop.Response{Message: loop.Message{Role: "assistant", ToolCalls: []loop.ToolCall{
+			looptest.Call(fmt.Sprintf("c%d", tools), "add", `{"a":1,"b":2}`)}}}, nil
+	})
+	d := looptest.New(handler)
+	d.Durable = true
+	r, err := loop.New(loop.Config{}, model, looptest.NewCatalog(specs()...), d, looptest.AllowAll())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := looptest.NewJournal()
+	res, err := r.RunDurable(t.Context(), loop.Durable{Prompt: "go", RunID: "waits-once", Journal: j})
+	if err != nil || res.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("run: %v, %+v", err, res)
+	}
+	waited, pipelined := j.Stores()
+	if waited != rounds+1 || pipelined != rounds {
+		t.Errorf("the run waited for %d stores and pipelined %d, want %d (one a model response) and %d (one a round)",
+			waited, pipelined, rounds+1, rounds)
+	}
+	want := []string{loop.EntryStart, loop.EntryTools}
+	for range rounds {
+		want = append(want, loop.EntryModel, loop.EntryDispatched, loop.EntryPublished, loop.EntryObserved)
+	}
+	want = append(want, loop.EntryModel, loop.EntryFinished)
+	if got := j.Kinds(); !slices.Equal(got, want) {
+		t.Errorf("journal %v, want %v", got, want)
+	}
+}
+
+// TestSlowModelHoldsNoObservations: while a model takes its time, the
+// observations held for its response are stored without it, so whoever
+// follows the journal sees the round's answers before the next model
+// response; the journal is the same as a fast model's.
+func TestSlowModelHoldsNoObservations(t *testing.T) {
+	defer loop.SetHeldModelWait(time.Millisecond)()
+	j := looptest.NewJournal()
+	stored := func(kind string) bool { return slices.Contains(j.Kinds(), kind) }
+	var sawObserved bool
+	model := looptest.ModelFunc(func(req loop.Request) (*loop.Response, error) {
+		if len(req.Messages) == 1 {
+			return &loop.Response{Message: loop.Message{Role: "assistant", ToolCalls: []loop.ToolCall{
+				looptest.Call("c1", "add", `{"a":1,"b":2}`)}}}, nil
+		}
+		// The model answers once the round's observations are stored (or
+		// the test gives up).
+		deadline := time.Now().Add(10 * time.Second)
+		for !stored(loop.EntryObserved) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		sawObserved = stored(loop.EntryObserved)
+		return &loop.Response{Message: loop.Message{Role: "assistant", Content: "done"}}, nil
+	})
+	d := looptest.New(handler)
+	d.Durable = true
+	r, err := loop.New(loop.Config{}, model, looptest.NewCatalog(specs()...), d, looptest.AllowAll())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.RunDurable(t.Context(), loop.Durable{Prompt: "go", RunID: "slow-model", Journal: j})
+	if err != nil || res.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("run: %v, %+v", err, res)
+	}
+	if !sawObserved {
+		t.Fatal("the round's observations were not stored while the model thought")
+	}
+	want := []string{loop.EntryStart, loop.EntryTools, loop.EntryModel, loop.EntryDispatched, loop.EntryPublished,
+		loop.EntryObserved, loop.EntryModel, loop.EntryFinished}
+	if got := j.Kinds(); !slices.Equal(got, want) {
+		t.Errorf("journal %v, want %v", got, want)
+	}
+}

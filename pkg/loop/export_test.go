@@ -1,5 +1,7 @@
 package loop
 
+import "time"
+
 // Span attribute keys, for the tests of package loop_test.
 const (
 	AttrOperation     = attrOperation
@@ -16,3 +18,11 @@ var (
 	DecodeInput = decodeInput
 	EncodeInput = encodeInput
 )
+
+// SetHeldModelWait sets how long entries held back wait for the model's
+// response, and returns a function that restores it.
+func SetHeldModelWait(d time.Duration) (restore func()) {
+	old := heldModelWait
+	heldModelWait = d
+	return func() { heldModelWait = old }
+}

@@ -37,7 +37,8 @@ const (
 	// EntryPublished: every Publish of the round returned.
 	EntryPublished = "published"
 	// EntryObserved: one observation per call of the round, in request
-	// order (appended before the next model call).
+	// order (stored with the next model response, or while a slow model
+	// thinks).
 	EntryObserved = "observed"
 	// EntryFinished: the run's termination reason and answer.
 	EntryFinished = "finished"
@@ -300,8 +301,10 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 	case start == nil:
 		// The input is journaled with the start, for a replay or a fork
 		// (control_replay.go); the loop never reads it back.
+		// Held, and stored with the run's first step: a run whose owner
+		// died before that is started again, as one with no entry.
 		start = &JournalEntry{Kind: EntryStart, Secret: newSecret(), Policy: policyOf(ru.cfg), Data: encodeInput(ru.msgs)}
-		if !js.append(ctx, *start) {
+		if !js.hold(ctx, *start) {
 			return nil, js.err
 		}
 	default:
@@ -341,10 +344,23 @@ type journalState struct {
 	// pendingC is closed when it is stored or failed.
 	pending  string
 	pendingC <-chan struct{}
-	// held is an entry kept back (BatchJournal) to be stored with the
-	// next one, or alone when the run stops first.
-	held *JournalEntry
+	// held are the entries kept back (BatchJournal), in order, to be
+	// stored with the next one, or by themselves when the run stops
+	// first.
+	held []JournalEntry
 }
+
+// maxHeld bounds the entries held back: one more is appended with them.
+const maxHeld = 5
+
+// heldModelWait is how long the entries held back when the model is asked
+// (a round's observations; a run's start and its tools) wait for its
+// response, to be stored with it in one append. A model slower than that
+// does not hold them longer: they are stored while it thinks, so that
+// whoever follows the run's journal sees a round's answers without
+// waiting for the next response, and the run, once it has the response,
+// waits for at most what is left of that store.
+var heldModelWait = 20 * time.Millisecond
 
 // minSecretLen bounds a journaled secret from below.
 const minSecretLen = 26
@@ -403,6 +419,10 @@ type runJournal interface {
 	// that follows no append of its own (a cancel); false: the run must
 	// stop.
 	storeHeld(ctx context.Context) bool
+	// askingModel is called as the run asks the model, and the function
+	// it returns once the model answered: the entries held back are
+	// stored while the model takes longer than heldModelWait.
+	askingModel(ctx context.Context) (answered func())
 	// settled is closed when the entry published left in flight is
 	// settled; nil when none is.
 	settled() <-chan struct{}
@@ -439,8 +459,8 @@ type runJournal interface {
 	// waits on it but the round's next effect, which waits for it first
 	// (flush). A resumed round then waits for its inbox to catch up.
 	published(ctx context.Context, round int, rr *resumedRound, interrupted bool) bool
-	// observed journals the round's observations, before the next model
-	// call.
+	// observed journals the round's observations with the run's next
+	// entry (hold), before anything they decide takes effect.
 	observed(ctx context.Context, round int, calls []roundCall) bool
 }
 
@@ -452,6 +472,7 @@ func (noJournal) hold(context.Context, JournalEntry) bool   { return true }
 func (noJournal) flush(context.Context) bool                { return true }
 func (noJournal) storeHeld(context.Context) bool            { return true }
 func (noJournal) settled() <-chan struct{}                  { return nil }
+func (noJournal) askingModel(context.Context) func()        { return func() {} }
 func (noJournal) checkpoint() error                         { return nil }
 func (noJournal) replay() *replay                           { return nil }
 
@@ -483,9 +504,9 @@ func (js *journalState) append(ctx context.Context, e JournalEntry) bool {
 	}
 	actx, cancel := appendContext(ctx)
 	var err error
-	if held := js.held; held != nil {
+	if held := js.held; len(held) > 0 {
 		js.held = nil
-		err = js.j.(BatchJournal).AppendBatch(actx, []JournalEntry{*held, e})
+		err = js.j.(BatchJournal).AppendBatch(actx, append(held, e))
 	} else {
 		err = js.j.Append(actx, e)
 	}
@@ -494,33 +515,57 @@ func (js *journalState) append(ctx context.Context, e JournalEntry) bool {
 	return js.appended(ctx, e.Kind, err)
 }
 
-// hold implements [runJournal]. A run that stops first journals e alone
-// (storeHeldAlone).
+// hold implements [runJournal]. A run that stops first journals what it
+// holds by itself (storeHeldAlone).
 func (js *journalState) hold(ctx context.Context, e JournalEntry) bool {
-	if js.err != nil || js.lost || js.held != nil || ctx.Err() != nil {
+	if js.err != nil || js.lost || len(js.held) >= maxHeld || ctx.Err() != nil {
 		return js.append(ctx, e)
 	}
 	if _, ok := js.j.(BatchJournal); !ok {
 		return js.append(ctx, e)
 	}
-	js.held = &e
+	js.held = append(js.held, e)
 	return true
 }
 
 // storeHeld implements [runJournal].
 func (js *journalState) storeHeld(ctx context.Context) bool {
-	if js.held == nil {
+	if len(js.held) == 0 {
 		return true
 	}
 	js.storeHeldAlone(ctx)
 	return js.checkpoint() == nil
 }
 
-// storeHeldAlone journals the entry hold kept back, alone, as a run
-// stops: one handed off keeps what it was told (a model response is not
-// asked again); one whose journal failed stores nothing more.
+// askingModel implements [runJournal]. Until answered is called only the
+// goroutine it starts touches js: the run is waiting for its model.
+func (js *journalState) askingModel(ctx context.Context) (answered func()) {
+	if len(js.held) == 0 || js.err != nil || js.lost {
+		return func() {}
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(heldModelWait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			js.storeHeldAlone(ctx)
+		case <-stop:
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+	}
+}
+
+// storeHeldAlone journals the entries hold kept back, by themselves, as
+// a run stops: one handed off keeps what it was told (a model response is
+// not asked again, a round's observations are not gathered again); one
+// whose journal failed stores nothing more.
 func (js *journalState) storeHeldAlone(ctx context.Context) {
-	if js.held == nil {
+	if len(js.held) == 0 {
 		return
 	}
 	held := js.held
@@ -529,13 +574,19 @@ func (js *journalState) storeHeldAlone(ctx context.Context) {
 		return
 	}
 	actx, cancel := appendContext(ctx)
-	err := js.j.Append(actx, *held)
+	var err error
+	if len(held) == 1 {
+		err = js.j.Append(actx, held[0])
+	} else {
+		err = js.j.(BatchJournal).AppendBatch(actx, held)
+	}
 	cancel()
+	kind := held[len(held)-1].Kind
 	if err != nil && js.err == nil {
-		js.appended(ctx, held.Kind, err)
+		js.appended(ctx, kind, err)
 	} else if err != nil {
 		js.err = errors.Join(ErrJournal, err)
-		js.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, held.Kind).Str(logKeyErrorType, errType(err)).Send()
+		js.log.Warn().Str(logKeyEvent, evJournalFailed).Str(logKeyDropReason, kind).Str(logKeyErrorType, errType(err)).Send()
 	}
 }
 
@@ -576,7 +627,7 @@ func (js *journalState) appendAsync(ctx context.Context, e JournalEntry) bool {
 		return js.append(ctx, e)
 	}
 	pj, ok := js.j.(PipelinedJournal)
-	if !ok || js.held != nil || !js.flush(ctx) {
+	if !ok || len(js.held) > 0 || !js.flush(ctx) {
 		return js.append(ctx, e)
 	}
 	js.pendingC = pj.AppendAsync(context.WithoutCancel(ctx), e)

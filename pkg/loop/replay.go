@@ -383,11 +383,17 @@ func (ru *run) catchUp(ctx context.Context) {
 	}
 }
 
-// observed implements [runJournal]. The round being resumed, if any, is
-// over: its calls are forgotten.
+// observed implements [runJournal]: the observations are held and stored
+// with the run's next entry (the next round's model response and what it
+// decides, an input, the run's end), so a round waits for one append. A
+// run that crashes before that entry is stored resumes the round as one
+// whose publishes returned: it reads the results stored meanwhile and
+// awaits the others; the model response it was given is not journaled and
+// is asked again. The round being resumed, if any, is over: its calls are
+// forgotten.
 func (js *journalState) observed(ctx context.Context, round int, calls []roundCall) bool {
 	js.ru.resumed = nil
-	return js.append(ctx, JournalEntry{Kind: EntryObserved, Round: round, Observations: observations(calls)})
+	return js.hold(ctx, JournalEntry{Kind: EntryObserved, Round: round, Observations: observations(calls)})
 }
 
 // dispatchedCalls is the journal form of the calls about to be published.

@@ -357,9 +357,10 @@ func (ru *run) roundTools(ctx context.Context, round int) (map[protocol.ToolName
 		return nil, nil, err
 	}
 	// A round offered what the round before was offered journals no
-	// tools entry: a resumed run takes the last one before it.
+	// tools entry: a resumed run takes the last one before it. It is
+	// stored with the round's model response.
 	if ru.j.replay() != nil && (ru.tools == nil || !reflect.DeepEqual(specs, ru.tools)) {
-		if !ru.j.append(ctx, JournalEntry{Kind: EntryTools, Round: round, Tools: specs}) {
+		if !ru.j.hold(ctx, JournalEntry{Kind: EntryTools, Round: round, Tools: specs}) {
 			return nil, nil, ru.j.checkpoint()
 		}
 		ru.tools = specs
@@ -375,7 +376,9 @@ func (ru *run) roundResponse(ctx context.Context, round int, defs []ToolDef) (*R
 		ru.res.Metadata.ModelCalls++
 		return &Response{Message: jr.Message, Usage: jr.Usage, FinishReason: jr.FinishReason}, nil
 	}
+	answered := ru.j.askingModel(ctx)
 	resp, err := ru.complete(ctx, round, defs)
+	answered()
 	if err != nil {
 		return nil, err
 	}

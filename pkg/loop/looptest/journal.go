@@ -28,6 +28,8 @@ type Journal struct {
 	entries [][]byte
 	replay  []loop.JournalEntry
 	appends int
+	// waited and pipelined count the stores the run asked for (Stores).
+	waited, pipelined int
 }
 
 var (
@@ -67,6 +69,7 @@ func (j *Journal) Entries() []loop.JournalEntry {
 
 // Append implements [loop.Journal].
 func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
+	j.count(&j.waited)
 	if err := j.Flush(ctx); err != nil {
 		return err
 	}
@@ -76,6 +79,7 @@ func (j *Journal) Append(ctx context.Context, e loop.JournalEntry) error {
 // AppendAsync implements [loop.PipelinedJournal]: e is appended by
 // another goroutine.
 func (j *Journal) AppendAsync(ctx context.Context, e loop.JournalEntry) <-chan struct{} {
+	j.count(&j.pipelined)
 	prev := j.pending
 	done := make(chan error, 1)
 	settled := make(chan struct{})
@@ -110,6 +114,7 @@ func (j *Journal) Flush(ctx context.Context) error {
 // AppendBatch implements [loop.BatchJournal]: all of es or none (when
 // one of them is at or past FailAt).
 func (j *Journal) AppendBatch(ctx context.Context, es []loop.JournalEntry) error {
+	j.count(&j.waited)
 	if err := j.Flush(ctx); err != nil {
 		return err
 	}
@@ -144,6 +149,22 @@ func (j *Journal) append(e loop.JournalEntry) error {
 	}
 	j.entries = append(j.entries, data)
 	return nil
+}
+
+// Stores says how many stores the run asked of the journal, each one
+// message on the wire: waited, those it waited for (Append, and
+// AppendBatch, however many entries it carried), and pipelined, those it
+// went on while (AppendAsync).
+func (j *Journal) Stores() (waited, pipelined int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.waited, j.pipelined
+}
+
+func (j *Journal) count(n *int) {
+	j.mu.Lock()
+	*n++
+	j.mu.Unlock()
 }
 
 // Len is the number of entries journaled.
