@@ -172,8 +172,10 @@ func referenceTranscript(t *testing.T) []loop.Message {
 // owning a run with SIGKILL right after it journaled each kind of step —
 // a model response (rounds 1 and 2), an approval request (the approval
 // then waits with no coordinator alive, and is given then), the dispatch
-// of round 2 (before its calls are published), its publish (while its
-// results are gathered), the final answer (before the result is stored) —
+// of round 2 (before its calls are published), the first publish
+// journaled (round 2's, whose slow call is gathered for more than 250 ms;
+// round 1's calls answer sooner, unless the machine is slow), the final
+// answer (before the result is stored) —
 // or as it asks the model for round 2, when round 1's observations, held
 // to be stored with that response, are not journaled yet; and starts
 // another coordinator. The run completes there with the uninterrupted
@@ -183,7 +185,7 @@ func referenceTranscript(t *testing.T) []loop.Message {
 func TestDurableRunSurvivesKill9AtEachStepBoundary(t *testing.T) {
 	t.Parallel()
 	want := referenceTranscript(t)
-	for _, crash := range []string{"model:1", "model:2", "approval_requested:1", "dispatched:2", "published:2", "asking:2", "finished:1"} {
+	for _, crash := range []string{"model:1", "model:2", "approval_requested:1", "dispatched:2", "published:1", "asking:2", "finished:1"} {
 		t.Run(strings.ReplaceAll(crash, ":", "_"), func(t *testing.T) {
 			t.Parallel() // each has its own server and processes, and mostly waits for the run ack wait
 			f := newFleet(t)
@@ -307,9 +309,12 @@ func TestDurableStalledOwnerIsFenced(t *testing.T) {
 		}
 		after = append(after, r.Entry.Kind)
 	}
-	// Round 3 is offered the tools of round 2: no tools entry.
-	if want := []string{"owner", "observed", "model", "finished"}; !reflect.DeepEqual(after, want) {
-		t.Fatalf("journal after the takeover: %v, want %v", after, want)
+	// Round 3 is offered the tools of round 2: no tools entry. Round 2's
+	// publish is journaled by whichever owner gathered its results for
+	// 250 ms first.
+	if want := []string{"owner", "observed", "model", "finished"}; !reflect.DeepEqual(after, want) &&
+		!reflect.DeepEqual(after, slices.Insert(want, 1, "published")) {
+		t.Fatalf("journal after the takeover: %v, want %v (with published after the owner, or not)", after, want)
 	}
 }
 

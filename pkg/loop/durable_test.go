@@ -527,14 +527,15 @@ func TestDurableHandoffKeepsAHeldResponse(t *testing.T) {
 	}
 }
 
-// TestJournaledRoundWaitsOnce: a durable run waits for one journal store a
-// round — the round's model response with its dispatch, and the round
-// before's observations with them — and stores that every publish
-// returned while it gathers; its first store carries its start and its
-// tools, its last the last round's observations and its end. The journal
-// holds every entry, in the order the steps took place.
+// TestJournaledRoundWaitsOnce: a durable run whose model and tools answer
+// at once stores one journal message a round, and waits for it — the
+// round's model response with its dispatch, and the round before's
+// observations with them; its first carries its start and its tools, its
+// last the last round's observations and its end. It journals no publish:
+// each round's results came before publishedWait.
 func TestJournaledRoundWaitsOnce(t *testing.T) {
 	defer loop.SetHeldModelWait(time.Hour)() // a model as fast as this one's
+	defer loop.SetPublishedWait(time.Hour)() // tools as fast as these
 	const rounds = 3
 	model := looptest.ModelFunc(func(req loop.Request) (*loop.Response, error) {
 		tools := 0
@@ -561,13 +562,13 @@ func TestJournaledRoundWaitsOnce(t *testing.T) {
 		t.Fatalf("run: %v, %+v", err, res)
 	}
 	waited, pipelined := j.Stores()
-	if waited != rounds+1 || pipelined != rounds {
-		t.Errorf("the run waited for %d stores and pipelined %d, want %d (one a model response) and %d (one a round)",
-			waited, pipelined, rounds+1, rounds)
+	if waited != rounds+1 || pipelined != 0 {
+		t.Errorf("the run waited for %d stores and pipelined %d, want %d (one a model response) and none",
+			waited, pipelined, rounds+1)
 	}
 	want := []string{loop.EntryStart, loop.EntryTools}
 	for range rounds {
-		want = append(want, loop.EntryModel, loop.EntryDispatched, loop.EntryPublished, loop.EntryObserved)
+		want = append(want, loop.EntryModel, loop.EntryDispatched, loop.EntryObserved)
 	}
 	want = append(want, loop.EntryModel, loop.EntryFinished)
 	if got := j.Kinds(); !slices.Equal(got, want) {
@@ -581,6 +582,7 @@ func TestJournaledRoundWaitsOnce(t *testing.T) {
 // response; the journal is the same as a fast model's.
 func TestSlowModelHoldsNoObservations(t *testing.T) {
 	defer loop.SetHeldModelWait(time.Millisecond)()
+	defer loop.SetPublishedWait(time.Hour)()
 	j := looptest.NewJournal()
 	stored := func(kind string) bool { return slices.Contains(j.Kinds(), kind) }
 	var sawObserved bool
@@ -610,6 +612,55 @@ func TestSlowModelHoldsNoObservations(t *testing.T) {
 	}
 	if !sawObserved {
 		t.Fatal("the round's observations were not stored while the model thought")
+	}
+	want := []string{loop.EntryStart, loop.EntryTools, loop.EntryModel, loop.EntryDispatched,
+		loop.EntryObserved, loop.EntryModel, loop.EntryFinished}
+	if got := j.Kinds(); !slices.Equal(got, want) {
+		t.Errorf("journal %v, want %v", got, want)
+	}
+}
+
+// TestSlowRoundJournalsItsPublish: a round still gathering its results
+// publishedWait after its publishes returned journals that they did,
+// without waiting for the store, and before its observations.
+func TestSlowRoundJournalsItsPublish(t *testing.T) {
+	defer loop.SetPublishedWait(time.Millisecond)()
+	j := looptest.NewJournal()
+	release := make(chan struct{})
+	slow := func(ctx context.Context, c protocol.Call) (protocol.Result, bool) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return handler(ctx, protocol.Call{Tool: "add", Arguments: c.Arguments})
+	}
+	model := looptest.NewModel(looptest.Calls(looptest.Call("c1", "add", `{"a":1,"b":2}`)), looptest.Answer("done"))
+	d := looptest.New(slow)
+	d.Durable = true
+	r, err := loop.New(loop.Config{}, model, looptest.NewCatalog(specs()...), d, looptest.AllowAll())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The call is answered once the publish is journaled (or the test
+	// gives up).
+	var sawPublished atomic.Bool
+	go func() {
+		defer close(release)
+		deadline := time.Now().Add(10 * time.Second)
+		for !slices.Contains(j.Kinds(), loop.EntryPublished) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		sawPublished.Store(slices.Contains(j.Kinds(), loop.EntryPublished))
+	}()
+	res, err := r.RunDurable(t.Context(), loop.Durable{Prompt: "go", RunID: "slow-round", Journal: j})
+	if err != nil || res.TerminationReason != loop.TerminationNatural {
+		t.Fatalf("run: %v, %+v", err, res)
+	}
+	if !sawPublished.Load() {
+		t.Fatal("the publish was not journaled while the round gathered")
+	}
+	if _, pipelined := j.Stores(); pipelined != 1 {
+		t.Errorf("pipelined %d stores, want 1 (the publish)", pipelined)
 	}
 	want := []string{loop.EntryStart, loop.EntryTools, loop.EntryModel, loop.EntryDispatched, loop.EntryPublished,
 		loop.EntryObserved, loop.EntryModel, loop.EntryFinished}

@@ -26,3 +26,11 @@ func SetHeldModelWait(d time.Duration) (restore func()) {
 	heldModelWait = d
 	return func() { heldModelWait = old }
 }
+
+// SetPublishedWait sets how long a round gathers before it journals its
+// publish, and returns a function that restores it.
+func SetPublishedWait(d time.Duration) (restore func()) {
+	old := publishedWait
+	publishedWait = d
+	return func() { publishedWait = old }
+}

@@ -79,6 +79,10 @@ func (ru *run) gather(ctx context.Context, round int, pending map[protocol.CallK
 			if !ru.j.flush(ctx) {
 				return
 			}
+		case <-ru.j.due():
+			if !ru.j.appendDue(ctx) {
+				return
+			}
 		case <-ctx.Done():
 			for key, s := range pending {
 				ru.answerRunCancelled(s)

@@ -344,6 +344,11 @@ type journalState struct {
 	// pendingC is closed when it is stored or failed.
 	pending  string
 	pendingC <-chan struct{}
+	// later is an entry that is appended only if the round still gathers
+	// its results when laterTimer fires (appendLater), or before the run's
+	// next effect.
+	later      *JournalEntry
+	laterTimer *time.Timer
 	// held are the entries kept back (BatchJournal), in order, to be
 	// stored with the next one, or by themselves when the run stops
 	// first.
@@ -361,6 +366,15 @@ const maxHeld = 5
 // waiting for the next response, and the run, once it has the response,
 // waits for at most what is left of that store.
 var heldModelWait = 20 * time.Millisecond
+
+// publishedWait is how long a round gathers its results before it
+// journals that every publish returned. A round whose calls are all
+// answered sooner journals nothing for it: its observations, stored next,
+// tell a resumed run more, and until they are, a resumed run reads the
+// round's stored results first and publishes again only a call with none,
+// deduplicated (DedupWindow; past it, a non-idempotent call is awaited, not
+// published again).
+var publishedWait = 250 * time.Millisecond
 
 // minSecretLen bounds a journaled secret from below.
 const minSecretLen = 26
@@ -426,6 +440,15 @@ type runJournal interface {
 	// settled is closed when the entry published left in flight is
 	// settled; nil when none is.
 	settled() <-chan struct{}
+	// due fires when the entry published put off is to be appended
+	// (appendDue); nil when none is put off.
+	due() <-chan time.Time
+	// appendDue starts to append the entry published put off, as
+	// published would have; false: the run must stop.
+	appendDue(ctx context.Context) bool
+	// gathered says every call of the round was answered and nothing is
+	// left to cancel: the entry published put off is not appended.
+	gathered()
 	// checkpoint is a step boundary: it returns the error that stops the
 	// run, if any — the first failed append, or ErrHandedOff, which it
 	// records once the hand-off signal came.
@@ -455,9 +478,11 @@ type runJournal interface {
 	// round (nil: a new one), which says which calls are only awaited.
 	dispatched(ctx context.Context, round int, calls []roundCall, todo []int) (*resumedRound, bool)
 	// published journals that every publish of the round returned
-	// (unless interrupted), while the results are gathered: nothing
-	// waits on it but the round's next effect, which waits for it first
-	// (flush). A resumed round then waits for its inbox to catch up.
+	// (unless interrupted), while the results are gathered, once they
+	// have been for publishedWait (due), or not at all when they all came
+	// sooner (gathered): nothing waits on it but the round's next effect,
+	// which appends it and waits for it first (flush). A resumed round
+	// then waits for its inbox to catch up.
 	published(ctx context.Context, round int, rr *resumedRound, interrupted bool) bool
 	// observed journals the round's observations with the run's next
 	// entry (hold), before anything they decide takes effect.
@@ -473,6 +498,9 @@ func (noJournal) flush(context.Context) bool                { return true }
 func (noJournal) storeHeld(context.Context) bool            { return true }
 func (noJournal) settled() <-chan struct{}                  { return nil }
 func (noJournal) askingModel(context.Context) func()        { return func() {} }
+func (noJournal) due() <-chan time.Time                     { return nil }
+func (noJournal) appendDue(context.Context) bool            { return true }
+func (noJournal) gathered()                                 {}
 func (noJournal) checkpoint() error                         { return nil }
 func (noJournal) replay() *replay                           { return nil }
 
@@ -501,6 +529,9 @@ func (js *journalState) append(ctx context.Context, e JournalEntry) bool {
 	}
 	if js.lost {
 		return true
+	}
+	if !js.appendDue(ctx) {
+		return false
 	}
 	actx, cancel := appendContext(ctx)
 	var err error
@@ -635,8 +666,52 @@ func (js *journalState) appendAsync(ctx context.Context, e JournalEntry) bool {
 	return true
 }
 
-// flush implements [runJournal].
+// appendLater is appendAsync, but only once publishedWait has passed or
+// the run is about to take its next effect (flush, append), whichever
+// comes first; gathered forgets it. Only for EntryPublished.
+func (js *journalState) appendLater(ctx context.Context, e JournalEntry) bool {
+	if js.err != nil || js.lost || ctx.Err() != nil || len(js.held) > 0 {
+		return js.appendAsync(ctx, e)
+	}
+	if _, ok := js.j.(PipelinedJournal); !ok {
+		return js.append(ctx, e)
+	}
+	js.later = &e
+	js.laterTimer = time.NewTimer(publishedWait)
+	return true
+}
+
+func (js *journalState) due() <-chan time.Time {
+	if js.later == nil {
+		return nil
+	}
+	return js.laterTimer.C
+}
+
+// appendDue implements [runJournal].
+func (js *journalState) appendDue(ctx context.Context) bool {
+	e := js.later
+	if e == nil {
+		return true
+	}
+	js.later = nil
+	js.laterTimer.Stop()
+	return js.appendAsync(ctx, *e)
+}
+
+// gathered implements [runJournal].
+func (js *journalState) gathered() {
+	if js.later != nil {
+		js.later = nil
+		js.laterTimer.Stop()
+	}
+}
+
+// flush implements [runJournal]: an entry put off is appended first.
 func (js *journalState) flush(ctx context.Context) bool {
+	if !js.appendDue(ctx) {
+		return false
+	}
 	if js.pending == "" {
 		return js.err == nil
 	}

@@ -272,7 +272,7 @@ func (ru *run) pastDedup(rr *resumedRound, c *roundCall) bool {
 
 // published implements [runJournal].
 func (js *journalState) published(ctx context.Context, round int, rr *resumedRound, interrupted bool) bool {
-	if (rr == nil || !rr.published) && !interrupted && !js.appendAsync(ctx, JournalEntry{Kind: EntryPublished, Round: round}) {
+	if (rr == nil || !rr.published) && !interrupted && !js.appendLater(ctx, JournalEntry{Kind: EntryPublished, Round: round}) {
 		return false
 	}
 	if rr != nil {

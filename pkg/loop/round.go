@@ -71,6 +71,9 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[prot
 			return
 		}
 		ru.gather(ctx, round, pending)
+		if answeredWithoutCancels(calls) {
+			ru.j.gathered()
+		}
 		if !ru.j.flush(ctx) || ru.j.checkpoint() != nil {
 			return
 		}
@@ -80,4 +83,15 @@ func (ru *run) round(ctx context.Context, round int, msg Message, tools map[prot
 		}
 	}
 	ru.record(ctx, round, msg.ToolCalls, calls, limit, dropped, tools)
+}
+
+// answeredWithoutCancels reports whether every call of the round is
+// answered and none is to be cancelled.
+func answeredWithoutCancels(calls []roundCall) bool {
+	for i := range calls {
+		if !calls[i].done || calls[i].cancelWhy != "" {
+			return false
+		}
+	}
+	return true
 }
