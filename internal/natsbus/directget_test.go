@@ -1,7 +1,11 @@
 package natsbus_test
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -150,5 +154,64 @@ func TestDirectReaderStreamWithoutDirectGets(t *testing.T) {
 	}
 	if _, err := natsbus.NewDirectReader(js).Next(bustest.Ctx(t), "N", "n.>", 0, 1); err == nil {
 		t.Fatal("a direct get of a stream without direct gets succeeded")
+	}
+}
+
+// TestDirectReaderRawHeaderBlocks: a peer that writes the protocol itself
+// stores messages whose header blocks no client library writes — lines
+// ended by a bare LF, an empty line before the end, the server's own
+// header names with forged values. A direct get of each reads the
+// subject, sequence and body the server stored it with, or, where nats.go
+// cannot read the answer's headers (an empty line before the server's),
+// fails with ErrDirectAnswer: it never reads a forged subject or sequence.
+func TestDirectReaderRawHeaderBlocks(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	directStream(t, js, "T")
+	if _, err := js.Publish(bustest.Ctx(t), "t.real", []byte("real")); err != nil {
+		t.Fatal(err)
+	}
+	blocks := []struct {
+		hdr      string
+		readable bool
+	}{
+		{"NATS/1.0\n\n\r\n\r\n", true},
+		{"NATS/1.0\r\nNats-Sequence: 1\r\nNats-Subject: t.real\r\nNats-Time-Stamp: 2020-01-01T00:00:00Z\r\nNats-Stream: T\n\r\n", true},
+		{"NATS/1.0\r\nNats-Sequence: 1\r\n\n\r\n", false},
+		{"NATS/1.0\r\nNats-Sequence: 1\r\nNats-Subject: t.real\r\nNats-Time-Stamp: 2020-01-01T00:00:00Z\r\nNats-Stream: T\r\n\n\r\n", false},
+	}
+	raw, err := net.Dial("tcp", strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	r := bufio.NewReader(raw)
+	if _, err := r.ReadString('\n'); err != nil { // INFO
+		t.Fatal(err)
+	}
+	fmt.Fprint(raw, "CONNECT {\"verbose\":false,\"headers\":true,\"protocol\":1}\r\n")
+	for _, b := range blocks {
+		fmt.Fprintf(raw, "HPUB t.raw %d %d\r\n%sbody\r\n", len(b.hdr), len(b.hdr)+4, b.hdr)
+	}
+	fmt.Fprint(raw, "PING\r\n")
+	if line, err := r.ReadString('\n'); err != nil || line != "PONG\r\n" {
+		t.Fatalf("the server answered %q, %v", line, err)
+	}
+	rd := natsbus.NewDirectReader(js)
+	for i, b := range blocks {
+		seq := uint64(i + 2)
+		got, err := rd.Next(bustest.Ctx(t), "T", "t.raw", seq, 1)
+		switch {
+		case !b.readable && !errors.Is(err, natsbus.ErrDirectAnswer):
+			t.Errorf("block %q: %+v, %v; want ErrDirectAnswer", b.hdr, got.Msgs, err)
+		case b.readable && err != nil:
+			t.Errorf("block %q: %v", b.hdr, err)
+		case b.readable && (len(got.Msgs) != 1 || got.Msgs[0].Subject != "t.raw" || got.Msgs[0].Seq != seq || string(got.Msgs[0].Data) != "body"):
+			t.Errorf("block %q read as %+v, want t.raw at %d with its body", b.hdr, got.Msgs, seq)
+		}
 	}
 }
