@@ -11,7 +11,7 @@
 // baselines and to the floor. Every client, baseline or fleet,
 // connects over TCP to the loopback listener.
 //
-//	go run ./cmd/fleetbench                  # the full run, under two minutes
+//	go run ./cmd/fleetbench                  # the full run, about four minutes
 //	go run ./cmd/fleetbench --short          # a few seconds, for CI
 //	go run ./cmd/fleetbench --only round --cpuprofile cpu.out --memprofile mem.out
 //
