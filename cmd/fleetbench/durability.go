@@ -21,6 +21,10 @@ const syncAlwaysConfig = "jetstream { sync_interval: always }"
 // write, the rows whose durability a reader weighs: the durable floor's
 // 32-call round and the fleet's one-call and 32-call loop rounds, plain and
 // journaled. Each row's ratio is to the same row on the default server.
+// Each of the fleet's rows notes the messages it stored per call, by
+// stream: on this server each is fsynced before it is acknowledged, and so
+// is the tombstone the calls stream (a work queue) writes when a call's
+// acknowledgement removes it.
 func (b *bench) synced(ctx context.Context, dir string) error {
 	b.step("sync always: starting a server that fsyncs every write")
 	srv, err := embedded.Start(embedded.Config{StoreDir: filepath.Join(dir, "sync"), Listen: true, ConfigText: syncAlwaysConfig})
@@ -91,11 +95,16 @@ func (b *bench) synced(ctx context.Context, dir string) error {
 		if m.journaled {
 			measure = f.loopLatencyJournaled
 		}
+		before, err := f.stored(ctx)
+		if err != nil {
+			return err
+		}
 		s, err := measure(ctx, n, m.calls, echoTool, echoArgs, echoText)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		r := row{name: "fleet: " + m.name + ", " + label, s: s, floor: vsFloor(s, floor)}
+		r := row{name: "fleet: " + m.name + ", " + label, s: s, floor: vsFloor(s, floor),
+			note: f.storedPerCall(ctx, before, int64(s.calls), withWarmup)}
 		if m.against.n > 0 {
 			r.ratio = ratio(s.p50, m.against.p50) + " default sync"
 		}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -369,8 +372,9 @@ func (f *fleet) dispatchLatency(ctx context.Context, n, calls int) (summary, err
 		}
 	}
 	sum := s.summary()
-	sum.cpu = cpu.per((warmup(n) + n) * calls)
-	sum.msgs = cpu.msgsPer((warmup(n) + n) * calls)
+	sum.calls = (warmup(n) + n) * calls
+	sum.cpu = cpu.per(sum.calls)
+	sum.msgs = cpu.msgsPer(sum.calls)
 	return sum, nil
 }
 
@@ -379,10 +383,12 @@ func (f *fleet) dispatchLatency(ctx context.Context, n, calls int) (summary, err
 type window struct {
 	start, end time.Time
 	calls      atomic.Int64
-	cpuStart   atomic.Int64
-	cpuEnd     atomic.Int64
-	msgsStart  atomic.Int64
-	msgsEnd    atomic.Int64
+	// total counts every call finished, before, in and after the window.
+	total     atomic.Int64
+	cpuStart  atomic.Int64
+	cpuEnd    atomic.Int64
+	msgsStart atomic.Int64
+	msgsEnd   atomic.Int64
 }
 
 func newWindow(warm, d time.Duration) *window {
@@ -412,6 +418,7 @@ func (w *window) cpuPerCall() time.Duration {
 }
 
 func (w *window) record(n int) {
+	w.total.Add(int64(n))
 	if now := time.Now(); now.After(w.start) && now.Before(w.end) {
 		w.calls.Add(int64(n))
 	}
@@ -500,32 +507,71 @@ func (f *fleet) otherCoordinators(ctx context.Context, n int) (func(), error) {
 	return closeAll, nil
 }
 
-// stored is the last sequence of the calls and results streams: between
-// two readings, how many calls and result messages the fleet stored.
-type stored struct{ calls, results uint64 }
+// stored is the last sequence of every stream on the fleet's server, by
+// name: between two readings, how many messages each stream stored.
+type stored map[string]uint64
 
+// stored reads the last sequence of every stream the server lists, so that
+// a stream the fleet adds is counted without being named here.
 func (f *fleet) stored(ctx context.Context) (stored, error) {
-	var s stored
-	for _, st := range []struct {
-		name string
-		seq  *uint64
-	}{{f.subjects.CallsStream(), &s.calls}, {f.subjects.ResultsStream(), &s.results}} {
-		info, err := f.js.Stream(ctx, st.name)
-		if err != nil {
-			return stored{}, err
-		}
-		*st.seq = info.CachedInfo().State.LastSeq
+	s := stored{}
+	streams := f.js.ListStreams(ctx)
+	for info := range streams.Info() {
+		s[info.Config.Name] = info.State.LastSeq
+	}
+	if err := streams.Err(); err != nil {
+		return nil, fmt.Errorf("listing streams: %w", err)
 	}
 	return s, nil
 }
 
-// resultsPerCall says how many result messages were stored per call
-// since before (a worker answers several calls of a run in one batch).
-func (f *fleet) resultsPerCall(ctx context.Context, before stored) string {
+// storedPerCall says how many messages the fleet stored per call since
+// before, in all and by stream, for calls calls made between the two
+// readings; made says which calls those are. A stream created since before
+// counts from its first message.
+func (f *fleet) storedPerCall(ctx context.Context, before stored, calls int64, made string) string {
 	after, err := f.stored(ctx)
-	if err != nil || after.calls == before.calls {
+	if err != nil || calls <= 0 {
 		return ""
 	}
-	calls, results := after.calls-before.calls, after.results-before.results
-	return fmt.Sprintf("results stream: %.2f messages per call (%d for %d calls)", float64(results)/float64(calls), results, calls)
+	type delta struct {
+		stream string
+		n      uint64
+	}
+	var deltas []delta
+	var total uint64
+	for name, last := range after {
+		n := last
+		if b, ok := before[name]; ok && b <= last {
+			n = last - b
+		}
+		if n > 0 {
+			deltas = append(deltas, delta{name, n})
+			total += n
+		}
+	}
+	// The calls and results streams first, then the others by name.
+	rank := func(name string) int {
+		switch name {
+		case f.subjects.CallsStream():
+			return 0
+		case f.subjects.ResultsStream():
+			return 1
+		}
+		return 2
+	}
+	slices.SortFunc(deltas, func(a, b delta) int {
+		return cmp.Or(cmp.Compare(rank(a.stream), rank(b.stream)), strings.Compare(a.stream, b.stream))
+	})
+	prefix := strings.TrimSuffix(f.subjects.CallsStream(), "CALLS")
+	by := make([]string, len(deltas))
+	for i, d := range deltas {
+		name := d.stream
+		if short, ok := strings.CutPrefix(name, prefix); ok {
+			name = strings.ToLower(short)
+		}
+		by[i] = fmt.Sprintf("%s %.2f", name, float64(d.n)/float64(calls))
+	}
+	return fmt.Sprintf("stored per call: %.2f (%s), %d messages for the %d calls made, %s",
+		float64(total)/float64(calls), strings.Join(by, ", "), total, calls, made)
 }

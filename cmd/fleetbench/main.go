@@ -5,13 +5,13 @@
 // gather), the durable floor (the cheapest correct JetStream design for the
 // fleet's durability, written for the benchmark: see floor.go) and then the
 // fleet itself (single echo calls, rounds of 32 — idempotent,
-// non-idempotent and journaled —, sustained throughput with 1, 2 and 4
+// non-idempotent and journaled —, sustained throughput with 1, 2, 4 and 8
 // workers, rounds of a 20 ms tool, and a coordinator holding many
 // concurrent runs), and prints one table with the fleet's ratios to the
 // baselines and to the floor. Every client, baseline or fleet,
 // connects over TCP to the loopback listener.
 //
-//	go run ./cmd/fleetbench                  # the full run, under two minutes
+//	go run ./cmd/fleetbench                  # the full run, about four minutes
 //	go run ./cmd/fleetbench --short          # a few seconds, for CI
 //	go run ./cmd/fleetbench --only round --cpuprofile cpu.out --memprofile mem.out
 //
@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		short      = fs.Bool("short", false, "a run of a few seconds (for CI); numbers are not meaningful")
 		duration   = fs.Duration("duration", 0, "length of each throughput measurement (default 5s, 300ms with --short)")
-		workerList = fs.String("workers", "1,2,4", "comma-separated worker counts for the throughput and 20 ms rounds")
+		workerList = fs.String("workers", "1,2,4,8", "comma-separated worker counts for the throughput and 20 ms rounds")
 		runs       = fs.Int("runs", 0, "concurrent runs the coordinator holds (default 200, 20 with --short)")
 		only       = fs.String("only", "", "comma-separated phases to run: "+strings.Join(phases, ", ")+" (default all)")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of the 32-call round phase to `FILE`")

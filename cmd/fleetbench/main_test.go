@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,8 @@ func TestShortRun(t *testing.T) {
 		"full loop, 8 runs × 32-call rounds, 1 worker(s)",
 		"dispatch only, 8 inboxes × 32-call rounds, 2 worker(s)",
 		"full loop, 8 runs × 32-call rounds, 4 worker(s)",
+		"full loop, 8 runs × 32-call rounds, 8 worker(s)",
+		"workers' pulls:",
 		"full loop, journaled runs (RunDurable), 8 runs × 32-call rounds, 2 worker(s)",
 		"32 calls sleeping 20 ms, full loop round, 1 worker(s)",
 		"32 calls sleeping 20 ms, full loop round, 4 worker(s)",
@@ -52,9 +55,25 @@ func TestShortRun(t *testing.T) {
 		"fleet: 32 echo calls, full loop round, sync always (an fsync per write)",
 		"floor: 32 calls, 256 B, one async batch, sync always",
 		"targets:",
+		"8÷2 workers: the fleet's full loop",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	// The stored messages per call count every stream the server lists:
+	// each call once in the calls stream, the journal's appends beside a
+	// journaled round, the start records beside a non-idempotent one.
+	for _, want := range []string{
+		`1 echo call, full loop round, journaled \(RunDurable[^\n]*stored per call: [0-9.]+ \(calls 1\.00, results [0-9.]+, journal [0-9.]+\)`,
+		`32 echo calls, full loop round, journaled \(RunDurable\), 1 worker: stored per call: [0-9.]+ \(calls 1\.00, results [0-9.]+, journal [0-9.]+\)`,
+		`claimed before they run\), full loop round, 1 worker: [^\n]*stored per call: [0-9.]+ \(calls 1\.00, results [0-9.]+, starts [0-9.]+\)`,
+		`1 echo call, full loop round, journaled, sync always \(an fsync per write\): stored per call: [0-9.]+ \(calls 1\.00, results [0-9.]+, journal [0-9.]+\)`,
+		`32 echo calls, full loop round, journaled, sync always \(an fsync per write\): stored per call: [0-9.]+ \(calls 1\.00, results [0-9.]+, journal [0-9.]+\)`,
+		`full loop, 8 runs × 32-call rounds, 2 worker\(s\): [^\n]*stored per call: [0-9.]+ \(calls 1\.00, results [0-9.]+\)`,
+	} {
+		if !regexp.MustCompile(want).MatchString(got) {
+			t.Errorf("output lacks a note matching %q:\n%s", want, got)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/toolfleet/toolfleet/pkg/harness"
@@ -144,12 +146,17 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 		}
 		b.add(row{name: "fleet: 1 echo call, full loop round (loop.Runner), " + wn,
 			s: b.loopSingle, ratio: ratio(b.loopSingle.p50, b.baseJS.p50) + " JS round trip", floor: vsFloor(b.loopSingle, b.floorSingle)})
+		before, err := f.stored(ctx)
+		if err != nil {
+			return err
+		}
 		if b.journalSingle, err = f.loopLatencyJournaled(ctx, b.p.loopSingle, 1, echoTool, echoArgs, echoText); err != nil {
 			return fmt.Errorf("single call through a journaled loop: %w", err)
 		}
 		b.add(row{name: "fleet: 1 echo call, full loop round, journaled (RunDurable: 3 fenced appends a round, one overlapping the gather), " + wn,
 			s: b.journalSingle, ratio: ratio(b.journalSingle.p50, b.loopSingle.p50) + " unjournaled round", floor: vsFloor(b.journalSingle, b.floorSingle),
-			note: fmt.Sprintf("journal: +%v a round at p50", (b.journalSingle.p50 - b.loopSingle.p50).Round(time.Microsecond))})
+			note: joinNotes(fmt.Sprintf("journal: +%v a round at p50", (b.journalSingle.p50-b.loopSingle.p50).Round(time.Microsecond)),
+				f.storedPerCall(ctx, before, int64(b.journalSingle.calls), withWarmup))})
 		oc, err := f.openClose(ctx, max(b.p.loopSingle/roundsPerRun, 10))
 		if err != nil {
 			return fmt.Errorf("opening inboxes: %w", err)
@@ -179,7 +186,7 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 		}
 		b.add(row{name: fmt.Sprintf("fleet: %d echo calls, dispatch only, %s", fanout, wn),
 			s: round, ratio: ratio(round.p50, b.baseFan.p50) + " fan-out", floor: vsFloor(round, b.floorRound),
-			note: f.resultsPerCall(ctx, before)})
+			note: f.storedPerCall(ctx, before, int64(round.calls), withWarmup)})
 		if before, err = f.stored(ctx); err != nil {
 			return err
 		}
@@ -188,7 +195,7 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 		}
 		b.add(row{name: fmt.Sprintf("fleet: %d echo calls, full loop round, %s", fanout, wn),
 			s: b.loopRound, ratio: ratio(b.loopRound.p50, b.baseFan.p50) + " fan-out", floor: vsFloor(b.loopRound, b.floorRound),
-			note: f.resultsPerCall(ctx, before)})
+			note: f.storedPerCall(ctx, before, int64(b.loopRound.calls), withWarmup)})
 		if b.p.cpuProfile != "" {
 			pprof.StopCPUProfile()
 		}
@@ -239,16 +246,15 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 			return err
 		}
 		b.sustainedLoop[n] = w
-		note := fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration)
-		if per := f.resultsPerCall(ctx, before); per != "" {
-			note += "; " + per
-		}
-		if per := ws.pullsSince(pulls, pulled); per != "" {
-			note += "; " + per
-		}
+		note := joinNotes(fmt.Sprintf("%d calls in %v", w.calls.Load(), b.p.duration),
+			f.storedPerCall(ctx, before, w.total.Load(), aroundWindow), ws.pullsSince(pulls, pulled))
 		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
 			rate: w.rate(), cpu: w.cpuPerCall(), msgs: w.msgsPerCall(), floor: vsFloorRate(w, b.floorSustained[n]), note: note})
 		b.step("fleet: sustained echo calls, journaled runs, %d workers", n)
+		if before, err = f.stored(ctx); err != nil {
+			ws.stop()
+			return err
+		}
 		jw, err := f.loopSustained(ctx, b.p.sustainConc, fanout, echoTool, echoArgs, echoText, b.p.warm, b.p.duration, true)
 		if err != nil {
 			ws.stop()
@@ -256,7 +262,8 @@ func (b *bench) sustained(ctx context.Context, f *fleet) error {
 		}
 		b.add(row{name: fmt.Sprintf("fleet: sustained echo calls, full loop, journaled runs (RunDurable), %d runs × %d-call rounds, %d worker(s)", b.p.sustainConc, fanout, n),
 			rate: jw.rate(), cpu: jw.cpuPerCall(), msgs: jw.msgsPerCall(), floor: vsFloorRate(jw, b.floorSustained[n]),
-			note: fmt.Sprintf("%d calls in %v; rate %.2f× the unjournaled loop's", jw.calls.Load(), b.p.duration, float64(jw.calls.Load())/float64(max(w.calls.Load(), 1)))})
+			note: joinNotes(fmt.Sprintf("%d calls in %v; rate %.2f× the unjournaled loop's", jw.calls.Load(), b.p.duration, float64(jw.calls.Load())/float64(max(w.calls.Load(), 1))),
+				f.storedPerCall(ctx, before, jw.total.Load(), aroundWindow))})
 		d, err := f.dispatchSustained(ctx, b.p.sustainConc, b.p.warm, b.p.duration)
 		ws.stop()
 		if err != nil {
@@ -326,6 +333,11 @@ func (b *bench) roundVariants(ctx context.Context, f *fleet, wn string) error {
 		return err
 	}
 	b.step("fleet: rounds of %d non-idempotent echo calls", fanout)
+	before, err := f.stored(ctx)
+	if err != nil {
+		ws.stop()
+		return err
+	}
 	b.onceRound, err = f.loopLatency(ctx, b.p.loopRound, fanout, echoOnceTool, echoArgs, echoText)
 	ws.stop()
 	if err != nil {
@@ -333,13 +345,18 @@ func (b *bench) roundVariants(ctx context.Context, f *fleet, wn string) error {
 	}
 	b.add(row{name: fmt.Sprintf("fleet: %d non-idempotent echo calls (claimed before they run), full loop round, %s", fanout, wn),
 		s: b.onceRound, ratio: ratio(b.onceRound.p50, b.loopRound.p50) + " idempotent round", floor: vsFloor(b.onceRound, b.floorRound),
-		note: fmt.Sprintf("CPU per call %s the idempotent round's", ratio(b.onceRound.cpu, b.loopRound.cpu))})
+		note: joinNotes(fmt.Sprintf("CPU per call %s the idempotent round's", ratio(b.onceRound.cpu, b.loopRound.cpu)),
+			f.storedPerCall(ctx, before, int64(b.onceRound.calls), withWarmup))})
 	b.step("fleet: journaled rounds of %d echo calls", fanout)
+	if before, err = f.stored(ctx); err != nil {
+		return err
+	}
 	if b.journalRound, err = f.loopLatencyJournaled(ctx, b.p.loopRound, fanout, echoTool, echoArgs, echoText); err != nil {
 		return fmt.Errorf("%d-call journaled round through the loop: %w", fanout, err)
 	}
 	b.add(row{name: fmt.Sprintf("fleet: %d echo calls, full loop round, journaled (RunDurable), %s", fanout, wn),
-		s: b.journalRound, ratio: ratio(b.journalRound.p50, b.loopRound.p50) + " unjournaled round", floor: vsFloor(b.journalRound, b.floorRound)})
+		s: b.journalRound, ratio: ratio(b.journalRound.p50, b.loopRound.p50) + " unjournaled round", floor: vsFloor(b.journalRound, b.floorRound),
+		note: f.storedPerCall(ctx, before, int64(b.journalRound.calls), withWarmup)})
 	b.step("fleet: rounds of %d echo calls beside %d other coordinators", fanout, otherCoordinators)
 	closeOthers, err := f.otherCoordinators(ctx, otherCoordinators)
 	if err != nil {
@@ -359,6 +376,18 @@ func (b *bench) roundVariants(ctx context.Context, f *fleet, wn string) error {
 // otherCoordinators is how many idle coordinators share the results stream
 // in the round measured beside them.
 const otherCoordinators = 3
+
+// Which calls a row's stored messages per call are divided by
+// (fleet.storedPerCall).
+const (
+	withWarmup   = "warm-up included"
+	aroundWindow = "warm-up and the runs' rounds after the window included"
+)
+
+// joinNotes joins a row's notes with "; ", leaving out empty ones.
+func joinNotes(notes ...string) string {
+	return strings.Join(slices.DeleteFunc(notes, func(n string) bool { return n == "" }), "; ")
+}
 
 // startCPUProfile starts a CPU profile to prefix.<n>w ("" prefix: none)
 // and returns what stops it.

@@ -156,8 +156,9 @@ func (f *fleet) loopLatencyOf(ctx context.Context, n, calls int, tool, args, wan
 		return summary{}, fmt.Errorf("%w: %d calls", errNotOK, b)
 	}
 	sum := s.summary()
-	sum.cpu = cpu.per((warmup(runs) + runs) * roundsPerRun * calls)
-	sum.msgs = cpu.msgsPer((warmup(runs) + runs) * roundsPerRun * calls)
+	sum.calls = (warmup(runs) + runs) * roundsPerRun * calls
+	sum.cpu = cpu.per(sum.calls)
+	sum.msgs = cpu.msgsPer(sum.calls)
 	return sum, nil
 }
 

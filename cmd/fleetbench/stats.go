@@ -30,6 +30,9 @@ type summary struct {
 	// message for the baselines), warm-up included: JetStream's internal
 	// ones too. Unlike time it does not move with the machine's load.
 	msgs float64
+	// calls is how many calls the measure made, warm-up included (the
+	// fleet's rounds; 0 where a measure does not count them).
+	calls int
 }
 
 // serverMsgs returns the messages the server has received and sent so far;

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
+	"strings"
 	"time"
 )
 
@@ -123,5 +125,31 @@ func (b *bench) printTargets(w io.Writer) {
 			fmt.Fprintf(w, "  (sustained with 2 workers, the fleet's full loop against the floor with the fleet's checks: %.2f×, %s against %s)\n",
 				float64(loop.calls.Load())/float64(c.calls.Load()), loop.rate(), c.rate())
 		}
+	}
+	b.printScaling(w)
+}
+
+// scalingBase is the worker count the sustained rates of the others are
+// divided by in the report's scaling line.
+const scalingBase = 2
+
+// printScaling shows the sustained full-loop rate of each other worker
+// count against scalingBase workers', beside the floor's same ratio: the
+// floor's is the scaling this machine allows the design at all, as its
+// workers, server and requester share the machine's cores.
+func (b *bench) printScaling(w io.Writer) {
+	var by []string
+	for _, n := range b.p.workers {
+		if n == scalingBase {
+			continue
+		}
+		loop, _, lok := rateRatio(b.sustainedLoop[n], b.sustainedLoop[scalingBase])
+		floor, _, fok := rateRatio(b.floorSustained[n], b.floorSustained[scalingBase])
+		if lok && fok {
+			by = append(by, fmt.Sprintf("%d÷%d workers: the fleet's full loop %.2f×, the floor's %.2f×", n, scalingBase, loop, floor))
+		}
+	}
+	if len(by) > 0 {
+		fmt.Fprintf(w, "  (sustained calls/s by workers on this machine's %d cores: %s)\n", runtime.NumCPU(), strings.Join(by, "; "))
 	}
 }
