@@ -153,7 +153,7 @@ func (b *bench) latency(ctx context.Context, f *fleet) (err error) {
 		if b.journalSingle, err = f.loopLatencyJournaled(ctx, b.p.loopSingle, 1, echoTool, echoArgs, echoText); err != nil {
 			return fmt.Errorf("single call through a journaled loop: %w", err)
 		}
-		b.add(row{name: "fleet: 1 echo call, full loop round, journaled (RunDurable: 3 fenced appends a round, one overlapping the gather), " + wn,
+		b.add(row{name: "fleet: 1 echo call, full loop round, journaled (RunDurable: one fenced append a round), " + wn,
 			s: b.journalSingle, ratio: ratio(b.journalSingle.p50, b.loopSingle.p50) + " unjournaled round", floor: vsFloor(b.journalSingle, b.floorSingle),
 			note: joinNotes(fmt.Sprintf("journal: +%v a round at p50", (b.journalSingle.p50-b.loopSingle.p50).Round(time.Microsecond)),
 				f.storedPerCall(ctx, before, int64(b.journalSingle.calls), withWarmup))})

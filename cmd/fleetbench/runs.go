@@ -106,9 +106,10 @@ func (f *fleet) loopLatency(ctx context.Context, n, calls int, tool, args, want 
 }
 
 // loopLatencyJournaled is loopLatency for durable runs: every run journaled
-// in the journal stream (three fenced appends a round: the observations,
-// the model response with the dispatch, and the publish, which overlaps
-// the gather; tools only when they change).
+// in the journal stream (one fenced append a round: the round before's
+// observations, the model response and the dispatch; the publish too,
+// overlapping the gather, when the gather takes longer than 250 ms; tools
+// only when they change).
 func (f *fleet) loopLatencyJournaled(ctx context.Context, n, calls int, tool, args, want string) (summary, error) {
 	if _, err := f.js.CreateStream(ctx, coordinator.JournalStreamConfig(f.subjects)); err != nil &&
 		!errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
