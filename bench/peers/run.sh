@@ -49,7 +49,8 @@ if [ -z "$pgbin" ] || [ ! -x "$pgbin/initdb" ]; then
   fi
   pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 fi
-if [ ! -x "$PEERS_BIN/temporal" ] || [ "$(cat "$PEERS_BIN/temporal.version" 2>/dev/null)" != "$TEMPORAL_CLI_VERSION" ]; then
+if [[ " $SYSTEMS " == *" temporal-"* ]] &&
+  { [ ! -x "$PEERS_BIN/temporal" ] || [ "$(cat "$PEERS_BIN/temporal.version" 2>/dev/null)" != "$TEMPORAL_CLI_VERSION" ]; }; then
   # v1.9.1's go.mod has a replace directive, which go install refuses; v1.5.1 installs.
   log "building the Temporal CLI $TEMPORAL_CLI_VERSION (its dev server) into $PEERS_BIN"
   (cd "$work" && GOBIN=$PEERS_BIN GOFLAGS= go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION")
