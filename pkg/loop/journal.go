@@ -300,9 +300,9 @@ func (r *Runner) RunDurable(ctx context.Context, d Durable) (*Result, error) {
 		return ru.finish(TerminationJournalLost, "", nil)
 	case start == nil:
 		// The input is journaled with the start, for a replay or a fork
-		// (control_replay.go); the loop never reads it back.
-		// Held, and stored with the run's first step: a run whose owner
-		// died before that is started again, as one with no entry.
+		// (control_replay.go); the loop never reads it back. The start is
+		// held and stored with the run's first step: a run whose owner
+		// died before that has done nothing, and starts again.
 		start = &JournalEntry{Kind: EntryStart, Secret: newSecret(), Policy: policyOf(ru.cfg), Data: encodeInput(ru.msgs)}
 		if !js.hold(ctx, *start) {
 			return nil, js.err
@@ -681,6 +681,7 @@ func (js *journalState) appendLater(ctx context.Context, e JournalEntry) bool {
 	return true
 }
 
+// due implements [runJournal].
 func (js *journalState) due() <-chan time.Time {
 	if js.later == nil {
 		return nil
