@@ -137,9 +137,21 @@ func TestHostileJournalLoss(t *testing.T) {
 		t.Fatalf("the live run's journal after the stream filled: %d entries, %v", len(recs), err)
 	}
 
-	// Entries lost anyway: all but the last two removed.
+	// Entries lost anyway: the run's first message (its owner's entry)
+	// removed, the rest (its start, tools, model response and dispatch,
+	// stored as one message) kept.
 	subj, _ := subjects.Journal(run)
-	if err := journal.Purge(t.Context(), jetstream.WithPurgeSubject(subj), jetstream.WithPurgeKeep(2)); err != nil {
+	second := uint64(0)
+	for _, r := range recs {
+		if r.Seq > recs[0].Seq {
+			second = r.Seq
+			break
+		}
+	}
+	if second == 0 {
+		t.Fatalf("the run's journal is one message: %+v", recs)
+	}
+	if err := journal.Purge(t.Context(), jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(second)); err != nil {
 		t.Fatalf("admin: removing the run's first entries: %v", err)
 	}
 	for _, f := range fillers {
