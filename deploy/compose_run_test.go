@@ -173,6 +173,7 @@ func TestComposeServesARun(t *testing.T) {
 		p             *process
 	}
 	var running []started
+	taken := map[string]bool{} // the metrics addresses handed out
 	var submit invocation
 	invocations := composeInvocations(t)
 	// One-shot jobs first, to completion: provision creates the streams.
@@ -217,7 +218,13 @@ func TestComposeServesARun(t *testing.T) {
 				}
 				env = append(env, k+"="+interpolate(t, v, dotenv))
 			}
+			// A port freed by freeAddr may be handed out again before the
+			// process given it binds it: each process gets its own.
 			metrics := freeAddr(t)
+			for taken[metrics] {
+				metrics = freeAddr(t)
+			}
+			taken[metrics] = true
 			args := append([]string(nil), in.args...)
 			for j := 1; j < len(args); j++ {
 				if strings.TrimLeft(args[j-1], "-") == "metrics-addr" {

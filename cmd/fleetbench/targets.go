@@ -143,13 +143,23 @@ func (b *bench) printScaling(w io.Writer) {
 		if n == scalingBase {
 			continue
 		}
-		loop, _, lok := rateRatio(b.sustainedLoop[n], b.sustainedLoop[scalingBase])
-		floor, _, fok := rateRatio(b.floorSustained[n], b.floorSustained[scalingBase])
-		if lok && fok {
-			by = append(by, fmt.Sprintf("%d÷%d workers: the fleet's full loop %.2f×, the floor's %.2f×", n, scalingBase, loop, floor))
+		if b.sustainedLoop[n] == nil || b.sustainedLoop[scalingBase] == nil {
+			continue // not measured in this run
 		}
+		by = append(by, fmt.Sprintf("%d÷%d workers: the fleet's full loop %s, the floor's %s", n, scalingBase,
+			scaled(b.sustainedLoop[n], b.sustainedLoop[scalingBase]), scaled(b.floorSustained[n], b.floorSustained[scalingBase])))
 	}
 	if len(by) > 0 {
 		fmt.Fprintf(w, "  (sustained calls/s by workers on this machine's %d cores: %s)\n", runtime.NumCPU(), strings.Join(by, "; "))
 	}
+}
+
+// scaled is a's sustained rate against b's, or "-" when either window
+// finished no call (a window too short for the machine's load).
+func scaled(a, b *window) string {
+	r, _, ok := rateRatio(a, b)
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", r)
 }

@@ -187,17 +187,19 @@ func (j *Journal) AppendAsyncThen(ctx context.Context, e loop.JournalEntry, stor
 	settled := make(chan struct{})
 	j.pending = done
 	go func() {
-		defer close(settled)
+		// settled closes before done is sent: whoever has the append's
+		// outcome (Flush, the next append) sees it settled.
+		var err error
 		if prev != nil {
-			if err := <-prev; err != nil {
-				done <- err
-				return
+			err = <-prev
+		}
+		if err == nil {
+			err = j.append(ctx, e)
+			if err == nil && stored != nil {
+				stored(e)
 			}
 		}
-		err := j.append(ctx, e)
-		if err == nil && stored != nil {
-			stored(e)
-		}
+		close(settled)
 		done <- err
 	}()
 	return settled

@@ -85,14 +85,16 @@ func (j *Journal) AppendAsync(ctx context.Context, e loop.JournalEntry) <-chan s
 	settled := make(chan struct{})
 	j.pending = done
 	go func() {
-		defer close(settled)
+		// settled closes before done is sent, as the fleet's journal's.
+		var err error
 		if prev != nil {
-			if err := <-prev; err != nil {
-				done <- err
-				return
-			}
+			err = <-prev
 		}
-		done <- j.append(e)
+		if err == nil {
+			err = j.append(e)
+		}
+		close(settled)
+		done <- err
 	}()
 	return settled
 }
