@@ -19,8 +19,9 @@ const syncAlwaysConfig = "jetstream { sync_interval: always }"
 
 // synced measures, on a second server of this process that fsyncs every
 // write, the rows whose durability a reader weighs: the durable floor's
-// 32-call round and the fleet's one-call and 32-call loop rounds, plain and
-// journaled. Each row's ratio is to the same row on the default server.
+// one-call and 32-call rounds and the fleet's, plain and journaled, each
+// fleet row against the floor of its size. Each row's ratio is to the same
+// row on the default server.
 // Each of the fleet's rows notes the messages it stored per call, by
 // stream: on this server each is fsynced before it is acknowledged, and so
 // is the tombstone the calls stream (a work queue) writes when a call's
@@ -58,11 +59,17 @@ func (b *bench) synced(ctx context.Context, dir string) error {
 		return err
 	}
 	b.step("sync always: durable floor rounds")
-	floor, err := fr.latency(b.p.round, fanout, floorMode{})
+	floorSingle, err := fr.latency(b.p.loopSingle, 1, floorMode{})
+	var floor summary
+	if err == nil {
+		floor, err = fr.latency(b.p.round, fanout, floorMode{})
+	}
 	fws.stop()
 	if err != nil {
 		return fmt.Errorf("durable floor: %w", err)
 	}
+	b.add(row{name: "floor: 1 call, 256 B, " + label, s: floorSingle,
+		ratio: ratio(floorSingle.p50, b.floorSingle.p50) + " default sync"})
 	b.add(row{name: fmt.Sprintf("floor: %d calls, 256 B, one async batch, %s", fanout, label), s: floor,
 		ratio: ratio(floor.p50, b.floorRound.p50) + " default sync"})
 
@@ -103,7 +110,11 @@ func (b *bench) synced(ctx context.Context, dir string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
-		r := row{name: "fleet: " + m.name + ", " + label, s: s, floor: vsFloor(s, floor),
+		against := floor
+		if m.calls == 1 {
+			against = floorSingle
+		}
+		r := row{name: "fleet: " + m.name + ", " + label, s: s, floor: vsFloor(s, against),
 			note: f.storedPerCall(ctx, before, int64(s.calls), withWarmup)}
 		if m.against.n > 0 {
 			r.ratio = ratio(s.p50, m.against.p50) + " default sync"

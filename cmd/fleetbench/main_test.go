@@ -53,6 +53,7 @@ func TestShortRun(t *testing.T) {
 		"per run",
 		"fleet: 1 echo call, full loop round, journaled, sync always (an fsync per write)",
 		"fleet: 32 echo calls, full loop round, sync always (an fsync per write)",
+		"floor: 1 call, 256 B, sync always (an fsync per write)",
 		"floor: 32 calls, 256 B, one async batch, sync always",
 		"targets:",
 		"8÷2 workers: the fleet's full loop",
