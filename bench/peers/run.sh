@@ -34,7 +34,7 @@ FLEETBENCH_ONLY=${FLEETBENCH_ONLY:-baseline,single,round,sustained,sync}
 out=${OUT:-$here/results}/$(date -u +%Y%m%dT%H%M%SZ)
 work=$(mktemp -d /tmp/toolfleet-peers.XXXXXX)
 chmod 755 "$work" # the postgres user reaches its cluster inside
-mkdir -p "$out" "$PEERS_BIN"
+mkdir -p "$out" "$PEERS_BIN" "$work/warm-up"
 log() { printf '== %s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 # --- install and build (each step skipped when already done) --------------
@@ -140,12 +140,13 @@ trap cleanup EXIT
 # --- one system, one round ----------------------------------------------------
 
 peer_flags=(--runs1 "$RUNS1" --runs32 "$RUNS32" --duration "$DURATION")
+fleetbench_flags=()
 run_system() { # run_system SYSTEM DIR
   local dir=$2
   case $1 in
   fleet)
-    log "fleetbench --only $FLEETBENCH_ONLY --workers 2"
-    (cd "$root" && "$PEERS_BIN/fleetbench" --only "$FLEETBENCH_ONLY" --workers 2) >"$dir/fleetbench.txt"
+    log "fleetbench --only $FLEETBENCH_ONLY --workers 2 ${fleetbench_flags[*]}"
+    (cd "$root" && "$PEERS_BIN/fleetbench" --only "$FLEETBENCH_ONLY" --workers 2 "${fleetbench_flags[@]}") >"$dir/fleetbench.txt"
     ;;
   dbos-fsync-on)
     pg_start ""
@@ -184,6 +185,20 @@ read -r -a systems <<<"$SYSTEMS"
   echo "Temporal dynamic config: ${temporal_dc[*]}"
   echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$out/machine.txt" >&2
+# A short pass of every system first, not recorded: the first system of
+# round 1 would otherwise run on a cold machine (binaries and stores not in
+# the page cache, the CPU not yet busy) and measure that, not itself.
+log "warming up: a short pass of each system, not recorded"
+measured_flags=("${peer_flags[@]}")
+peer_flags=(--runs1 3 --runs32 1 --duration 1s)
+fleetbench_flags=(--short)
+for sys in "${systems[@]}"; do
+  run_system "$sys" "$work/warm-up" 2>>"$work/warm-up.log" || log "$sys failed while warming up (see $work/warm-up.log); going on"
+  temporal_stop
+  pg_stop
+done
+peer_flags=("${measured_flags[@]}")
+fleetbench_flags=()
 for k in $(seq "$ROUNDS"); do
   dir=$out/round-$k
   mkdir -p "$dir"

@@ -50,6 +50,8 @@ var guarantees = map[string]string{
 	"toolfleet|journaled, sync always": "machine crash (the server fsyncs every write before it acknowledges it); calls ≥1× (non-idempotent ≤1×)",
 	"toolfleet|loop":                   "calls and results stored as above; the run's state is in the coordinator's memory: a coordinator crash ends the run",
 	"floor|floor":                      "calls and results stored as above, no run state",
+	"floor|with the fleet's checks":    "as the floor, each call's arguments validated, strict envelopes, run in the harness",
+	"floor|sync always":                "as the floor, on the server that fsyncs every write",
 	"dbos|fsync on":                    "machine crash (a commit is fsynced); steps ≥1×, workflow outcome once",
 	"dbos|fsync off":                   "process crash of the app and of PostgreSQL (committed to the OS); a machine crash can lose the last commits or corrupt the cluster; steps ≥1×",
 	"temporal|sqlite file":             "machine crash (SQLite file, synchronous=FULL: a commit is fsynced); activities ≥1× (retried until they succeed)",
@@ -87,7 +89,7 @@ func table(args []string, w io.Writer) error {
 		}
 		entries = append(entries, pe...)
 	}
-	order := []string{"toolfleet|journaled", "toolfleet|journaled, sync always", "toolfleet|loop", "floor|floor", "dbos|fsync on", "dbos|fsync off", "temporal|sqlite file", "temporal|in memory"}
+	order := []string{"toolfleet|journaled", "toolfleet|journaled, sync always", "toolfleet|loop", "floor|floor", "floor|with the fleet's checks", "floor|sync always", "dbos|fsync on", "dbos|fsync off", "temporal|sqlite file", "temporal|in memory"}
 	rank := func(e *entry) int {
 		for i, k := range order {
 			if k == e.system+"|"+e.config {
@@ -144,7 +146,7 @@ func table(args []string, w io.Writer) error {
 			if tf == nil {
 				continue
 			}
-			for _, k := range order[4:] {
+			for _, k := range order[6:] {
 				p := byRound[r][k]
 				if p == nil {
 					continue
@@ -171,6 +173,7 @@ func table(args []string, w io.Writer) error {
 			}
 		}
 	}
+	printTargets(w, rounds, byRound)
 	return nil
 }
 
@@ -246,6 +249,8 @@ func fleetEntries(path, round string) ([]*entry, error) {
 	loop := &entry{system: "toolfleet", config: "loop", round: round, rows: map[string]row{}}
 	floor := &entry{system: "floor", config: "floor", round: round, rows: map[string]row{}}
 	synced := &entry{system: "toolfleet", config: "journaled, sync always", round: round, rows: map[string]row{}}
+	checked := &entry{system: "floor", config: "with the fleet's checks", round: round, rows: map[string]row{}}
+	floorSynced := &entry{system: "floor", config: "sync always", round: round, rows: map[string]row{}}
 	for _, line := range strings.Split(string(b), "\n") {
 		c := strings.Split(line, "|")
 		if len(c) < 8 {
@@ -261,6 +266,10 @@ func fleetEntries(path, round string) ([]*entry, error) {
 			// fleetbench's sync phase: the same rounds on a server that
 			// fsyncs every write.
 			switch {
+			case strings.HasPrefix(m, "floor: 1 call"):
+				floorSynced.rows["round1"] = r
+			case strings.HasPrefix(m, "floor: 32 calls"):
+				floorSynced.rows["round32"] = r
 			case strings.HasPrefix(m, "fleet: 1 echo call, full loop round, journaled"):
 				synced.rows["round1"] = r
 			case strings.HasPrefix(m, "fleet: 32 echo calls, full loop round, journaled"):
@@ -269,6 +278,10 @@ func fleetEntries(path, round string) ([]*entry, error) {
 			continue
 		}
 		switch {
+		case strings.HasPrefix(m, "floor with the fleet's checks: 32 echo calls"):
+			checked.rows["round32"] = r
+		case strings.HasPrefix(m, "floor with the fleet's checks: sustained") && strings.Contains(m, " 2 worker"):
+			checked.rows["sustained"] = r
 		case strings.HasPrefix(m, "floor: 1 call"):
 			floor.rows["round1"] = r
 		case strings.HasPrefix(m, "floor: 32 calls"):
@@ -290,8 +303,10 @@ func fleetEntries(path, round string) ([]*entry, error) {
 		}
 	}
 	out := []*entry{journaled, loop, floor}
-	if len(synced.rows) > 0 {
-		out = append(out, synced)
+	for _, e := range []*entry{synced, checked, floorSynced} {
+		if len(e.rows) > 0 { // not in fleetbench's output before it measured them
+			out = append(out, e)
+		}
 	}
 	return out, nil
 }
