@@ -48,8 +48,9 @@ type bench struct {
 	// (floor_fast.go).
 	fastRound summary
 	// checkedRound and checkedSustained are the floor with the fleet's
-	// checks (floor_checks.go).
-	checkedRound                summary
+	// checks (floor_checks.go); claimedRound adds the claim of each call
+	// before it runs (floor_claims.go).
+	checkedRound, claimedRound  summary
 	loopSingle, loopRound       summary
 	journalSingle, journalRound summary
 	onceRound                   summary

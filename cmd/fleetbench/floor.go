@@ -78,6 +78,7 @@ func (b baselines) openFloor(ctx context.Context, log zerolog.Logger) (*floorRig
 			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, AllowBatchPublish: true},
 		{Name: floorResultStream, Subjects: []string{floorResultPrefix + ">"}, Retention: jetstream.LimitsPolicy,
 			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxAge: 10 * time.Minute},
+		floorStartsConfig,
 	} {
 		if _, err := r.js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			r.close()
@@ -143,17 +144,21 @@ type floorRun struct {
 	checked bool
 	// fast: the run publishes a round's calls as one fast batch.
 	fast bool
+	// claimed: a worker claims each call before it runs it
+	// (floor_claims.go).
+	claimed bool
 }
 
 // floorMode is what a floor run's rounds do beyond the floor's.
 type floorMode struct {
 	checked bool // the fleet's checks (floor_checks.go)
 	fast    bool // a round's calls as one fast batch (floor_fast.go)
+	claimed bool // each call claimed by a start record before it runs (floor_claims.go)
 }
 
 func (r *floorRig) openRun(mode floorMode) *floorRun {
 	id := "r" + strconv.FormatUint(r.seq.Add(1), 10)
-	fr := &floorRun{r: r, id: id, results: make(chan string, 4*fanout), checked: mode.checked, fast: mode.fast}
+	fr := &floorRun{r: r, id: id, results: make(chan string, 4*fanout), checked: mode.checked, fast: mode.fast, claimed: mode.claimed}
 	r.mu.Lock()
 	r.runs[id] = fr.results
 	r.mu.Unlock()
@@ -197,6 +202,9 @@ func (fr *floorRun) round(payload []byte, calls int) error {
 			}
 			m.Data, awaited = data, string(key)
 			m.Header.Set(floorCheckedHeader, "1")
+		}
+		if fr.claimed {
+			m.Header.Set(floorClaimHeader, "1")
 		}
 		open[awaited] = true
 		if fast != nil {
@@ -289,6 +297,10 @@ type floorWorker struct {
 	inUse atomic.Int64
 	freed chan struct{}
 	acks  chan floorPending
+	// claims are the calls whose start records are being stored; claimed
+	// is closed when the claimer has handled the last.
+	claims  chan floorClaim
+	claimed chan struct{}
 	// closed is closed with the connection: a PubAck no longer comes.
 	closed chan struct{}
 }
@@ -303,7 +315,8 @@ func (r *floorRig) startWorkers(ctx context.Context, n int) (*floorWorkers, erro
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	fw := &floorWorkers{cancel: cancel}
 	for i := range n {
-		w := &floorWorker{freed: make(chan struct{}, 1), acks: make(chan floorPending, floorSlots), closed: make(chan struct{})}
+		w := &floorWorker{freed: make(chan struct{}, 1), acks: make(chan floorPending, floorSlots),
+			claims: make(chan floorClaim, floorSlots), claimed: make(chan struct{}), closed: make(chan struct{})}
 		var err error
 		if w.h, err = newFloorHarness(r.log); err != nil {
 			fw.stop()
@@ -325,6 +338,7 @@ func (r *floorRig) startWorkers(ctx context.Context, n int) (*floorWorkers, erro
 			return nil, fmt.Errorf("floor consumer: %w", err)
 		}
 		fw.wg.Go(func() { w.pull(wctx) })
+		fw.wg.Go(w.claimer)
 		fw.wg.Go(w.acker)
 	}
 	cons, err := r.js.Consumer(ctx, floorCallStream, floorConsumer)
@@ -364,9 +378,14 @@ func (fw *floorWorkers) stop() {
 }
 
 // pull keeps one pull open, asking for as many calls as there are free
-// slots, and runs each call as it arrives.
+// slots, and runs each call as it arrives (a claimed call once its start
+// record is stored).
 func (w *floorWorker) pull(ctx context.Context) {
-	defer close(w.acks)
+	defer func() {
+		close(w.claims)
+		<-w.claimed
+		close(w.acks)
+	}()
 	for ctx.Err() == nil {
 		free := floorSlots - int(w.inUse.Load())
 		if free <= 0 {
@@ -387,28 +406,49 @@ func (w *floorWorker) pull(ctx context.Context) {
 		}
 		for m := range batch.Messages() {
 			w.inUse.Add(1)
-			res := nats.NewMsg(floorResultPrefix + m.Headers().Get(floorRunHeader))
-			res.Data = m.Data()
-			if m.Headers().Get(floorCheckedHeader) != "" {
-				if res.Data, err = runChecked(ctx, w.h, m.Data()); err != nil {
-					m.Term()
-					w.release()
-					continue
-				}
-				res.Header.Set(floorCheckedHeader, "1")
-			}
-			id := m.Headers().Get(jetstream.MsgIDHeader)
-			res.Header.Set(jetstream.MsgIDHeader, "r"+id)
-			res.Header.Set(floorCallHeader, id)
-			f, err := w.js.PublishMsgAsync(res)
-			if err != nil {
-				m.Nak()
-				w.release()
+			if m.Headers().Get(floorClaimHeader) == "" {
+				w.answer(m, true)
 				continue
 			}
-			w.acks <- floorPending{f: f, msg: m}
+			if err := w.claim(m); err != nil {
+				m.Nak()
+				w.release()
+			}
 		}
 	}
+}
+
+// answer runs the call m carries and publishes its result; ack: the call
+// is acknowledged once the result is stored (a claimed call was already).
+func (w *floorWorker) answer(m jetstream.Msg, ack bool) {
+	res := nats.NewMsg(floorResultPrefix + m.Headers().Get(floorRunHeader))
+	res.Data = m.Data()
+	if m.Headers().Get(floorCheckedHeader) != "" {
+		var err error
+		if res.Data, err = runChecked(context.Background(), w.h, m.Data()); err != nil {
+			if ack {
+				m.Term()
+			}
+			w.release()
+			return
+		}
+		res.Header.Set(floorCheckedHeader, "1")
+	}
+	id := m.Headers().Get(jetstream.MsgIDHeader)
+	res.Header.Set(jetstream.MsgIDHeader, "r"+id)
+	res.Header.Set(floorCallHeader, id)
+	f, err := w.js.PublishMsgAsync(res)
+	if err != nil {
+		if ack {
+			m.Nak()
+		}
+		w.release()
+		return
+	}
+	if !ack {
+		m = nil
+	}
+	w.acks <- floorPending{f: f, msg: m}
 }
 
 // acker acknowledges each call once its result is stored.
@@ -416,9 +456,13 @@ func (w *floorWorker) acker() {
 	for p := range w.acks {
 		select {
 		case <-p.f.Ok():
-			p.msg.Ack()
+			if p.msg != nil {
+				p.msg.Ack()
+			}
 		case <-p.f.Err():
-			p.msg.Nak()
+			if p.msg != nil {
+				p.msg.Nak()
+			}
 		case <-w.closed:
 		}
 		w.release()

@@ -38,6 +38,8 @@ func TestShortRun(t *testing.T) {
 		"fleet: 32 echo calls, dispatch only",
 		"fleet: 32 echo calls, full loop round",
 		"fleet: 32 non-idempotent echo calls (claimed before they run), full loop round",
+		"floor with the fleet's checks, claimed: 32 echo calls, each claimed by a start record before it runs",
+		"(a claim on the floor with the fleet's checks: ",
 		"fleet: 32 echo calls, full loop round, journaled (RunDurable)",
 		"fleet: 32 echo calls, full loop round, 3 other coordinators reading the results stream",
 		"full loop, 8 runs × 32-call rounds, 1 worker(s)",

@@ -63,6 +63,9 @@ func (b *bench) floor(ctx context.Context, bl baselines) error {
 	if err == nil {
 		b.checkedRound, err = fr.latency(b.p.round, fanout, floorMode{checked: true})
 	}
+	if err == nil {
+		b.claimedRound, err = fr.latency(b.p.round, fanout, floorMode{checked: true, claimed: true})
+	}
 	ws.stop()
 	if err != nil {
 		return fmt.Errorf("durable floor: %w", err)
@@ -75,6 +78,9 @@ func (b *bench) floor(ctx context.Context, bl baselines) error {
 		s: b.fastRound, ratio: ratio(b.fastRound.p50, b.floorRound.p50) + " floor", floor: vsFloor(b.fastRound, b.floorRound)})
 	b.add(row{name: fmt.Sprintf("floor with the fleet's checks: %d echo calls (arguments validated, strict envelopes, run in the harness), %s", fanout, wn),
 		s: b.checkedRound, ratio: ratio(b.checkedRound.p50, b.floorRound.p50) + " floor", floor: vsFloor(b.checkedRound, b.floorRound)})
+	b.add(row{name: fmt.Sprintf("floor with the fleet's checks, claimed: %d echo calls, each claimed by a start record before it runs, %s", fanout, wn),
+		s: b.claimedRound, ratio: ratio(b.claimedRound.p50, b.checkedRound.p50) + " unclaimed", floor: vsFloor(b.claimedRound, b.floorRound),
+		note: fmt.Sprintf("CPU per call %.2f× the floor with the fleet's checks unclaimed", float64(b.claimedRound.cpu)/float64(b.checkedRound.cpu))})
 	return nil
 }
 

@@ -120,6 +120,10 @@ func (b *bench) printTargets(w io.Writer) {
 			float64(b.checkedRound.cpu)/float64(b.floorRound.cpu), ratio(b.checkedRound.p50, b.floorRound.p50),
 			float64(b.loopRound.cpu)/float64(b.checkedRound.cpu), ratio(b.loopRound.p50, b.checkedRound.p50))
 	}
+	if b.onceRound.n > 0 && b.claimedRound.cpu > 0 && b.checkedRound.cpu > 0 {
+		fmt.Fprintf(w, "  (a claim on the floor with the fleet's checks: %.2f× its CPU per call, +%v a call; the fleet's non-idempotent call: +%v a call)\n",
+			float64(b.claimedRound.cpu)/float64(b.checkedRound.cpu), (b.claimedRound.cpu - b.checkedRound.cpu).Round(time.Microsecond), (b.onceRound.cpu - b.loopRound.cpu).Round(time.Microsecond))
+	}
 	if c := b.checkedSustained[2]; c != nil && c.calls.Load() > 0 {
 		if loop, ok := b.sustainedLoop[2]; ok {
 			fmt.Fprintf(w, "  (sustained with 2 workers, the fleet's full loop against the floor with the fleet's checks: %.2f×, %s against %s)\n",
