@@ -76,6 +76,10 @@ type Worker struct {
 	nextID  uint64
 	active  map[callRef]uint64 // stream sequence of idempotent calls running here
 
+	// toResults is the option every result's publish carries: stored in
+	// the results stream only. Made once: the stream's name is built.
+	toResults jetstream.PublishOpt
+
 	// resultLanes coalesces results of calls whose coordinator reads
 	// batches; resultsAlone counts the results published in their own
 	// message whose first attempt has not ended.
@@ -125,6 +129,8 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		running: make(map[callRef]map[uint64]context.CancelCauseFunc),
 		active:  make(map[callRef]uint64),
 		routes:  stores.NewRecordRoutes(js, subjects),
+
+		toResults: jetstream.WithExpectStream(subjects.ResultsStream()),
 	}
 	// As many calls again may be storing their result out of their slots
 	// (Delivery.FreeSlot): a pull is not held back by PubAcks.

@@ -379,9 +379,8 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	msg := w.resultMessage(replyTo, id, data)
 	// No answer, or one that may pass: published again with the same
 	// Nats-Msg-Id, stored at most once.
-	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
-	_, err = natsbus.PublishRetrying(ctx, w.js, msg, opt)
+	_, err = natsbus.PublishRetrying(ctx, w.js, msg, w.toResults)
 	cancel()
 	if err == nil || !natsbus.Transient(err) || stopping.Err() != nil {
 		return err
@@ -391,6 +390,6 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	if ctx.Err() != nil {
 		return err
 	}
-	_, err = natsbus.PublishRetrying(ctx, w.js, msg, opt)
+	_, err = natsbus.PublishRetrying(ctx, w.js, msg, w.toResults)
 	return err
 }
