@@ -39,9 +39,9 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *workqueue.Del
 	// Run at most once when either this worker's manifest or the call's
 	// coordinator says so: the stricter holds.
 	idempotent := tc.idempotent && m.Headers().Get(protocol.HeaderAtMostOnce) == ""
-	ct := startCallTrace(ctx, tc.name, m)
+	rec := &callRecord{w: w, tc: tc, ct: startCallTrace(ctx, tc, m), subject: m.Subject(), attempt: attempt}
+	ct := &rec.ct
 	defer ct.end()
-	rec := &callRecord{w: w, tc: tc, ct: ct, subject: m.Subject(), attempt: attempt}
 	rec.emit(CallEvent{Kind: CallDelivered})
 	endValidation := ct.child("validation")
 	call, replyTo, err := w.accept(tc, m)
@@ -115,14 +115,14 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *workqueue.Del
 
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	unregister := w.register(call.RunID, call.CallKey, cancel)
+	reg := w.register(call.RunID, call.CallKey, cancel)
 	stopHeartbeat := func() {}
 	if idempotent { // a claimed call is settled already and needs none
 		stopHeartbeat = d.Heartbeat(w.cfg.Heartbeat)
 	}
 	rec.emit(CallEvent{Kind: CallStarted})
 	endExecution := ct.child("execution")
-	pctx, endProgress := w.withProgress(cctx, call)
+	pctx, progress := w.withProgress(cctx, call)
 	hc := harness.Call{
 		Tool:           call.Tool,
 		Arguments:      call.Arguments,
@@ -133,9 +133,9 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *workqueue.Del
 	// The harness writes no line of its own: the finish event's line
 	// carries its fields with the run's ids.
 	res := w.h.ExecuteUnlogged(pctx, hc)
-	endProgress()
+	progress.end()
 	stopHeartbeat()
-	unregister()
+	w.unregister(reg)
 	if res.Outcome == protocol.OutcomeOK {
 		endExecution("")
 	} else {

@@ -136,7 +136,7 @@ func (NopWorkerObserver) Observe(CallEvent) {}
 type callRecord struct {
 	w       *Worker
 	tc      *toolConsumer
-	ct      *callTrace
+	ct      callTrace // the delivery's spans
 	subject string
 	run     protocol.RunID
 	key     protocol.CallKey
