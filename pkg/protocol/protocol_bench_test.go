@@ -168,3 +168,15 @@ func BenchmarkParseCall(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkResultBatchBytes is a worker's sizing of a batch of results,
+// which it does again for every result it adds to the batch.
+func BenchmarkResultBatchBytes(b *testing.B) {
+	run := NewRunID()
+	b.ReportAllocs()
+	for b.Loop() {
+		if ResultBatchBytes(run, 8, 4096) <= 4096 {
+			b.Fatal("a batch is larger than its results")
+		}
+	}
+}
