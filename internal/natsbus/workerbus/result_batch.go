@@ -76,14 +76,14 @@ type resultMsg struct {
 	err     error
 }
 
-// coalesced publishes the encoded result (data, whose own message would
-// have the dedup id id) on subject with whatever else waits for it, in a
-// batch of at most limit bytes, and returns the outcome of the message
-// that carried it, once its first attempt ended. again says that it was
-// not stored and the caller should try again with its own message
-// (deduplicated by id), as after a first attempt of its own; then err
+// coalesced publishes the encoded result (data) of tool's call key on
+// subject with whatever else waits for it, in a batch of at most limit
+// bytes, and returns the outcome of the message that carried it, once
+// its first attempt ended. again says that it was not stored and the
+// caller should try again with its own message (deduplicated by
+// protocol.ResultMsgID), as after a first attempt of its own; then err
 // says why.
-func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.ToolName, key protocol.CallKey, id string, data []byte, limit int) (again bool, err error) {
+func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.ToolName, key protocol.CallKey, data []byte, limit int) (again bool, err error) {
 	rl := &w.resultLanes
 	rl.mu.Lock()
 	if rl.lanes == nil {
@@ -98,7 +98,7 @@ func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.Too
 		// Nothing in flight: published alone, now.
 		lane.inflight++
 		rl.mu.Unlock()
-		again, err := w.firstAttempt(w.resultMessage(subject, id, data))
+		again, err := w.firstAttempt(w.resultMessage(subject, protocol.ResultMsgID(tool, key), data))
 		w.handOn(subject)
 		return again, err
 	}

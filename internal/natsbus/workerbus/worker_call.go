@@ -141,7 +141,7 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *workqueue.Del
 	} else {
 		endExecution(string(res.Outcome))
 	}
-	rec.emit(CallEvent{Kind: CallFinished, Outcome: res.Outcome, Duration: res.Duration, ErrorType: res.ErrorType, call: &hc, res: &res})
+	rec.finished(CallEvent{Kind: CallFinished, Outcome: res.Outcome, Duration: res.Duration, ErrorType: res.ErrorType}, &hc, &res)
 
 	result := protocol.Result{
 		V:          protocol.Version,
@@ -364,19 +364,18 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	if err != nil {
 		return err
 	}
-	id := protocol.ResultMsgID(tool, r.CallKey)
 	// First asynchronously, its PubAck awaited for one attempt's time; the
 	// call is settled once this returns, on the PubAck.
 	var again bool
 	if batchLimit > 0 {
-		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, id, data, batchLimit)
+		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, data, batchLimit)
 	} else {
-		again, err = w.firstAttempt(w.resultMessage(replyTo, id, data))
+		again, err = w.firstAttempt(w.resultMessage(replyTo, protocol.ResultMsgID(tool, r.CallKey), data))
 	}
 	if !again {
 		return err
 	}
-	msg := w.resultMessage(replyTo, id, data)
+	msg := w.resultMessage(replyTo, protocol.ResultMsgID(tool, r.CallKey), data)
 	// No answer, or one that may pass: published again with the same
 	// Nats-Msg-Id, stored at most once.
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
