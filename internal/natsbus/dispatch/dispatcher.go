@@ -309,16 +309,16 @@ func (d *Dispatcher) callMsg(ctx context.Context, o *loop.Outgoing) (*nats.Msg, 
 	if err := d.cfg.Guard.Err(); err != nil {
 		return nil, err
 	}
-	subject, err := d.callSubject(*call)
-	if err != nil {
-		return nil, fmt.Errorf("natsbus: call: %w", err)
-	}
-	replyTo, err := d.subjects.Result(call.RunID, call.Tool)
-	if err != nil {
-		return nil, fmt.Errorf("natsbus: call: %w", err)
-	}
+	var in *Inbox
 	if v, ok := d.inboxes.Load(call.RunID); ok {
-		v.(*Inbox).Expect(call.CallKey, call.Tool)
+		in = v.(*Inbox)
+	}
+	subject, replyTo, err := d.callSubjects(in, call)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: call: %w", err)
+	}
+	if in != nil {
+		in.Expect(call.CallKey, call.Tool)
 	}
 	data, err := protocol.Encode(call)
 	if err != nil {
@@ -431,6 +431,9 @@ type Inbox struct {
 	progress string
 	// tools are the tools of the calls published for the run, by key.
 	tools callTools
+	// lastSubjects are the subjects of the run's calls built last
+	// (Dispatcher.callSubjects).
+	lastSubjects lastSubjects
 	// seqs are where the calls stream stored the run's calls, by key, as
 	// their PubAcks said, and their deadlines: what Withdraw takes back.
 	seqs sync.Map // protocol.CallKey -> publishedCall
