@@ -153,6 +153,10 @@ func (ru *run) startToolSpan(ctx context.Context, round int, s *roundCall, raw s
 	if s.entry == nil {
 		name = "_unknown"
 	}
+	spanName := unknownToolSpan
+	if s.entry != nil {
+		spanName = s.entry.toolSpanName()
+	}
 	attrs := []attribute.KeyValue{
 		attribute.String(attrOperation, "execute_tool"), attribute.String(attrToolName, name),
 		attribute.String(attrToolCallID, s.idText), attribute.String(attrCallKey, string(s.key)),
@@ -166,8 +170,24 @@ func (ru *run) startToolSpan(ctx context.Context, round int, s *roundCall, raw s
 		v, _ := protocol.Truncate(args, maxLoggedArgBytes)
 		attrs = append(attrs, attribute.String(attrToolArguments, v))
 	}
-	_, s.span = ru.tr.Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithTimestamp(s.start), trace.WithAttributes(attrs...))
+	_, s.span = ru.tr.Start(ctx, spanName, producerSpan, trace.WithTimestamp(s.start), trace.WithAttributes(attrs...))
+}
+
+// unknownToolSpan names the span of a call to a tool not in the round's
+// catalog.
+const unknownToolSpan = "execute_tool _unknown"
+
+// producerSpan is the kind of a call's span.
+var producerSpan = trace.WithSpanKind(trace.SpanKindProducer)
+
+// toolSpanName is the name of the spans of calls to e's tool, "execute_tool
+// <tool>", made once a round: a call's tool token is the spec's name
+// (catalogTool), which clipName leaves as it is.
+func (e *toolEntry) toolSpanName() string {
+	if e.spanName == "" {
+		e.spanName = "execute_tool " + string(e.spec.Name)
+	}
+	return e.spanName
 }
 
 // endToolSpan closes a call's span with its outcome (never its

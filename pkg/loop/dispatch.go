@@ -64,8 +64,8 @@ func (ru *run) dispatch(ctx context.Context, round int, calls []roundCall) (pend
 	open := make(map[int]bool, len(todo))
 	pending = make(map[protocol.CallKey]*roundCall, len(todo))
 	var last time.Time
-	var outs []Outgoing
-	var outIdx []int
+	outs := make([]Outgoing, 0, len(todo))
+	outIdx := make([]int, 0, len(todo))
 	for _, i := range todo {
 		c := &calls[i]
 		if by := c.deadline.ResultBy(); by.After(last) {

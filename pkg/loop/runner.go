@@ -449,6 +449,9 @@ func (ru *run) closeInbox() {
 type toolEntry struct {
 	spec   protocol.ToolSpec
 	schema *schema.Schema
+	// spanName names the spans of the round's calls to the tool, made at
+	// the first (toolSpanName).
+	spanName string
 }
 
 // usable keeps the catalog's usable specs: valid, first of their

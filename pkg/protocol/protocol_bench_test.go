@@ -139,3 +139,44 @@ func BenchmarkCanonical(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSubjectResult is a result subject as both ends of every call
+// build it: the coordinator for the call's reply-to header, the worker to
+// check that header.
+func BenchmarkSubjectResult(b *testing.B) {
+	var s Subjects
+	run, tool := NewRunID(), ToolName("echo")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Result(run, tool); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkParseCall is the worker's check of a delivered call's subject.
+func BenchmarkParseCall(b *testing.B) {
+	var s Subjects
+	subject, err := s.Call("echo", ClassInteractive, "acme")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, _, ok := s.ParseCall(subject); !ok {
+			b.Fatalf("ParseCall(%q) refused its own subject", subject)
+		}
+	}
+}
+
+// BenchmarkResultBatchBytes is a worker's sizing of a batch of results,
+// which it does again for every result it adds to the batch.
+func BenchmarkResultBatchBytes(b *testing.B) {
+	run := NewRunID()
+	b.ReportAllocs()
+	for b.Loop() {
+		if ResultBatchBytes(run, 8, 4096) <= 4096 {
+			b.Fatal("a batch is larger than its results")
+		}
+	}
+}

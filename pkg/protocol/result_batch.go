@@ -119,7 +119,7 @@ func DecodeResultBatch(data []byte, limit int) (ResultBatch, error) {
 // [EncodeResultBatch] builds for run from n encoded results of size
 // bytes in all.
 func ResultBatchBytes(run RunID, n, size int) int {
-	return len(resultBatchHead(run)) + size + max(n-1, 0) + len(resultBatchTail)
+	return resultBatchHeadBytes(run) + size + max(n-1, 0) + len(resultBatchTail)
 }
 
 // EncodeResultBatch builds the body of a [ResultBatch] of run from its
@@ -143,6 +143,16 @@ func EncodeResultBatch(run RunID, encoded [][]byte) []byte {
 }
 
 const resultBatchTail = "]}"
+
+// resultBatchHeadBytes is len(resultBatchHead(run)), counted without
+// building it when run is a valid token, which JSON quotes as it is: a
+// worker sizes a batch with it once for every result it adds.
+func resultBatchHeadBytes(run RunID) int {
+	if !run.Valid() {
+		return len(resultBatchHead(run))
+	}
+	return len(`{"v":`+strconv.Itoa(Version)+`,"run_id":`) + len(run) + 2 + len(`,"results":[`)
+}
 
 func resultBatchHead(run RunID) string {
 	q, _ := json.Marshal(string(run)) // a string always encodes

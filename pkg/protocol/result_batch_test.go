@@ -237,3 +237,14 @@ func TestDecodeStoredResults(t *testing.T) {
 		})
 	}
 }
+
+// TestResultBatchHeadBytes: the head's size, counted without building it
+// for a run id that is a token, is the size of the head built, for any
+// run id.
+func TestResultBatchHeadBytes(t *testing.T) {
+	for _, run := range []RunID{NewRunID(), "r", "run-1_A", RunID(strings.Repeat("x", 64)), "", "a<b&c", `q"uote`, "é", "tab\there"} {
+		if got, want := resultBatchHeadBytes(run), len(resultBatchHead(run)); got != want {
+			t.Errorf("resultBatchHeadBytes(%q) = %d, want %d", run, got, want)
+		}
+	}
+}

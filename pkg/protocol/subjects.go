@@ -44,13 +44,27 @@ func (s Subjects) p() string {
 	return s.Prefix
 }
 
+// join is <prefix>.<kind>.<token>[.<token>...], each token checked, built
+// in one allocation: both ends of every call build subjects.
 func (s Subjects) join(kind string, tokens ...string) (string, error) {
+	p := s.p()
+	n := len(p) + 1 + len(kind)
 	for _, t := range tokens {
 		if !ValidToken(t) {
 			return "", &Error{Code: CodeInvalidField, Field: kind, Msg: fmt.Sprintf("subject token %q must match %s", clip(t), TokenPattern)}
 		}
+		n += 1 + len(t)
 	}
-	return s.p() + "." + kind + "." + strings.Join(tokens, "."), nil
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(p)
+	b.WriteByte('.')
+	b.WriteString(kind)
+	for _, t := range tokens {
+		b.WriteByte('.')
+		b.WriteString(t)
+	}
+	return b.String(), nil
 }
 
 // Call is the subject a call to tool of a run of client, in class, is
@@ -84,15 +98,20 @@ func (s Subjects) CallsOf(tool ToolName, class Class) (string, error) {
 // ParseCall splits a call subject ([Subjects.Call]) into its tool, class
 // and client tokens.
 func (s Subjects) ParseCall(subject string) (tool ToolName, class Class, client string, ok bool) {
-	rest, ok := strings.CutPrefix(subject, s.p()+".call.")
+	rest, ok := strings.CutPrefix(subject, s.p())
 	if !ok {
 		return "", "", "", false
 	}
-	parts := strings.Split(rest, ".")
-	if len(parts) != 3 || !ValidToken(parts[0]) || !Class(parts[1]).Valid() || !ValidToken(parts[2]) {
+	if rest, ok = strings.CutPrefix(rest, ".call."); !ok {
 		return "", "", "", false
 	}
-	return ToolName(parts[0]), Class(parts[1]), parts[2], true
+	// Three tokens: a client token holds no '.', so a fourth is refused.
+	t, rest, ok := strings.Cut(rest, ".")
+	c, client, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 || !ValidToken(t) || !Class(c).Valid() || !ValidToken(client) {
+		return "", "", "", false
+	}
+	return ToolName(t), Class(c), client, true
 }
 
 // Calls is the wildcard covering every call subject.

@@ -188,7 +188,7 @@ func (d *Dispatcher) Open(ctx context.Context, run protocol.RunID) (loop.Inbox, 
 // headers workers need: dedup id, reply subject, deadline and version. A
 // call published twice within the duplicate window is stored once.
 func (d *Dispatcher) Publish(ctx context.Context, o loop.Outgoing) error {
-	msg, err := d.callMsg(ctx, o)
+	msg, err := d.callMsg(ctx, &o)
 	if err != nil {
 		return err
 	}
@@ -236,14 +236,15 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 	errs := make([]error, len(calls))
 	msgs := make([]*nats.Msg, len(calls))
 	futures := make([]jetstream.PubAckFuture, len(calls))
-	for i, o := range calls {
+	for i := range calls {
+		o := &calls[i]
 		msg, err := d.callMsg(ctx, o)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
 		if d.shares.waiting(msg.Subject) {
-			d.shares.hold(msg, o)
+			d.shares.hold(msg, *o)
 			continue
 		}
 		msgs[i] = msg
@@ -298,56 +299,78 @@ func (d *Dispatcher) PublishBatch(ctx context.Context, calls []loop.Outgoing) []
 	return errs
 }
 
-// callMsg checks call and builds its message: the call on its tool's
-// subject with the headers workers need.
-func (d *Dispatcher) callMsg(ctx context.Context, o loop.Outgoing) (*nats.Msg, error) {
-	call := o.Call
+// callMsg checks o's call and builds its message: the call on its tool's
+// subject with the headers workers need. o is only read.
+func (d *Dispatcher) callMsg(ctx context.Context, o *loop.Outgoing) (*nats.Msg, error) {
+	call := &o.Call
 	if err := call.Validate(); err != nil {
 		return nil, fmt.Errorf("natsbus: call: %w", err)
 	}
 	if err := d.cfg.Guard.Err(); err != nil {
 		return nil, err
 	}
-	subject, err := d.callSubject(call)
-	if err != nil {
-		return nil, fmt.Errorf("natsbus: call: %w", err)
-	}
-	replyTo, err := d.subjects.Result(call.RunID, call.Tool)
-	if err != nil {
-		return nil, fmt.Errorf("natsbus: call: %w", err)
-	}
+	var in *Inbox
 	if v, ok := d.inboxes.Load(call.RunID); ok {
-		v.(*Inbox).Expect(call.CallKey, call.Tool)
+		in = v.(*Inbox)
 	}
-	data, err := protocol.Encode(&call)
+	subject, replyTo, err := d.callSubjects(in, call)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: call: %w", err)
+	}
+	if in != nil {
+		in.Expect(call.CallKey, call.Tool)
+	}
+	data, err := protocol.Encode(call)
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: encoding call: %w", err)
 	}
 	if len(data) > d.cfg.MaxMessageBytes {
 		return nil, fmt.Errorf("natsbus: call is %d bytes, limit %d: %w", len(data), d.cfg.MaxMessageBytes, protocol.ErrTooLarge)
 	}
-	msg := nats.NewMsg(subject)
-	msg.Data = data
-	msg.Header.Set(protocol.HeaderMsgID, protocol.CallMsgID(call.CallKey))
-	msg.Header.Set(protocol.HeaderReplyTo, replyTo)
-	msg.Header.Set(protocol.HeaderDeadline, call.CallDeadline().Header())
-	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
+	h := callHeader{h: make(nats.Header)}
+	h.set(protocol.HeaderMsgID, protocol.CallMsgID(call.CallKey))
+	h.set(protocol.HeaderReplyTo, replyTo)
+	h.set(protocol.HeaderDeadline, call.CallDeadline().Header())
+	h.set(protocol.HeaderVersion, versionHeader)
 	if !o.StartedNotices {
 		// The run's inbox withdraws an unclaimed non-idempotent call at
 		// its deadline, which tells whether it started: no notice needed.
-		msg.Header.Set(protocol.HeaderStartedNotice, protocol.StartedNoticeNone)
+		h.set(protocol.HeaderStartedNotice, protocol.StartedNoticeNone)
 	}
 	if o.AtMostOnce {
-		msg.Header.Set(protocol.HeaderAtMostOnce, "1")
+		h.set(protocol.HeaderAtMostOnce, "1")
 	}
 	// This Dispatcher's inboxes read a worker's batch of results, of up
 	// to the size they decode.
-	msg.Header.Set(protocol.HeaderResultBatch, d.batchHeader)
+	h.set(protocol.HeaderResultBatch, d.batchHeader)
+	msg := &nats.Msg{Subject: subject, Data: data, Header: h.h}
 	if o.Trace.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, o.Trace)
 	}
 	tracing.Inject(ctx, msg.Header)
 	return msg, nil
+}
+
+// versionHeader is every call's protocol.HeaderVersion.
+var versionHeader = strconv.Itoa(protocol.Version)
+
+// callHeader builds a call's headers with one allocation for all their
+// values. The keys are protocol's constants, spelled as workers read
+// them (NATS headers are case-sensitive, and nats.Header.Set keeps a key
+// as given).
+type callHeader struct {
+	h    nats.Header
+	vals [7]string // the most callMsg sets
+	n    int
+}
+
+// set sets key to value. Each value is a slice of one element whose
+// capacity ends at that element, so that an Add to one header (a trace
+// propagator's, say) copies it rather than writes over the next.
+func (c *callHeader) set(key, value string) {
+	c.vals[c.n] = value
+	c.h[key] = c.vals[c.n : c.n+1 : c.n+1]
+	c.n++
 }
 
 // Cancel asks whichever worker runs the call to stop it (core NATS, best
@@ -407,7 +430,10 @@ type Inbox struct {
 	// under their own subject: a notice is taken only on this one.
 	progress string
 	// tools are the tools of the calls published for the run, by key.
-	tools sync.Map // protocol.CallKey -> protocol.ToolName
+	tools callTools
+	// lastSubjects are the subjects of the run's calls built last
+	// (Dispatcher.callSubjects).
+	lastSubjects lastSubjects
 	// seqs are where the calls stream stored the run's calls, by key, as
 	// their PubAcks said, and their deadlines: what Withdraw takes back.
 	seqs sync.Map // protocol.CallKey -> publishedCall
@@ -477,7 +503,33 @@ func (in *Inbox) stopReading() {
 // deployment lets only that tool's workers publish on. [Dispatcher.Publish] records every call
 // it publishes; a process that resumes a run whose calls another
 // published records them with Expect ([loop.ExpectInbox]).
-func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.Store(key, tool) }
+func (in *Inbox) Expect(key protocol.CallKey, tool protocol.ToolName) { in.tools.store(key, tool) }
+
+// callTools are the tools of a run's calls, by key: written as the calls
+// are published, read as their results and progress come. A key is never
+// removed: the inbox lives as long as its run. The zero value is empty.
+type callTools struct {
+	mu    sync.RWMutex
+	tools map[protocol.CallKey]protocol.ToolName
+}
+
+func (t *callTools) store(key protocol.CallKey, tool protocol.ToolName) {
+	t.mu.Lock()
+	if t.tools == nil {
+		t.tools = make(map[protocol.CallKey]protocol.ToolName)
+	}
+	t.tools[key] = tool
+	t.mu.Unlock()
+}
+
+// load returns the tool of the call key, if a call with it was published
+// or expected.
+func (t *callTools) load(key protocol.CallKey) (protocol.ToolName, bool) {
+	t.mu.RLock()
+	tool, ok := t.tools[key]
+	t.mu.RUnlock()
+	return tool, ok
+}
 
 var _ loop.WithdrawInbox = (*Inbox)(nil)
 
@@ -626,7 +678,7 @@ func (in *Inbox) onOneResult(subject string, r protocol.Result) {
 	var err error
 	if r.RunID != in.run {
 		err = natsbus.CodedError("run_mismatch")
-	} else if want, ok := in.tools.Load(r.CallKey); ok && subject != in.prefix+string(want.(protocol.ToolName)) {
+	} else if want, ok := in.tools.load(r.CallKey); ok && !onSubject(subject, in.prefix, want) {
 		// A worker answering a call of another tool (or a forger).
 		err = natsbus.CodedError("tool_mismatch")
 	}
@@ -638,6 +690,13 @@ func (in *Inbox) onOneResult(subject string, r protocol.Result) {
 	// resumed) from nobody, and a result for a call only from its tool's
 	// subject, which the event names.
 	in.deliver(loop.Event{Result: &r, Tool: protocol.ToolName(strings.TrimPrefix(subject, in.prefix))})
+}
+
+// onSubject reports whether subject is prefix followed by tool, as
+// subject == prefix+tool, without building that string for every result.
+func onSubject(subject, prefix string, tool protocol.ToolName) bool {
+	rest, ok := strings.CutPrefix(subject, prefix)
+	return ok && rest == string(tool)
 }
 
 // recovers reports whether the ordered consumer re-creates itself after

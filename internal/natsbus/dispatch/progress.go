@@ -41,7 +41,7 @@ func (in *Inbox) followProgress(ctx context.Context, nc *nats.Conn, subjects pro
 		}
 		// Only the call's own tool reports its progress: a report that
 		// names another tool (or none) for a call of this run is dropped.
-		if tool, ok := in.tools.Load(p.CallKey); err == nil && ok && tool.(protocol.ToolName) != p.Tool {
+		if tool, ok := in.tools.load(p.CallKey); err == nil && ok && tool != p.Tool {
 			err = natsbus.CodedError("foreign_tool")
 			if foreign != nil {
 				foreign()

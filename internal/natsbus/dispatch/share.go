@@ -229,10 +229,58 @@ func (d *Dispatcher) open(run protocol.RunID) bool {
 	return ok
 }
 
-// callSubject is the subject of call, under its run's route.
-func (d *Dispatcher) callSubject(call protocol.Call) (string, error) {
+// callSubjects returns the subject of call, under its run's route, and
+// the subject its result must come on. in, the run's inbox (nil: none
+// open), keeps the last pair it returned, for the tool and route they
+// were built for: a round's calls are mostly to one tool, and each would
+// build the same two subjects again.
+func (d *Dispatcher) callSubjects(in *Inbox, call *protocol.Call) (subject, replyTo string, err error) {
 	r := d.route(call.RunID)
-	return d.subjects.Call(call.Tool, r.Class, r.Client)
+	if in != nil {
+		if s, ok := in.lastSubjects.get(call.Tool, r); ok {
+			return s.call, s.replyTo, nil
+		}
+	}
+	if subject, err = d.subjects.Call(call.Tool, r.Class, r.Client); err != nil {
+		return "", "", err
+	}
+	if replyTo, err = d.subjects.Result(call.RunID, call.Tool); err != nil {
+		return "", "", err
+	}
+	if in != nil {
+		in.lastSubjects.set(callSubjects{tool: call.Tool, route: r, call: subject, replyTo: replyTo})
+	}
+	return subject, replyTo, nil
+}
+
+// callSubjects are the subjects of a run's calls to tool under route:
+// where they are published, and where their results must come.
+type callSubjects struct {
+	tool          protocol.ToolName
+	route         admission.Route
+	call, replyTo string
+}
+
+// lastSubjects holds the callSubjects an inbox's run built last.
+type lastSubjects struct {
+	mu   sync.Mutex
+	last callSubjects
+}
+
+// get returns the subjects kept, when they are tool's under route.
+func (l *lastSubjects) get(tool protocol.ToolName, route admission.Route) (callSubjects, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last.call == "" || l.last.tool != tool || l.last.route != route {
+		return callSubjects{}, false
+	}
+	return l.last, true
+}
+
+func (l *lastSubjects) set(s callSubjects) {
+	l.mu.Lock()
+	l.last = s
+	l.mu.Unlock()
 }
 
 // publishOrHold publishes msg unless calls are held for its subject, and

@@ -43,12 +43,12 @@ var errTooLate = natsbus.CodedError("withdrawal_too_late")
 // deadline is so long past that a claim could have expired (startTrusted).
 func (in *Inbox) Withdraw(ctx context.Context, key protocol.CallKey) (bool, error) {
 	v, ok := in.seqs.LoadAndDelete(key)
-	tool, known := in.tools.Load(key)
+	tool, known := in.tools.load(key)
 	if !ok || !known || in.callsStream == nil || in.js == nil {
 		return false, natsbus.CodedError("no_stream_sequence")
 	}
 	pc := v.(publishedCall)
-	route, err := stores.RouteOf(ctx, in.js, in.subjects, tool.(protocol.ToolName))
+	route, err := stores.RouteOf(ctx, in.js, in.subjects, tool)
 	if err != nil {
 		return false, fmt.Errorf("natsbus: finding the tool's starts stream: %w", err)
 	}

@@ -33,13 +33,13 @@ type callProgress struct {
 }
 
 // withProgress returns ctx carrying a progress sink for call, for the
-// harness, and the function that ends it once the call is over.
-func (w *Worker) withProgress(ctx context.Context, call protocol.Call) (context.Context, func()) {
+// harness, and the sink, to end once the call is over.
+func (w *Worker) withProgress(ctx context.Context, call protocol.Call) (context.Context, *callProgress) {
 	p := &callProgress{
 		nc: w.nc, subjects: w.subjects, limit: admission.NewRateBucket(ProgressRate, time.Now()),
 		base: protocol.Progress{V: protocol.Version, RunID: call.RunID, CallKey: call.CallKey, Tool: call.Tool, Worker: w.cfg.Name},
 	}
-	return harness.WithProgress(ctx, p.report), p.end
+	return harness.WithProgress(ctx, p.report), p
 }
 
 func (p *callProgress) report(msg string) {

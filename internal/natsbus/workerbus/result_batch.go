@@ -76,14 +76,14 @@ type resultMsg struct {
 	err     error
 }
 
-// coalesced publishes the encoded result (data, whose own message would
-// have the dedup id id) on subject with whatever else waits for it, in a
-// batch of at most limit bytes, and returns the outcome of the message
-// that carried it, once its first attempt ended. again says that it was
-// not stored and the caller should try again with its own message
-// (deduplicated by id), as after a first attempt of its own; then err
+// coalesced publishes the encoded result (data) of tool's call key on
+// subject with whatever else waits for it, in a batch of at most limit
+// bytes, and returns the outcome of the message that carried it, once
+// its first attempt ended. again says that it was not stored and the
+// caller should try again with its own message (deduplicated by
+// protocol.ResultMsgID), as after a first attempt of its own; then err
 // says why.
-func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.ToolName, key protocol.CallKey, id string, data []byte, limit int) (again bool, err error) {
+func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.ToolName, key protocol.CallKey, data []byte, limit int) (again bool, err error) {
 	rl := &w.resultLanes
 	rl.mu.Lock()
 	if rl.lanes == nil {
@@ -98,7 +98,7 @@ func (w *Worker) coalesced(subject string, run protocol.RunID, tool protocol.Too
 		// Nothing in flight: published alone, now.
 		lane.inflight++
 		rl.mu.Unlock()
-		again, err := w.firstAttempt(w.resultMessage(subject, id, data))
+		again, err := w.firstAttempt(w.resultMessage(subject, protocol.ResultMsgID(tool, key), data))
 		w.handOn(subject)
 		return again, err
 	}
@@ -158,7 +158,7 @@ func (w *Worker) handOn(subject string) {
 			m.msg = w.resultMessage(subject, protocol.ResultBatchMsgID(tool, keys), protocol.EncodeResultBatch(run, encoded))
 			m.msg.Header.Set(protocol.HeaderResultBatch, protocol.ResultBatchStored)
 		}
-		m.future, _ = w.js.PublishMsgAsync(m.msg, jetstream.WithExpectStream(w.subjects.ResultsStream()))
+		m.future, _ = w.js.PublishMsgAsync(m.msg, w.toResults)
 		for _, q := range members {
 			q.carrier <- m
 		}
@@ -199,14 +199,20 @@ func (w *Worker) chunkResults(run protocol.RunID, waiting []*queuedResult) [][]*
 	return append(chunks, cur)
 }
 
-// resultMessage is a message of the results stream on subject.
+// resultMessage is a message of the results stream on subject. Its
+// header values share one allocation; each is a slice whose capacity ends
+// at its value, so that an Add to one copies it rather than writes over
+// the next.
 func (w *Worker) resultMessage(subject, id string, data []byte) *nats.Msg {
-	msg := nats.NewMsg(subject)
-	msg.Data = data
-	msg.Header.Set(protocol.HeaderMsgID, id)
-	msg.Header.Set(protocol.HeaderVersion, strconv.Itoa(protocol.Version))
-	return msg
+	vals := &[2]string{id, versionHeader}
+	return &nats.Msg{Subject: subject, Data: data, Header: nats.Header{
+		protocol.HeaderMsgID:   vals[0:1:1],
+		protocol.HeaderVersion: vals[1:2:2],
+	}}
 }
+
+// versionHeader is every result's protocol.HeaderVersion.
+var versionHeader = strconv.Itoa(protocol.Version)
 
 // firstAttempt publishes msg asynchronously and waits for its PubAck for
 // one attempt's time. again says that another attempt may pass (no
@@ -214,7 +220,7 @@ func (w *Worker) resultMessage(subject, id string, data []byte) *nats.Msg {
 func (w *Worker) firstAttempt(msg *nats.Msg) (again bool, err error) {
 	w.resultsAlone.Add(1)
 	defer w.resultsAlone.Add(-1)
-	f, err := w.js.PublishMsgAsync(msg, jetstream.WithExpectStream(w.subjects.ResultsStream()))
+	f, err := w.js.PublishMsgAsync(msg, w.toResults)
 	return awaitPubAck(f, err)
 }
 

@@ -33,19 +33,26 @@ type callTrace struct {
 	outcome string
 }
 
-// startCallTrace opens the span of a delivery of tool's call. When the
+// callSpanName is the name of the span of a delivery of tool's call,
+// made once per tool (toolConsumer.spanName).
+func callSpanName(tool protocol.ToolName) string { return "execute_tool " + string(tool) }
+
+// callSpanOptions are the options of every delivery's span, made once.
+var callSpanOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+
+// startCallTrace opens the span of a delivery of tc's call. When the
 // span does not record (no SDK provider installed, or the trace not
 // sampled), its children are not started either: a child of an unsampled
 // span is never sampled, so nothing that would be recorded is lost.
-func startCallTrace(ctx context.Context, tool protocol.ToolName, m jetstream.Msg) *callTrace {
+func startCallTrace(ctx context.Context, tc *toolConsumer, m jetstream.Msg) callTrace {
 	ctx = tracing.Extract(ctx, m.Headers())
 	tr := workerTracer()
-	ctx, span := tr.Start(ctx, "execute_tool "+string(tool), trace.WithSpanKind(trace.SpanKindConsumer))
-	ct := &callTrace{ctx: ctx, span: span, outcome: notRun}
+	ctx, span := tr.Start(ctx, tc.spanName, callSpanOptions...)
+	ct := callTrace{ctx: ctx, span: span, outcome: notRun}
 	if !span.IsRecording() {
 		return ct // no exporter, or not sampled: nothing more to build
 	}
-	span.SetAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", string(tool)),
+	span.SetAttributes(attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("gen_ai.tool.name", string(tc.name)),
 		attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", m.Subject()))
 	if md, err := m.Metadata(); err == nil && !md.Timestamp.IsZero() {
 		_, q := tr.Start(ctx, "queue wait", trace.WithTimestamp(md.Timestamp))

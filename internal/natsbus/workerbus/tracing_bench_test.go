@@ -36,7 +36,7 @@ func newTraceMsg() *traceMsg {
 // traceCall runs a delivery's spans as the worker does for a call that
 // runs and answers.
 func traceCall(m jetstream.Msg, c protocol.Call) {
-	ct := startCallTrace(context.Background(), "echo", m)
+	ct := startCallTrace(context.Background(), &toolConsumer{name: "echo", spanName: callSpanName("echo")}, m)
 	endValidation := ct.child("validation")
 	endValidation("")
 	ct.callID = c.CallID

@@ -72,9 +72,13 @@ type Worker struct {
 	routes *stores.RecordRoutes
 
 	mu      sync.Mutex
-	running map[callRef]map[uint64]context.CancelCauseFunc // cancels of each call running here
+	running map[callRef]runningCall // cancels of each call running here
 	nextID  uint64
 	active  map[callRef]uint64 // stream sequence of idempotent calls running here
+
+	// toResults is the option every result's publish carries: stored in
+	// the results stream only. Made once: the stream's name is built.
+	toResults jetstream.PublishOpt
 
 	// resultLanes coalesces results of calls whose coordinator reads
 	// batches; resultsAlone counts the results published in their own
@@ -88,7 +92,9 @@ type Worker struct {
 
 // toolConsumer is one tool this worker serves and its shared consumer.
 type toolConsumer struct {
-	name       protocol.ToolName
+	name protocol.ToolName
+	// spanName names the span of each delivery of its calls.
+	spanName   string
 	idempotent bool
 	subject    string
 	spec       protocol.ToolSpec
@@ -122,9 +128,11 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		nc: nc, js: js, subjects: subjects, h: h, cfg: cfg,
 		log:     cfg.Logger.With().Str(natsbus.LogWorker, cfg.Name).Logger(),
 		sem:     semaphore.NewWeighted(int64(cfg.Concurrency)),
-		running: make(map[callRef]map[uint64]context.CancelCauseFunc),
+		running: make(map[callRef]runningCall),
 		active:  make(map[callRef]uint64),
 		routes:  stores.NewRecordRoutes(js, subjects),
+
+		toResults: jetstream.WithExpectStream(subjects.ResultsStream()),
 	}
 	// As many calls again may be storing their result out of their slots
 	// (Delivery.FreeSlot): a pull is not held back by PubAcks.
@@ -138,6 +146,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, subjects protocol.Subjects
 		subject := natsbus.ToolCallsSubject(subjects, spec.Name)
 		w.tools = append(w.tools, &toolConsumer{
 			name:        spec.Name,
+			spanName:    callSpanName(spec.Name),
 			idempotent:  spec.Idempotent,
 			subject:     subject,
 			spec:        spec,
@@ -336,37 +345,83 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		return
 	}
 	w.mu.Lock()
-	cancels := w.running[callRefOf(c.RunID, c.CallKey)]
-	for _, cancel := range cancels {
-		cancel(errCancelRequested)
-	}
-	n := len(cancels)
+	n := w.running[callRefOf(c.RunID, c.CallKey)].cancel(errCancelRequested)
 	w.mu.Unlock()
 	if n > 0 {
 		w.log.Info().Str(natsbus.LogRun, string(c.RunID)).Str(natsbus.LogCallKey, string(c.CallKey)).Msg("cancel requested")
 	}
 }
 
-// register makes cancel reachable by cancel messages for the call; the
-// returned func removes it.
-func (w *Worker) register(run protocol.RunID, key protocol.CallKey, cancel context.CancelCauseFunc) func() {
-	ref := callRefOf(run, key)
+// register makes cancel reachable by cancel messages for the call, until
+// unregister is given the registration it returns.
+func (w *Worker) register(run protocol.RunID, key protocol.CallKey, cancel context.CancelCauseFunc) registration {
+	reg := registration{ref: callRefOf(run, key)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.nextID++
-	id := w.nextID
-	if w.running[ref] == nil {
-		w.running[ref] = make(map[uint64]context.CancelCauseFunc, 1)
-	}
-	w.running[ref][id] = cancel
-	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.running[ref], id)
-		if len(w.running[ref]) == 0 {
-			delete(w.running, ref)
+	reg.id = w.nextID
+	rc := w.running[reg.ref]
+	if rc.first == nil {
+		rc.firstID, rc.first = reg.id, cancel
+	} else {
+		if rc.more == nil {
+			rc.more = make(map[uint64]context.CancelCauseFunc, 1)
 		}
+		rc.more[reg.id] = cancel
 	}
+	w.running[reg.ref] = rc
+	return reg
+}
+
+// unregister removes the cancel of reg.
+func (w *Worker) unregister(reg registration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rc, ok := w.running[reg.ref]
+	if !ok {
+		return
+	}
+	if rc.first != nil && rc.firstID == reg.id {
+		rc.firstID, rc.first = 0, nil
+	} else {
+		delete(rc.more, reg.id)
+	}
+	if rc.first == nil && len(rc.more) == 0 {
+		delete(w.running, reg.ref)
+		return
+	}
+	w.running[reg.ref] = rc
+}
+
+// registration is one delivery's cancel, registered for its call.
+type registration struct {
+	ref callRef
+	id  uint64
+}
+
+// runningCall holds the cancels of one call's deliveries running here, by
+// registration id. Nearly always one delivery runs, kept without a map of
+// its own; more holds the others when deliveries of the call run here at
+// once. first is nil when only more holds any.
+type runningCall struct {
+	firstID uint64
+	first   context.CancelCauseFunc
+	more    map[uint64]context.CancelCauseFunc
+}
+
+// cancel cancels every delivery of the call with cause and returns how
+// many there were.
+func (rc runningCall) cancel(cause error) int {
+	n := 0
+	if rc.first != nil {
+		rc.first(cause)
+		n++
+	}
+	for _, cancel := range rc.more {
+		cancel(cause)
+		n++
+	}
+	return n
 }
 
 // begin marks an idempotent call as running here, unless this worker

@@ -39,9 +39,9 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *workqueue.Del
 	// Run at most once when either this worker's manifest or the call's
 	// coordinator says so: the stricter holds.
 	idempotent := tc.idempotent && m.Headers().Get(protocol.HeaderAtMostOnce) == ""
-	ct := startCallTrace(ctx, tc.name, m)
+	rec := &callRecord{w: w, tc: tc, ct: startCallTrace(ctx, tc, m), subject: m.Subject(), attempt: attempt}
+	ct := &rec.ct
 	defer ct.end()
-	rec := &callRecord{w: w, tc: tc, ct: ct, subject: m.Subject(), attempt: attempt}
 	rec.emit(CallEvent{Kind: CallDelivered})
 	endValidation := ct.child("validation")
 	call, replyTo, err := w.accept(tc, m)
@@ -115,14 +115,14 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *workqueue.Del
 
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	unregister := w.register(call.RunID, call.CallKey, cancel)
+	reg := w.register(call.RunID, call.CallKey, cancel)
 	stopHeartbeat := func() {}
 	if idempotent { // a claimed call is settled already and needs none
 		stopHeartbeat = d.Heartbeat(w.cfg.Heartbeat)
 	}
 	rec.emit(CallEvent{Kind: CallStarted})
 	endExecution := ct.child("execution")
-	pctx, endProgress := w.withProgress(cctx, call)
+	pctx, progress := w.withProgress(cctx, call)
 	hc := harness.Call{
 		Tool:           call.Tool,
 		Arguments:      call.Arguments,
@@ -133,15 +133,15 @@ func (w *Worker) process(ctx context.Context, tc *toolConsumer, d *workqueue.Del
 	// The harness writes no line of its own: the finish event's line
 	// carries its fields with the run's ids.
 	res := w.h.ExecuteUnlogged(pctx, hc)
-	endProgress()
+	progress.end()
 	stopHeartbeat()
-	unregister()
+	w.unregister(reg)
 	if res.Outcome == protocol.OutcomeOK {
 		endExecution("")
 	} else {
 		endExecution(string(res.Outcome))
 	}
-	rec.emit(CallEvent{Kind: CallFinished, Outcome: res.Outcome, Duration: res.Duration, ErrorType: res.ErrorType, call: &hc, res: &res})
+	rec.finished(CallEvent{Kind: CallFinished, Outcome: res.Outcome, Duration: res.Duration, ErrorType: res.ErrorType}, &hc, &res)
 
 	result := protocol.Result{
 		V:          protocol.Version,
@@ -364,24 +364,22 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	if err != nil {
 		return err
 	}
-	id := protocol.ResultMsgID(tool, r.CallKey)
 	// First asynchronously, its PubAck awaited for one attempt's time; the
 	// call is settled once this returns, on the PubAck.
 	var again bool
 	if batchLimit > 0 {
-		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, id, data, batchLimit)
+		again, err = w.coalesced(replyTo, r.RunID, tool, r.CallKey, data, batchLimit)
 	} else {
-		again, err = w.firstAttempt(w.resultMessage(replyTo, id, data))
+		again, err = w.firstAttempt(w.resultMessage(replyTo, protocol.ResultMsgID(tool, r.CallKey), data))
 	}
 	if !again {
 		return err
 	}
-	msg := w.resultMessage(replyTo, id, data)
+	msg := w.resultMessage(replyTo, protocol.ResultMsgID(tool, r.CallKey), data)
 	// No answer, or one that may pass: published again with the same
 	// Nats-Msg-Id, stored at most once.
-	opt := jetstream.WithExpectStream(w.subjects.ResultsStream())
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
-	_, err = natsbus.PublishRetrying(ctx, w.js, msg, opt)
+	_, err = natsbus.PublishRetrying(ctx, w.js, msg, w.toResults)
 	cancel()
 	if err == nil || !natsbus.Transient(err) || stopping.Err() != nil {
 		return err
@@ -391,6 +389,6 @@ func (w *Worker) publishResult(stopping context.Context, replyTo string, tool pr
 	if ctx.Err() != nil {
 		return err
 	}
-	_, err = natsbus.PublishRetrying(ctx, w.js, msg, opt)
+	_, err = natsbus.PublishRetrying(ctx, w.js, msg, w.toResults)
 	return err
 }

@@ -109,11 +109,8 @@ type CallEvent struct {
 	// log: it names an operation, never a payload.
 	Err error
 
-	// subject is where a malformed message came; call and res are the
-	// finished call's, for its log line (harness.CallFields).
+	// subject is where a malformed message came.
 	subject string
-	call    *harness.Call
-	res     *harness.Result
 }
 
 // WorkerObserver receives a [Worker]'s events, for metrics. Observe is
@@ -136,7 +133,7 @@ func (NopWorkerObserver) Observe(CallEvent) {}
 type callRecord struct {
 	w       *Worker
 	tc      *toolConsumer
-	ct      *callTrace
+	ct      callTrace // the delivery's spans
 	subject string
 	run     protocol.RunID
 	key     protocol.CallKey
@@ -147,17 +144,30 @@ type callRecord struct {
 func (r *callRecord) accepted(c protocol.Call) { r.run, r.key = c.RunID, c.CallKey }
 
 // emit completes ev with the delivery's ids and hands it to every sink.
-func (r *callRecord) emit(ev CallEvent) {
+func (r *callRecord) emit(ev CallEvent) { r.handOut(ev, nil, nil) }
+
+// finished emits ev, a CallFinished, whose log line also carries the
+// fields of call and of res, the harness's answer (harness.CallFields).
+// They are handed to the log apart from ev, which the other sinks keep
+// or pass on, so that they need not leave the caller's stack.
+func (r *callRecord) finished(ev CallEvent, call *harness.Call, res *harness.Result) {
+	r.handOut(ev, call, res)
+}
+
+// handOut completes ev with the delivery's ids and hands it to every
+// sink, and call and res (nil but for a finished call) to the log.
+func (r *callRecord) handOut(ev CallEvent, call *harness.Call, res *harness.Result) {
 	ev.Tool, ev.RunID, ev.CallKey, ev.Attempt, ev.subject = r.tc.name, r.run, r.key, r.attempt, r.subject
 	r.tc.meter.record(ev)
 	r.w.cfg.Observer.Observe(ev)
 	r.ct.record(ev)
-	r.w.logEvent(ev)
+	r.w.logEvent(ev, call, res)
 }
 
 // logEvent writes ev's line: one per event, none for a delivery or a
-// start (the finish says both), the ids under the shared log keys.
-func (w *Worker) logEvent(ev CallEvent) {
+// start (the finish says both), the ids under the shared log keys; a
+// finished call's line carries call's and res's fields.
+func (w *Worker) logEvent(ev CallEvent, call *harness.Call, res *harness.Result) {
 	var line *zerolog.Event
 	var msg string
 	switch ev.Kind {
@@ -199,7 +209,7 @@ func (w *Worker) logEvent(ev CallEvent) {
 			return
 		}
 		line = harness.CallFields(line.Str(natsbus.LogTool, string(ev.Tool)).Str(natsbus.LogRun, string(ev.RunID)).
-			Str(natsbus.LogCallKey, string(ev.CallKey)).Int(natsbus.LogAttempt, ev.Attempt), *ev.call, *ev.res)
+			Str(natsbus.LogCallKey, string(ev.CallKey)).Int(natsbus.LogAttempt, ev.Attempt), *call, *res)
 		line.Msg("call finished")
 		return
 	case ResultFailed:
