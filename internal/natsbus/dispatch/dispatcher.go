@@ -368,6 +368,10 @@ type callHeader struct {
 // capacity ends at that element, so that an Add to one header (a trace
 // propagator's, say) copies it rather than writes over the next.
 func (c *callHeader) set(key, value string) {
+	if c.n == len(c.vals) { // a header more than callMsg sets today
+		c.h[key] = []string{value}
+		return
+	}
 	c.vals[c.n] = value
 	c.h[key] = c.vals[c.n : c.n+1 : c.n+1]
 	c.n++
