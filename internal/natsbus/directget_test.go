@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -200,6 +201,19 @@ func TestDirectReaderRawHeaderBlocks(t *testing.T) {
 	fmt.Fprint(raw, "PING\r\n")
 	if line, err := r.ReadString('\n'); err != nil || line != "PONG\r\n" {
 		t.Fatalf("the server answered %q, %v", line, err)
+	}
+	// The PONG says the server read the publishes; the stream stores them
+	// on its own goroutine, so wait until it has.
+	want := uint64(len(blocks) + 1)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := js.Stream(bustest.Ctx(t), "T")
+		if err == nil && info.CachedInfo().State.LastSeq >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream did not store the %d raw messages within 10s (%v)", len(blocks), err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the server, not synchronising
 	}
 	rd := natsbus.NewDirectReader(js)
 	for i, b := range blocks {
