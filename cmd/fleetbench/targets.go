@@ -23,12 +23,19 @@ type target struct {
 	measure func(b *bench) (ratio float64, detail string, ok bool)
 }
 
-// targets are the current goals (issue 28's), in the report's order.
+// targets are the current goals (issue 28's, as issue 41 restated them),
+// in the report's order.
 var targets = []target{
 	{
 		text: "32-call loop round CPU per call ≤ 1.2 × the durable floor", atMost: true, limit: 1.2,
 		measure: func(b *bench) (float64, string, bool) {
 			return durationRatio(b.loopRound.cpu, b.floorRound.cpu, b.loopRound.n > 0 && b.floorRound.n > 0)
+		},
+	},
+	{
+		text: "32-call loop round CPU per call ≤ 1.0 × the floor with the fleet's checks", atMost: true, limit: 1.0,
+		measure: func(b *bench) (float64, string, bool) {
+			return durationRatio(b.loopRound.cpu, b.checkedRound.cpu, b.loopRound.n > 0 && b.checkedRound.n > 0)
 		},
 	},
 	{
@@ -44,9 +51,18 @@ var targets = []target{
 		},
 	},
 	{
-		text: "sustained full-loop calls/s with 4 workers ≥ 1.0 × with 2 workers", limit: 1.0,
+		// On two cores shared by the server, the workers and the
+		// coordinator, more workers need not do more calls: the floor's
+		// own ratio is the reference, measured in the same run.
+		text: "sustained full-loop calls/s, 4 ÷ 2 workers ≥ 1.0 × the same ratio of the floor with the fleet's checks", limit: 1.0,
 		measure: func(b *bench) (float64, string, bool) {
-			return rateRatio(b.sustainedLoop[4], b.sustainedLoop[2])
+			fleet, _, ok := rateRatio(b.sustainedLoop[4], b.sustainedLoop[2])
+			checked, _, ok2 := rateRatio(b.checkedSustained[4], b.checkedSustained[2])
+			if !ok || !ok2 {
+				return 0, "", false
+			}
+			return fleet / checked, fmt.Sprintf("the fleet's 4 ÷ 2 workers %.2f×, %s against %s; the floor with the fleet's checks' %.2f×",
+				fleet, b.sustainedLoop[4].rate(), b.sustainedLoop[2].rate(), checked), true
 		},
 	},
 	{
