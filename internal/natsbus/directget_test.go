@@ -12,30 +12,33 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus"
 	"github.com/toolfleet/toolfleet/internal/natsbus/bustest"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 )
 
-// directStream creates a stream that allows direct gets, on t.*.
-func directStream(t *testing.T, js jetstream.JetStream, name string) {
+// directStream starts a server and creates on it the stream T, on t.>,
+// which allows direct gets; it returns the server and a connection to it.
+func directStream(t *testing.T) (*embedded.Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	if _, err := js.CreateStream(bustest.Ctx(t), jetstream.StreamConfig{Name: name, Subjects: []string{"t.>"}, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestDirectReaderReadsWithoutConsumers: batches of a subject from a
-// sequence on, all of it past several batches in order, and the last of
-// each of some subjects — and the stream has no consumer after.
-func TestDirectReaderReadsWithoutConsumers(t *testing.T) {
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	directStream(t, js, "T")
+	if _, err := js.CreateStream(bustest.Ctx(t), jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, nc, js
+}
+
+// TestDirectReaderReadsWithoutConsumers: batches of a subject from a
+// sequence on, all of it past several batches in order, and the last of
+// each of some subjects — and the stream has no consumer after.
+func TestDirectReaderReadsWithoutConsumers(t *testing.T) {
+	_, _, js := directStream(t)
 	const n = 600
 	for i := 1; i <= n; i++ {
 		subj := fmt.Sprintf("t.a.%d", i%3)
@@ -97,13 +100,7 @@ func TestDirectReaderReadsWithoutConsumers(t *testing.T) {
 // skipped by All, and its stored headers are kept apart from the
 // server's; a message stored with headers of its own reads with them.
 func TestDirectReaderSkipsReflectedAnswers(t *testing.T) {
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	directStream(t, js, "T")
+	_, nc, js := directStream(t)
 	m := nats.NewMsg("t.x")
 	m.Data = []byte("one")
 	m.Header.Set("Who", "me")
@@ -166,13 +163,7 @@ func TestDirectReaderStreamWithoutDirectGets(t *testing.T) {
 // cannot read the answer's headers (an empty line before the server's),
 // fails with ErrDirectAnswer: it never reads a forged subject or sequence.
 func TestDirectReaderRawHeaderBlocks(t *testing.T) {
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	directStream(t, js, "T")
+	srv, _, js := directStream(t)
 	if _, err := js.Publish(bustest.Ctx(t), "t.real", []byte("real")); err != nil {
 		t.Fatal(err)
 	}
