@@ -36,14 +36,7 @@ type refusedQueue struct {
 // with consumer "c". The queue is not running yet.
 func newRefusedQueue(t *testing.T) *refusedQueue {
 	t.Helper()
-	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.*"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
-		t.Fatal(err)
-	}
+	srv, js := queueServer(t)
 	// The other client's inboxes are apart from the queue's, which a
 	// subscription below watches: it would keep the other client's
 	// request wanted after that client unsubscribed.
@@ -71,6 +64,7 @@ func newRefusedQueue(t *testing.T) *refusedQueue {
 	other := r.other
 	next := jetstream.DefaultAPIPrefix + "CONSUMER.MSG.NEXT.Q.c"
 	inbox := other.NewInbox()
+	var err error
 	if r.blocker, err = other.SubscribeSync(inbox); err != nil {
 		t.Fatal(err)
 	}

@@ -11,15 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/toolfleet/toolfleet/internal/embedded"
 	"github.com/toolfleet/toolfleet/internal/natsbus/workqueue"
 	"github.com/toolfleet/toolfleet/internal/natstest"
 )
 
-// queueStream makes the work-queue stream Q on a fresh server, holding n
-// messages, and returns the JetStream context and an Ensure of its
-// consumer "c" (ack wait a minute: a message left unacknowledged would
-// not come back within a test).
-func queueStream(t *testing.T, n int) (jetstream.JetStream, func(context.Context) (jetstream.Consumer, error)) {
+// queueServer starts a server holding the empty work-queue stream Q, on
+// q.*, and returns it and a JetStream context on it.
+func queueServer(t *testing.T) (*embedded.Server, jetstream.JetStream) {
 	t.Helper()
 	srv := natstest.Start(t)
 	js, err := jetstream.New(natstest.Connect(t, srv))
@@ -29,6 +28,16 @@ func queueStream(t *testing.T, n int) (jetstream.JetStream, func(context.Context
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.*"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
 		t.Fatal(err)
 	}
+	return srv, js
+}
+
+// queueStream makes the work-queue stream Q on a fresh server, holding n
+// messages, and returns the JetStream context and an Ensure of its
+// consumer "c" (ack wait a minute: a message left unacknowledged would
+// not come back within a test).
+func queueStream(t *testing.T, n int) (jetstream.JetStream, func(context.Context) (jetstream.Consumer, error)) {
+	t.Helper()
+	_, js := queueServer(t)
 	for i := range n {
 		if _, err := js.Publish(t.Context(), fmt.Sprintf("q.%d", i), nil); err != nil {
 			t.Fatal(err)

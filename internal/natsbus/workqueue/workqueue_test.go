@@ -38,14 +38,7 @@ func streamedOn(js jetstream.JetStream, streamed bool) jetstream.JetStream {
 }
 
 func testWorkQueueDecisions(t *testing.T, streamed bool) {
-	srv := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, srv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "Q", Subjects: []string{"q.*"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
-		t.Fatal(err)
-	}
+	_, js := queueServer(t)
 	for _, subj := range []string{"q.ack", "q.term", "q.nak", "q.leave"} {
 		if _, err := js.Publish(t.Context(), subj, nil); err != nil {
 			t.Fatal(err)
